@@ -1,0 +1,538 @@
+//! Reply values and their wire encoding. [`Frame`] is the in-memory form of any RESP2/RESP3
+//! reply; [`encode`] appends one to an output buffer for the connection's [`ProtocolVersion`],
+//! downgrading RESP3-only types exactly as Redis does for RESP2 clients. The `encode_*` helpers
+//! write the hottest replies (and aggregate headers for streaming large replies) without building
+//! a `Frame`. Pure: depends only on `bytes`, `itoa` and `ryu`; knows nothing of sockets, commands
+//! or the keyspace.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::num::{format_human, write_double, NumBuf};
+
+/// The protocol a connection speaks (`HELLO 2` / `HELLO 3`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProtocolVersion {
+    /// RESP2, the default for new connections.
+    #[default]
+    Resp2,
+    /// RESP3.
+    Resp3,
+}
+
+/// One reply value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    /// Status reply `+text`. Any `\r`/`\n` inside is sent as a space.
+    Simple(Bytes),
+    /// Error reply `-text`; the text includes its prefix word, e.g. `"ERR syntax error"` or
+    /// `"WRONGTYPE Operation against a key holding the wrong kind of value"`. Any `\r`/`\n`
+    /// inside is sent as a space (as Redis does).
+    Error(String),
+    /// `:n`.
+    Integer(i64),
+    /// Binary-safe bulk string `$len`.
+    Bulk(Bytes),
+    /// Null bulk: RESP3 `_`, RESP2 `$-1`.
+    Null,
+    /// Null array: RESP3 `_`, RESP2 `*-1`.
+    NullArray,
+    /// `*n` array.
+    Array(Vec<Frame>),
+    /// RESP3 `%n` map of key/value pairs; RESP2: flat array of 2n.
+    Map(Vec<(Frame, Frame)>),
+    /// RESP3 `~n` set; RESP2: array.
+    Set(Vec<Frame>),
+    /// RESP3 `,` double; RESP2: bulk string. Text as [`format_double`].
+    Double(f64),
+    /// RESP3 `#t`/`#f`; RESP2: `:1`/`:0`.
+    Boolean(bool),
+    /// RESP3 `=` verbatim string with a 3-byte format such as `txt` or `mkd`; RESP2: bulk of
+    /// `text` alone.
+    Verbatim {
+        /// The format tag, e.g. `*b"txt"`.
+        format: [u8; 3],
+        /// The text, without the `fmt:` prefix.
+        text: Bytes,
+    },
+    /// RESP3 `(` big number (decimal digits, optional leading `-`); RESP2: bulk string.
+    BigNumber(String),
+    /// RESP3 `>n` out-of-band push (pub/sub messages, invalidations); RESP2: array.
+    Push(Vec<Frame>),
+}
+
+impl Frame {
+    /// `+OK`.
+    pub fn ok() -> Frame {
+        Frame::Simple(Bytes::from_static(b"OK"))
+    }
+
+    /// A status reply, e.g. `Frame::simple("PONG")` (no allocation for `&'static str`).
+    pub fn simple(s: impl Into<Bytes>) -> Frame {
+        Frame::Simple(s.into())
+    }
+
+    /// An error reply; `msg` must include the prefix word (`"ERR ..."`, `"WRONGTYPE ..."`).
+    pub fn error(msg: impl Into<String>) -> Frame {
+        Frame::Error(msg.into())
+    }
+
+    /// A bulk string from anything convertible to `Bytes` (`Vec<u8>`, `&'static [u8]`, ...).
+    pub fn bulk(b: impl Into<Bytes>) -> Frame {
+        Frame::Bulk(b.into())
+    }
+
+    /// A bulk string copied from a borrowed `str`.
+    pub fn bulk_from_str(s: &str) -> Frame {
+        Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()))
+    }
+
+    /// A bulk string copied from a borrowed byte slice.
+    pub fn bulk_from_slice(s: &[u8]) -> Frame {
+        Frame::Bulk(Bytes::copy_from_slice(s))
+    }
+
+    /// `:n`.
+    pub fn integer(n: i64) -> Frame {
+        Frame::Integer(n)
+    }
+
+    /// An array.
+    pub fn array(items: Vec<Frame>) -> Frame {
+        Frame::Array(items)
+    }
+
+    /// True for [`Frame::Error`].
+    pub fn is_error(&self) -> bool {
+        matches!(self, Frame::Error(_))
+    }
+
+    /// Encodes this frame into a fresh buffer (convenience for tests; the server should reuse
+    /// its output buffer with [`encode`]).
+    pub fn to_bytes(&self, version: ProtocolVersion) -> Bytes {
+        let mut out = BytesMut::new();
+        encode(self, version, &mut out);
+        out.freeze()
+    }
+}
+
+/// Appends `frame` encoded for `version` to `out`. RESP2 downgrades like Redis: Map → flat array
+/// of 2n, Set → array, Double → bulk string, Boolean → `:1`/`:0`, Verbatim → bulk of the text,
+/// BigNumber → bulk, Push → array, Null → `$-1`, NullArray → `*-1`. Never fails; `\r`/`\n` in
+/// Simple/Error/BigNumber text are written as spaces so the output is always valid RESP.
+pub fn encode(frame: &Frame, version: ProtocolVersion, out: &mut BytesMut) {
+    match frame {
+        Frame::Simple(s) => encode_simple(s, out),
+        Frame::Error(e) => encode_error(e, out),
+        Frame::Integer(n) => encode_integer(*n, out),
+        Frame::Bulk(b) => encode_bulk(b, out),
+        Frame::Null => encode_null(version, out),
+        Frame::NullArray => encode_null_array(version, out),
+        Frame::Array(items) => {
+            encode_array_header(items.len(), out);
+            for item in items {
+                encode(item, version, out);
+            }
+        }
+        Frame::Map(pairs) => {
+            encode_map_header(pairs.len(), version, out);
+            for (k, v) in pairs {
+                encode(k, version, out);
+                encode(v, version, out);
+            }
+        }
+        Frame::Set(items) => {
+            encode_set_header(items.len(), version, out);
+            for item in items {
+                encode(item, version, out);
+            }
+        }
+        Frame::Push(items) => {
+            encode_push_header(items.len(), version, out);
+            for item in items {
+                encode(item, version, out);
+            }
+        }
+        Frame::Double(v) => encode_double(*v, version, out),
+        Frame::Boolean(b) => encode_bool(*b, version, out),
+        Frame::Verbatim { format, text } => encode_verbatim(format, text, version, out),
+        Frame::BigNumber(digits) => encode_big_number(digits, version, out),
+    }
+}
+
+/// Writes `prefix`, the decimal `n` and CRLF: a RESP header or integer line.
+#[inline]
+fn put_header(prefix: u8, n: i64, out: &mut BytesMut) {
+    let mut b = itoa::Buffer::new();
+    let digits = b.format(n).as_bytes();
+    out.reserve(digits.len() + 3);
+    out.put_u8(prefix);
+    out.put_slice(digits);
+    out.put_slice(b"\r\n");
+}
+
+/// Header with a `usize` length (saturates at `i64::MAX`, unreachable for real buffers).
+#[inline]
+fn put_len_header(prefix: u8, len: usize, out: &mut BytesMut) {
+    put_header(prefix, i64::try_from(len).unwrap_or(i64::MAX), out);
+}
+
+/// Writes `prefix`, `text` with `\r`/`\n` mapped to spaces, and CRLF.
+#[inline]
+fn put_line(prefix: u8, text: &[u8], out: &mut BytesMut) {
+    out.reserve(text.len() + 3);
+    out.put_u8(prefix);
+    if text.iter().any(|&b| b == b'\r' || b == b'\n') {
+        out.extend(
+            text.iter()
+                .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+        );
+    } else {
+        out.put_slice(text);
+    }
+    out.put_slice(b"\r\n");
+}
+
+/// `+OK\r\n`.
+#[inline]
+pub fn encode_ok(out: &mut BytesMut) {
+    out.put_slice(b"+OK\r\n");
+}
+
+/// Status reply `+{s}\r\n` (`\r`/`\n` in `s` become spaces).
+#[inline]
+pub fn encode_simple(s: &[u8], out: &mut BytesMut) {
+    put_line(b'+', s, out);
+}
+
+/// Error reply `-{msg}\r\n`; `msg` includes its prefix word, e.g. `"ERR unknown command"`
+/// (`\r`/`\n` in `msg` become spaces).
+#[inline]
+pub fn encode_error(msg: &str, out: &mut BytesMut) {
+    put_line(b'-', msg.as_bytes(), out);
+}
+
+/// Integer reply `:{n}\r\n`.
+#[inline]
+pub fn encode_integer(n: i64, out: &mut BytesMut) {
+    put_header(b':', n, out);
+}
+
+/// Bulk string `${len}\r\n{data}\r\n`, with one reservation for the whole reply.
+#[inline]
+pub fn encode_bulk(data: &[u8], out: &mut BytesMut) {
+    let mut b = itoa::Buffer::new();
+    let digits = b.format(data.len()).as_bytes();
+    out.reserve(digits.len() + data.len() + 5);
+    out.put_u8(b'$');
+    out.put_slice(digits);
+    out.put_slice(b"\r\n");
+    out.put_slice(data);
+    out.put_slice(b"\r\n");
+}
+
+/// Null bulk: `_\r\n` (RESP3) or `$-1\r\n` (RESP2).
+#[inline]
+pub fn encode_null(version: ProtocolVersion, out: &mut BytesMut) {
+    out.put_slice(match version {
+        ProtocolVersion::Resp2 => b"$-1\r\n",
+        ProtocolVersion::Resp3 => b"_\r\n",
+    });
+}
+
+/// Null array: `_\r\n` (RESP3) or `*-1\r\n` (RESP2).
+#[inline]
+pub fn encode_null_array(version: ProtocolVersion, out: &mut BytesMut) {
+    out.put_slice(match version {
+        ProtocolVersion::Resp2 => b"*-1\r\n",
+        ProtocolVersion::Resp3 => b"_\r\n",
+    });
+}
+
+/// Array header `*{len}\r\n`; the caller then encodes exactly `len` elements.
+#[inline]
+pub fn encode_array_header(len: usize, out: &mut BytesMut) {
+    put_len_header(b'*', len, out);
+}
+
+/// Map header for `pairs` key/value pairs: `%{pairs}` (RESP3) or `*{2*pairs}` (RESP2); the
+/// caller then encodes `2 * pairs` elements, key then value.
+#[inline]
+pub fn encode_map_header(pairs: usize, version: ProtocolVersion, out: &mut BytesMut) {
+    match version {
+        ProtocolVersion::Resp2 => put_len_header(b'*', pairs.saturating_mul(2), out),
+        ProtocolVersion::Resp3 => put_len_header(b'%', pairs, out),
+    }
+}
+
+/// Set header `~{len}` (RESP3) or `*{len}` (RESP2).
+#[inline]
+pub fn encode_set_header(len: usize, version: ProtocolVersion, out: &mut BytesMut) {
+    match version {
+        ProtocolVersion::Resp2 => put_len_header(b'*', len, out),
+        ProtocolVersion::Resp3 => put_len_header(b'~', len, out),
+    }
+}
+
+/// Push header `>{len}` (RESP3) or `*{len}` (RESP2, e.g. pub/sub messages).
+#[inline]
+pub fn encode_push_header(len: usize, version: ProtocolVersion, out: &mut BytesMut) {
+    match version {
+        ProtocolVersion::Resp2 => put_len_header(b'*', len, out),
+        ProtocolVersion::Resp3 => put_len_header(b'>', len, out),
+    }
+}
+
+/// Double reply: `,{text}\r\n` (RESP3) or a bulk of the same text (RESP2), text as
+/// [`format_double`]. No heap allocation.
+#[inline]
+pub fn encode_double(v: f64, version: ProtocolVersion, out: &mut BytesMut) {
+    let mut nb = NumBuf::new();
+    write_double(v, &mut nb);
+    let text = nb.as_bytes();
+    match version {
+        ProtocolVersion::Resp2 => encode_bulk(text, out),
+        ProtocolVersion::Resp3 => {
+            out.reserve(text.len() + 3);
+            out.put_u8(b',');
+            out.put_slice(text);
+            out.put_slice(b"\r\n");
+        }
+    }
+}
+
+/// Boolean: `#t`/`#f` (RESP3) or `:1`/`:0` (RESP2).
+#[inline]
+pub fn encode_bool(b: bool, version: ProtocolVersion, out: &mut BytesMut) {
+    out.put_slice(match (version, b) {
+        (ProtocolVersion::Resp2, true) => b":1\r\n",
+        (ProtocolVersion::Resp2, false) => b":0\r\n",
+        (ProtocolVersion::Resp3, true) => b"#t\r\n",
+        (ProtocolVersion::Resp3, false) => b"#f\r\n",
+    });
+}
+
+/// Verbatim string: `={len+4}\r\n{fmt}:{text}\r\n` (RESP3) or a bulk of `text` (RESP2).
+pub fn encode_verbatim(
+    format: &[u8; 3],
+    text: &[u8],
+    version: ProtocolVersion,
+    out: &mut BytesMut,
+) {
+    match version {
+        ProtocolVersion::Resp2 => encode_bulk(text, out),
+        ProtocolVersion::Resp3 => {
+            put_len_header(b'=', text.len().saturating_add(4), out);
+            out.reserve(text.len() + 6);
+            out.put_slice(format);
+            out.put_u8(b':');
+            out.put_slice(text);
+            out.put_slice(b"\r\n");
+        }
+    }
+}
+
+/// Big number: `({digits}\r\n` (RESP3) or a bulk of `digits` (RESP2).
+pub fn encode_big_number(digits: &str, version: ProtocolVersion, out: &mut BytesMut) {
+    match version {
+        ProtocolVersion::Resp2 => encode_bulk(digits.as_bytes(), out),
+        ProtocolVersion::Resp3 => put_line(b'(', digits.as_bytes(), out),
+    }
+}
+
+/// Formats a double the way Redis 7.2 replies do (`d2string`, used by ZSCORE, ZINCRBY, GEODIST,
+/// RESP3 doubles, ...): `inf`/`-inf`/`nan`, `0`/`-0`; integral values up to 2^62 in magnitude as
+/// integers; otherwise the shortest digits that round-trip, laid out plainly for moderate
+/// exponents (`0.30000000000000004`, `123456.789`) and as `1.5e-7` / `1e+20` beyond.
+/// Redis uses Grisu2, which in rare cases emits one digit more than the true shortest form
+/// produced here; both parse back to the same `f64`.
+pub fn format_double(v: f64) -> String {
+    let mut nb = NumBuf::new();
+    write_double(v, &mut nb);
+    String::from_utf8_lossy(nb.as_bytes()).into_owned()
+}
+
+/// Formats a double like Redis' INCRBYFLOAT / HINCRBYFLOAT results ("human friendly" long
+/// double: `%.17Lf` with trailing zeros removed): never an exponent (`1e20` →
+/// `100000000000000000000`), at most 17 fractional digits, `-0` → `0`, `0.1` → `0.1`.
+pub fn format_double_human(v: f64) -> String {
+    format_human(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ProtocolVersion::{Resp2, Resp3};
+
+    fn enc(f: &Frame, v: ProtocolVersion) -> String {
+        String::from_utf8(f.to_bytes(v).to_vec()).unwrap()
+    }
+
+    fn both(f: Frame, resp2: &str, resp3: &str) {
+        assert_eq!(enc(&f, Resp2), resp2, "RESP2 {f:?}");
+        assert_eq!(enc(&f, Resp3), resp3, "RESP3 {f:?}");
+    }
+
+    #[test]
+    fn scalar_types_both_versions() {
+        both(Frame::ok(), "+OK\r\n", "+OK\r\n");
+        both(Frame::simple("PONG"), "+PONG\r\n", "+PONG\r\n");
+        both(Frame::simple("a\r\nb"), "+a  b\r\n", "+a  b\r\n");
+        both(
+            Frame::error("ERR syntax error"),
+            "-ERR syntax error\r\n",
+            "-ERR syntax error\r\n",
+        );
+        both(
+            Frame::error("ERR bad\nthing"),
+            "-ERR bad thing\r\n",
+            "-ERR bad thing\r\n",
+        );
+        both(Frame::integer(0), ":0\r\n", ":0\r\n");
+        both(Frame::Integer(-42), ":-42\r\n", ":-42\r\n");
+        both(
+            Frame::Integer(i64::MIN),
+            ":-9223372036854775808\r\n",
+            ":-9223372036854775808\r\n",
+        );
+        both(
+            Frame::bulk_from_str("hello"),
+            "$5\r\nhello\r\n",
+            "$5\r\nhello\r\n",
+        );
+        both(Frame::bulk(&b""[..]), "$0\r\n\r\n", "$0\r\n\r\n");
+        both(
+            Frame::bulk_from_slice(b"a\r\nb"),
+            "$4\r\na\r\nb\r\n",
+            "$4\r\na\r\nb\r\n",
+        );
+        both(Frame::Null, "$-1\r\n", "_\r\n");
+        both(Frame::NullArray, "*-1\r\n", "_\r\n");
+        both(Frame::Double(1.5), "$3\r\n1.5\r\n", ",1.5\r\n");
+        both(Frame::Double(3.0), "$1\r\n3\r\n", ",3\r\n");
+        both(Frame::Double(f64::INFINITY), "$3\r\ninf\r\n", ",inf\r\n");
+        both(
+            Frame::Double(f64::NEG_INFINITY),
+            "$4\r\n-inf\r\n",
+            ",-inf\r\n",
+        );
+        both(Frame::Double(f64::NAN), "$3\r\nnan\r\n", ",nan\r\n");
+        both(Frame::Boolean(true), ":1\r\n", "#t\r\n");
+        both(Frame::Boolean(false), ":0\r\n", "#f\r\n");
+        both(
+            Frame::Verbatim {
+                format: *b"txt",
+                text: Bytes::from_static(b"Some string"),
+            },
+            "$11\r\nSome string\r\n",
+            "=15\r\ntxt:Some string\r\n",
+        );
+        both(
+            Frame::BigNumber("3492890328409238509324850943850943825024385".into()),
+            "$43\r\n3492890328409238509324850943850943825024385\r\n",
+            "(3492890328409238509324850943850943825024385\r\n",
+        );
+    }
+
+    #[test]
+    fn aggregate_types_both_versions() {
+        both(Frame::array(vec![]), "*0\r\n", "*0\r\n");
+        both(
+            Frame::array(vec![
+                Frame::integer(1),
+                Frame::bulk_from_str("a"),
+                Frame::Null,
+            ]),
+            "*3\r\n:1\r\n$1\r\na\r\n$-1\r\n",
+            "*3\r\n:1\r\n$1\r\na\r\n_\r\n",
+        );
+        both(
+            Frame::Map(vec![
+                (Frame::simple("first"), Frame::Integer(1)),
+                (Frame::bulk_from_str("second"), Frame::Double(2.5)),
+            ]),
+            "*4\r\n+first\r\n:1\r\n$6\r\nsecond\r\n$3\r\n2.5\r\n",
+            "%2\r\n+first\r\n:1\r\n$6\r\nsecond\r\n,2.5\r\n",
+        );
+        both(
+            Frame::Set(vec![Frame::bulk_from_str("x"), Frame::Boolean(true)]),
+            "*2\r\n$1\r\nx\r\n:1\r\n",
+            "~2\r\n$1\r\nx\r\n#t\r\n",
+        );
+        both(
+            Frame::Push(vec![
+                Frame::bulk_from_str("message"),
+                Frame::bulk_from_str("ch"),
+                Frame::bulk_from_str("hi"),
+            ]),
+            "*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n",
+            ">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n",
+        );
+        both(
+            Frame::array(vec![
+                Frame::array(vec![Frame::NullArray]),
+                Frame::Map(vec![]),
+            ]),
+            "*2\r\n*1\r\n*-1\r\n*0\r\n",
+            "*2\r\n*1\r\n_\r\n%0\r\n",
+        );
+    }
+
+    #[test]
+    fn fast_helpers_match_encode() {
+        for v in [Resp2, Resp3] {
+            let mut a = BytesMut::new();
+            encode_ok(&mut a);
+            encode_simple(b"PONG", &mut a);
+            encode_error("ERR x", &mut a);
+            encode_integer(7, &mut a);
+            encode_bulk(b"v", &mut a);
+            encode_null(v, &mut a);
+            encode_null_array(v, &mut a);
+            encode_double(0.25, v, &mut a);
+            encode_bool(true, v, &mut a);
+            encode_verbatim(b"mkd", b"# hi", v, &mut a);
+            encode_big_number("-12", v, &mut a);
+            encode_array_header(1, &mut a);
+            encode_integer(1, &mut a);
+            encode_map_header(1, v, &mut a);
+            encode_integer(1, &mut a);
+            encode_integer(2, &mut a);
+            encode_set_header(0, v, &mut a);
+            encode_push_header(0, v, &mut a);
+            let frames = [
+                Frame::ok(),
+                Frame::simple("PONG"),
+                Frame::error("ERR x"),
+                Frame::Integer(7),
+                Frame::bulk(&b"v"[..]),
+                Frame::Null,
+                Frame::NullArray,
+                Frame::Double(0.25),
+                Frame::Boolean(true),
+                Frame::Verbatim {
+                    format: *b"mkd",
+                    text: Bytes::from_static(b"# hi"),
+                },
+                Frame::BigNumber("-12".into()),
+                Frame::array(vec![Frame::Integer(1)]),
+                Frame::Map(vec![(Frame::Integer(1), Frame::Integer(2))]),
+                Frame::Set(vec![]),
+                Frame::Push(vec![]),
+            ];
+            let mut b = BytesMut::new();
+            for f in &frames {
+                encode(f, v, &mut b);
+            }
+            assert_eq!(a, b);
+        }
+    }
+
+    #[test]
+    fn double_text() {
+        assert_eq!(format_double(0.1 + 0.2), "0.30000000000000004");
+        assert_eq!(format_double(1e20), "1e+20");
+        assert_eq!(format_double(-2.0), "-2");
+        assert_eq!(format_double_human(1e20), "100000000000000000000");
+        assert_eq!(format_double_human(10.5), "10.5");
+    }
+}

@@ -1,0 +1,240 @@
+//! Argument parsing helpers shared by command handlers: integers, floats and score bounds with
+//! Redis' exact acceptance rules and error texts.
+//!
+//! Pure functions over byte slices; no keyspace, no connection state.
+
+use crate::error::CmdError;
+use gradus_store::ScoreBound;
+
+/// Parse a signed 64-bit integer the way Redis' `string2ll` does: optional `-`, digits, no `+`,
+/// no leading zeros (except "0"), no spaces.
+pub fn parse_i64(arg: &[u8]) -> Option<i64> {
+    if arg.is_empty() || arg.len() > 20 {
+        return None;
+    }
+    let (neg, digits) = match arg[0] {
+        b'-' => (true, &arg[1..]),
+        _ => (false, arg),
+    };
+    if digits.is_empty() || (digits[0] == b'0' && digits.len() > 1) || (neg && digits == b"0") {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    if neg {
+        if value > i64::MAX as u64 + 1 {
+            None
+        } else {
+            Some((value as i64).wrapping_neg())
+        }
+    } else {
+        i64::try_from(value).ok()
+    }
+}
+
+/// `parse_i64` with Redis' error for a bad integer argument.
+pub fn int_arg(arg: &[u8]) -> Result<i64, CmdError> {
+    parse_i64(arg).ok_or(CmdError::NotInteger)
+}
+
+/// A non-negative integer argument that fits in usize.
+pub fn usize_arg(arg: &[u8]) -> Result<usize, CmdError> {
+    match parse_i64(arg) {
+        Some(v) if v >= 0 => Ok(v as usize),
+        _ => Err(CmdError::NotInteger),
+    }
+}
+
+/// Parse a double the way Redis' `string2ld`/`strtod` does for INCRBYFLOAT and scores: decimal or
+/// exponent notation, `inf`/`-inf`/`+inf` (case-insensitive); no NaN, no spaces, not empty.
+pub fn parse_f64(arg: &[u8]) -> Option<f64> {
+    let s = std::str::from_utf8(arg).ok()?;
+    if s.is_empty() || s.trim() != s {
+        return None;
+    }
+    let lower = s.to_ascii_lowercase();
+    let v = match lower.as_str() {
+        "inf" | "+inf" | "infinity" | "+infinity" => f64::INFINITY,
+        "-inf" | "-infinity" => f64::NEG_INFINITY,
+        _ => {
+            // Rust accepts forms Redis rejects ("nan", "infinity" handled above); reject letters other
+            // than an exponent marker.
+            if lower
+                .bytes()
+                .any(|c| !(c.is_ascii_digit() || matches!(c, b'.' | b'e' | b'-' | b'+')))
+            {
+                return None;
+            }
+            s.parse::<f64>().ok()?
+        }
+    };
+    if v.is_nan() {
+        None
+    } else {
+        Some(v)
+    }
+}
+
+/// A float argument with Redis' generic error text.
+pub fn float_arg(arg: &[u8]) -> Result<f64, CmdError> {
+    parse_f64(arg).ok_or(CmdError::NotFloat)
+}
+
+/// Parse a sorted-set score bound: `1.5`, `(1.5` (exclusive), `-inf`, `+inf`.
+pub fn score_bound(arg: &[u8]) -> Result<ScoreBound, CmdError> {
+    let (exclusive, rest) = match arg.first() {
+        Some(b'(') => (true, &arg[1..]),
+        _ => (false, arg),
+    };
+    let value = parse_f64(rest).ok_or_else(|| CmdError::err("min or max is not a float"))?;
+    Ok(ScoreBound { value, exclusive })
+}
+
+/// Case-insensitive ASCII comparison of an argument with an option name.
+pub fn is(arg: &[u8], name: &str) -> bool {
+    arg.eq_ignore_ascii_case(name.as_bytes())
+}
+
+/// Lossy UTF-8 view of an argument for error messages.
+pub fn show(arg: &[u8]) -> String {
+    String::from_utf8_lossy(arg).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_follow_string2ll() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-1"), Some(-1));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64(b"9223372036854775808"), None);
+        assert_eq!(parse_i64(b"+1"), None);
+        assert_eq!(parse_i64(b"01"), None);
+        assert_eq!(parse_i64(b"-0"), None);
+        assert_eq!(parse_i64(b" 1"), None);
+        assert_eq!(parse_i64(b""), None);
+        assert_eq!(parse_i64(b"1.0"), None);
+    }
+
+    #[test]
+    fn floats() {
+        assert_eq!(parse_f64(b"1.5"), Some(1.5));
+        assert_eq!(parse_f64(b"-inf"), Some(f64::NEG_INFINITY));
+        assert_eq!(parse_f64(b"+inf"), Some(f64::INFINITY));
+        assert_eq!(parse_f64(b"1e3"), Some(1000.0));
+        assert_eq!(parse_f64(b"nan"), None);
+        assert_eq!(parse_f64(b"abc"), None);
+        assert_eq!(parse_f64(b""), None);
+        assert_eq!(parse_f64(b" 1"), None);
+    }
+
+    #[test]
+    fn bounds() {
+        let b = score_bound(b"(2").unwrap();
+        assert!(b.exclusive && b.value == 2.0);
+        assert!(score_bound(b"x").is_err());
+    }
+}
+
+/// Units of a relative or absolute expiry argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpireUnit {
+    Seconds,
+    Millis,
+}
+
+/// Turn an expiry argument into an absolute Unix-ms time, as EXPIRE/SET EX/PXAT do.
+/// `absolute` means the value is already a Unix time (EXAT/PXAT/EXPIREAT). Returns None on
+/// overflow; callers decide whether non-positive values are allowed.
+pub fn expire_at_ms(now_ms: u64, value: i64, unit: ExpireUnit, absolute: bool) -> Option<i64> {
+    let ms = match unit {
+        ExpireUnit::Seconds => value.checked_mul(1000)?,
+        ExpireUnit::Millis => value,
+    };
+    if absolute {
+        Some(ms)
+    } else {
+        ms.checked_add(i64::try_from(now_ms).ok()?)
+    }
+}
+
+/// Format a float the way Redis' `INCRBYFLOAT`/`HINCRBYFLOAT` reply (`LD_STR_HUMAN`): fixed notation,
+/// no exponent, trailing zeros dropped. Redis computes in long double; to hide f64 binary noise the
+/// value is rounded to 15 significant digits first (so 0.1 + 0.2 prints `0.3`, as Redis does).
+pub fn human_float(v: f64) -> String {
+    if v == 0.0 {
+        return "0".into();
+    }
+    if !v.is_finite() {
+        return if v > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    // 15 significant digits in exponent form: d.dddddddddddddde±x
+    let sci = format!("{:.14e}", v);
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let negative = mantissa.starts_with('-');
+    let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
+    let digits = digits.trim_end_matches('0');
+    let digits = if digits.is_empty() { "0" } else { digits };
+    // Place the decimal point: value = 0.d1d2d3... × 10^(exp+1)
+    let point = exp + 1;
+    let mut out = String::new();
+    if negative {
+        out.push('-');
+    }
+    if point <= 0 {
+        out.push_str("0.");
+        for _ in 0..(-point) {
+            out.push('0');
+        }
+        out.push_str(digits);
+    } else {
+        let point = point as usize;
+        if digits.len() <= point {
+            out.push_str(digits);
+            for _ in digits.len()..point {
+                out.push('0');
+            }
+        } else {
+            out.push_str(&digits[..point]);
+            out.push('.');
+            out.push_str(&digits[point..]);
+        }
+    }
+    // Redis prints at most 17 decimals.
+    if let Some(dot) = out.find('.') {
+        if out.len() - dot - 1 > 17 {
+            out.truncate(dot + 18);
+        }
+        let trimmed = out.trim_end_matches('0').trim_end_matches('.').to_string();
+        out = trimmed;
+    }
+    if out == "-0" || out.is_empty() {
+        out = "0".into();
+    }
+    out
+}
+
+#[cfg(test)]
+mod float_format_tests {
+    use super::human_float;
+
+    #[test]
+    fn matches_redis_human_form() {
+        assert_eq!(human_float(10.6), "10.6");
+        assert_eq!(human_float(0.1 + 0.2), "0.3");
+        assert_eq!(human_float(5000.0), "5000");
+        assert_eq!(human_float(-2.5), "-2.5");
+        assert_eq!(human_float(1e20), "100000000000000000000");
+        assert_eq!(human_float(3.0e-5), "0.00003");
+        assert_eq!(human_float(0.0), "0");
+    }
+}

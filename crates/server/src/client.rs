@@ -1,0 +1,215 @@
+//! Connection state: what one connection owns ([`ClientState`]) and what other connections may see
+//! or act on ([`ClientHandle`], kept in the [`ClientRegistry`] for CLIENT LIST/KILL and INFO).
+//!
+//! The split keeps the hot path lock-free: the connection task owns `ClientState` outright, and the
+//! shared handle holds only atomics and small mutexes that are never held across an `.await`.
+
+use crate::command::CommandSpec;
+use bytes::Bytes;
+use gradus_proto::ProtocolVersion;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::Notify;
+
+/// A queued transaction (between MULTI and EXEC).
+#[derive(Default)]
+pub struct MultiState {
+    pub queued: Vec<(&'static CommandSpec, Vec<Bytes>)>,
+    /// A queueing error happened: EXEC must answer EXECABORT.
+    pub dirty: bool,
+}
+
+/// A WATCHed key and the version it had when watched (0 = absent).
+pub struct Watch {
+    pub db: usize,
+    pub key: Bytes,
+    pub version: u64,
+}
+
+/// State owned by one connection task.
+pub struct ClientState {
+    pub id: u64,
+    pub db: usize,
+    pub resp: ProtocolVersion,
+    pub authenticated: bool,
+    pub multi: Option<MultiState>,
+    pub watched: Vec<Watch>,
+    /// Close the connection once the current reply is written (QUIT, protocol errors, CLIENT KILL of self).
+    pub close_after_reply: bool,
+    /// Skip the reply entirely (SHUTDOWN closes without replying, as Redis does).
+    pub suppress_reply: bool,
+    pub handle: Arc<ClientHandle>,
+}
+
+impl ClientState {
+    pub fn new(handle: Arc<ClientHandle>, authenticated: bool) -> Self {
+        Self {
+            id: handle.id,
+            db: 0,
+            resp: ProtocolVersion::Resp2,
+            authenticated,
+            multi: None,
+            watched: Vec::new(),
+            close_after_reply: false,
+            suppress_reply: false,
+            handle,
+        }
+    }
+
+    /// Forget MULTI and WATCH state (DISCARD, EXEC, RESET).
+    pub fn clear_transaction(&mut self) {
+        self.multi = None;
+        self.watched.clear();
+        self.handle.multi_len.store(-1, Ordering::Relaxed);
+        self.handle.watch_count.store(0, Ordering::Relaxed);
+    }
+}
+
+/// What other connections can see of a connection.
+pub struct ClientHandle {
+    pub id: u64,
+    pub addr: SocketAddr,
+    pub laddr: SocketAddr,
+    pub created: Instant,
+    pub name: Mutex<Option<String>>,
+    pub lib_name: Mutex<Option<String>>,
+    pub lib_ver: Mutex<Option<String>>,
+    pub db: AtomicUsize,
+    pub resp: AtomicU8,
+    /// Milliseconds since `created` at the last command.
+    pub last_active_ms: AtomicU64,
+    pub last_cmd: Mutex<&'static str>,
+    /// Queued commands in MULTI, or -1 outside MULTI.
+    pub multi_len: std::sync::atomic::AtomicI64,
+    pub watch_count: AtomicUsize,
+    killed: AtomicBool,
+    kill_notify: Notify,
+}
+
+impl ClientHandle {
+    pub fn new(id: u64, addr: SocketAddr, laddr: SocketAddr) -> Self {
+        Self {
+            id,
+            addr,
+            laddr,
+            created: Instant::now(),
+            name: Mutex::new(None),
+            lib_name: Mutex::new(None),
+            lib_ver: Mutex::new(None),
+            db: AtomicUsize::new(0),
+            resp: AtomicU8::new(2),
+            last_active_ms: AtomicU64::new(0),
+            last_cmd: Mutex::new("NULL"),
+            multi_len: std::sync::atomic::AtomicI64::new(-1),
+            watch_count: AtomicUsize::new(0),
+            killed: AtomicBool::new(false),
+            kill_notify: Notify::new(),
+        }
+    }
+
+    /// Record that a command is running now.
+    pub fn touch(&self, cmd: &'static str) {
+        self.last_active_ms
+            .store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+        *self.last_cmd.lock() = cmd;
+    }
+
+    /// Ask the connection to close (CLIENT KILL, shutdown).
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::Release);
+        self.kill_notify.notify_one();
+    }
+
+    pub fn is_killed(&self) -> bool {
+        self.killed.load(Ordering::Acquire)
+    }
+
+    /// Resolves once `kill` was called.
+    pub async fn killed(&self) {
+        loop {
+            if self.is_killed() {
+                return;
+            }
+            self.kill_notify.notified().await;
+        }
+    }
+
+    /// One line of CLIENT LIST / the CLIENT INFO reply, in Redis' field order.
+    pub fn describe(&self) -> String {
+        let age = self.created.elapsed().as_secs();
+        let idle_ms = (self.created.elapsed().as_millis() as u64)
+            .saturating_sub(self.last_active_ms.load(Ordering::Relaxed));
+        let name = self.name.lock().clone().unwrap_or_default();
+        let lib_name = self.lib_name.lock().clone().unwrap_or_default();
+        let lib_ver = self.lib_ver.lock().clone().unwrap_or_default();
+        let multi = self.multi_len.load(Ordering::Relaxed);
+        let flags = if multi >= 0 { "x" } else { "N" };
+        format!(
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} watch={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            self.id,
+            self.addr,
+            self.laddr,
+            name,
+            age,
+            idle_ms / 1000,
+            flags,
+            self.db.load(Ordering::Relaxed),
+            multi,
+            self.watch_count.load(Ordering::Relaxed),
+            self.last_cmd.lock(),
+            self.resp.load(Ordering::Relaxed),
+            lib_name,
+            lib_ver
+        )
+    }
+}
+
+/// Every live connection, by id.
+pub struct ClientRegistry {
+    next_id: AtomicU64,
+    clients: Mutex<BTreeMap<u64, Arc<ClientHandle>>>,
+}
+
+impl Default for ClientRegistry {
+    fn default() -> Self {
+        Self {
+            next_id: AtomicU64::new(1),
+            clients: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl ClientRegistry {
+    /// Register a new connection and return its handle.
+    pub fn register(&self, addr: SocketAddr, laddr: SocketAddr) -> Arc<ClientHandle> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let handle = Arc::new(ClientHandle::new(id, addr, laddr));
+        self.clients.lock().insert(id, handle.clone());
+        handle
+    }
+
+    pub fn unregister(&self, id: u64) {
+        self.clients.lock().remove(&id);
+    }
+
+    pub fn len(&self) -> usize {
+        self.clients.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A snapshot of all handles, in id order.
+    pub fn all(&self) -> Vec<Arc<ClientHandle>> {
+        self.clients.lock().values().cloned().collect()
+    }
+
+    pub fn get(&self, id: u64) -> Option<Arc<ClientHandle>> {
+        self.clients.lock().get(&id).cloned()
+    }
+}

@@ -1,0 +1,450 @@
+//! Connection commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET and the CLIENT family.
+//!
+//! These act on the calling connection's state (protocol version, database, name, authentication)
+//! and, for CLIENT LIST/KILL, on the registry of other connections. They never touch keys.
+
+use super::{cmd, flags, CommandSpec, Ctx, NO_KEYS};
+use crate::args::{is, parse_i64, show};
+use crate::error::{CmdError, CmdResult};
+use bytes::Bytes;
+use gradus_proto::{Frame, ProtocolVersion};
+use std::sync::atomic::Ordering;
+
+const CONN: u32 = flags::FAST | flags::LOADING;
+
+pub const COMMANDS: &[CommandSpec] = &[
+    cmd(
+        "ping",
+        -1,
+        CONN,
+        NO_KEYS,
+        "connection",
+        "Returns the server's liveliness response.",
+        ping,
+    ),
+    cmd(
+        "echo",
+        2,
+        CONN,
+        NO_KEYS,
+        "connection",
+        "Returns the given string.",
+        echo,
+    ),
+    cmd(
+        "hello",
+        -1,
+        CONN | flags::NO_AUTH,
+        NO_KEYS,
+        "connection",
+        "Handshakes with the Redis server.",
+        hello,
+    ),
+    cmd(
+        "auth",
+        -2,
+        CONN | flags::NO_AUTH,
+        NO_KEYS,
+        "connection",
+        "Authenticates the connection.",
+        auth,
+    ),
+    cmd(
+        "select",
+        2,
+        CONN,
+        NO_KEYS,
+        "connection",
+        "Changes the selected database.",
+        select,
+    ),
+    cmd(
+        "quit",
+        -1,
+        CONN | flags::NO_AUTH | flags::NO_QUEUE,
+        NO_KEYS,
+        "connection",
+        "Closes the connection.",
+        quit,
+    ),
+    cmd(
+        "reset",
+        1,
+        CONN | flags::NO_AUTH | flags::NO_QUEUE,
+        NO_KEYS,
+        "connection",
+        "Resets the connection.",
+        reset,
+    ),
+    cmd(
+        "client",
+        -2,
+        flags::LOADING,
+        NO_KEYS,
+        "connection",
+        "A container for client connection commands.",
+        client,
+    ),
+];
+
+fn ping(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let _ = ctx;
+    match args.len() {
+        1 => Ok(Frame::Simple("PONG".into())),
+        2 => Ok(Frame::Bulk(args[1].clone())),
+        _ => Err(super::arity_error(&args[0])),
+    }
+}
+
+fn echo(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    Ok(Frame::Bulk(args[1].clone()))
+}
+
+/// Compare without an early exit on the first differing byte.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Check `user`/`pass` against the configured password (single default user for now).
+fn check_password(ctx: &Ctx<'_>, user: &[u8], pass: &[u8]) -> Result<(), CmdError> {
+    let required = ctx.shared.live.requirepass.lock().clone();
+    if !user.eq_ignore_ascii_case(b"default") {
+        return Err(CmdError::WrongPass);
+    }
+    if required.is_empty() || same_secret(required.as_bytes(), pass) {
+        Ok(())
+    } else {
+        Err(CmdError::WrongPass)
+    }
+}
+
+fn auth(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let (user, pass) = match args.len() {
+        2 => (&b"default"[..], &args[1]),
+        3 => (args[1].as_ref(), &args[2]),
+        _ => return Err(CmdError::Syntax),
+    };
+    if args.len() == 2 && !ctx.shared.auth_required() {
+        return Err(CmdError::err(
+            "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+        ));
+    }
+    check_password(ctx, user, pass)?;
+    ctx.client.authenticated = true;
+    Ok(Frame::ok())
+}
+
+fn valid_client_name(name: &[u8]) -> bool {
+    name.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
+fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let mut version = ctx.client.resp;
+    let mut i = 1;
+    if args.len() > 1 {
+        let v = parse_i64(&args[1])
+            .ok_or_else(|| CmdError::err("Protocol version is not an integer or out of range"))?;
+        version = match v {
+            2 => ProtocolVersion::Resp2,
+            3 => ProtocolVersion::Resp3,
+            _ => {
+                return Err(CmdError::Other(
+                    "NOPROTO unsupported protocol version".into(),
+                ))
+            }
+        };
+        i = 2;
+    }
+    let mut credentials: Option<(&Bytes, &Bytes)> = None;
+    let mut name: Option<&Bytes> = None;
+    while i < args.len() {
+        if is(&args[i], "auth") && i + 2 < args.len() {
+            credentials = Some((&args[i + 1], &args[i + 2]));
+            i += 3;
+        } else if is(&args[i], "setname") && i + 1 < args.len() {
+            name = Some(&args[i + 1]);
+            i += 2;
+        } else {
+            return Err(CmdError::err(format!(
+                "Syntax error in HELLO option '{}'",
+                show(&args[i])
+            )));
+        }
+    }
+    if let Some((user, pass)) = credentials {
+        check_password(ctx, user, pass)?;
+        ctx.client.authenticated = true;
+    }
+    if !ctx.client.authenticated && ctx.shared.auth_required() {
+        return Err(CmdError::Other("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into()));
+    }
+    ctx.client.authenticated = true;
+    if let Some(n) = name {
+        if !valid_client_name(n) {
+            return Err(bad_client_name());
+        }
+        *ctx.client.handle.name.lock() = (!n.is_empty()).then(|| show(n));
+    }
+    ctx.client.resp = version;
+    let proto = match version {
+        ProtocolVersion::Resp2 => 2,
+        ProtocolVersion::Resp3 => 3,
+    };
+    ctx.client.handle.resp.store(proto as u8, Ordering::Relaxed);
+    let s = |v: &str| Frame::Bulk(Bytes::from(v.to_string()));
+    Ok(Frame::Map(vec![
+        (s("server"), s("redis")),
+        (s("version"), s(crate::REDIS_COMPAT_VERSION)),
+        (s("proto"), Frame::Integer(proto)),
+        (s("id"), Frame::Integer(ctx.client.id as i64)),
+        (s("mode"), s("standalone")),
+        (s("role"), s("master")),
+        (s("modules"), Frame::Array(vec![])),
+    ]))
+}
+
+fn select(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let index = parse_i64(&args[1]).ok_or(CmdError::NotInteger)?;
+    if index < 0 || index as usize >= ctx.shared.store.databases() {
+        return Err(CmdError::DbIndexOutOfRange);
+    }
+    ctx.client.db = index as usize;
+    ctx.client
+        .handle
+        .db
+        .store(index as usize, Ordering::Relaxed);
+    Ok(Frame::ok())
+}
+
+fn quit(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    ctx.client.close_after_reply = true;
+    Ok(Frame::ok())
+}
+
+fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    ctx.client.clear_transaction();
+    ctx.client.db = 0;
+    ctx.client.resp = ProtocolVersion::Resp2;
+    ctx.client.authenticated = !ctx.shared.auth_required();
+    let h = &ctx.client.handle;
+    h.db.store(0, Ordering::Relaxed);
+    h.resp.store(2, Ordering::Relaxed);
+    *h.name.lock() = None;
+    Ok(Frame::Simple("RESET".into()))
+}
+
+fn bad_client_name() -> CmdError {
+    CmdError::err("Client names cannot contain spaces, newlines or special characters.")
+}
+
+const CLIENT_HELP: &[&str] = &[
+    "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ID",
+    "    Return the ID of the current connection.",
+    "GETNAME",
+    "    Return the name of the current connection.",
+    "SETNAME <name>",
+    "    Assign the name <name> to the current connection.",
+    "SETINFO <LIB-NAME|LIB-VER> <value>",
+    "    Set client library name or version.",
+    "LIST [TYPE NORMAL] [ID <id> [<id> ...]]",
+    "    Return information about client connections.",
+    "INFO",
+    "    Return information about the current client connection.",
+    "KILL <ip:port>",
+    "    Kill connection made from <ip:port>.",
+    "KILL <option> <value> [<option> <value> [...]]",
+    "    Kill connections. Options are: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>, TYPE NORMAL, USER default, SKIPME (YES|NO).",
+    "NO-EVICT (ON|OFF)",
+    "NO-TOUCH (ON|OFF)",
+    "    Accepted for compatibility; no effect.",
+    "HELP",
+    "    Print this help.",
+];
+
+fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let sub = String::from_utf8_lossy(&args[1]).to_lowercase();
+    let argc = args.len();
+    let wrong = || {
+        CmdError::err(format!(
+            "wrong number of arguments for 'client|{sub}' command"
+        ))
+    };
+    match sub.as_str() {
+        "id" if argc == 2 => Ok(Frame::Integer(ctx.client.id as i64)),
+        "getname" if argc == 2 => Ok(match ctx.client.handle.name.lock().clone() {
+            Some(n) => Frame::Bulk(Bytes::from(n)),
+            None => Frame::Null,
+        }),
+        "setname" if argc == 3 => {
+            if !valid_client_name(&args[2]) {
+                return Err(bad_client_name());
+            }
+            *ctx.client.handle.name.lock() = (!args[2].is_empty()).then(|| show(&args[2]));
+            Ok(Frame::ok())
+        }
+        "setinfo" if argc == 4 => {
+            if !valid_client_name(&args[3]) {
+                return Err(CmdError::err(format!(
+                    "{} cannot contain spaces, newlines or special characters.",
+                    show(&args[2]).to_lowercase()
+                )));
+            }
+            let value = (!args[3].is_empty()).then(|| show(&args[3]));
+            if is(&args[2], "lib-name") {
+                *ctx.client.handle.lib_name.lock() = value;
+            } else if is(&args[2], "lib-ver") {
+                *ctx.client.handle.lib_ver.lock() = value;
+            } else {
+                return Err(CmdError::err(format!(
+                    "Unrecognized option '{}'",
+                    show(&args[2])
+                )));
+            }
+            Ok(Frame::ok())
+        }
+        "info" if argc == 2 => Ok(verbatim(ctx.client.handle.describe() + "\n")),
+        "list" => client_list(ctx, &args[2..]),
+        "kill" if argc >= 3 => client_kill(ctx, &args[2..]),
+        "no-evict" | "no-touch" if argc == 3 => {
+            if is(&args[2], "on") || is(&args[2], "off") {
+                Ok(Frame::ok())
+            } else {
+                Err(CmdError::Syntax)
+            }
+        }
+        "help" if argc == 2 => Ok(Frame::Array(
+            CLIENT_HELP
+                .iter()
+                .map(|l| Frame::Simple((*l).into()))
+                .collect(),
+        )),
+        "id" | "getname" | "setname" | "setinfo" | "info" | "kill" | "no-evict" | "no-touch"
+        | "help" => Err(wrong()),
+        _ => Err(CmdError::UnknownSubcommand {
+            cmd: "CLIENT".into(),
+            sub: show(&args[1]),
+        }),
+    }
+}
+
+fn verbatim(text: String) -> Frame {
+    Frame::Verbatim {
+        format: *b"txt",
+        text: Bytes::from(text),
+    }
+}
+
+fn client_list(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
+    let mut ids: Option<Vec<u64>> = None;
+    let mut i = 0;
+    while i < opts.len() {
+        if is(&opts[i], "type") && i + 1 < opts.len() {
+            let t = &opts[i + 1];
+            if !(is(t, "normal") || is(t, "master") || is(t, "replica") || is(t, "pubsub")) {
+                return Err(CmdError::err(format!("Unknown client type '{}'", show(t))));
+            }
+            if !is(t, "normal") {
+                return Ok(verbatim(String::new()));
+            }
+            i += 2;
+        } else if is(&opts[i], "id") && i + 1 < opts.len() {
+            let mut list = Vec::new();
+            for a in &opts[i + 1..] {
+                match parse_i64(a) {
+                    Some(id) if id > 0 => list.push(id as u64),
+                    _ => return Err(CmdError::err("Invalid client ID")),
+                }
+            }
+            ids = Some(list);
+            i = opts.len();
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    let mut out = String::new();
+    for c in ctx.shared.clients.all() {
+        if ids.as_ref().is_some_and(|ids| !ids.contains(&c.id)) {
+            continue;
+        }
+        out.push_str(&c.describe());
+        out.push('\n');
+    }
+    Ok(verbatim(out))
+}
+
+fn client_kill(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
+    // Old form: CLIENT KILL ip:port → +OK or error.
+    if opts.len() == 1 {
+        let addr = show(&opts[0]);
+        let victim = ctx
+            .shared
+            .clients
+            .all()
+            .into_iter()
+            .find(|c| c.addr.to_string() == addr);
+        return match victim {
+            Some(c) => {
+                kill(ctx, &c);
+                Ok(Frame::ok())
+            }
+            None => Err(CmdError::err("No such client")),
+        };
+    }
+    if !opts.len().is_multiple_of(2) {
+        return Err(CmdError::Syntax);
+    }
+    let mut id: Option<u64> = None;
+    let mut addr: Option<String> = None;
+    let mut laddr: Option<String> = None;
+    let mut skipme = true;
+    for pair in opts.chunks_exact(2) {
+        let (k, v) = (&pair[0], &pair[1]);
+        if is(k, "id") {
+            id = Some(
+                parse_i64(v)
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| CmdError::err("client-id should be greater than 0"))?
+                    as u64,
+            );
+        } else if is(k, "addr") {
+            addr = Some(show(v));
+        } else if is(k, "laddr") {
+            laddr = Some(show(v));
+        } else if is(k, "skipme") {
+            skipme = if is(v, "yes") {
+                true
+            } else if is(v, "no") {
+                false
+            } else {
+                return Err(CmdError::Syntax);
+            };
+        } else if is(k, "type") || is(k, "user") || is(k, "maxage") {
+            // Every connection is a normal one of the default user.
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    let mut killed = 0;
+    for c in ctx.shared.clients.all() {
+        if id.is_some_and(|id| id != c.id)
+            || addr.as_ref().is_some_and(|a| *a != c.addr.to_string())
+            || laddr.as_ref().is_some_and(|a| *a != c.laddr.to_string())
+            || (skipme && c.id == ctx.client.id)
+        {
+            continue;
+        }
+        kill(ctx, &c);
+        killed += 1;
+    }
+    Ok(Frame::Integer(killed))
+}
+
+fn kill(ctx: &mut Ctx<'_>, victim: &std::sync::Arc<crate::client::ClientHandle>) {
+    if victim.id == ctx.client.id {
+        // Reply first, then close (Redis closes the caller after the reply too).
+        ctx.client.close_after_reply = true;
+    } else {
+        victim.kill();
+    }
+}

@@ -1,0 +1,3 @@
+//! (being written)
+use super::CommandSpec;
+pub const COMMANDS: &[CommandSpec] = &[];

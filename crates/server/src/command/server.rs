@@ -1,0 +1,494 @@
+//! Server commands: INFO, CONFIG, COMMAND, DBSIZE, FLUSHDB, FLUSHALL, TIME, SHUTDOWN.
+//!
+//! `COMMAND` output is generated from the command table; `CONFIG` reads and writes the live settings
+//! in [`crate::state::LiveSettings`]; nothing here keeps its own copy of either.
+
+use super::{cmd, flags, table, CommandSpec, Ctx, NO_KEYS};
+use crate::args::{is, show, usize_arg};
+use crate::error::{CmdError, CmdResult};
+use bytes::Bytes;
+use gradus_proto::Frame;
+use gradus_store::glob::glob_match;
+use std::sync::atomic::Ordering;
+
+const ADMIN: u32 = flags::ADMIN | flags::LOADING;
+
+pub const COMMANDS: &[CommandSpec] = &[
+    cmd(
+        "info",
+        -1,
+        flags::LOADING,
+        NO_KEYS,
+        "server",
+        "Returns information and statistics about the server.",
+        info,
+    ),
+    cmd(
+        "config",
+        -2,
+        ADMIN,
+        NO_KEYS,
+        "server",
+        "A container for server configuration commands.",
+        config,
+    ),
+    cmd(
+        "command",
+        -1,
+        flags::LOADING,
+        NO_KEYS,
+        "server",
+        "Returns detailed information about all commands.",
+        command,
+    ),
+    cmd(
+        "dbsize",
+        1,
+        flags::READONLY | flags::FAST,
+        NO_KEYS,
+        "server",
+        "Returns the number of keys in the database.",
+        dbsize,
+    ),
+    cmd(
+        "flushdb",
+        -1,
+        flags::WRITE,
+        NO_KEYS,
+        "server",
+        "Removes all keys from the current database.",
+        flushdb,
+    ),
+    cmd(
+        "flushall",
+        -1,
+        flags::WRITE,
+        NO_KEYS,
+        "server",
+        "Removes all keys from all databases.",
+        flushall,
+    ),
+    cmd(
+        "time",
+        1,
+        flags::FAST | flags::LOADING | flags::RANDOM,
+        NO_KEYS,
+        "server",
+        "Returns the server time.",
+        time,
+    ),
+    cmd(
+        "shutdown",
+        -1,
+        ADMIN | flags::NO_MULTI,
+        NO_KEYS,
+        "server",
+        "Synchronously saves the database(s) to disk and shuts down the Redis server.",
+        shutdown,
+    ),
+];
+
+fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let sections: Vec<String> = args[1..]
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).to_lowercase())
+        .collect();
+    let text = crate::info::render(ctx.shared, &sections);
+    Ok(Frame::Verbatim {
+        format: *b"txt",
+        text: Bytes::from(text),
+    })
+}
+
+fn dbsize(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    Ok(Frame::Integer(ctx.db().len() as i64))
+}
+
+/// Parse the optional ASYNC|SYNC argument of FLUSHDB/FLUSHALL; true = async.
+fn flush_mode(args: &[Bytes]) -> Result<bool, CmdError> {
+    match args.len() {
+        1 => Ok(false),
+        2 if is(&args[1], "async") => Ok(true),
+        2 if is(&args[1], "sync") => Ok(false),
+        _ => Err(CmdError::Syntax),
+    }
+}
+
+/// Free flushed maps: on a background thread for ASYNC, here otherwise.
+fn dispose<T: Send + 'static>(old: T, asynchronous: bool) {
+    if asynchronous {
+        std::thread::spawn(move || drop(old));
+    } else {
+        drop(old);
+    }
+}
+
+fn flushdb(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let asynchronous = flush_mode(args)?;
+    let old = ctx.db().flush();
+    dispose(old, asynchronous);
+    Ok(Frame::ok())
+}
+
+fn flushall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let asynchronous = flush_mode(args)?;
+    let old: Vec<_> = ctx
+        .shared
+        .store
+        .keyspaces()
+        .iter()
+        .map(|k| k.flush())
+        .collect();
+    dispose(old, asynchronous);
+    Ok(Frame::ok())
+}
+
+fn time(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Ok(Frame::Array(vec![
+        Frame::Bulk(Bytes::from(now.as_secs().to_string())),
+        Frame::Bulk(Bytes::from(now.subsec_micros().to_string())),
+    ]))
+}
+
+fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    for a in &args[1..] {
+        if !(is(a, "nosave") || is(a, "save") || is(a, "now") || is(a, "force")) {
+            if is(a, "abort") {
+                return Err(CmdError::err("No shutdown in progress."));
+            }
+            return Err(CmdError::Syntax);
+        }
+    }
+    tracing::info!(client = ctx.client.id, "SHUTDOWN requested");
+    ctx.shared.request_shutdown();
+    // Like Redis: no reply, the connection just closes.
+    ctx.client.suppress_reply = true;
+    ctx.client.close_after_reply = true;
+    Ok(Frame::ok())
+}
+
+/// Applies a new value to a live setting; Err(reason) when the value is unacceptable.
+type Setter = fn(&Ctx<'_>, &[u8]) -> Result<(), String>;
+
+/// One CONFIG parameter: its name, how to read it, and how to set it (None = immutable).
+struct Param {
+    name: &'static str,
+    get: fn(&Ctx<'_>) -> String,
+    set: Option<Setter>,
+}
+
+fn set_usize(target: &std::sync::atomic::AtomicUsize, v: &[u8], min: usize) -> Result<(), String> {
+    match usize_arg(v) {
+        Ok(n) if n >= min => {
+            target.store(n, Ordering::Relaxed);
+            Ok(())
+        }
+        Ok(_) => Err(format!("argument must be at least {min}")),
+        Err(_) => Err("argument couldn't be parsed into an integer".into()),
+    }
+}
+
+const PARAMS: &[Param] = &[
+    Param {
+        name: "bind",
+        get: |c| c.shared.config.bind.join(" "),
+        set: None,
+    },
+    Param {
+        name: "port",
+        get: |c| c.shared.port.load(Ordering::Relaxed).to_string(),
+        set: None,
+    },
+    Param {
+        name: "dir",
+        get: |c| c.shared.config.dir.display().to_string(),
+        set: None,
+    },
+    Param {
+        name: "databases",
+        get: |c| c.shared.config.databases.to_string(),
+        set: None,
+    },
+    Param {
+        name: "hz",
+        get: |c| c.shared.config.hz.to_string(),
+        set: None,
+    },
+    Param {
+        name: "threads",
+        get: |c| c.shared.config.threads.to_string(),
+        set: None,
+    },
+    Param {
+        name: "loglevel",
+        get: |c| c.shared.config.loglevel.clone(),
+        set: None,
+    },
+    Param {
+        name: "maxclients",
+        get: |c| c.shared.live.maxclients.load(Ordering::Relaxed).to_string(),
+        set: Some(|c, v| set_usize(&c.shared.live.maxclients, v, 1)),
+    },
+    Param {
+        name: "requirepass",
+        get: |c| c.shared.live.requirepass.lock().clone(),
+        set: Some(|c, v| {
+            *c.shared.live.requirepass.lock() = show(v);
+            Ok(())
+        }),
+    },
+    Param {
+        name: "proto-max-bulk-len",
+        get: |c| {
+            c.shared
+                .live
+                .proto_max_bulk_len
+                .load(Ordering::Relaxed)
+                .to_string()
+        },
+        set: Some(|c, v| set_usize(&c.shared.live.proto_max_bulk_len, v, 1024)),
+    },
+    Param {
+        name: "max-multibulk-len",
+        get: |c| {
+            c.shared
+                .live
+                .max_multibulk_len
+                .load(Ordering::Relaxed)
+                .to_string()
+        },
+        set: Some(|c, v| set_usize(&c.shared.live.max_multibulk_len, v, 1)),
+    },
+    Param {
+        name: "max-inline-len",
+        get: |c| {
+            c.shared
+                .live
+                .max_inline_len
+                .load(Ordering::Relaxed)
+                .to_string()
+        },
+        set: Some(|c, v| set_usize(&c.shared.live.max_inline_len, v, 64)),
+    },
+    // Read-only values some clients and tools query; they describe what this server does today.
+    Param {
+        name: "maxmemory",
+        get: |_| "0".into(),
+        set: None,
+    },
+    Param {
+        name: "maxmemory-policy",
+        get: |_| "noeviction".into(),
+        set: None,
+    },
+    Param {
+        name: "save",
+        get: |_| String::new(),
+        set: None,
+    },
+    Param {
+        name: "appendonly",
+        get: |_| "no".into(),
+        set: None,
+    },
+    Param {
+        name: "timeout",
+        get: |_| "0".into(),
+        set: None,
+    },
+];
+
+fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let sub = String::from_utf8_lossy(&args[1]).to_lowercase();
+    match sub.as_str() {
+        "get" if args.len() >= 3 => {
+            let mut pairs = Vec::new();
+            for p in PARAMS {
+                let wanted = args[2..]
+                    .iter()
+                    .any(|pat| glob_match(&pat.to_ascii_lowercase(), p.name.as_bytes()));
+                if wanted {
+                    pairs.push((
+                        Frame::Bulk(Bytes::from_static(p.name.as_bytes())),
+                        Frame::Bulk(Bytes::from((p.get)(ctx))),
+                    ));
+                }
+            }
+            Ok(Frame::Map(pairs))
+        }
+        "set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
+            // Validate every pair first so a failure changes nothing.
+            let mut todo = Vec::new();
+            for pair in args[2..].chunks_exact(2) {
+                let name = String::from_utf8_lossy(&pair[0]).to_lowercase();
+                let Some(p) = PARAMS.iter().find(|p| p.name == name) else {
+                    return Err(CmdError::err(format!(
+                        "Unknown option or number of arguments for CONFIG SET - '{}'",
+                        show(&pair[0])
+                    )));
+                };
+                let Some(set) = p.set else {
+                    return Err(CmdError::err(format!(
+                        "CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
+                    )));
+                };
+                todo.push((name, set, &pair[1]));
+            }
+            for (name, set, value) in todo {
+                set(ctx, value).map_err(|why| {
+                    CmdError::err(format!(
+                        "CONFIG SET failed (possibly related to argument '{name}') - {why}"
+                    ))
+                })?;
+            }
+            Ok(Frame::ok())
+        }
+        "resetstat" if args.len() == 2 => {
+            let s = &ctx.shared.stats;
+            for counter in [
+                &s.commands_processed,
+                &s.keyspace_hits,
+                &s.keyspace_misses,
+                &s.rejected_connections,
+                &s.connections_received,
+                &s.net_input_bytes,
+                &s.net_output_bytes,
+            ] {
+                counter.store(0, Ordering::Relaxed);
+            }
+            Ok(Frame::ok())
+        }
+        "rewrite" if args.len() == 2 => Err(CmdError::err(
+            "CONFIG REWRITE is not supported: edit the TOML config file instead",
+        )),
+        "get" | "set" | "resetstat" | "rewrite" => Err(CmdError::err(format!(
+            "wrong number of arguments for 'config|{sub}' command"
+        ))),
+        _ => Err(CmdError::UnknownSubcommand {
+            cmd: "CONFIG".into(),
+            sub: show(&args[1]),
+        }),
+    }
+}
+
+fn simple(s: &str) -> Frame {
+    Frame::Simple(s.to_string().into())
+}
+
+fn bulk(s: &str) -> Frame {
+    Frame::Bulk(Bytes::from(s.to_string()))
+}
+
+/// `COMMAND INFO` entry for one spec (Redis 7 shape: 10 fields).
+fn command_info(spec: &CommandSpec) -> Frame {
+    Frame::Array(vec![
+        bulk(spec.name),
+        Frame::Integer(spec.arity as i64),
+        Frame::Set(spec.flag_names().into_iter().map(simple).collect()),
+        Frame::Integer(spec.first_key as i64),
+        Frame::Integer(spec.last_key as i64),
+        Frame::Integer(spec.step as i64),
+        Frame::Set(vec![simple(&format!("@{}", spec.group))]),
+        Frame::Set(vec![]),
+        Frame::Array(vec![]),
+        Frame::Array(vec![]),
+    ])
+}
+
+fn command_docs(spec: &CommandSpec) -> Frame {
+    Frame::Map(vec![
+        (bulk("summary"), bulk(spec.summary)),
+        (bulk("since"), bulk("1.0.0")),
+        (bulk("group"), bulk(spec.group)),
+    ])
+}
+
+fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let _ = ctx;
+    let t = table();
+    if args.len() == 1 {
+        return Ok(Frame::Array(
+            t.all().iter().map(|s| command_info(s)).collect(),
+        ));
+    }
+    let sub = String::from_utf8_lossy(&args[1]).to_lowercase();
+    match sub.as_str() {
+        "count" if args.len() == 2 => Ok(Frame::Integer(t.len() as i64)),
+        "list" => Ok(Frame::Array(t.all().iter().map(|s| bulk(s.name)).collect())),
+        "info" => {
+            if args.len() == 2 {
+                return Ok(Frame::Array(
+                    t.all().iter().map(|s| command_info(s)).collect(),
+                ));
+            }
+            Ok(Frame::Array(
+                args[2..]
+                    .iter()
+                    .map(|n| t.get(n).map_or(Frame::NullArray, command_info))
+                    .collect(),
+            ))
+        }
+        "docs" => {
+            let specs: Vec<&CommandSpec> = if args.len() == 2 {
+                t.all().to_vec()
+            } else {
+                args[2..].iter().filter_map(|n| t.get(n)).collect()
+            };
+            Ok(Frame::Map(
+                specs
+                    .into_iter()
+                    .map(|s| (bulk(s.name), command_docs(s)))
+                    .collect(),
+            ))
+        }
+        "getkeys" if args.len() >= 3 => {
+            let Some(spec) = t.get(&args[2]) else {
+                return Err(CmdError::err("Invalid command specified"));
+            };
+            let inner = &args[2..];
+            if !spec.arity_ok(inner.len()) {
+                return Err(CmdError::err(
+                    "Invalid number of arguments specified for command",
+                ));
+            }
+            let keys = spec.key_indexes(inner.len());
+            if keys.is_empty() {
+                return Err(CmdError::err("The command has no key arguments"));
+            }
+            Ok(Frame::Array(
+                keys.into_iter()
+                    .map(|i| Frame::Bulk(inner[i].clone()))
+                    .collect(),
+            ))
+        }
+        "help" => Ok(Frame::Array(
+            [
+                "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "(no subcommand)",
+                "    Return details about all commands.",
+                "COUNT",
+                "    Return the total number of commands in this server.",
+                "LIST",
+                "    Return a list of all commands in this server.",
+                "INFO [<command-name> ...]",
+                "    Return details about multiple commands.",
+                "DOCS [<command-name> ...]",
+                "    Return documentation details about multiple commands.",
+                "GETKEYS <full-command>",
+                "    Return the keys from a full command.",
+                "HELP",
+                "    Print this help.",
+            ]
+            .iter()
+            .map(|l| simple(l))
+            .collect(),
+        )),
+        _ => Err(CmdError::UnknownSubcommand {
+            cmd: "COMMAND".into(),
+            sub: show(&args[1]),
+        }),
+    }
+}

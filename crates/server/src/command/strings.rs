@@ -1,0 +1,508 @@
+//! String commands: GET/SET and friends, counters, ranges, multi-key MGET/MSET.
+//!
+//! Values are copied out of the request buffer when stored (so a stored value never pins a whole
+//! read buffer). Every handler locks only the shard(s) of its key(s); multi-key commands use
+//! `lock_keys` so they see and change all their keys atomically.
+
+use super::{cmd, flags, CommandSpec, Ctx, KEY1};
+use crate::args::{expire_at_ms, human_float, int_arg, is, parse_f64, parse_i64, ExpireUnit};
+use crate::error::{CmdError, CmdResult};
+use bytes::Bytes;
+use gradus_proto::Frame;
+use gradus_store::{Shard, Value};
+use std::sync::atomic::Ordering;
+
+const W: u32 = flags::WRITE | flags::DENYOOM;
+const R: u32 = flags::READONLY;
+const F: u32 = flags::FAST;
+
+pub const COMMANDS: &[CommandSpec] = &[
+    cmd("get", 2, R | F, KEY1, "string", "Returns the string value of a key.", get),
+    cmd("set", -3, W, KEY1, "string", "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.", set),
+    cmd("setex", 4, W, KEY1, "string", "Sets the string value and expiration time of a key.", setex),
+    cmd("psetex", 4, W, KEY1, "string", "Sets both string value and expiration time in milliseconds of a key.", psetex),
+    cmd("setnx", 3, W | F, KEY1, "string", "Set the string value of a key only when the key doesn't exist.", setnx),
+    cmd("getex", -2, flags::WRITE | F, KEY1, "string", "Returns the string value of a key after setting its expiration time.", getex),
+    cmd("getdel", 2, flags::WRITE | F, KEY1, "string", "Returns the string value of a key after deleting the key.", getdel),
+    cmd("getset", 3, W | F, KEY1, "string", "Returns the previous string value of a key after setting it to a new value.", getset),
+    cmd("mget", -2, R | F, (1, -1, 1), "string", "Atomically returns the string values of one or more keys.", mget),
+    cmd("mset", -3, W, (1, -1, 2), "string", "Atomically creates or modifies the string values of one or more keys.", mset),
+    cmd("msetnx", -3, W, (1, -1, 2), "string", "Atomically modifies the string values of one or more keys only when all keys don't exist.", msetnx),
+    cmd("append", 3, W | F, KEY1, "string", "Appends a string to the value of a key. Creates the key if it doesn't exist.", append),
+    cmd("strlen", 2, R | F, KEY1, "string", "Returns the length of a string value.", strlen),
+    cmd("getrange", 4, R, KEY1, "string", "Returns a substring of the string stored at a key.", getrange),
+    cmd("substr", 4, R, KEY1, "string", "Returns a substring from a string value.", getrange),
+    cmd("setrange", 4, W, KEY1, "string", "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.", setrange),
+    cmd("incr", 2, W | F, KEY1, "string", "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", incr),
+    cmd("incrby", 3, W | F, KEY1, "string", "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist.", incrby),
+    cmd("decr", 2, W | F, KEY1, "string", "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", decr),
+    cmd("decrby", 3, W | F, KEY1, "string", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", decrby),
+    cmd("incrbyfloat", 3, W | F, KEY1, "string", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", incrbyfloat),
+];
+
+fn str_value(v: &[u8]) -> Value {
+    Value::Str(Bytes::copy_from_slice(v))
+}
+
+/// The string at `key`: Ok(None) when absent, WRONGTYPE when another type.
+fn read_string(shard: &mut Shard, key: &[u8], now: u64) -> Result<Option<Bytes>, CmdError> {
+    match shard.get(key, now) {
+        None => Ok(None),
+        Some(e) => match &e.value {
+            Value::Str(b) => Ok(Some(b.clone())),
+            _ => Err(CmdError::WrongType),
+        },
+    }
+}
+
+fn bulk_or_null(v: Option<Bytes>) -> Frame {
+    match v {
+        Some(b) => Frame::Bulk(b),
+        None => Frame::Null,
+    }
+}
+
+fn max_string(ctx: &Ctx<'_>) -> usize {
+    ctx.shared.live.proto_max_bulk_len.load(Ordering::Relaxed)
+}
+
+fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let key = &args[1];
+    let value = read_string(&mut ctx.db().lock(key), key, ctx.now_ms)?;
+    ctx.shared.stats.lookup(value.is_some());
+    Ok(bulk_or_null(value))
+}
+
+#[derive(PartialEq)]
+enum Cond {
+    Always,
+    Nx,
+    Xx,
+}
+
+/// What SET does with the TTL.
+enum Ttl {
+    /// Clear it (plain SET).
+    Clear,
+    Keep,
+    At(i64),
+}
+
+fn invalid_expire(cmd: &str) -> CmdError {
+    CmdError::err(format!("invalid expire time in '{cmd}' command"))
+}
+
+/// Parse SET's options after `key value`.
+fn parse_set_options(args: &[Bytes], now: u64) -> Result<(Cond, Ttl, bool), CmdError> {
+    let mut cond = Cond::Always;
+    let mut ttl = Ttl::Clear;
+    let mut ttl_given = false;
+    let mut get = false;
+    let mut i = 3;
+    while i < args.len() {
+        let a = &args[i];
+        if is(a, "nx") && cond != Cond::Xx {
+            cond = Cond::Nx;
+        } else if is(a, "xx") && cond != Cond::Nx {
+            cond = Cond::Xx;
+        } else if is(a, "get") {
+            get = true;
+        } else if is(a, "keepttl") && !ttl_given {
+            ttl = Ttl::Keep;
+            ttl_given = true;
+        } else if !ttl_given
+            && (is(a, "ex") || is(a, "px") || is(a, "exat") || is(a, "pxat"))
+            && i + 1 < args.len()
+        {
+            let unit = if is(a, "ex") || is(a, "exat") {
+                ExpireUnit::Seconds
+            } else {
+                ExpireUnit::Millis
+            };
+            let absolute = is(a, "exat") || is(a, "pxat");
+            let n = int_arg(&args[i + 1])?;
+            if n <= 0 {
+                return Err(invalid_expire("set"));
+            }
+            let at = expire_at_ms(now, n, unit, absolute).ok_or_else(|| invalid_expire("set"))?;
+            ttl = Ttl::At(at);
+            ttl_given = true;
+            i += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        i += 1;
+    }
+    Ok((cond, ttl, get))
+}
+
+/// Store `value` at `key` honouring the condition and TTL mode; returns (stored, old value if `get`).
+fn set_generic(
+    shard: &mut Shard,
+    key: &[u8],
+    value: &[u8],
+    cond: Cond,
+    ttl: Ttl,
+    want_old: bool,
+    now: u64,
+) -> Result<(bool, Option<Bytes>), CmdError> {
+    let (exists, old_ttl, old) = match shard.get(key, now) {
+        None => (false, None, None),
+        Some(e) => {
+            let old = match (&e.value, want_old) {
+                (Value::Str(b), true) => Some(b.clone()),
+                (_, true) => return Err(CmdError::WrongType),
+                _ => None,
+            };
+            (true, e.expires_at(), old)
+        }
+    };
+    if (cond == Cond::Nx && exists) || (cond == Cond::Xx && !exists) {
+        return Ok((false, old));
+    }
+    let expires_at = match ttl {
+        Ttl::Clear => None,
+        Ttl::Keep => old_ttl,
+        Ttl::At(t) => Some(t.max(0) as u64),
+    };
+    shard.set(key, str_value(value), expires_at, now);
+    Ok((true, old))
+}
+
+fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let (cond, ttl, get) = parse_set_options(args, ctx.now_ms)?;
+    let key = &args[1];
+    let (stored, old) = set_generic(
+        &mut ctx.db().lock(key),
+        key,
+        &args[2],
+        cond,
+        ttl,
+        get,
+        ctx.now_ms,
+    )?;
+    Ok(if get {
+        bulk_or_null(old)
+    } else if stored {
+        Frame::ok()
+    } else {
+        Frame::Null
+    })
+}
+
+fn setex_generic(ctx: &mut Ctx<'_>, args: &[Bytes], unit: ExpireUnit, name: &str) -> CmdResult {
+    let n = int_arg(&args[2])?;
+    if n <= 0 {
+        return Err(invalid_expire(name));
+    }
+    let at = expire_at_ms(ctx.now_ms, n, unit, false).ok_or_else(|| invalid_expire(name))?;
+    let key = &args[1];
+    ctx.db()
+        .lock(key)
+        .set(key, str_value(&args[3]), Some(at as u64), ctx.now_ms);
+    Ok(Frame::ok())
+}
+
+fn setex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    setex_generic(ctx, args, ExpireUnit::Seconds, "setex")
+}
+
+fn psetex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    setex_generic(ctx, args, ExpireUnit::Millis, "psetex")
+}
+
+fn setnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let key = &args[1];
+    let (stored, _) = set_generic(
+        &mut ctx.db().lock(key),
+        key,
+        &args[2],
+        Cond::Nx,
+        Ttl::Clear,
+        false,
+        ctx.now_ms,
+    )?;
+    Ok(Frame::Integer(stored as i64))
+}
+
+fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    // None = leave the TTL; Some(None) = PERSIST; Some(Some(t)) = expire at t.
+    let mut change: Option<Option<i64>> = None;
+    let mut i = 2;
+    while i < args.len() {
+        let a = &args[i];
+        if is(a, "persist") && change.is_none() {
+            change = Some(None);
+        } else if change.is_none()
+            && (is(a, "ex") || is(a, "px") || is(a, "exat") || is(a, "pxat"))
+            && i + 1 < args.len()
+        {
+            let unit = if is(a, "ex") || is(a, "exat") {
+                ExpireUnit::Seconds
+            } else {
+                ExpireUnit::Millis
+            };
+            let n = int_arg(&args[i + 1])?;
+            if n <= 0 {
+                return Err(invalid_expire("getex"));
+            }
+            let absolute = is(a, "exat") || is(a, "pxat");
+            let at = expire_at_ms(ctx.now_ms, n, unit, absolute)
+                .ok_or_else(|| invalid_expire("getex"))?;
+            change = Some(Some(at));
+            i += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        i += 1;
+    }
+    let key = &args[1];
+    let now = ctx.now_ms;
+    let mut shard = ctx.db().lock(key);
+    let value = read_string(&mut shard, key, now)?;
+    ctx.shared.stats.lookup(value.is_some());
+    if value.is_some() {
+        match change {
+            None => {}
+            Some(None)
+                if shard
+                    .get(key, now)
+                    .is_some_and(|e| e.expires_at().is_some()) =>
+            {
+                shard.set_expiry(key, None, now);
+            }
+            Some(None) => {}
+            Some(Some(at)) if at <= now as i64 => {
+                shard.remove(key, now);
+            }
+            Some(Some(at)) => {
+                shard.set_expiry(key, Some(at as u64), now);
+            }
+        }
+    }
+    Ok(bulk_or_null(value))
+}
+
+fn getdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let key = &args[1];
+    let now = ctx.now_ms;
+    let mut shard = ctx.db().lock(key);
+    let value = read_string(&mut shard, key, now)?;
+    ctx.shared.stats.lookup(value.is_some());
+    if value.is_some() {
+        shard.remove(key, now);
+    }
+    Ok(bulk_or_null(value))
+}
+
+fn getset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let key = &args[1];
+    let (_, old) = set_generic(
+        &mut ctx.db().lock(key),
+        key,
+        &args[2],
+        Cond::Always,
+        Ttl::Clear,
+        true,
+        ctx.now_ms,
+    )?;
+    Ok(bulk_or_null(old))
+}
+
+fn mget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let keys = &args[1..];
+    let db = ctx.db();
+    let mut lock = db.lock_keys(keys.iter().map(|k| k.as_ref()));
+    let mut out = Vec::with_capacity(keys.len());
+    for key in keys {
+        let v = match lock.shard(key).get(key, ctx.now_ms) {
+            Some(e) => match &e.value {
+                Value::Str(b) => Some(b.clone()),
+                _ => None,
+            },
+            None => None,
+        };
+        ctx.shared.stats.lookup(v.is_some());
+        out.push(bulk_or_null(v));
+    }
+    Ok(Frame::Array(out))
+}
+
+fn mset_generic(ctx: &mut Ctx<'_>, args: &[Bytes], only_new: bool) -> CmdResult {
+    if args.len().is_multiple_of(2) {
+        return Err(super::arity_error(&args[0]));
+    }
+    let pairs: Vec<(&Bytes, &Bytes)> = args[1..].chunks_exact(2).map(|p| (&p[0], &p[1])).collect();
+    let db = ctx.db();
+    let mut lock = db.lock_keys(pairs.iter().map(|(k, _)| k.as_ref()));
+    if only_new
+        && pairs
+            .iter()
+            .any(|(k, _)| lock.shard(k).get(k, ctx.now_ms).is_some())
+    {
+        return Ok(Frame::Integer(0));
+    }
+    for (k, v) in &pairs {
+        lock.shard(k).set(k, str_value(v), None, ctx.now_ms);
+    }
+    Ok(if only_new {
+        Frame::Integer(1)
+    } else {
+        Frame::ok()
+    })
+}
+
+fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    mset_generic(ctx, args, false)
+}
+
+fn msetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    mset_generic(ctx, args, true)
+}
+
+fn append(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let key = &args[1];
+    let max = max_string(ctx);
+    let now = ctx.now_ms;
+    let mut shard = ctx.db().lock(key);
+    let (old, ttl) = match shard.get(key, now) {
+        None => (Bytes::new(), None),
+        Some(e) => match &e.value {
+            Value::Str(b) => (b.clone(), e.expires_at()),
+            _ => return Err(CmdError::WrongType),
+        },
+    };
+    let new_len = old.len() + args[2].len();
+    if new_len > max {
+        return Err(CmdError::StringTooLong);
+    }
+    let mut joined = Vec::with_capacity(new_len);
+    joined.extend_from_slice(&old);
+    joined.extend_from_slice(&args[2]);
+    drop(old);
+    shard.set(key, Value::Str(Bytes::from(joined)), ttl, now);
+    Ok(Frame::Integer(new_len as i64))
+}
+
+fn strlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let key = &args[1];
+    let v = read_string(&mut ctx.db().lock(key), key, ctx.now_ms)?;
+    Ok(Frame::Integer(v.map_or(0, |b| b.len() as i64)))
+}
+
+fn getrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let start = int_arg(&args[2])?;
+    let end = int_arg(&args[3])?;
+    let key = &args[1];
+    let v = read_string(&mut ctx.db().lock(key), key, ctx.now_ms)?.unwrap_or_default();
+    let len = v.len() as i64;
+    if len == 0 || (start < 0 && end < 0 && start > end) {
+        return Ok(Frame::Bulk(Bytes::new()));
+    }
+    let mut s = if start < 0 { len + start } else { start };
+    let mut e = if end < 0 { len + end } else { end };
+    s = s.max(0);
+    e = e.max(0);
+    if e >= len {
+        e = len - 1;
+    }
+    if s > e {
+        return Ok(Frame::Bulk(Bytes::new()));
+    }
+    Ok(Frame::Bulk(v.slice(s as usize..=e as usize)))
+}
+
+fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let offset = int_arg(&args[2])?;
+    if offset < 0 {
+        return Err(CmdError::err("offset is out of range"));
+    }
+    let offset = offset as usize;
+    let piece = &args[3];
+    let key = &args[1];
+    let max = max_string(ctx);
+    let now = ctx.now_ms;
+    let mut shard = ctx.db().lock(key);
+    let (old, ttl) = match shard.get(key, now) {
+        None => (None, None),
+        Some(e) => match &e.value {
+            Value::Str(b) => (Some(b.clone()), e.expires_at()),
+            _ => return Err(CmdError::WrongType),
+        },
+    };
+    let old_len = old.as_ref().map_or(0, |b| b.len());
+    if piece.is_empty() {
+        return Ok(Frame::Integer(old_len as i64));
+    }
+    if offset.saturating_add(piece.len()) > max {
+        return Err(CmdError::StringTooLong);
+    }
+    let mut buf = old.map(|b| b.to_vec()).unwrap_or_default();
+    let needed = offset + piece.len();
+    if buf.len() < needed {
+        buf.resize(needed, 0);
+    }
+    buf[offset..needed].copy_from_slice(piece);
+    let new_len = buf.len();
+    shard.set(key, Value::Str(Bytes::from(buf)), ttl, now);
+    Ok(Frame::Integer(new_len as i64))
+}
+
+/// Add `delta` to the integer at `key` (0 when absent), keeping its TTL.
+fn incr_generic(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> CmdResult {
+    let now = ctx.now_ms;
+    let mut shard = ctx.db().lock(key);
+    let (current, ttl) = match shard.get(key, now) {
+        None => (0, None),
+        Some(e) => match &e.value {
+            Value::Str(b) => (parse_i64(b).ok_or(CmdError::NotInteger)?, e.expires_at()),
+            _ => return Err(CmdError::WrongType),
+        },
+    };
+    let next = current.checked_add(delta).ok_or(CmdError::Overflow)?;
+    let mut text = itoa::Buffer::new();
+    shard.set(key, str_value(text.format(next).as_bytes()), ttl, now);
+    Ok(Frame::Integer(next))
+}
+
+fn incr(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    incr_generic(ctx, &args[1], 1)
+}
+
+fn decr(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    incr_generic(ctx, &args[1], -1)
+}
+
+fn incrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let delta = int_arg(&args[2])?;
+    incr_generic(ctx, &args[1], delta)
+}
+
+fn decrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let delta = int_arg(&args[2])?;
+    if delta == i64::MIN {
+        return Err(CmdError::err("decrement would overflow"));
+    }
+    incr_generic(ctx, &args[1], -delta)
+}
+
+fn incrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let delta = parse_f64(&args[2]).ok_or(CmdError::NotFloat)?;
+    let key = &args[1];
+    let now = ctx.now_ms;
+    let mut shard = ctx.db().lock(key);
+    let (current, ttl) = match shard.get(key, now) {
+        None => (0.0, None),
+        Some(e) => match &e.value {
+            Value::Str(b) => (parse_f64(b).ok_or(CmdError::NotFloat)?, e.expires_at()),
+            _ => return Err(CmdError::WrongType),
+        },
+    };
+    let next = current + delta;
+    if !next.is_finite() {
+        return Err(CmdError::err("increment would produce NaN or Infinity"));
+    }
+    let text = human_float(next);
+    shard.set(key, str_value(text.as_bytes()), ttl, now);
+    Ok(Frame::Bulk(Bytes::from(text)))
+}

@@ -1,0 +1,148 @@
+//! MULTI/EXEC/DISCARD/WATCH/UNWATCH.
+//!
+//! Queueing happens in the dispatcher (commands are checked for existence and arity when queued, and
+//! a failure makes EXEC answer EXECABORT). EXEC takes the store gate *exclusively*: the WATCH check
+//! and every queued command run with no other command interleaving, which is what makes the
+//! transaction atomic. WATCH remembers each key's version; any write, expiry or flush of the key
+//! changes it, and EXEC then returns a null array without running anything.
+
+use super::{cmd, flags, CommandSpec, Ctx, NO_KEYS};
+use crate::client::{MultiState, Watch};
+use crate::dispatch;
+use crate::error::{CmdError, CmdResult};
+use bytes::Bytes;
+use gradus_proto::Frame;
+use std::sync::atomic::Ordering;
+
+const TX: u32 = flags::NO_QUEUE | flags::FAST | flags::LOADING;
+
+pub const COMMANDS: &[CommandSpec] = &[
+    cmd(
+        "multi",
+        1,
+        TX,
+        NO_KEYS,
+        "transactions",
+        "Starts a transaction.",
+        multi,
+    ),
+    cmd(
+        "exec",
+        1,
+        flags::NO_QUEUE | flags::LOADING,
+        NO_KEYS,
+        "transactions",
+        "Executes all commands in a transaction.",
+        exec,
+    ),
+    cmd(
+        "discard",
+        1,
+        TX,
+        NO_KEYS,
+        "transactions",
+        "Discards a transaction.",
+        discard,
+    ),
+    cmd(
+        "watch",
+        -2,
+        TX,
+        (1, -1, 1),
+        "transactions",
+        "Monitors changes to keys to determine the execution of a transaction.",
+        watch,
+    ),
+    cmd(
+        "unwatch",
+        1,
+        TX,
+        NO_KEYS,
+        "transactions",
+        "Forgets about watched keys of a transaction.",
+        unwatch,
+    ),
+];
+
+fn multi(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    if ctx.client.multi.is_some() {
+        return Err(CmdError::err("MULTI calls can not be nested"));
+    }
+    ctx.client.multi = Some(MultiState::default());
+    ctx.client.handle.multi_len.store(0, Ordering::Relaxed);
+    Ok(Frame::ok())
+}
+
+fn discard(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    if ctx.client.multi.is_none() {
+        return Err(CmdError::err("DISCARD without MULTI"));
+    }
+    ctx.client.clear_transaction();
+    Ok(Frame::ok())
+}
+
+fn watch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if ctx.client.multi.is_some() {
+        return Err(CmdError::err("WATCH inside MULTI is not allowed"));
+    }
+    let db_index = ctx.client.db;
+    for key in &args[1..] {
+        let already = ctx
+            .client
+            .watched
+            .iter()
+            .any(|w| w.db == db_index && w.key == *key);
+        if already {
+            continue;
+        }
+        let version = ctx.db().lock(key).version_of(key, ctx.now_ms);
+        ctx.client.watched.push(Watch {
+            db: db_index,
+            key: Bytes::copy_from_slice(key),
+            version,
+        });
+    }
+    ctx.client
+        .handle
+        .watch_count
+        .store(ctx.client.watched.len(), Ordering::Relaxed);
+    Ok(Frame::ok())
+}
+
+fn unwatch(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    ctx.client.watched.clear();
+    ctx.client.handle.watch_count.store(0, Ordering::Relaxed);
+    Ok(Frame::ok())
+}
+
+/// Runs without the shared gate (see dispatch): it takes the exclusive one.
+fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    let Some(multi) = ctx.client.multi.take() else {
+        return Err(CmdError::err("EXEC without MULTI"));
+    };
+    let watched = std::mem::take(&mut ctx.client.watched);
+    ctx.client.clear_transaction();
+    if multi.dirty {
+        return Err(CmdError::Other(
+            "EXECABORT Transaction discarded because of previous errors.".into(),
+        ));
+    }
+    let shared = ctx.shared;
+    let _exclusive = shared.store.exclusive();
+    let now = gradus_store::now_ms();
+    for w in &watched {
+        let changed = match shared.store.db(w.db) {
+            Some(db) => db.lock(&w.key).version_of(&w.key, now) != w.version,
+            None => true,
+        };
+        if changed {
+            return Ok(Frame::NullArray);
+        }
+    }
+    let replies = multi
+        .queued
+        .iter()
+        .map(|(spec, args)| dispatch::run(shared, ctx.client, spec, args))
+        .collect();
+    Ok(Frame::Array(replies))
+}

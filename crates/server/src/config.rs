@@ -1,0 +1,244 @@
+//! Configuration: the embedded default file, an optional TOML file, and command-line flags, in that
+//! order of precedence (flags win). Names follow redis-server's where one exists.
+//!
+//! This module only parses and validates; it does not open sockets or files other than the config.
+
+use crate::error::ServerError;
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The default configuration, embedded in the binary (the same file documents every setting).
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("../gradus.toml");
+
+/// Every setting of the server.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Config {
+    pub bind: Vec<String>,
+    pub port: u16,
+    pub dir: PathBuf,
+    pub maxclients: usize,
+    pub requirepass: String,
+    pub databases: usize,
+    pub proto_max_bulk_len: usize,
+    pub max_multibulk_len: usize,
+    pub max_inline_len: usize,
+    pub hz: u32,
+    pub threads: usize,
+    pub loglevel: String,
+}
+
+/// A config file may set any subset of the settings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct PartialConfig {
+    bind: Option<Vec<String>>,
+    port: Option<u16>,
+    dir: Option<PathBuf>,
+    maxclients: Option<usize>,
+    requirepass: Option<String>,
+    databases: Option<usize>,
+    proto_max_bulk_len: Option<usize>,
+    max_multibulk_len: Option<usize>,
+    max_inline_len: Option<usize>,
+    hz: Option<u32>,
+    threads: Option<usize>,
+    loglevel: Option<String>,
+}
+
+/// Command-line flags of `gradus`.
+#[derive(Debug, Parser, Default)]
+#[command(
+    name = "gradus",
+    version,
+    about = "Gradus: a cache and session store speaking the Redis protocol, with degrees of durability.",
+    long_about = "Gradus: a cache and session store speaking the Redis protocol (RESP2/RESP3).\n\n\
+                  With no flags it runs with the embedded default configuration: listening on \
+                  127.0.0.1:6379. Settings come from the embedded defaults, then --config FILE, then \
+                  the flags below. `gradus --print-config` shows the default file with every setting documented."
+)]
+pub struct Cli {
+    /// TOML configuration file (any subset of the settings; see --print-config).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on; repeat for several (default 127.0.0.1).
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Vec<String>,
+    /// TCP port for the Redis-protocol listener (default 6379; 0 picks a free port and logs it).
+    #[arg(long, short = 'p')]
+    pub port: Option<u16>,
+    /// Data directory (default ./gradus-data).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Maximum simultaneous client connections (default 10000).
+    #[arg(long)]
+    pub maxclients: Option<usize>,
+    /// Password for the default user; clients must AUTH first.
+    #[arg(long, value_name = "PASSWORD")]
+    pub requirepass: Option<String>,
+    /// Number of databases for SELECT (default 16).
+    #[arg(long)]
+    pub databases: Option<usize>,
+    /// Largest bulk string accepted from a client, in bytes (default 4 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub proto_max_bulk_len: Option<usize>,
+    /// Largest multibulk element count accepted from a client (default 1048576).
+    #[arg(long, value_name = "N")]
+    pub max_multibulk_len: Option<usize>,
+    /// Longest inline command line, in bytes (default 64 KiB).
+    #[arg(long, value_name = "BYTES")]
+    pub max_inline_len: Option<usize>,
+    /// Active expiry cycles per second (default 10).
+    #[arg(long)]
+    pub hz: Option<u32>,
+    /// Worker threads; 0 = one per core (default 0).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Log level or tracing filter (default info).
+    #[arg(long)]
+    pub loglevel: Option<String>,
+    /// Print the default configuration file (every setting, documented) and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+impl Config {
+    /// The embedded defaults.
+    pub fn embedded() -> Config {
+        toml::from_str(DEFAULT_CONFIG_TOML).expect("embedded default config is valid")
+    }
+
+    /// Defaults, then the file named by `--config` (if any), then the flags.
+    pub fn load(cli: &Cli) -> Result<Config, ServerError> {
+        let mut config = Config::embedded();
+        if let Some(path) = &cli.config {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ServerError::Config(format!("cannot read {}: {e}", path.display())))?;
+            config
+                .merge_toml(&text)
+                .map_err(|e| ServerError::Config(format!("{}: {e}", path.display())))?;
+        }
+        config.apply_cli(cli);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Overlay the settings present in a TOML text.
+    pub fn merge_toml(&mut self, text: &str) -> Result<(), String> {
+        let p: PartialConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        macro_rules! overlay {
+            ($($field:ident),*) => { $( if let Some(v) = p.$field { self.$field = v; } )* };
+        }
+        overlay!(
+            bind,
+            port,
+            dir,
+            maxclients,
+            requirepass,
+            databases,
+            proto_max_bulk_len,
+            max_multibulk_len,
+            max_inline_len,
+            hz,
+            threads,
+            loglevel
+        );
+        Ok(())
+    }
+
+    fn apply_cli(&mut self, cli: &Cli) {
+        if !cli.bind.is_empty() {
+            self.bind = cli.bind.clone();
+        }
+        macro_rules! flag {
+            ($($field:ident),*) => { $( if let Some(v) = &cli.$field { self.$field = v.clone(); } )* };
+        }
+        flag!(
+            port,
+            dir,
+            maxclients,
+            requirepass,
+            databases,
+            proto_max_bulk_len,
+            max_multibulk_len,
+            max_inline_len,
+            hz,
+            threads,
+            loglevel
+        );
+    }
+
+    /// Reject settings the server cannot run with, saying which and why.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        let bad = |msg: &str| Err(ServerError::Config(msg.to_string()));
+        if self.bind.is_empty() {
+            return bad("bind must name at least one address");
+        }
+        for addr in &self.bind {
+            if addr.parse::<std::net::IpAddr>().is_err() {
+                return Err(ServerError::Config(format!(
+                    "bind address {addr:?} is not an IP address"
+                )));
+            }
+        }
+        if self.databases == 0 || self.databases > 1024 {
+            return bad("databases must be between 1 and 1024");
+        }
+        if self.maxclients == 0 {
+            return bad("maxclients must be at least 1");
+        }
+        if self.proto_max_bulk_len < 1024 {
+            return bad("proto-max-bulk-len must be at least 1024");
+        }
+        if self.max_multibulk_len == 0 || self.max_inline_len < 64 {
+            return bad("max-multibulk-len must be >= 1 and max-inline-len >= 64");
+        }
+        if self.hz == 0 || self.hz > 500 {
+            return bad("hz must be between 1 and 500");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_loopback_6379() {
+        let c = Config::embedded();
+        assert_eq!(c.bind, vec!["127.0.0.1".to_string()]);
+        assert_eq!(c.port, 6379);
+        assert_eq!(c.proto_max_bulk_len, 4 * 1024 * 1024);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn file_then_flags() {
+        let mut c = Config::embedded();
+        c.merge_toml("port = 7000\nmaxclients = 5\n").unwrap();
+        assert_eq!(c.port, 7000);
+        let cli = Cli {
+            port: Some(7001),
+            ..Default::default()
+        };
+        c.apply_cli(&cli);
+        assert_eq!(c.port, 7001);
+        assert_eq!(c.maxclients, 5);
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let mut c = Config::embedded();
+        assert!(c.merge_toml("prot = 1").is_err());
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_reason() {
+        let mut c = Config::embedded();
+        c.databases = 0;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("databases"), "{err}");
+    }
+}

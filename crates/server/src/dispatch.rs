@@ -1,0 +1,95 @@
+//! Dispatch: one decoded request in, one reply frame out.
+//!
+//! Order of checks, as in Redis' `processCommand`: look the command up in the table, check arity,
+//! check authentication, queue it if the connection is inside MULTI, otherwise run it under a shared
+//! hold of the store gate (EXEC takes the exclusive hold itself). Every failure here is a reply,
+//! never a dropped connection.
+
+use crate::client::ClientState;
+use crate::command::{arity_error, flags, table, CommandSpec, Ctx};
+use crate::error::CmdError;
+use crate::state::Shared;
+use bytes::Bytes;
+use gradus_proto::Frame;
+use std::sync::atomic::Ordering;
+
+/// Run (or queue) one command and return its reply.
+pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>) -> Frame {
+    let spec = match table().get(&args[0]) {
+        Some(spec) => spec,
+        None => return reject(client, unknown_command(&args)),
+    };
+    if !spec.arity_ok(args.len()) {
+        return reject(client, arity_error(&args[0]));
+    }
+    if !client.authenticated && !spec.has(flags::NO_AUTH) {
+        if shared.auth_required() {
+            return reject(client, CmdError::NoAuth);
+        }
+        // requirepass was cleared at run time: everyone is in.
+        client.authenticated = true;
+    }
+    if let Some(multi) = client.multi.as_mut() {
+        if !spec.has(flags::NO_QUEUE) {
+            if spec.has(flags::NO_MULTI) {
+                multi.dirty = true;
+                return CmdError::err("Command not allowed inside a transaction").to_frame();
+            }
+            multi.queued.push((spec, args));
+            client
+                .handle
+                .multi_len
+                .store(multi.queued.len() as i64, Ordering::Relaxed);
+            return Frame::Simple("QUEUED".into());
+        }
+    }
+    shared
+        .stats
+        .commands_processed
+        .fetch_add(1, Ordering::Relaxed);
+    client.handle.touch(spec.name);
+    if spec.name == "exec" {
+        // EXEC takes the exclusive gate itself (see command::transactions).
+        return run(shared, client, spec, &args);
+    }
+    let _gate = shared.store.shared();
+    run(shared, client, spec, &args)
+}
+
+/// Run a command whose checks have passed. The caller holds the store gate as appropriate.
+pub fn run(shared: &Shared, client: &mut ClientState, spec: &CommandSpec, args: &[Bytes]) -> Frame {
+    let mut ctx = Ctx {
+        shared,
+        client,
+        now_ms: gradus_store::now_ms(),
+    };
+    match (spec.handler)(&mut ctx, args) {
+        Ok(frame) => frame,
+        Err(e) => e.to_frame(),
+    }
+}
+
+/// An error before queueing marks an open transaction as failed (EXEC will answer EXECABORT).
+fn reject(client: &mut ClientState, err: CmdError) -> Frame {
+    if let Some(multi) = client.multi.as_mut() {
+        multi.dirty = true;
+    }
+    err.to_frame()
+}
+
+/// Redis' text: `unknown command 'foo', with args beginning with: 'a' 'b' `.
+fn unknown_command(args: &[Bytes]) -> CmdError {
+    let name: String = String::from_utf8_lossy(&args[0])
+        .chars()
+        .take(128)
+        .collect();
+    let mut shown = String::new();
+    for a in args.iter().skip(1) {
+        if shown.len() >= 128 {
+            break;
+        }
+        let a: String = String::from_utf8_lossy(a).chars().take(128).collect();
+        shown.push_str(&format!("'{a}' "));
+    }
+    CmdError::UnknownCommand { name, args: shown }
+}

@@ -1,0 +1,246 @@
+//! The INFO text, in Redis' `# Section` / `field:value` format.
+//!
+//! Field names follow Redis where a client or dashboard may read them (Moodle checks
+//! `redis_version`; monitoring reads `used_memory`, `connected_clients`, `keyspace_hits`, `dbN:`).
+//! Gradus-specific fields are prefixed `gradus_`.
+
+use crate::state::Shared;
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+const DEFAULT_SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "keyspace",
+];
+
+/// Render the requested sections (`default`, `all`, `everything` or section names).
+pub fn render(shared: &Shared, requested: &[String]) -> String {
+    let wanted: Vec<&str> = if requested.is_empty()
+        || requested
+            .iter()
+            .any(|s| s == "default" || s == "all" || s == "everything")
+    {
+        DEFAULT_SECTIONS.to_vec()
+    } else {
+        DEFAULT_SECTIONS
+            .iter()
+            .copied()
+            .filter(|s| requested.iter().any(|r| r == s))
+            .collect()
+    };
+    let mut out = String::new();
+    for (i, section) in wanted.iter().enumerate() {
+        if i > 0 {
+            out.push_str("\r\n");
+        }
+        match *section {
+            "server" => server(shared, &mut out),
+            "clients" => clients(shared, &mut out),
+            "memory" => memory(shared, &mut out),
+            "persistence" => persistence(&mut out),
+            "stats" => stats(shared, &mut out),
+            "replication" => replication(&mut out),
+            "cpu" => cpu(&mut out),
+            "keyspace" => keyspace(shared, &mut out),
+            _ => {}
+        }
+    }
+    out
+}
+
+macro_rules! line {
+    ($out:expr, $($arg:tt)*) => {{ let _ = write!($out, $($arg)*); $out.push_str("\r\n"); }};
+}
+
+fn server(shared: &Shared, out: &mut String) {
+    let uptime = shared.started.elapsed().as_secs();
+    line!(out, "# Server");
+    line!(out, "redis_version:{}", crate::REDIS_COMPAT_VERSION);
+    line!(out, "gradus_version:{}", crate::GRADUS_VERSION);
+    line!(out, "redis_mode:standalone");
+    line!(
+        out,
+        "os:{} {}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    );
+    line!(out, "arch_bits:{}", usize::BITS);
+    line!(out, "multiplexing_api:tokio");
+    line!(out, "process_id:{}", std::process::id());
+    line!(out, "tcp_port:{}", shared.port.load(Ordering::Relaxed));
+    line!(out, "server_time_usec:{}", gradus_store::now_ms() * 1000);
+    line!(out, "uptime_in_seconds:{uptime}");
+    line!(out, "uptime_in_days:{}", uptime / 86400);
+    line!(out, "hz:{}", shared.config.hz);
+    line!(
+        out,
+        "executable:{}",
+        std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    );
+    line!(
+        out,
+        "config_file:{}",
+        shared
+            .config_file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    );
+}
+
+fn clients(shared: &Shared, out: &mut String) {
+    line!(out, "# Clients");
+    line!(out, "connected_clients:{}", shared.clients.len());
+    line!(
+        out,
+        "maxclients:{}",
+        shared.live.maxclients.load(Ordering::Relaxed)
+    );
+    line!(out, "blocked_clients:0");
+}
+
+/// Resident set size from /proc (0 where unavailable).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4096)
+}
+
+fn human(bytes: u64) -> String {
+    const UNITS: &[&str] = &["B", "K", "M", "G", "T"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes}B")
+    } else {
+        format!("{v:.2}{}", UNITS[u])
+    }
+}
+
+fn memory(shared: &Shared, out: &mut String) {
+    let used = shared.store.used_bytes() as u64;
+    let rss = rss_bytes();
+    line!(out, "# Memory");
+    line!(out, "used_memory:{used}");
+    line!(out, "used_memory_human:{}", human(used));
+    line!(out, "used_memory_rss:{rss}");
+    line!(out, "used_memory_rss_human:{}", human(rss));
+    line!(out, "maxmemory:0");
+    line!(out, "maxmemory_human:0B");
+    line!(out, "maxmemory_policy:noeviction");
+}
+
+fn persistence(out: &mut String) {
+    line!(out, "# Persistence");
+    line!(out, "loading:0");
+    line!(out, "async_loading:0");
+    line!(out, "rdb_changes_since_last_save:0");
+    line!(out, "rdb_bgsave_in_progress:0");
+    line!(out, "aof_enabled:0");
+    line!(out, "aof_rewrite_in_progress:0");
+    line!(out, "gradus_durability:none");
+}
+
+fn stats(shared: &Shared, out: &mut String) {
+    let s = &shared.stats;
+    let expired: u64 = shared
+        .store
+        .keyspaces()
+        .iter()
+        .map(|k| k.expired_count())
+        .sum();
+    line!(out, "# Stats");
+    line!(
+        out,
+        "total_connections_received:{}",
+        s.connections_received.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
+        "total_commands_processed:{}",
+        s.commands_processed.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
+        "total_net_input_bytes:{}",
+        s.net_input_bytes.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
+        "total_net_output_bytes:{}",
+        s.net_output_bytes.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
+        "rejected_connections:{}",
+        s.rejected_connections.load(Ordering::Relaxed)
+    );
+    line!(out, "expired_keys:{expired}");
+    line!(out, "evicted_keys:0");
+    line!(
+        out,
+        "keyspace_hits:{}",
+        s.keyspace_hits.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
+        "keyspace_misses:{}",
+        s.keyspace_misses.load(Ordering::Relaxed)
+    );
+}
+
+fn replication(out: &mut String) {
+    line!(out, "# Replication");
+    line!(out, "role:master");
+    line!(out, "connected_slaves:0");
+}
+
+/// CPU seconds used by this process from /proc/self/stat (user, system).
+fn cpu_seconds() -> (f64, f64) {
+    let ticks = 100.0; // USER_HZ on Linux
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the parenthesised command name.
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let utime: f64 = f.get(11)?.parse().ok()?;
+            let stime: f64 = f.get(12)?.parse().ok()?;
+            Some((utime / ticks, stime / ticks))
+        })
+        .unwrap_or((0.0, 0.0))
+}
+
+fn cpu(out: &mut String) {
+    let (user, sys) = cpu_seconds();
+    line!(out, "# CPU");
+    line!(out, "used_cpu_sys:{sys:.6}");
+    line!(out, "used_cpu_user:{user:.6}");
+}
+
+fn keyspace(shared: &Shared, out: &mut String) {
+    line!(out, "# Keyspace");
+    for (i, ks) in shared.store.keyspaces().iter().enumerate() {
+        let (keys, expires, _) = ks.stats();
+        if keys > 0 {
+            line!(out, "db{i}:keys={keys},expires={expires},avg_ttl=0");
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! The Gradus server. The request path is the module list:
+//!
+//! - [`server`]: bind, accept, maxclients, active expiry timer, signals and graceful shutdown;
+//! - [`connection`]: bytes ↔ requests/replies for one client, pipelining, output batching;
+//! - [`dispatch`]: table lookup, arity, auth, MULTI queueing, the store gate;
+//! - [`command`]: the command table (data) and one module per command family;
+//! - [`client`]: per-connection state and the registry behind CLIENT LIST/KILL;
+//! - [`state`]: what all connections share (store, live settings, counters);
+//! - [`config`]: embedded defaults, TOML file, flags; [`info`]: the INFO text;
+//! - [`args`]: argument parsing with Redis' rules; [`error`]: this layer's error type.
+//!
+//! Protocol codecs live in `gradus-proto` and keyspaces in `gradus-store`; this crate wires them to
+//! sockets and must not reimplement either.
+
+pub mod args;
+pub mod client;
+pub mod command;
+pub mod config;
+pub mod connection;
+pub mod dispatch;
+pub mod error;
+pub mod info;
+pub mod server;
+pub mod state;
+
+pub use config::{Cli, Config};
+pub use server::Server;
+
+/// Version reported as `redis_version` (clients such as Moodle require at least 5.0.0 and enable
+/// features by it; Gradus implements the 7.2 command semantics it advertises).
+pub const REDIS_COMPAT_VERSION: &str = "7.2.4";
+/// Gradus' own version.
+pub const GRADUS_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,47 @@
+//! The `gradus` binary: parse flags, load config, start logging, run the server.
+
+use clap::Parser;
+use gradus_server::{Cli, Config, Server};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    if cli.print_config {
+        print!("{}", gradus_server::config::DEFAULT_CONFIG_TOML);
+        return std::process::ExitCode::SUCCESS;
+    }
+    let config = match Config::load(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gradus: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.loglevel)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if config.threads > 0 {
+        runtime.worker_threads(config.threads);
+    }
+    let runtime = match runtime.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gradus: cannot start runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let server = Server::bind(config, cli.config.clone()).await?;
+        server.run(true).await
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gradus: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

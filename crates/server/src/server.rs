@@ -1,0 +1,175 @@
+//! The listener side: bind, accept, enforce maxclients, run active expiry, shut down gracefully.
+//!
+//! `run` owns the lifecycle: it binds every configured address, spawns one task per connection, a
+//! timer task for active expiry, and waits for SIGINT/SIGTERM or SHUTDOWN; then it stops accepting,
+//! tells connections to finish their current batch, and waits (bounded) for them to go.
+
+use crate::client::ClientState;
+use crate::config::Config;
+use crate::connection;
+use crate::error::ServerError;
+use crate::state::Shared;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+/// Keys reclaimed per shard per active-expiry cycle; bounds the time a cycle holds a shard lock.
+const SWEEP_BUDGET_PER_SHARD: usize = 200;
+/// How long shutdown waits for connections to finish before exiting anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// A bound server, ready to serve.
+pub struct Server {
+    shared: Arc<Shared>,
+    listeners: Vec<TcpListener>,
+}
+
+impl Server {
+    /// Bind the configured addresses. With port 0 the OS picks one; `local_port` tells which.
+    pub async fn bind(
+        config: Config,
+        config_file: Option<std::path::PathBuf>,
+    ) -> Result<Self, ServerError> {
+        let mut listeners = Vec::new();
+        let mut port = config.port;
+        for addr in &config.bind {
+            let ip: std::net::IpAddr = addr
+                .parse()
+                .map_err(|_| ServerError::Config(format!("bad bind address {addr}")))?;
+            let sa = SocketAddr::new(ip, port);
+            let listener = TcpListener::bind(sa)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    addr: sa.to_string(),
+                    source,
+                })?;
+            // With port 0, bind every further address on the port the first one got.
+            port = listener.local_addr()?.port();
+            listeners.push(listener);
+        }
+        let shared = Arc::new(Shared::new(config, config_file));
+        shared.port.store(port as usize, Ordering::Relaxed);
+        Ok(Self { shared, listeners })
+    }
+
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    pub fn local_port(&self) -> u16 {
+        self.shared.port.load(Ordering::Relaxed) as u16
+    }
+
+    /// Serve until shutdown is requested (by signal when `handle_signals`, or by SHUTDOWN).
+    pub async fn run(self, handle_signals: bool) -> Result<(), ServerError> {
+        let shared = self.shared;
+        let mut tasks = JoinSet::new();
+        for listener in self.listeners {
+            tracing::info!(addr = %listener.local_addr()?, "listening (RESP)");
+            tasks.spawn(accept_loop(shared.clone(), listener));
+        }
+        tasks.spawn(expiry_loop(shared.clone()));
+        if handle_signals {
+            tasks.spawn(signal_loop(shared.clone()));
+        }
+        let mut shutdown = shared.shutdown.subscribe();
+        while !*shutdown.borrow() {
+            if shutdown.changed().await.is_err() {
+                break;
+            }
+        }
+        tracing::info!("shutting down");
+        tasks.abort_all();
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while !shared.clients.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tracing::info!("bye");
+        Ok(())
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    loop {
+        let (stream, addr) = match listener.accept().await {
+            Ok(pair) => pair,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        shared
+            .stats
+            .connections_received
+            .fetch_add(1, Ordering::Relaxed);
+        if shared.clients.len() >= shared.live.maxclients.load(Ordering::Relaxed) {
+            shared
+                .stats
+                .rejected_connections
+                .fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(refuse(stream));
+            continue;
+        }
+        let laddr = stream.local_addr().unwrap_or(addr);
+        let handle = shared.clients.register(addr, laddr);
+        let client = ClientState::new(handle, !shared.auth_required());
+        tokio::spawn(connection::serve(shared.clone(), stream, client));
+    }
+}
+
+async fn refuse(mut stream: TcpStream) {
+    let _ = stream
+        .write_all(b"-ERR max number of clients reached\r\n")
+        .await;
+    let _ = stream.shutdown().await;
+}
+
+async fn expiry_loop(shared: Arc<Shared>) {
+    let period = Duration::from_millis(1000 / u64::from(shared.config.hz.max(1)));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let shared = shared.clone();
+        // The sweep takes shard locks; keep it off the async workers' fast path.
+        let removed = tokio::task::spawn_blocking(move || {
+            shared
+                .store
+                .sweep_expired(gradus_store::now_ms(), SWEEP_BUDGET_PER_SHARD)
+        })
+        .await
+        .unwrap_or(0);
+        if removed > 0 {
+            tracing::trace!(removed, "active expiry");
+        }
+    }
+}
+
+async fn signal_loop(shared: Arc<Shared>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            tracing::warn!("cannot install signal handlers");
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    shared.request_shutdown();
+}

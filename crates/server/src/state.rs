@@ -1,0 +1,112 @@
+//! Server-wide shared state: the store, the live settings, the client registry and counters.
+//!
+//! One `Arc<Shared>` is handed to every connection. Settings that `CONFIG SET` may change live in
+//! atomics or a small mutex so the request path reads them without locking anything shared for long.
+
+use crate::client::ClientRegistry;
+use crate::config::Config;
+use gradus_proto::Limits;
+use gradus_store::Store;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+
+/// Counters reported by INFO stats. Relaxed atomics: they are statistics, not synchronisation.
+#[derive(Default)]
+pub struct Stats {
+    pub connections_received: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    pub commands_processed: AtomicU64,
+    pub keyspace_hits: AtomicU64,
+    pub keyspace_misses: AtomicU64,
+    pub net_input_bytes: AtomicU64,
+    pub net_output_bytes: AtomicU64,
+    pub expired_keys: AtomicU64,
+}
+
+impl Stats {
+    /// Count a key lookup as a hit or a miss.
+    pub fn lookup(&self, hit: bool) {
+        if hit {
+            self.keyspace_hits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.keyspace_misses.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Settings that can change at run time (CONFIG SET).
+pub struct LiveSettings {
+    pub maxclients: AtomicUsize,
+    pub proto_max_bulk_len: AtomicUsize,
+    pub max_multibulk_len: AtomicUsize,
+    pub max_inline_len: AtomicUsize,
+    pub requirepass: Mutex<String>,
+}
+
+impl LiveSettings {
+    /// The request decoder limits in force now.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_bulk_len: self.proto_max_bulk_len.load(Ordering::Relaxed),
+            max_array_len: self.max_multibulk_len.load(Ordering::Relaxed),
+            max_inline_len: self.max_inline_len.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Everything connections share.
+pub struct Shared {
+    pub store: Store,
+    /// The configuration the server started with (CONFIG GET reads live values from `live`).
+    pub config: Config,
+    pub config_file: Option<std::path::PathBuf>,
+    pub live: LiveSettings,
+    pub clients: ClientRegistry,
+    pub stats: Stats,
+    pub started: Instant,
+    pub started_unix: u64,
+    /// The port actually bound (differs from config when it was 0).
+    pub port: AtomicUsize,
+    /// Flips to true once shutdown begins; connections and the acceptor watch it.
+    pub shutdown: watch::Sender<bool>,
+}
+
+impl Shared {
+    pub fn new(config: Config, config_file: Option<std::path::PathBuf>) -> Self {
+        let live = LiveSettings {
+            maxclients: AtomicUsize::new(config.maxclients),
+            proto_max_bulk_len: AtomicUsize::new(config.proto_max_bulk_len),
+            max_multibulk_len: AtomicUsize::new(config.max_multibulk_len),
+            max_inline_len: AtomicUsize::new(config.max_inline_len),
+            requirepass: Mutex::new(config.requirepass.clone()),
+        };
+        let (shutdown, _) = watch::channel(false);
+        Self {
+            store: Store::new(config.databases),
+            port: AtomicUsize::new(config.port as usize),
+            config,
+            config_file,
+            live,
+            clients: ClientRegistry::default(),
+            stats: Stats::default(),
+            started: Instant::now(),
+            started_unix: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            shutdown,
+        }
+    }
+
+    /// True when clients must authenticate before other commands.
+    pub fn auth_required(&self) -> bool {
+        !self.live.requirepass.lock().is_empty()
+    }
+
+    /// Begin a graceful shutdown (SIGINT, SIGTERM, SHUTDOWN).
+    pub fn request_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+}

@@ -1,0 +1,293 @@
+//! A keyspace (one `SELECT` database): a fixed array of mutex-guarded shards.
+//!
+//! Locking rules: a command locks only the shards of the keys it names, in ascending shard order
+//! (`lock_keys`), so two multi-key commands can never deadlock; whole-keyspace operations (KEYS,
+//! SCAN, DBSIZE, FLUSHDB) take shards one at a time. No shard lock is ever held across an `.await`
+//! (the server only calls in here from synchronous command handlers). Atomicity across commands
+//! (MULTI/EXEC) is the store gate's job, not this module's.
+
+use crate::glob::glob_match;
+use crate::scan::{scan_position, scan_step, SCAN_HASH_BITS};
+use crate::shard::Shard;
+use crate::value::ValueKind;
+use bytes::Bytes;
+use hashbrown::DefaultHashBuilder;
+use parking_lot::{Mutex, MutexGuard};
+use rand::Rng;
+use std::hash::BuildHasher;
+
+/// Shards per keyspace. A power of two; 16 keeps lock contention negligible on small machines while
+/// the per-keyspace fixed cost stays tiny. The low 4 bits of a SCAN cursor hold the shard index.
+pub const SHARDS: usize = 16;
+const SHARD_BITS: u32 = SHARDS.trailing_zeros();
+
+/// One database of sharded key → entry maps.
+pub struct Keyspace {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: DefaultHashBuilder,
+}
+
+impl Default for Keyspace {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Shard guards held by one multi-key command; see `Keyspace::lock_keys`.
+pub struct MultiLock<'a> {
+    keyspace: &'a Keyspace,
+    guards: Vec<Option<MutexGuard<'a, Shard>>>,
+}
+
+impl MultiLock<'_> {
+    /// The locked shard holding `key`.
+    ///
+    /// # Panics
+    /// If `key` was not among the keys passed to `lock_keys` — a programming error in the caller.
+    pub fn shard(&mut self, key: &[u8]) -> &mut Shard {
+        let idx = self.keyspace.shard_index(key);
+        self.guards[idx]
+            .as_deref_mut()
+            .expect("key's shard locked by lock_keys")
+    }
+}
+
+/// Result of one SCAN step.
+pub struct ScanPage {
+    pub keys: Vec<Bytes>,
+    /// 0 when the iteration is complete.
+    pub cursor: u64,
+}
+
+impl Keyspace {
+    pub fn new() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
+            hasher: DefaultHashBuilder::default(),
+        }
+    }
+
+    /// Which shard holds `key`.
+    pub fn shard_index(&self, key: &[u8]) -> usize {
+        (self.hasher.hash_one(key) as usize) & (SHARDS - 1)
+    }
+
+    /// Lock the shard holding `key`.
+    pub fn lock(&self, key: &[u8]) -> MutexGuard<'_, Shard> {
+        self.shards[self.shard_index(key)].lock()
+    }
+
+    /// Lock every shard that holds one of `keys`, in ascending order (deadlock-free).
+    pub fn lock_keys<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> MultiLock<'_> {
+        let mut wanted = [false; SHARDS];
+        for key in keys {
+            wanted[self.shard_index(key)] = true;
+        }
+        let guards = wanted
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| w.then(|| self.shards[i].lock()))
+            .collect();
+        MultiLock {
+            keyspace: self,
+            guards,
+        }
+    }
+
+    /// Run `f` on each shard in turn (one lock at a time).
+    pub fn for_each_shard(&self, mut f: impl FnMut(&mut Shard)) {
+        for shard in self.shards.iter() {
+            f(&mut shard.lock());
+        }
+    }
+
+    /// Number of keys (expired-but-unreclaimed keys included, as Redis' DBSIZE does).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// (keys, keys with a TTL, used bytes) for INFO.
+    pub fn stats(&self) -> (usize, usize, usize) {
+        let mut out = (0, 0, 0);
+        for s in self.shards.iter() {
+            let s = s.lock();
+            out.0 += s.len();
+            out.1 += s.volatile_count();
+            out.2 += s.used_bytes();
+        }
+        out
+    }
+
+    /// Keys reclaimed by expiry since start.
+    pub fn expired_count(&self) -> u64 {
+        self.shards.iter().map(|s| s.lock().expired_count()).sum()
+    }
+
+    /// Drop every key. The old maps are returned so the caller can free them off the request path
+    /// (FLUSHALL ASYNC); dropping the result frees them here.
+    pub fn flush(&self) -> Vec<hashbrown::HashMap<Bytes, crate::shard::Entry>> {
+        self.shards.iter().map(|s| s.lock().clear()).collect()
+    }
+
+    /// All live keys matching `pattern` (KEYS).
+    pub fn keys(&self, pattern: &[u8], now_ms: u64) -> Vec<Bytes> {
+        let match_all = pattern == b"*";
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            let s = s.lock();
+            out.extend(
+                s.iter_live(now_ms)
+                    .filter(|(k, _)| match_all || glob_match(pattern, k))
+                    .map(|(k, _)| k.clone()),
+            );
+        }
+        out
+    }
+
+    /// One SCAN step from `cursor`, examining about `count` keys; `pattern` and `kind` filter the
+    /// examined keys (so a page may be shorter than `count`, as in Redis).
+    pub fn scan(
+        &self,
+        cursor: u64,
+        count: usize,
+        pattern: Option<&[u8]>,
+        kind: Option<ValueKind>,
+        now_ms: u64,
+    ) -> ScanPage {
+        let mut shard_idx = (cursor & (SHARDS as u64 - 1)) as usize;
+        let mut from = cursor >> SHARD_BITS;
+        let mut keys = Vec::new();
+        while shard_idx < SHARDS {
+            let shard = self.shards[shard_idx].lock();
+            let map = shard.map();
+            let items = map
+                .iter()
+                .map(|(k, e)| (scan_position(map.hasher(), k), (k, e)));
+            let (page, next) = scan_step(items, from, count);
+            keys.extend(
+                page.into_iter()
+                    .filter(|(_, e)| !matches!(e.expires_at(), Some(t) if t <= now_ms))
+                    .filter(|(_, e)| kind.is_none_or(|k| e.value.kind() == k))
+                    .filter(|(k, _)| pattern.is_none_or(|p| glob_match(p, k)))
+                    .map(|(k, _)| k.clone()),
+            );
+            match next {
+                Some(pos) => {
+                    debug_assert!(pos < (1 << SCAN_HASH_BITS));
+                    return ScanPage {
+                        keys,
+                        cursor: (pos << SHARD_BITS) | shard_idx as u64,
+                    };
+                }
+                None => {
+                    shard_idx += 1;
+                    from = 0;
+                    // Return at a shard boundary once we have something, so pages stay small.
+                    if !keys.is_empty() && shard_idx < SHARDS {
+                        return ScanPage {
+                            keys,
+                            cursor: shard_idx as u64,
+                        };
+                    }
+                }
+            }
+        }
+        ScanPage { keys, cursor: 0 }
+    }
+
+    /// A random live key, or None when the keyspace is empty.
+    pub fn random_key(&self, now_ms: u64) -> Option<Bytes> {
+        let mut rng = rand::thread_rng();
+        let start = rng.gen_range(0..SHARDS);
+        for i in 0..SHARDS {
+            let shard = self.shards[(start + i) % SHARDS].lock();
+            let live: Vec<&Bytes> = shard.iter_live(now_ms).map(|(k, _)| k).collect();
+            if !live.is_empty() {
+                return Some(live[rng.gen_range(0..live.len())].clone());
+            }
+        }
+        None
+    }
+
+    /// Reclaim up to `budget_per_shard` expired keys in every shard; returns how many were removed.
+    pub fn sweep_expired(&self, now_ms: u64, budget_per_shard: usize) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().sweep_expired(now_ms, budget_per_shard))
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::Value;
+    use std::collections::HashSet;
+
+    fn put(ks: &Keyspace, key: &str) {
+        ks.lock(key.as_bytes()).set(
+            key.as_bytes(),
+            Value::Str(Bytes::from_static(b"v")),
+            None,
+            0,
+        );
+    }
+
+    #[test]
+    fn scan_visits_every_key_once_when_stable() {
+        let ks = Keyspace::new();
+        for i in 0..500 {
+            put(&ks, &format!("key:{i}"));
+        }
+        let mut seen = Vec::new();
+        let mut cursor = 0;
+        loop {
+            let page = ks.scan(cursor, 7, None, None, 0);
+            seen.extend(page.keys);
+            cursor = page.cursor;
+            if cursor == 0 {
+                break;
+            }
+        }
+        let unique: HashSet<_> = seen.iter().cloned().collect();
+        assert_eq!(unique.len(), 500);
+        assert_eq!(seen.len(), 500);
+    }
+
+    #[test]
+    fn scan_filters_by_pattern() {
+        let ks = Keyspace::new();
+        for i in 0..50 {
+            put(&ks, &format!("a:{i}"));
+            put(&ks, &format!("b:{i}"));
+        }
+        let mut found = 0;
+        let mut cursor = 0;
+        loop {
+            let page = ks.scan(cursor, 10, Some(b"a:*"), None, 0);
+            assert!(page.keys.iter().all(|k| k.starts_with(b"a:")));
+            found += page.keys.len();
+            cursor = page.cursor;
+            if cursor == 0 {
+                break;
+            }
+        }
+        assert_eq!(found, 50);
+    }
+
+    #[test]
+    fn multilock_covers_all_named_keys() {
+        let ks = Keyspace::new();
+        let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("k{i}").into_bytes()).collect();
+        let mut lock = ks.lock_keys(keys.iter().map(|k| k.as_slice()));
+        for k in &keys {
+            lock.shard(k).set(k, Value::Str(Bytes::new()), None, 0);
+        }
+        drop(lock);
+        assert_eq!(ks.len(), 40);
+        assert_eq!(ks.keys(b"k1*", 0).len(), 11);
+    }
+}

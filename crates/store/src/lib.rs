@@ -1,0 +1,31 @@
+//! Gradus keyspaces: the in-memory data the server serves.
+//!
+//! Modules, from the outside in:
+//! - [`store`]: every keyspace plus the gate that makes transactions atomic;
+//! - [`keyspace`]: one `SELECT` database, sharded; multi-key locking, SCAN, KEYS, flush;
+//! - [`shard`]: a map of entries with lazy/active expiry, versions for WATCH, memory accounting;
+//! - [`value`]: strings, hashes and sorted sets;
+//! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns.
+//!
+//! This crate knows nothing about sockets, protocols or command syntax; times are passed in as
+//! Unix milliseconds so tests control the clock.
+
+pub mod glob;
+pub mod keyspace;
+pub mod scan;
+pub mod shard;
+pub mod store;
+pub mod value;
+
+pub use keyspace::{Keyspace, MultiLock, ScanPage, SHARDS};
+pub use shard::{Entry, Shard};
+pub use store::Store;
+pub use value::{HashValue, Score, ScoreBound, Value, ValueKind, ZSetValue};
+
+/// The current time in Unix milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,326 @@
+//! One shard of a keyspace: a hash map of live entries, an expiry index and memory accounting.
+//!
+//! A shard is plain data guarded by its keyspace's mutex; every method takes `&mut self` and never
+//! blocks or allocates beyond the values it stores. Expired entries are removed lazily by the
+//! accessors here and actively by `sweep_expired`. Each mutation bumps the entry's version so
+//! `WATCH` can tell that a key changed.
+
+use crate::value::{Value, ITEM_OVERHEAD};
+use bytes::Bytes;
+use hashbrown::HashMap;
+use std::collections::BTreeSet;
+
+/// A stored key's value and metadata.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub value: Value,
+    expires_at: Option<u64>,
+    version: u64,
+}
+
+impl Entry {
+    /// Absolute expiry time in Unix milliseconds, if the key has a TTL.
+    pub fn expires_at(&self) -> Option<u64> {
+        self.expires_at
+    }
+    /// Monotonic per-shard modification stamp (never 0 for a live entry).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+    fn is_expired(&self, now_ms: u64) -> bool {
+        matches!(self.expires_at, Some(t) if t <= now_ms)
+    }
+}
+
+fn entry_size(key_len: usize, value: &Value) -> usize {
+    key_len + value.mem_size() + ITEM_OVERHEAD
+}
+
+/// A shard of one keyspace. See the module docs for the invariants.
+#[derive(Debug, Default)]
+pub struct Shard {
+    map: HashMap<Bytes, Entry>,
+    /// (expires_at_ms, key) for every entry with a TTL; kept exactly in sync with `map`.
+    expiries: BTreeSet<(u64, Bytes)>,
+    used_bytes: usize,
+    next_version: u64,
+    expired_count: u64,
+}
+
+impl Shard {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn bump(&mut self) -> u64 {
+        self.next_version += 1;
+        self.next_version
+    }
+
+    /// Number of entries, including expired ones not yet reclaimed.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+    /// Approximate bytes held by keys and values.
+    pub fn used_bytes(&self) -> usize {
+        self.used_bytes
+    }
+    /// Number of entries with a TTL.
+    pub fn volatile_count(&self) -> usize {
+        self.expiries.len()
+    }
+    /// Keys reclaimed because their TTL ran out (lazily or by the sweep).
+    pub fn expired_count(&self) -> u64 {
+        self.expired_count
+    }
+
+    /// Remove `key` if it is expired; true when it was.
+    fn expire_if_needed(&mut self, key: &[u8], now_ms: u64) -> bool {
+        let expired = matches!(self.map.get(key), Some(e) if e.is_expired(now_ms));
+        if expired {
+            self.remove_entry(key);
+            self.expired_count += 1;
+        }
+        expired
+    }
+
+    fn remove_entry(&mut self, key: &[u8]) -> Option<Entry> {
+        let (k, e) = self.map.remove_entry(key)?;
+        if let Some(t) = e.expires_at {
+            self.expiries.remove(&(t, k.clone()));
+        }
+        self.used_bytes -= entry_size(k.len(), &e.value);
+        Some(e)
+    }
+
+    /// The live entry for `key`, reclaiming it first if it expired.
+    pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
+        self.expire_if_needed(key, now_ms);
+        self.map.get(key)
+    }
+
+    /// Version of `key` for WATCH: 0 when absent or expired.
+    pub fn version_of(&mut self, key: &[u8], now_ms: u64) -> u64 {
+        self.get(key, now_ms).map_or(0, |e| e.version)
+    }
+
+    /// Apply `f` to the live value of `key`. Returns None when the key is absent. The entry's version
+    /// is bumped and memory re-accounted; a collection left empty is deleted.
+    pub fn modify<R>(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        f: impl FnOnce(&mut Value) -> R,
+    ) -> Option<R> {
+        self.expire_if_needed(key, now_ms);
+        let version = self.next_version + 1;
+        let entry = self.map.get_mut(key)?;
+        let before = entry.value.mem_size();
+        let result = f(&mut entry.value);
+        let after = entry.value.mem_size();
+        entry.version = version;
+        let empty = entry.value.is_empty_collection();
+        self.next_version = version;
+        self.used_bytes = self.used_bytes + after - before;
+        if empty {
+            self.remove_entry(key);
+        }
+        Some(result)
+    }
+
+    /// Apply `f` to the value of `key`, creating it with `create()` (and no TTL) when absent.
+    /// Returns `f`'s result; a collection left empty (e.g. `f` failed on a new value) is deleted.
+    pub fn upsert<R>(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        create: impl FnOnce() -> Value,
+        f: impl FnOnce(&mut Value) -> R,
+    ) -> R {
+        self.expire_if_needed(key, now_ms);
+        if !self.map.contains_key(key) {
+            let value = create();
+            self.used_bytes += entry_size(key.len(), &value);
+            let version = self.bump();
+            self.map.insert(
+                Bytes::copy_from_slice(key),
+                Entry {
+                    value,
+                    expires_at: None,
+                    version,
+                },
+            );
+        }
+        self.modify(key, now_ms, f)
+            .expect("entry inserted above and not expired")
+    }
+
+    /// Store `value` under `key` with the given expiry, replacing any previous entry (whose value is
+    /// returned if it was live).
+    pub fn set(
+        &mut self,
+        key: &[u8],
+        value: Value,
+        expires_at: Option<u64>,
+        now_ms: u64,
+    ) -> Option<Entry> {
+        self.expire_if_needed(key, now_ms);
+        let old = self.remove_entry(key);
+        let key = Bytes::copy_from_slice(key);
+        self.used_bytes += entry_size(key.len(), &value);
+        if let Some(t) = expires_at {
+            self.expiries.insert((t, key.clone()));
+        }
+        let version = self.bump();
+        self.map.insert(
+            key,
+            Entry {
+                value,
+                expires_at,
+                version,
+            },
+        );
+        old
+    }
+
+    /// Delete `key`; returns the entry if it was live.
+    pub fn remove(&mut self, key: &[u8], now_ms: u64) -> Option<Entry> {
+        if self.expire_if_needed(key, now_ms) {
+            return None;
+        }
+        self.remove_entry(key)
+    }
+
+    /// Change the TTL of a live key (None = persist). Returns false when the key is absent.
+    pub fn set_expiry(&mut self, key: &[u8], expires_at: Option<u64>, now_ms: u64) -> bool {
+        self.expire_if_needed(key, now_ms);
+        let version = self.next_version + 1;
+        let Some((k, entry)) = self.map.get_key_value_mut(key) else {
+            return false;
+        };
+        if let Some(t) = entry.expires_at {
+            self.expiries.remove(&(t, k.clone()));
+        }
+        if let Some(t) = expires_at {
+            self.expiries.insert((t, k.clone()));
+        }
+        entry.expires_at = expires_at;
+        entry.version = version;
+        self.next_version = version;
+        true
+    }
+
+    /// Remove up to `budget` expired keys, earliest first. Returns how many were removed.
+    pub fn sweep_expired(&mut self, now_ms: u64, budget: usize) -> usize {
+        let mut removed = 0;
+        while removed < budget {
+            let Some((t, key)) = self.expiries.first().cloned() else {
+                break;
+            };
+            if t > now_ms {
+                break;
+            }
+            self.remove_entry(&key);
+            self.expired_count += 1;
+            removed += 1;
+        }
+        removed
+    }
+
+    /// Drop every entry; returns the old map so the caller can free it off the request path.
+    pub fn clear(&mut self) -> HashMap<Bytes, Entry> {
+        self.expiries.clear();
+        self.used_bytes = 0;
+        // Keep versions monotonic across a flush so WATCH still sees later changes.
+        self.next_version += 1;
+        std::mem::take(&mut self.map)
+    }
+
+    /// Iterate live entries (expired-but-unreclaimed ones are skipped).
+    pub fn iter_live(&self, now_ms: u64) -> impl Iterator<Item = (&Bytes, &Entry)> {
+        self.map.iter().filter(move |(_, e)| !e.is_expired(now_ms))
+    }
+
+    /// The underlying map, for cursor scans (callers must skip expired entries themselves).
+    pub fn map(&self) -> &HashMap<Bytes, Entry> {
+        &self.map
+    }
+
+    /// True when a live entry exists for `key` (read-only: does not reclaim).
+    pub fn contains_live(&self, key: &[u8], now_ms: u64) -> bool {
+        matches!(self.map.get(key), Some(e) if !e.is_expired(now_ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &str) -> Value {
+        Value::Str(Bytes::copy_from_slice(v.as_bytes()))
+    }
+
+    #[test]
+    fn lazy_expiry_and_accounting() {
+        let mut sh = Shard::new();
+        sh.set(b"a", s("1"), Some(100), 0);
+        sh.set(b"b", s("22"), None, 0);
+        assert!(sh.get(b"a", 99).is_some());
+        assert!(sh.get(b"a", 100).is_none());
+        assert_eq!(sh.len(), 1);
+        assert_eq!(sh.volatile_count(), 0);
+        sh.remove(b"b", 0);
+        assert_eq!(sh.used_bytes(), 0);
+    }
+
+    #[test]
+    fn sweep_removes_only_due_keys() {
+        let mut sh = Shard::new();
+        for i in 0..10u64 {
+            sh.set(format!("k{i}").as_bytes(), s("v"), Some(i * 10), 0);
+        }
+        assert_eq!(sh.sweep_expired(45, 100), 5);
+        assert_eq!(sh.len(), 5);
+        assert_eq!(sh.sweep_expired(1000, 2), 2);
+        assert_eq!(sh.len(), 3);
+    }
+
+    #[test]
+    fn versions_change_on_every_write() {
+        let mut sh = Shard::new();
+        sh.set(b"k", s("v"), None, 0);
+        let v1 = sh.version_of(b"k", 0);
+        sh.modify(b"k", 0, |_| ());
+        let v2 = sh.version_of(b"k", 0);
+        sh.set_expiry(b"k", Some(50), 0);
+        let v3 = sh.version_of(b"k", 0);
+        assert!(v1 < v2 && v2 < v3);
+        assert_eq!(sh.version_of(b"k", 60), 0);
+    }
+
+    #[test]
+    fn empty_collection_is_deleted() {
+        let mut sh = Shard::new();
+        sh.upsert(
+            b"h",
+            0,
+            || Value::Hash(Default::default()),
+            |v| {
+                if let Value::Hash(h) = v {
+                    h.insert(b"f", b"v");
+                }
+            },
+        );
+        assert_eq!(sh.len(), 1);
+        sh.modify(b"h", 0, |v| {
+            if let Value::Hash(h) = v {
+                h.remove(b"f");
+            }
+        });
+        assert_eq!(sh.len(), 0);
+        assert_eq!(sh.used_bytes(), 0);
+    }
+}

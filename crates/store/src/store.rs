@@ -1,0 +1,63 @@
+//! The store: every keyspace of the server plus the gate that makes MULTI/EXEC atomic.
+//!
+//! The gate is a reader-writer lock taken by the *dispatcher*, never by command code: each ordinary
+//! command runs under a shared hold, a transaction (EXEC) under an exclusive hold, so no other
+//! command can interleave with it while shard locks stay fine-grained for everything else. The gate
+//! is never held across an `.await`.
+
+use crate::keyspace::Keyspace;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// All keyspaces of a server.
+pub struct Store {
+    keyspaces: Vec<Keyspace>,
+    gate: RwLock<()>,
+}
+
+impl Store {
+    /// A store with `databases` keyspaces (the `SELECT` range is 0..databases).
+    pub fn new(databases: usize) -> Self {
+        Self {
+            keyspaces: (0..databases.max(1)).map(|_| Keyspace::new()).collect(),
+            gate: RwLock::new(()),
+        }
+    }
+
+    pub fn databases(&self) -> usize {
+        self.keyspaces.len()
+    }
+
+    /// Keyspace `index`, or None when out of range.
+    pub fn db(&self, index: usize) -> Option<&Keyspace> {
+        self.keyspaces.get(index)
+    }
+
+    pub fn keyspaces(&self) -> &[Keyspace] {
+        &self.keyspaces
+    }
+
+    /// Shared hold of the gate, for one ordinary command.
+    pub fn shared(&self) -> RwLockReadGuard<'_, ()> {
+        self.gate.read()
+    }
+
+    /// Exclusive hold of the gate, for a transaction: nothing else runs until it is dropped.
+    pub fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
+        self.gate.write()
+    }
+
+    /// Active expiry: reclaim up to `budget_per_shard` expired keys per shard in every keyspace.
+    /// Takes a shared hold of the gate itself (it is called from a timer, not from a command).
+    pub fn sweep_expired(&self, now_ms: u64, budget_per_shard: usize) -> usize {
+        let _gate = self.gate.read();
+        self.keyspaces
+            .iter()
+            .map(|k| k.sweep_expired(now_ms, budget_per_shard))
+            .sum()
+    }
+
+    /// Approximate bytes held by keys and values across all keyspaces.
+    pub fn used_bytes(&self) -> usize {
+        self.keyspaces.iter().map(|k| k.stats().2).sum()
+    }
+}

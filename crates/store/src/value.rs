@@ -1,0 +1,323 @@
+//! The value types a key can hold: strings, hashes and sorted sets.
+//!
+//! Each collection keeps a running byte count so `mem_size()` is O(1); the shard uses it to account
+//! memory on every write without walking the value. Nothing here knows about keys, expiry or locking.
+
+use bytes::Bytes;
+use hashbrown::HashMap;
+use std::collections::BTreeSet;
+
+/// Fixed per-item overhead used by the memory accounting (pointer-sized headers, hash slots).
+/// An estimate, like Redis' `used_memory` is for encodings; it only has to be monotone and stable.
+pub const ITEM_OVERHEAD: usize = 32;
+
+/// The kind of a value, as `TYPE` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    String,
+    Hash,
+    ZSet,
+}
+
+impl ValueKind {
+    /// The name `TYPE` replies with.
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueKind::String => "string",
+            ValueKind::Hash => "hash",
+            ValueKind::ZSet => "zset",
+        }
+    }
+
+    /// Parse a `SCAN ... TYPE name` argument (case-insensitive).
+    pub fn parse(name: &[u8]) -> Option<ValueKind> {
+        match name.to_ascii_lowercase().as_slice() {
+            b"string" => Some(ValueKind::String),
+            b"hash" => Some(ValueKind::Hash),
+            b"zset" => Some(ValueKind::ZSet),
+            _ => None,
+        }
+    }
+}
+
+/// A stored value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Str(Bytes),
+    Hash(HashValue),
+    ZSet(ZSetValue),
+}
+
+impl Value {
+    pub fn kind(&self) -> ValueKind {
+        match self {
+            Value::Str(_) => ValueKind::String,
+            Value::Hash(_) => ValueKind::Hash,
+            Value::ZSet(_) => ValueKind::ZSet,
+        }
+    }
+
+    /// Approximate heap bytes held by the value. O(1).
+    pub fn mem_size(&self) -> usize {
+        match self {
+            Value::Str(b) => b.len(),
+            Value::Hash(h) => h.bytes,
+            Value::ZSet(z) => z.bytes,
+        }
+    }
+
+    /// Collections that become empty are deleted, as in Redis.
+    pub fn is_empty_collection(&self) -> bool {
+        match self {
+            Value::Str(_) => false,
+            Value::Hash(h) => h.is_empty(),
+            Value::ZSet(z) => z.is_empty(),
+        }
+    }
+}
+
+/// A hash: field → value, with a running byte count.
+#[derive(Debug, Clone, Default)]
+pub struct HashValue {
+    map: HashMap<Bytes, Bytes>,
+    bytes: usize,
+}
+
+impl PartialEq for HashValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.map == other.map
+    }
+}
+
+impl HashValue {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+    pub fn get(&self, field: &[u8]) -> Option<&Bytes> {
+        self.map.get(field)
+    }
+    pub fn contains(&self, field: &[u8]) -> bool {
+        self.map.contains_key(field)
+    }
+    /// Insert or overwrite; true when the field is new.
+    pub fn insert(&mut self, field: &[u8], value: &[u8]) -> bool {
+        let value = Bytes::copy_from_slice(value);
+        if let Some(old) = self.map.get_mut(field) {
+            self.bytes = self.bytes - old.len() + value.len();
+            *old = value;
+            false
+        } else {
+            self.bytes += field.len() + value.len() + ITEM_OVERHEAD;
+            self.map.insert(Bytes::copy_from_slice(field), value);
+            true
+        }
+    }
+    pub fn remove(&mut self, field: &[u8]) -> bool {
+        match self.map.remove(field) {
+            Some(v) => {
+                self.bytes -= field.len() + v.len() + ITEM_OVERHEAD;
+                true
+            }
+            None => false,
+        }
+    }
+    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Bytes)> {
+        self.map.iter()
+    }
+    /// The underlying map, for cursor scans.
+    pub fn map(&self) -> &HashMap<Bytes, Bytes> {
+        &self.map
+    }
+}
+
+/// A score with a total order (`f64::total_cmp`) so it can live in a BTreeSet. NaN never gets in:
+/// commands reject it before it reaches the set.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Score(pub f64);
+
+impl Eq for Score {}
+impl PartialOrd for Score {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Score {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // -0.0 and 0.0 compare equal in Redis; normalise so total_cmp agrees.
+        let a = if self.0 == 0.0 { 0.0 } else { self.0 };
+        let b = if other.0 == 0.0 { 0.0 } else { other.0 };
+        a.total_cmp(&b)
+    }
+}
+
+/// One end of a score range (`ZCOUNT key (1 +inf`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScoreBound {
+    pub value: f64,
+    pub exclusive: bool,
+}
+
+impl ScoreBound {
+    /// True when `score` is on the inner side of this bound used as a minimum.
+    pub fn below(&self, score: f64) -> bool {
+        if self.exclusive {
+            self.value < score
+        } else {
+            self.value <= score
+        }
+    }
+    /// True when `score` is on the inner side of this bound used as a maximum.
+    pub fn above(&self, score: f64) -> bool {
+        if self.exclusive {
+            score < self.value
+        } else {
+            score <= self.value
+        }
+    }
+}
+
+/// A sorted set: member → score plus an ordered index of (score, member).
+#[derive(Debug, Clone, Default)]
+pub struct ZSetValue {
+    scores: HashMap<Bytes, f64>,
+    ordered: BTreeSet<(Score, Bytes)>,
+    bytes: usize,
+}
+
+impl PartialEq for ZSetValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.scores == other.scores
+    }
+}
+
+impl ZSetValue {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn len(&self) -> usize {
+        self.scores.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.scores.is_empty()
+    }
+    pub fn score(&self, member: &[u8]) -> Option<f64> {
+        self.scores.get(member).copied()
+    }
+    /// Set `member`'s score; returns the previous score if it existed.
+    pub fn insert(&mut self, member: &[u8], score: f64) -> Option<f64> {
+        if let Some(old) = self.scores.get_mut(member) {
+            let prev = *old;
+            if Score(prev) != Score(score) || prev.to_bits() != score.to_bits() {
+                let key = Bytes::copy_from_slice(member);
+                self.ordered.remove(&(Score(prev), key.clone()));
+                self.ordered.insert((Score(score), key));
+                *old = score;
+            }
+            Some(prev)
+        } else {
+            let key = Bytes::copy_from_slice(member);
+            self.bytes += 2 * member.len() + 8 + 2 * ITEM_OVERHEAD;
+            self.scores.insert(key.clone(), score);
+            self.ordered.insert((Score(score), key));
+            None
+        }
+    }
+    pub fn remove(&mut self, member: &[u8]) -> bool {
+        match self.scores.remove_entry(member) {
+            Some((key, score)) => {
+                self.ordered.remove(&(Score(score), key));
+                self.bytes -= 2 * member.len() + 8 + 2 * ITEM_OVERHEAD;
+                true
+            }
+            None => false,
+        }
+    }
+    /// Members in ascending (score, member) order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> {
+        self.ordered.iter().map(|(s, m)| (m, s.0))
+    }
+    /// Members whose score lies within [min, max] (honouring exclusivity), ascending.
+    pub fn range_by_score(
+        &self,
+        min: ScoreBound,
+        max: ScoreBound,
+    ) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> {
+        use std::ops::Bound;
+        let empty = min.value.is_nan()
+            || max.value.is_nan()
+            || min.value > max.value
+            || (min.value == max.value && (min.exclusive || max.exclusive));
+        let range = if empty {
+            None
+        } else {
+            let start = Bound::Included((Score(min.value), Bytes::new()));
+            let end = if max.value == f64::INFINITY {
+                Bound::Unbounded
+            } else {
+                Bound::Excluded((Score(max.value.next_up()), Bytes::new()))
+            };
+            Some(self.ordered.range((start, end)))
+        };
+        range
+            .into_iter()
+            .flatten()
+            .filter(move |(s, _)| min.below(s.0) && max.above(s.0))
+            .map(|(s, m)| (m, s.0))
+    }
+    /// The underlying member map, for cursor scans.
+    pub fn scores(&self) -> &HashMap<Bytes, f64> {
+        &self.scores
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_accounting_returns_to_zero() {
+        let mut h = HashValue::new();
+        assert!(h.insert(b"f", b"v1"));
+        assert!(!h.insert(b"f", b"value2"));
+        assert!(h.insert(b"g", b""));
+        assert!(h.remove(b"f"));
+        assert!(h.remove(b"g"));
+        assert_eq!(Value::Hash(h).mem_size(), 0);
+    }
+
+    #[test]
+    fn zset_orders_by_score_then_member() {
+        let mut z = ZSetValue::new();
+        z.insert(b"b", 1.0);
+        z.insert(b"a", 1.0);
+        z.insert(b"c", 0.5);
+        let order: Vec<_> = z.iter().map(|(m, _)| m.clone()).collect();
+        assert_eq!(order, vec!["c", "a", "b"]);
+        assert_eq!(z.insert(b"c", 2.0), Some(0.5));
+        let order: Vec<_> = z.iter().map(|(m, _)| m.clone()).collect();
+        assert_eq!(order, vec!["a", "b", "c"]);
+        let incl = ScoreBound {
+            value: 1.0,
+            exclusive: false,
+        };
+        let excl = ScoreBound {
+            value: 1.0,
+            exclusive: true,
+        };
+        let inf = ScoreBound {
+            value: f64::INFINITY,
+            exclusive: false,
+        };
+        assert_eq!(z.range_by_score(incl, inf).count(), 3);
+        assert_eq!(z.range_by_score(excl, inf).count(), 1);
+        assert!(z.remove(b"a"));
+        assert!(!z.remove(b"a"));
+        assert_eq!(z.len(), 2);
+    }
+}
