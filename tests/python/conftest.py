@@ -12,6 +12,8 @@ Environment:
 - GRADUS_TARGET=redis: run every `gradus` test against redis-server instead, to check
   that the tests themselves describe real Redis behaviour (tests that need a
   Gradus-only feature skip themselves in that mode).
+- GRADUS_TARGET_REDIS_BIN: the redis-server that stands in for gradus with GRADUS_TARGET=redis
+  (default: REDIS_SERVER_BIN), e.g. a Redis 7.2 build while the reference is another version.
 - REDIS_SERVER_BIN / REDIS_CLI_BIN: the real redis-server / redis-cli (default: on PATH).
 - GRADUS_TEST_TIMEOUT: seconds before one test is failed as hung (default 90).
 
@@ -34,7 +36,7 @@ pytest.register_assert_rewrite("redispy_cases", "resp")
 import redis  # noqa: E402
 
 from resp import RawClient
-from servers import ServerProcess, free_port, gradus_binary, redis_server_binary
+from servers import ServerProcess, free_port, gradus_binary, redis_client, redis_server_binary
 
 HOST = "127.0.0.1"
 TARGET = os.environ.get("GRADUS_TARGET", "gradus").lower()
@@ -117,7 +119,7 @@ class _Servers:
         port = free_port(HOST)
         dir = self.new_dir(name)
         if target_is_redis():
-            binary = redis_server_binary()
+            binary = os.environ.get("GRADUS_TARGET_REDIS_BIN") or redis_server_binary()
             if binary is None:
                 pytest.skip("GRADUS_TARGET=redis but redis-server is not installed")
             argv = _redis_emulation_argv(binary, port, dir, extra)
@@ -187,23 +189,16 @@ def redis_server(_servers) -> ServerProcess:
 # --- clients ----------------------------------------------------------------
 
 
-def make_client(server: ServerProcess, protocol: int, **kwargs) -> redis.Redis:
-    kwargs.setdefault("socket_timeout", 10)
-    kwargs.setdefault("socket_connect_timeout", 5)
-    kwargs.setdefault("decode_responses", False)
-    return redis.Redis(host=server.host, port=server.port, protocol=protocol, **kwargs)
-
-
 @pytest.fixture
 def r2(gradus) -> redis.Redis:
-    client = make_client(gradus, 2)
+    client = redis_client(gradus, 2)
     yield client
     client.close()
 
 
 @pytest.fixture
 def r3(gradus) -> redis.Redis:
-    client = make_client(gradus, 3)
+    client = redis_client(gradus, 3)
     yield client
     client.close()
 
@@ -217,7 +212,7 @@ def protocol(request) -> int:
 @pytest.fixture
 def r(gradus, protocol) -> redis.Redis:
     """A redis-py client to `gradus` speaking the module's PROTOCOL."""
-    client = make_client(gradus, protocol)
+    client = redis_client(gradus, protocol)
     yield client
     client.close()
 

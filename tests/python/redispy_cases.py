@@ -14,7 +14,8 @@ import pytest
 import redis
 from redis.exceptions import ResponseError
 
-from resp import Err, Map, RawConnection, Simple
+from resp import NULL_BULK, Err, Map, RawConnection, Simple
+from servers import redis_client
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 NOT_INTEGER = "value is not an integer or out of range"
@@ -885,7 +886,7 @@ def test_multi_nested_and_watch_inside(r):
 
 
 def test_watch_abort(r, gradus):
-    other = redis.Redis(host=gradus.host, port=gradus.port, protocol=2, socket_timeout=10)
+    other = redis_client(gradus, protocol=2, socket_timeout=10)
     try:
         r.set("k", "1")
         with r.pipeline(transaction=True) as pipe:
@@ -909,7 +910,7 @@ def test_watch_abort(r, gradus):
 
 
 def test_watch_unwatch(r, gradus):
-    other = redis.Redis(host=gradus.host, port=gradus.port, protocol=2, socket_timeout=10)
+    other = redis_client(gradus, protocol=2, socket_timeout=10)
     try:
         with r.pipeline(transaction=True) as pipe:
             pipe.watch("k")
@@ -970,8 +971,8 @@ def test_select(r, gradus):
     assert error_of(r, "SELECT", "16") == "DB index is out of range"
     assert error_of(r, "SELECT", "-1") == "DB index is out of range"
     assert error_of(r, "SELECT", "abc") == NOT_INTEGER
-    a = redis.Redis(host=gradus.host, port=gradus.port, db=0, socket_timeout=10, protocol=2)
-    b = redis.Redis(host=gradus.host, port=gradus.port, db=5, socket_timeout=10, protocol=2)
+    a = redis_client(gradus, db=0, socket_timeout=10, protocol=2)
+    b = redis_client(gradus, db=5, socket_timeout=10, protocol=2)
     try:
         a.set("k", "in0")
         b.set("k", "in5")
@@ -992,7 +993,7 @@ def test_dbsize_flushdb_flushall(r, gradus):
     assert r.dbsize() == 2
     assert r.flushdb() is True
     assert r.dbsize() == 0
-    other = redis.Redis(host=gradus.host, port=gradus.port, db=3, socket_timeout=10, protocol=2)
+    other = redis_client(gradus, db=3, socket_timeout=10, protocol=2)
     try:
         other.set("x", 1)
         r.set("y", 1)
@@ -1070,7 +1071,7 @@ def test_client_id_name(r):
 
 def test_client_list_info(r, gradus):
     r.client_setname("lister")
-    other = redis.Redis(host=gradus.host, port=gradus.port, protocol=2, socket_timeout=10, client_name="other")
+    other = redis_client(gradus, protocol=2, socket_timeout=10, client_name="other")
     try:
         other.ping()
         clients = r.client_list()
@@ -1090,8 +1091,7 @@ def test_client_list_info(r, gradus):
 
 
 def test_client_kill(r, gradus):
-    victim = redis.Redis(host=gradus.host, port=gradus.port, protocol=2, socket_timeout=5,
-                         retry_on_timeout=False, retry=None)
+    victim = redis_client(gradus, protocol=2, socket_timeout=5)
     try:
         victim.ping()
         victim_id = victim.client_id()
@@ -1100,7 +1100,7 @@ def test_client_kill(r, gradus):
         assert r.client_kill_filter(_id=victim_id) == 0
         assert victim_addr not in {c["addr"] for c in r.client_list()}
         assert error_of(r, "CLIENT", "KILL", "127.0.0.1:1") == "No such client"
-        third = redis.Redis(host=gradus.host, port=gradus.port, protocol=2, socket_timeout=5)
+        third = redis_client(gradus, protocol=2, socket_timeout=5)
         third.ping()
         addr = third.client_info()["addr"]
         assert r.client_kill(addr) is True
@@ -1150,16 +1150,24 @@ def test_wrong_arity_errors(r):
     assert error_of(r, "CONFIG", "GET") == "wrong number of arguments for 'config|get' command"
 
 
-def test_reset(r):
-    r.execute_command("SELECT", 2)
-    r.client_setname("named")
-    assert call(r, "MULTI") == b"OK"
-    assert call(r, "SET", "x", "queued") == b"QUEUED"
-    assert call(r, "RESET") == b"RESET"
-    assert r.client_getname() is None
-    assert int(r.client_info()["db"]) == 0
-    assert r.exists("x") == 0
-    assert r.ping() is True
+def test_reset(gradus, protocol):
+    # Over a raw connection: RESET switches the protocol back to RESP2, which
+    # would confuse a RESP3 redis-py connection.
+    with RawConnection(gradus.host, gradus.port) as conn:
+        conn.call("HELLO", str(protocol))
+        assert conn.call("SELECT", "2") == Simple(b"OK")
+        assert conn.call("CLIENT", "SETNAME", "named") == Simple(b"OK")
+        assert conn.call("WATCH", "w") == Simple(b"OK")
+        assert conn.call("MULTI") == Simple(b"OK")
+        assert conn.call("SET", "x", "queued") == Simple(b"QUEUED")
+        assert conn.call("RESET") == Simple(b"RESET")
+        assert conn.call("CLIENT", "GETNAME") is NULL_BULK
+        assert conn.call("EXISTS", "x") == 0
+        assert conn.call("SET", "in0", "v") == Simple(b"OK")
+        assert conn.call("EXEC") == Err(b"ERR EXEC without MULTI")
+        assert b" db=0 " in conn.call("CLIENT", "INFO")
+        assert b" resp=2 " in conn.call("CLIENT", "INFO")
+        assert conn.call("PING") == Simple(b"PONG")
 
 
 # --- authentication ---------------------------------------------------------------
@@ -1178,18 +1186,18 @@ def test_auth_requirepass(gradus_factory, protocol):
     with RawConnection(server.host, server.port) as conn:
         assert conn.call("AUTH", "default", "s3cret") == Simple(b"OK")
         assert conn.call("GET", "k") == b"v"
-    good = redis.Redis(host=server.host, port=server.port, protocol=protocol, password="s3cret", socket_timeout=10)
+    good = redis_client(server, protocol=protocol, password="s3cret", socket_timeout=10)
     try:
         assert good.get("k") == b"v"
     finally:
         good.close()
-    bad = redis.Redis(host=server.host, port=server.port, protocol=protocol, password="nope", socket_timeout=10)
+    bad = redis_client(server, protocol=protocol, password="nope", socket_timeout=10)
     try:
         with pytest.raises(redis.AuthenticationError):
             bad.ping()
     finally:
         bad.close()
-    anon = redis.Redis(host=server.host, port=server.port, protocol=protocol, socket_timeout=10)
+    anon = redis_client(server, protocol=protocol, socket_timeout=10)
     try:
         with pytest.raises(redis.AuthenticationError):
             anon.get("k")

@@ -261,3 +261,20 @@ class ServerProcess:
 
     def __repr__(self) -> str:
         return f"<{self.name} {self.host}:{self.port} dir={self.dir}>"
+
+
+def redis_client(server: "ServerProcess", protocol: int = 2, **kwargs):
+    """A redis-py client for `server` that never retries behind the test's back.
+
+    (redis-py >= 6 retries failed commands with backoff by default, which would
+    hide a dropped connection and slow down expected failures.)
+    """
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    kwargs.setdefault("socket_timeout", 10)
+    kwargs.setdefault("socket_connect_timeout", 5)
+    kwargs.setdefault("decode_responses", False)
+    kwargs.setdefault("retry", Retry(NoBackoff(), 0))
+    return redis.Redis(host=server.host, port=server.port, protocol=protocol, **kwargs)

@@ -159,15 +159,40 @@ pub fn encode(frame: &Frame, version: ProtocolVersion, out: &mut BytesMut) {
     }
 }
 
+/// A RESP header or integer line (`prefix`, decimal number, CRLF) assembled on the stack so it
+/// is appended with a single copy. At most 1 + 20 + 2 bytes.
+struct HeaderLine {
+    buf: [u8; 24],
+    len: usize,
+}
+
+impl HeaderLine {
+    #[inline]
+    fn new(prefix: u8, n: impl itoa::Integer) -> Self {
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(n).as_bytes();
+        let mut buf = [0u8; 24];
+        buf[0] = prefix;
+        let end = 1 + digits.len();
+        if let Some(dst) = buf.get_mut(1..end) {
+            dst.copy_from_slice(digits);
+        }
+        if let Some(dst) = buf.get_mut(end..end + 2) {
+            dst.copy_from_slice(b"\r\n");
+        }
+        HeaderLine { buf, len: end + 2 }
+    }
+
+    #[inline]
+    fn as_bytes(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or(&[])
+    }
+}
+
 /// Writes `prefix`, the decimal `n` and CRLF: a RESP header or integer line.
 #[inline]
 fn put_header(prefix: u8, n: i64, out: &mut BytesMut) {
-    let mut b = itoa::Buffer::new();
-    let digits = b.format(n).as_bytes();
-    out.reserve(digits.len() + 3);
-    out.put_u8(prefix);
-    out.put_slice(digits);
-    out.put_slice(b"\r\n");
+    out.put_slice(HeaderLine::new(prefix, n).as_bytes());
 }
 
 /// Header with a `usize` length (saturates at `i64::MAX`, unreachable for real buffers).
@@ -220,12 +245,10 @@ pub fn encode_integer(n: i64, out: &mut BytesMut) {
 /// Bulk string `${len}\r\n{data}\r\n`, with one reservation for the whole reply.
 #[inline]
 pub fn encode_bulk(data: &[u8], out: &mut BytesMut) {
-    let mut b = itoa::Buffer::new();
-    let digits = b.format(data.len()).as_bytes();
-    out.reserve(digits.len() + data.len() + 5);
-    out.put_u8(b'$');
-    out.put_slice(digits);
-    out.put_slice(b"\r\n");
+    let header = HeaderLine::new(b'$', data.len());
+    let header = header.as_bytes();
+    out.reserve(header.len() + data.len() + 2);
+    out.put_slice(header);
     out.put_slice(data);
     out.put_slice(b"\r\n");
 }

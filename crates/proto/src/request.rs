@@ -100,8 +100,9 @@ impl RequestDecoder {
         self.limits = l;
     }
 
-    /// True when no command is partially decoded (no multibulk in progress and no partially
-    /// scanned line). A connection closing while this is false closed mid-command.
+    /// True when the decoder holds no partial command (no multibulk in progress, no partially
+    /// scanned line). A client that disconnects while this is false, or while its buffer is
+    /// non-empty, disconnected mid-command.
     pub fn is_idle(&self) -> bool {
         self.remaining == 0 && self.scanned == 0
     }
@@ -171,43 +172,44 @@ impl RequestDecoder {
         }
 
         while self.remaining > 0 {
-            let len = match self.bulk_len {
-                Some(len) => len,
-                None => {
-                    let len = self.decode_bulk_header(buf)?;
-                    match len {
-                        Some(len) => len,
-                        None => return Ok(None),
-                    }
-                }
+            // `hdr`: bytes of a `$N\r\n` header still at the front of `buf` (0 when it was
+            // consumed by an earlier call that then waited for the payload).
+            let (hdr, len) = match self.bulk_len {
+                Some(len) => (0, len),
+                None => match self.parse_bulk_header(buf)? {
+                    Some(parsed) => parsed,
+                    None => return Ok(None),
+                },
             };
             // `len <= max_bulk_len`, so this cannot overflow in practice; stay checked anyway.
-            let needed = len.checked_add(2).ok_or(ProtoError::InvalidBulkLength)?;
+            let needed = hdr
+                .checked_add(len)
+                .and_then(|n| n.checked_add(2))
+                .ok_or(ProtoError::InvalidBulkLength)?;
             if buf.len() < needed {
-                // Reject a wrong terminator as soon as its first byte is visible.
-                if buf.get(len).is_some_and(|&b| b != b'\r') {
-                    return Err(ProtoError::MissingBulkTerminator);
-                }
-                return Ok(None);
+                return self.wait_for_payload(buf, hdr, len).map(|()| None);
             }
-            if buf.get(len..needed) != Some(&b"\r\n"[..]) {
+            if buf.get(needed - 2..needed) != Some(&b"\r\n"[..]) {
                 return Err(ProtoError::MissingBulkTerminator);
             }
-            let arg = buf.split_to(len).freeze();
-            buf.advance(2);
+            // One split per argument; trimming the header and CRLF off a `Bytes` is free.
+            let mut arg = buf.split_to(needed).freeze();
+            arg.advance(hdr);
+            arg.truncate(len);
             self.args.push(arg);
             self.pending += len;
             self.bulk_len = None;
+            self.scanned = 0;
             self.remaining -= 1;
         }
         self.pending = 0;
         Ok(Some(std::mem::take(&mut self.args)))
     }
 
-    /// Parses a `$N\r\n` header at the front of `buf`, consumes it and records the length.
+    /// Parses (without consuming) a `$N\r\n` header at the front of `buf`: `(header_len, N)`.
     /// `Ok(None)` when the header line is incomplete.
     #[inline]
-    fn decode_bulk_header(&mut self, buf: &mut BytesMut) -> Result<Option<usize>, ProtoError> {
+    fn parse_bulk_header(&mut self, buf: &BytesMut) -> Result<Option<(usize, usize)>, ProtoError> {
         let cr = match self.find_line(buf, ProtoError::TooBigBulkCount)? {
             Line::Cr(cr) => cr,
             Line::Incomplete => return Ok(None),
@@ -226,17 +228,35 @@ impl RequestDecoder {
             .and_then(|n| usize::try_from(n).ok())
             .filter(|&n| n <= self.limits.max_bulk_len)
             .ok_or(ProtoError::InvalidBulkLength)?;
-        buf.advance(cr + 2);
-        self.scanned = 0;
+        Ok(Some((cr + 2, len)))
+    }
+
+    /// The payload of a bulk of `len` bytes, preceded by `hdr` header bytes, is not complete:
+    /// consumes the header, remembers `len`, rejects a wrong terminator as soon as its first byte
+    /// is visible, and reserves room for a big payload (bounded by `max_bulk_len + 2`).
+    #[cold]
+    fn wait_for_payload(
+        &mut self,
+        buf: &mut BytesMut,
+        hdr: usize,
+        len: usize,
+    ) -> Result<(), ProtoError> {
+        if hdr > 0 {
+            buf.advance(hdr);
+            self.scanned = 0;
+            self.bulk_len = Some(len);
+        }
+        if buf.get(len).is_some_and(|&b| b != b'\r') {
+            return Err(ProtoError::MissingBulkTerminator);
+        }
         if len >= BIG_ARG {
-            // Make room for the whole payload (+ CRLF) at once; bounded by max_bulk_len + 2.
+            // Make room for the whole payload (+ CRLF) at once, as Redis does for big args.
             let want = len + 2;
             if buf.len() < want {
                 buf.reserve(want - buf.len());
             }
         }
-        self.bulk_len = Some(len);
-        Ok(Some(len))
+        Ok(())
     }
 
     /// Looks for the `\r` ending the header line at the front of `buf`, resuming where the

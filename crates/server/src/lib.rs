@@ -7,7 +7,8 @@
 //! - [`client`]: per-connection state and the registry behind CLIENT LIST/KILL;
 //! - [`state`]: what all connections share (store, live settings, counters);
 //! - [`config`]: embedded defaults, TOML file, flags; [`info`]: the INFO text;
-//! - [`args`]: argument parsing with Redis' rules; [`error`]: this layer's error type.
+//! - [`args`]: argument parsing with Redis' rules; [`long_double`]: Redis' float arithmetic for
+//!   INCRBYFLOAT/HINCRBYFLOAT; [`error`]: this layer's error type.
 //!
 //! Protocol codecs live in `gradus-proto` and keyspaces in `gradus-store`; this crate wires them to
 //! sockets and must not reimplement either.
@@ -20,6 +21,7 @@ pub mod connection;
 pub mod dispatch;
 pub mod error;
 pub mod info;
+pub mod long_double;
 pub mod server;
 pub mod state;
 

@@ -117,16 +117,8 @@ fn keys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::Array(found.into_iter().map(Frame::Bulk).collect()))
 }
 
-/// Parse a SCAN-family cursor (an unsigned 64-bit decimal).
-pub fn parse_cursor(arg: &[u8]) -> Result<u64, CmdError> {
-    std::str::from_utf8(arg)
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| CmdError::err("invalid cursor"))
-}
-
 fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let cursor = parse_cursor(&args[1])?;
+    let cursor = super::hashes::parse_scan_cursor(&args[1])?;
     let mut count = 10usize;
     let mut pattern: Option<&[u8]> = None;
     let mut kind: Option<Option<ValueKind>> = None;

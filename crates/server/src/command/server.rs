@@ -391,11 +391,39 @@ fn command_info(spec: &CommandSpec) -> Frame {
         Frame::Integer(spec.first_key as i64),
         Frame::Integer(spec.last_key as i64),
         Frame::Integer(spec.step as i64),
-        Frame::Set(vec![simple(&format!("@{}", spec.group))]),
+        Frame::Set(acl_categories(spec).into_iter().map(simple).collect()),
         Frame::Set(vec![]),
         Frame::Array(vec![]),
         Frame::Array(vec![]),
     ])
+}
+
+/// Redis' ACL categories for a command, derived from its flags and group.
+fn acl_categories(spec: &CommandSpec) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if spec.has(flags::WRITE) {
+        out.push("@write");
+    } else if spec.has(flags::READONLY) {
+        out.push("@read");
+    }
+    out.push(match spec.group {
+        "string" => "@string",
+        "hash" => "@hash",
+        "sorted-set" => "@sortedset",
+        "generic" => "@keyspace",
+        "transactions" => "@transaction",
+        "connection" => "@connection",
+        _ => "@admin",
+    });
+    out.push(if spec.has(flags::FAST) {
+        "@fast"
+    } else {
+        "@slow"
+    });
+    if spec.has(flags::ADMIN) {
+        out.push("@dangerous");
+    }
+    out
 }
 
 fn command_docs(spec: &CommandSpec) -> Frame {

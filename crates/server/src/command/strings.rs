@@ -5,7 +5,7 @@
 //! `lock_keys` so they see and change all their keys atomically.
 
 use super::{cmd, flags, CommandSpec, Ctx, KEY1};
-use crate::args::{expire_at_ms, human_float, int_arg, is, parse_f64, parse_i64, ExpireUnit};
+use crate::args::{expire_at_ms, int_arg, is, parse_i64, ExpireUnit};
 use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
 use gradus_proto::Frame;
@@ -487,22 +487,32 @@ fn decrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 fn incrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let delta = parse_f64(&args[2]).ok_or(CmdError::NotFloat)?;
+    use crate::long_double::{self, LongDouble, Parsed};
+    let delta = match long_double::parse(&args[2]) {
+        None => return Err(CmdError::NotFloat),
+        Some(Parsed::Infinite) => {
+            return Err(CmdError::err("increment would produce NaN or Infinity"))
+        }
+        Some(Parsed::Finite(v)) => v,
+    };
     let key = &args[1];
     let now = ctx.now_ms;
     let mut shard = ctx.db().lock(key);
     let (current, ttl) = match shard.get(key, now) {
-        None => (0.0, None),
+        None => (Some(LongDouble::ZERO), None),
         Some(e) => match &e.value {
-            Value::Str(b) => (parse_f64(b).ok_or(CmdError::NotFloat)?, e.expires_at()),
+            Value::Str(b) => match long_double::parse(b) {
+                None => return Err(CmdError::NotFloat),
+                Some(Parsed::Infinite) => (None, e.expires_at()),
+                Some(Parsed::Finite(v)) => (Some(v), e.expires_at()),
+            },
             _ => return Err(CmdError::WrongType),
         },
     };
-    let next = current + delta;
-    if !next.is_finite() {
-        return Err(CmdError::err("increment would produce NaN or Infinity"));
-    }
-    let text = human_float(next);
+    let next = current
+        .and_then(|c| c.checked_add(delta))
+        .ok_or_else(|| CmdError::err("increment would produce NaN or Infinity"))?;
+    let text = next.to_human_string();
     shard.set(key, str_value(text.as_bytes()), ttl, now);
     Ok(Frame::Bulk(Bytes::from(text)))
 }

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Side-by-side throughput of Gradus and redis-server (persistence off) with redis-benchmark.
+#
+#   scripts/bench-redis-benchmark.sh [requests] [rounds]   (defaults: 200000 requests, 3 rounds)
+#
+# Both servers run on loopback, one at a time, with the same redis-benchmark command lines:
+#   redis-benchmark -t set,get,incr,hset -c 50 -d 1024 -n N            (no pipelining)
+#   redis-benchmark -t set,get,incr,hset -c 50 -d 1024 -n N -P 16      (pipelining 16)
+# Rounds alternate Redis / Gradus so machine noise hits both alike; the median of the rounds is
+# reported with the Gradus/Redis ratio. Prints a Markdown table on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REQUESTS=${1:-200000}
+ROUNDS=${2:-3}
+command -v redis-benchmark >/dev/null || { echo "redis-benchmark not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
+cargo build --release -q -p gradus-server
+GRADUS=target/release/gradus
+TMP=$(mktemp -d)
+trap 'redis-cli -p 7301 shutdown nosave >/dev/null 2>&1 || true; kill $(cat "$TMP"/gradus.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$TMP"' EXIT
+
+wait_port() { for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "server on $1 did not start" >&2; exit 1; }
+
+run_bench() { # port pipeline → lines "TEST,rps"
+  redis-benchmark -p "$1" -t set,get,incr,hset -c 50 -d 1024 -n "$REQUESTS" -P "$2" --csv 2>/dev/null \
+    | tail -n +2 | tr -d '"' | cut -d, -f1,2
+}
+
+for round in $(seq "$ROUNDS"); do
+  for target in redis gradus; do
+    if [ "$target" = redis ]; then
+      redis-server --port 7301 --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" --daemonize no >"$TMP/redis.log" 2>&1 &
+      port=7301
+    else
+      "$GRADUS" --port 7302 --dir "$TMP/gdata" --loglevel warn >"$TMP/gradus.log" 2>&1 &
+      echo $! >"$TMP/gradus.pid"
+      port=7302
+    fi
+    wait_port $port
+    for p in 1 16; do
+      run_bench $port $p | sed "s/^/$target,$p,$round,/" >>"$TMP/results.csv"
+    done
+    if [ "$target" = redis ]; then redis-cli -p 7301 shutdown nosave >/dev/null 2>&1 || true; else kill "$(cat "$TMP/gradus.pid")"; wait "$(cat "$TMP/gradus.pid")" 2>/dev/null || true; fi
+    sleep 0.5
+  done
+done
+
+python3 - "$TMP/results.csv" <<'PY'
+import csv, statistics, sys
+rows = list(csv.reader(open(sys.argv[1])))
+data = {}
+for target, pipe, rnd, test, rps in rows:
+    data.setdefault((test, int(pipe)), {}).setdefault(target, []).append(float(rps))
+print("| test | pipeline | redis-server ops/s (median) | Gradus ops/s (median) | Gradus / Redis |")
+print("|---|---|---|---|---|")
+for (test, pipe) in sorted(data, key=lambda k: (k[1], k[0])):
+    d = data[(test, pipe)]
+    r, g = statistics.median(d["redis"]), statistics.median(d["gradus"])
+    print(f"| {test} | {pipe} | {r:,.0f} | {g:,.0f} | {g / r:.2f}x |")
+print()
+print("Per-round figures (target, pipeline, round, test, ops/s):")
+print()
+print("```")
+for row in rows:
+    print(",".join(row))
+print("```")
+PY

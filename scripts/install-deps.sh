@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Install what the test suite needs, idempotently, on Debian 12 (run as root,
+# or as a user with passwordless sudo; no stdin needed):
+#   - redis-server, redis-cli, redis-benchmark (the reference server and real clients);
+#   - the Python packages in tests/python/requirements.txt (redis-py, pytest, hypothesis);
+#   - rustup's cargo on PATH (for this script's checks; scripts/test.sh does the same).
+# Nothing is installed when it is already there.  A distro Redis service that the
+# package starts is stopped again: the tests start their own servers on free ports.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+log() { printf 'install-deps: %s\n' "$*" >&2; }
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo -n)
+    fi
+fi
+
+APT_UPDATED=0
+apt_install() {
+    if ! command -v apt-get >/dev/null 2>&1; then
+        log "apt-get not found; install these yourself: $*"
+        return 1
+    fi
+    if [ "$APT_UPDATED" -eq 0 ]; then
+        "${SUDO[@]}" apt-get update -q
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q --no-install-recommends "$@"
+}
+
+# Stop a Redis service that the Debian package may have started on 6379.
+# Errors are ignored: containers often have no init system at all.
+stop_distro_redis() {
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+        if systemctl is-active --quiet redis-server 2>/dev/null; then
+            log "stopping the distro redis-server service"
+            "${SUDO[@]}" systemctl stop redis-server 2>/dev/null || true
+            "${SUDO[@]}" systemctl disable redis-server 2>/dev/null || true
+        fi
+    fi
+    local pidfile=/run/redis/redis-server.pid
+    if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then
+        log "stopping the distro redis-server (pid $(cat "$pidfile"))"
+        if [ -x /etc/init.d/redis-server ]; then
+            "${SUDO[@]}" /etc/init.d/redis-server stop >/dev/null 2>&1 || true
+        fi
+        if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then
+            "${SUDO[@]}" kill "$(cat "$pidfile")" 2>/dev/null || true
+        fi
+    fi
+    if command -v update-rc.d >/dev/null 2>&1 && [ -x /etc/init.d/redis-server ]; then
+        "${SUDO[@]}" update-rc.d redis-server disable >/dev/null 2>&1 || true
+    fi
+}
+
+# --- Redis server and tools --------------------------------------------------------
+missing_redis=0
+for tool in redis-server redis-cli redis-benchmark; do
+    command -v "$tool" >/dev/null 2>&1 || missing_redis=1
+done
+if [ "$missing_redis" -eq 1 ]; then
+    log "installing redis-server and redis-tools"
+    # Keep the package from starting its service (policy-rc.d exit 101 = "not
+    # allowed"), unless a policy is already in place.
+    created_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ] && [ -w /usr/sbin ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod +x /usr/sbin/policy-rc.d
+        created_policy=1
+    fi
+    install_status=0
+    apt_install redis-server redis-tools || install_status=$?
+    if [ "$created_policy" -eq 1 ]; then
+        rm -f /usr/sbin/policy-rc.d
+    fi
+    [ "$install_status" -eq 0 ] || exit "$install_status"
+fi
+stop_distro_redis
+
+# --- Python packages ----------------------------------------------------------------------
+python_ok() {
+    python3 - <<'EOF' 2>/dev/null
+import importlib.metadata as md
+import hypothesis, pytest, redis  # noqa: F401
+major, minor = (int(x) for x in md.version("redis").split(".")[:2])
+raise SystemExit(0 if (major, minor) >= (5, 2) else 1)
+EOF
+}
+
+if ! command -v python3 >/dev/null 2>&1; then
+    log "installing python3"
+    apt_install python3 python3-pip python3-venv
+fi
+if ! python_ok; then
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        log "installing pip"
+        apt_install python3-pip
+    fi
+    log "installing Python packages from tests/python/requirements.txt"
+    if ! python3 -m pip install -q -r tests/python/requirements.txt; then
+        # Debian's system Python refuses pip installs (PEP 668) unless told otherwise.
+        python3 -m pip install -q --break-system-packages -r tests/python/requirements.txt
+    fi
+    python_ok || { log "Python packages still missing after pip install"; exit 1; }
+fi
+
+# --- Rust -----------------------------------------------------------------------------------
+if ! command -v cargo >/dev/null 2>&1; then
+    log "cargo not found (expected rustup's at \$HOME/.cargo/bin); install a Rust toolchain >= 1.80"
+    exit 1
+fi
+
+log "ok: $(redis-server --version | cut -d' ' -f3), $(python3 -c 'import redis; print("redis-py", redis.__version__)'), $(cargo --version)"

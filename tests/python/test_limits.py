@@ -1,0 +1,126 @@
+"""Connection limits and process lifecycle: maxclients, SIGTERM, restart."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+
+import pytest
+
+from resp import ConnectionClosed, Err, RawConnection, Simple
+
+
+def _connect_registered(server, attempts: int = 50) -> RawConnection:
+    """A connection the server has accepted and answered (retries while the
+    server is still reaping a connection that was closed a moment ago)."""
+    for _ in range(attempts):
+        conn = RawConnection(server.host, server.port)
+        try:
+            reply = conn.call("PING")
+        except ConnectionClosed:
+            reply = None
+        if reply == Simple(b"PONG"):
+            return conn
+        conn.close()
+        time.sleep(0.05)
+    raise AssertionError("could not open a connection below maxclients")
+
+
+def test_maxclients(gradus_factory):
+    server = gradus_factory("--maxclients", "5")
+    conns = [_connect_registered(server) for _ in range(5)]
+    try:
+        extra = RawConnection(server.host, server.port)
+        # The server sends the error without being asked anything, then closes.
+        data = extra.wait_closed(timeout=5)
+        assert data == b"-ERR max number of clients reached\r\n"
+        extra.close()
+        # Those already connected are unaffected.
+        for conn in conns:
+            assert conn.call("PING") == Simple(b"PONG")
+        # Once one leaves, a newcomer gets in.
+        conns.pop().close()
+        conns.append(_connect_registered(server))
+        assert conns[-1].call("SET", "k", "v") == Simple(b"OK")
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def test_maxclients_redis_py_error(gradus_factory):
+    import redis
+
+    from servers import redis_client
+
+    server = gradus_factory("--maxclients", "2")
+    conns = [_connect_registered(server) for _ in range(2)]
+    try:
+        client = redis_client(server, protocol=2)
+        with pytest.raises(redis.ConnectionError) as info:
+            client.ping()
+        assert "max number of clients reached" in str(info.value)
+        client.close()
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def test_sigterm_exits_zero(gradus):
+    with RawConnection(gradus.host, gradus.port) as conn:
+        assert conn.call("SET", "k", "v") == Simple(b"OK")
+        gradus.signal(signal.SIGTERM)
+        code = gradus.wait(timeout=5)
+        assert code == 0, f"exit status {code}\n" + gradus.stderr_tail()
+        conn.wait_closed(timeout=2)
+
+
+def test_sigterm_with_idle_and_busy_clients(gradus):
+    idle = [RawConnection(gradus.host, gradus.port) for _ in range(10)]
+    half_frame = RawConnection(gradus.host, gradus.port)
+    half_frame.send(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\n12345")
+    try:
+        for conn in idle:
+            assert conn.call("PING") == Simple(b"PONG")
+        start = time.monotonic()
+        gradus.signal(signal.SIGTERM)
+        code = gradus.wait(timeout=5)
+        assert code == 0, f"exit status {code}\n" + gradus.stderr_tail()
+        assert time.monotonic() - start < 5
+    finally:
+        for conn in idle + [half_frame]:
+            conn.close()
+
+
+def test_sigint_exits_zero(gradus):
+    gradus.signal(signal.SIGINT)
+    code = gradus.wait(timeout=5)
+    assert code == 0, f"exit status {code}\n" + gradus.stderr_tail()
+
+
+def test_restart_same_port(gradus):
+    port = gradus.port
+    gradus.restart()
+    assert gradus.port == port
+    with RawConnection(gradus.host, gradus.port) as conn:
+        assert conn.call("PING") == Simple(b"PONG")
+    assert gradus.stop() == 0
+    with pytest.raises(OSError):
+        socket.create_connection((gradus.host, port), timeout=1).close()
+
+
+def test_too_many_arguments_unauthenticated(gradus_factory):
+    # Before AUTH, Redis refuses multibulk counts above 10 (and bulks above
+    # 16 KiB): an anonymous client cannot make the server allocate much.
+    server = gradus_factory("--requirepass", "pw")
+    with RawConnection(server.host, server.port) as conn:
+        conn.send(b"*11\r\n")
+        assert conn.read_reply() == Err(b"ERR Protocol error: unauthenticated multibulk length")
+        conn.wait_closed()
+    with RawConnection(server.host, server.port) as conn:
+        conn.send(b"*2\r\n$4\r\nAUTH\r\n$20000\r\n")
+        assert conn.read_reply() == Err(b"ERR Protocol error: unauthenticated bulk length")
+        conn.wait_closed()
+    with RawConnection(server.host, server.port) as conn:
+        assert conn.call("AUTH", "pw") == Simple(b"OK")
+        assert conn.call("MSET", *[f"k{i}" for i in range(20)]) == Simple(b"OK")

@@ -1,0 +1,378 @@
+"""The RESP protocol byte by byte: inline commands, partial frames, pipelining,
+malformed input and size limits.
+
+Expected bytes are those real Redis 7.2 sends.  Where Gradus may legitimately
+differ (the exact way an oversized value is refused), the test accepts both and
+says so.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from resp import NULL_BULK, ConnectionClosed, Err, RawConnection, Simple, encode_command
+
+MiB = 1024 * 1024
+
+
+def assert_alive(server) -> None:
+    """The server still serves a fresh client."""
+    with RawConnection(server.host, server.port) as conn:
+        assert conn.call("PING") == Simple(b"PONG")
+        assert conn.call("SET", "alive", "yes") == Simple(b"OK")
+        assert conn.call("GET", "alive") == b"yes"
+
+
+# --- inline commands ------------------------------------------------------------
+
+
+def test_inline_ping(raw):
+    raw.send(b"PING\r\n")
+    assert raw.read_raw_reply() == b"+PONG\r\n"
+
+
+def test_inline_with_bare_newline(raw):
+    raw.send(b"PING\n")
+    assert raw.read_raw_reply() == b"+PONG\r\n"
+
+
+def test_inline_quoted_argument(raw):
+    raw.send(b'SET a "hello world"\r\n')
+    assert raw.read_raw_reply() == b"+OK\r\n"
+    raw.send(b"GET a\r\n")
+    assert raw.read_raw_reply() == b"$11\r\nhello world\r\n"
+
+
+def test_inline_escapes_and_single_quotes(raw):
+    raw.send(b'SET b "tab\\there\\x41\\n"\r\n')
+    assert raw.read_raw_reply() == b"+OK\r\n"
+    assert raw.call("GET", "b") == b"tab\thereA\n"
+    raw.send(b"SET c 'single \"quoted\"'\r\n")
+    assert raw.read_raw_reply() == b"+OK\r\n"
+    assert raw.call("GET", "c") == b'single "quoted"'
+
+
+def test_inline_extra_spaces(raw):
+    raw.send(b"  SET   spaced    value  \r\n")
+    assert raw.read_raw_reply() == b"+OK\r\n"
+    assert raw.call("GET", "spaced") == b"value"
+
+
+def test_inline_empty_lines_are_ignored(raw):
+    raw.send(b"\r\n\r\n\nPING\r\n")
+    assert raw.read_raw_reply() == b"+PONG\r\n"
+    assert raw.read_available(0.2) == b""
+
+
+def test_inline_unbalanced_quotes(raw, gradus):
+    raw.send(b'SET a "oops\r\n')
+    assert raw.read_reply() == Err(b"ERR Protocol error: unbalanced quotes in request")
+    raw.wait_closed()
+    assert_alive(gradus)
+
+
+def test_inline_unknown_command(raw):
+    raw.send(b"NOSUCH a b\r\n")
+    assert raw.read_raw_reply() == b"-ERR unknown command 'NOSUCH', with args beginning with: 'a' 'b' \r\n"
+    raw.send(b"PING\r\n")
+    assert raw.read_raw_reply() == b"+PONG\r\n"
+
+
+def test_inline_and_multibulk_mixed(raw):
+    raw.send(b"SET m 1\r\n" + encode_command("INCR", "m") + b"GET m\r\n")
+    assert raw.read_replies(3) == [Simple(b"OK"), 2, b"2"]
+
+
+# --- framing ----------------------------------------------------------------------
+
+
+def test_partial_frame_one_byte_at_a_time(raw):
+    frame = encode_command("SET", "slow", "hello") + encode_command("GET", "slow")
+    raw.send_slowly(frame, chunk=1, pause=0.002)
+    assert raw.read_raw_reply() == b"+OK\r\n"
+    assert raw.read_raw_reply() == b"$5\r\nhello\r\n"
+
+
+def test_partial_frame_split_everywhere(raw):
+    # Each possible split point of one command, across two writes.
+    frame = encode_command("SET", "k", "v\r\n")
+    for cut in range(1, len(frame)):
+        raw.send(frame[:cut])
+        time.sleep(0.002)
+        raw.send(frame[cut:])
+        assert raw.read_raw_reply() == b"+OK\r\n", cut
+    assert raw.call("GET", "k") == b"v\r\n"
+
+
+def test_no_reply_before_frame_complete(raw):
+    raw.send(b"*2\r\n$3\r\nGET\r\n$1\r\n")
+    assert raw.read_available(0.3) == b""
+    raw.send(b"k\r\n")
+    assert raw.read_reply() is NULL_BULK
+
+
+def test_pipelined_batch_in_one_write(raw):
+    n = 1000
+    batch = b"".join(encode_command("SET", f"key:{i}", f"value:{i}") for i in range(n))
+    batch += b"".join(encode_command("GET", f"key:{i}") for i in range(n))
+    raw.send(batch)
+    replies = raw.read_replies(2 * n, timeout=30)
+    assert replies[:n] == [Simple(b"OK")] * n
+    assert replies[n:] == [f"value:{i}".encode() for i in range(n)]
+    assert raw.read_available(0.1) == b""
+
+
+def test_pipelined_mixed_errors_keep_order(raw):
+    raw.call("HSET", "h", "f", "v")
+    batch = (
+        encode_command("SET", "a", "1")
+        + encode_command("GET")
+        + encode_command("INCR", "h")
+        + encode_command("NOSUCH")
+        + encode_command("INCR", "a")
+    )
+    raw.send(batch)
+    assert raw.read_replies(5) == [
+        Simple(b"OK"),
+        Err(b"ERR wrong number of arguments for 'get' command"),
+        Err(b"WRONGTYPE Operation against a key holding the wrong kind of value"),
+        Err(b"ERR unknown command 'NOSUCH', with args beginning with: "),
+        2,
+    ]
+
+
+def test_many_clients_interleaved(gradus):
+    conns = [RawConnection(gradus.host, gradus.port) for _ in range(20)]
+    try:
+        for i, conn in enumerate(conns):
+            conn.send(encode_command("SET", f"c{i}", str(i)) + encode_command("INCR", f"c{i}"))
+        for i, conn in enumerate(conns):
+            assert conn.read_replies(2) == [Simple(b"OK"), i + 1]
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+# --- binary safety ----------------------------------------------------------------
+
+
+def test_binary_safe_keys_and_values(raw):
+    key = b"k\r\n\x00\xff key"
+    value = bytes(range(256)) + b"\r\n\r\n$3\r\n*1\r\n"
+    assert raw.call("SET", key, value) == Simple(b"OK")
+    assert raw.call("GET", key) == value
+    assert raw.call("STRLEN", key) == len(value)
+    assert raw.call("HSET", b"h\x00", b"f\r\n", b"\x00v") == 1
+    assert raw.call("HGET", b"h\x00", b"f\r\n") == b"\x00v"
+    assert raw.call("ZADD", b"z\n", "1", b"m\x00\r\n") == 1
+    assert raw.call("ZRANGE", b"z\n", "0", "-1") == [b"m\x00\r\n"]
+    assert raw.call("EXISTS", b"k\r\n\x00\xff") == 0  # a prefix is another key
+    assert sorted(raw.call("KEYS", "*")) == sorted([key, b"h\x00", b"z\n"])
+
+
+def test_empty_key_and_value(raw):
+    assert raw.call("SET", "", "") == Simple(b"OK")
+    assert raw.call("GET", "") == b""
+    assert raw.read_available(0.05) == b""
+    raw.send(b"*2\r\n$3\r\nGET\r\n$0\r\n\r\n")
+    assert raw.read_raw_reply() == b"$0\r\n\r\n"
+
+
+# --- malformed input ----------------------------------------------------------------
+
+
+def test_huge_bulk_length(raw, gradus):
+    raw.send(b"*1\r\n$999999999999\r\n")
+    assert raw.read_reply() == Err(b"ERR Protocol error: invalid bulk length")
+    raw.wait_closed()
+    assert_alive(gradus)
+
+
+def test_huge_multibulk_length(raw, gradus):
+    raw.send(b"*999999999999\r\n")
+    assert raw.read_reply() == Err(b"ERR Protocol error: invalid multibulk length")
+    raw.wait_closed()
+    assert_alive(gradus)
+
+
+def test_negative_bulk_length(raw, gradus):
+    raw.send(b"*1\r\n$-5\r\n")
+    assert raw.read_reply() == Err(b"ERR Protocol error: invalid bulk length")
+    raw.wait_closed()
+    assert_alive(gradus)
+
+
+def test_non_numeric_bulk_length(raw, gradus):
+    raw.send(b"*1\r\n$abc\r\n")
+    assert raw.read_reply() == Err(b"ERR Protocol error: invalid bulk length")
+    raw.wait_closed()
+    assert_alive(gradus)
+
+
+def test_non_numeric_multibulk_length(raw, gradus):
+    raw.send(b"*x\r\n")
+    assert raw.read_reply() == Err(b"ERR Protocol error: invalid multibulk length")
+    raw.wait_closed()
+    assert_alive(gradus)
+
+
+def test_bulk_expected_but_other_type(raw, gradus):
+    raw.send(b"*1\r\n+PING\r\n")
+    assert raw.read_reply() == Err(b"ERR Protocol error: expected '$', got '+'")
+    raw.wait_closed()
+    assert_alive(gradus)
+
+
+def test_null_and_empty_multibulk_are_ignored(raw):
+    # `*-1`, `*0` and other non-positive counts are no command at all: no reply.
+    raw.send(b"*-1\r\n*0\r\n*-5\r\n")
+    assert raw.read_available(0.3) == b""
+    raw.send(b"*1\r\n$4\r\nPING\r\n")
+    assert raw.read_raw_reply() == b"+PONG\r\n"
+
+
+def test_bulk_without_trailing_crlf_waits(raw):
+    # The 2 bytes after a bulk payload are consumed as its CRLF.
+    raw.send(b"*1\r\n$4\r\nPING")
+    assert raw.read_available(0.3) == b""
+    raw.send(b"\r\n")
+    assert raw.read_raw_reply() == b"+PONG\r\n"
+
+
+def _error_or_disconnect(conn) -> None:
+    try:
+        reply = conn.read_reply(timeout=3)
+    except ConnectionClosed:
+        return
+    assert isinstance(reply, Err), reply
+    assert reply.message.startswith(b"ERR"), reply
+
+
+def test_garbage_bytes(raw, gradus):
+    # Redis takes this as an inline command and answers "unknown command";
+    # a server that disconnects instead is acceptable.  Either way it stays up.
+    raw.send(b"\xff\xfe garbage \x01\r\n")
+    _error_or_disconnect(raw)
+    assert_alive(gradus)
+
+
+@pytest.mark.gradus_only
+def test_garbage_with_nul_byte(raw, gradus):
+    # Real Redis looks for the inline newline with strchr(), so a leading NUL
+    # hides it and Redis waits silently for more input.  Gradus must answer an
+    # error or disconnect, and stay up.
+    raw.send(b"\x00\xff\r\n")
+    _error_or_disconnect(raw)
+    assert_alive(gradus)
+
+
+def test_garbage_without_newline_then_close(gradus):
+    conn = RawConnection(gradus.host, gradus.port)
+    conn.send(b"\x00\xff" * 1000)
+    conn.close()
+    assert_alive(gradus)
+
+
+def test_random_garbage_never_kills_server(gradus):
+    import random
+
+    rng = random.Random(1234)
+    for _ in range(30):
+        conn = RawConnection(gradus.host, gradus.port, timeout=2)
+        try:
+            junk = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200)))
+            prefix = rng.choice([b"", b"*", b"*2\r\n$", b"*1\r\n$3\r\n", b"$", b"+", b"-", b":"])
+            conn.send(prefix + junk + b"\r\n")
+            conn.read_available(0.05)
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+        finally:
+            conn.close()
+    assert_alive(gradus)
+
+
+# --- size limits (Gradus default: values up to 4 MiB) ----------------------------
+
+
+def test_value_of_4_mib_is_accepted(raw):
+    value = b"v" * (4 * MiB)
+    assert raw.call("SET", "big", value, timeout=30) == Simple(b"OK")
+    assert raw.call("STRLEN", "big") == 4 * MiB
+    assert raw.call("GET", "big", timeout=30) == value
+
+
+def test_value_of_5_mib_is_refused(raw, gradus):
+    # Redis (with proto-max-bulk-len 4mb) answers "-ERR Protocol error: invalid
+    # bulk length" as soon as it reads the length, then closes.  Gradus may
+    # instead read and drop the payload and keep the connection; both are fine
+    # as long as it is an error and nothing is stored.
+    value = b"v" * (5 * MiB)
+    try:
+        raw.send(encode_command("SET", "huge", value))
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    try:
+        reply = raw.read_reply(timeout=30)
+    except ConnectionClosed as closed:
+        pytest.fail(f"connection closed without an error reply (got {closed.partial[:100]!r})")
+    assert isinstance(reply, Err), reply
+    assert reply.message.startswith(b"ERR "), reply
+    with RawConnection(gradus.host, gradus.port) as other:
+        assert other.call("EXISTS", "huge") == 0
+    assert_alive(gradus)
+
+
+def test_append_beyond_limit_is_refused(raw):
+    # Growing a value past the limit through APPEND/SETRANGE is refused too
+    # (Redis: "string exceeds maximum allowed size (proto-max-bulk-len)").
+    chunk = b"a" * (3 * MiB)
+    assert raw.call("SET", "grow", chunk, timeout=30) == Simple(b"OK")
+    reply = raw.call("APPEND", "grow", chunk, timeout=30)
+    assert isinstance(reply, Err), reply
+    assert raw.call("STRLEN", "grow") == 3 * MiB
+    reply = raw.call("SETRANGE", "grow", str(5 * MiB), "x")
+    assert isinstance(reply, Err), reply
+
+
+# --- QUIT and SHUTDOWN -------------------------------------------------------------------
+
+
+def test_quit_closes(raw, gradus):
+    raw.send(encode_command("SET", "before", "1") + encode_command("QUIT") + encode_command("SET", "after", "1"))
+    assert raw.read_reply() == Simple(b"OK")
+    assert raw.read_reply() == Simple(b"OK")
+    raw.wait_closed()
+    with RawConnection(gradus.host, gradus.port) as conn:
+        assert conn.call("EXISTS", "before", "after") == 1  # nothing after QUIT runs
+
+
+def test_inline_quit(raw):
+    raw.send(b"QUIT\r\n")
+    assert raw.read_raw_reply() == b"+OK\r\n"
+    raw.wait_closed()
+
+
+def test_client_closes_mid_frame(gradus):
+    conn = RawConnection(gradus.host, gradus.port)
+    conn.send(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\nonly part")
+    conn.close()
+    with RawConnection(gradus.host, gradus.port) as other:
+        assert other.call("EXISTS", "k") == 0
+    assert_alive(gradus)
+
+
+def test_shutdown_last(gradus_factory):
+    """SHUTDOWN in its own server instance: no reply, connection closed, exit 0."""
+    server = gradus_factory(name="shutdown")
+    with RawConnection(server.host, server.port) as conn:
+        assert conn.call("SET", "k", "v") == Simple(b"OK")
+        conn.send(encode_command("SHUTDOWN"))
+        leftover = conn.wait_closed(timeout=10)
+        assert leftover == b"", leftover  # a successful SHUTDOWN sends no reply
+    code = server.wait(timeout=10)
+    assert code == 0, f"exit status {code}\n" + server.stderr_tail()
+    with pytest.raises(OSError):
+        socket.create_connection((server.host, server.port), timeout=1).close()
