@@ -25,11 +25,13 @@ const SHARD_BITS: u32 = SHARDS.trailing_zeros();
 pub struct Keyspace {
     shards: Box<[Mutex<Shard>]>,
     hasher: DefaultHashBuilder,
+    /// This keyspace's index in the store (the `SELECT` number); snapshots use it.
+    index: usize,
 }
 
 impl Default for Keyspace {
     fn default() -> Self {
-        Self::new()
+        Self::with_index(0)
     }
 }
 
@@ -61,10 +63,40 @@ pub struct ScanPage {
 
 impl Keyspace {
     pub fn new() -> Self {
+        Self::with_index(0)
+    }
+
+    /// A keyspace that is number `index` of its store.
+    pub fn with_index(index: usize) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
             hasher: DefaultHashBuilder::default(),
+            index,
         }
+    }
+
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Lock shard `i`. Every shard access goes through here so a pending snapshot captures the
+    /// shard's state before anyone can change it (see [`crate::snapshot`]).
+    fn shard(&self, i: usize) -> MutexGuard<'_, Shard> {
+        let mut guard = self.shards[i].lock();
+        guard.capture_pending_snapshot(self.index, i);
+        guard
+    }
+
+    /// Arm every shard for a snapshot (the store calls this with the gate held exclusively).
+    pub(crate) fn arm_snapshot(&self, sink: &std::sync::Arc<crate::snapshot::SnapshotSink>) {
+        for shard in self.shards.iter() {
+            shard.lock().arm_snapshot(sink.clone());
+        }
+    }
+
+    /// Capture shard `i` for a pending snapshot if it has not been captured yet.
+    pub(crate) fn capture(&self, i: usize) {
+        drop(self.shard(i));
     }
 
     /// Which shard holds `key`.
@@ -74,7 +106,7 @@ impl Keyspace {
 
     /// Lock the shard holding `key`.
     pub fn lock(&self, key: &[u8]) -> MutexGuard<'_, Shard> {
-        self.shards[self.shard_index(key)].lock()
+        self.shard(self.shard_index(key))
     }
 
     /// Lock every shard that holds one of `keys`, in ascending order (deadlock-free).
@@ -86,7 +118,7 @@ impl Keyspace {
         let guards = wanted
             .iter()
             .enumerate()
-            .map(|(i, &w)| w.then(|| self.shards[i].lock()))
+            .map(|(i, &w)| w.then(|| self.shard(i)))
             .collect();
         MultiLock {
             keyspace: self,
@@ -96,14 +128,14 @@ impl Keyspace {
 
     /// Run `f` on each shard in turn (one lock at a time).
     pub fn for_each_shard(&self, mut f: impl FnMut(&mut Shard)) {
-        for shard in self.shards.iter() {
-            f(&mut shard.lock());
+        for i in 0..SHARDS {
+            f(&mut self.shard(i));
         }
     }
 
     /// Number of keys (expired-but-unreclaimed keys included, as Redis' DBSIZE does).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        (0..SHARDS).map(|i| self.shard(i).len()).sum()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -112,8 +144,8 @@ impl Keyspace {
     /// (keys, keys with a TTL, used bytes) for INFO.
     pub fn stats(&self) -> (usize, usize, usize) {
         let mut out = (0, 0, 0);
-        for s in self.shards.iter() {
-            let s = s.lock();
+        for i in 0..SHARDS {
+            let s = self.shard(i);
             out.0 += s.len();
             out.1 += s.volatile_count();
             out.2 += s.used_bytes();
@@ -123,21 +155,21 @@ impl Keyspace {
 
     /// Keys reclaimed by expiry since start.
     pub fn expired_count(&self) -> u64 {
-        self.shards.iter().map(|s| s.lock().expired_count()).sum()
+        (0..SHARDS).map(|i| self.shard(i).expired_count()).sum()
     }
 
     /// Drop every key. The old maps are returned so the caller can free them off the request path
     /// (FLUSHALL ASYNC); dropping the result frees them here.
     pub fn flush(&self) -> Vec<hashbrown::HashMap<Bytes, crate::shard::Entry>> {
-        self.shards.iter().map(|s| s.lock().clear()).collect()
+        (0..SHARDS).map(|i| self.shard(i).clear()).collect()
     }
 
     /// All live keys matching `pattern` (KEYS).
     pub fn keys(&self, pattern: &[u8], now_ms: u64) -> Vec<Bytes> {
         let match_all = pattern == b"*";
         let mut out = Vec::new();
-        for s in self.shards.iter() {
-            let s = s.lock();
+        for i in 0..SHARDS {
+            let s = self.shard(i);
             out.extend(
                 s.iter_live(now_ms)
                     .filter(|(k, _)| match_all || glob_match(pattern, k))
@@ -161,7 +193,7 @@ impl Keyspace {
         let mut from = cursor >> SHARD_BITS;
         let mut keys = Vec::new();
         while shard_idx < SHARDS {
-            let shard = self.shards[shard_idx].lock();
+            let shard = self.shard(shard_idx);
             let map = shard.map();
             let items = map
                 .iter()
@@ -203,7 +235,7 @@ impl Keyspace {
         let mut rng = rand::thread_rng();
         let start = rng.gen_range(0..SHARDS);
         for i in 0..SHARDS {
-            let shard = self.shards[(start + i) % SHARDS].lock();
+            let shard = self.shard((start + i) % SHARDS);
             let live: Vec<&Bytes> = shard.iter_live(now_ms).map(|(k, _)| k).collect();
             if !live.is_empty() {
                 return Some(live[rng.gen_range(0..live.len())].clone());
@@ -214,9 +246,8 @@ impl Keyspace {
 
     /// Reclaim up to `budget_per_shard` expired keys in every shard; returns how many were removed.
     pub fn sweep_expired(&self, now_ms: u64, budget_per_shard: usize) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().sweep_expired(now_ms, budget_per_shard))
+        (0..SHARDS)
+            .map(|i| self.shard(i).sweep_expired(now_ms, budget_per_shard))
             .sum()
     }
 }

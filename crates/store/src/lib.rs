@@ -4,6 +4,7 @@
 //! - [`store`]: every keyspace plus the gate that makes transactions atomic;
 //! - [`keyspace`]: one `SELECT` database, sharded; multi-key locking, SCAN, KEYS, flush;
 //! - [`shard`]: a map of entries with lazy/active expiry, versions for WATCH, memory accounting;
+//! - [`snapshot`]: point-in-time copies by shard-granular copy-on-write;
 //! - [`value`]: strings, hashes and sorted sets;
 //! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns.
 //!
@@ -14,11 +15,13 @@ pub mod glob;
 pub mod keyspace;
 pub mod scan;
 pub mod shard;
+pub mod snapshot;
 pub mod store;
 pub mod value;
 
 pub use keyspace::{Keyspace, MultiLock, ScanPage, SHARDS};
 pub use shard::{Entry, Shard};
+pub use snapshot::SnapshotSink;
 pub use store::Store;
 pub use value::{HashValue, Score, ScoreBound, Value, ValueKind, ZSetValue};
 

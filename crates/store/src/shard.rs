@@ -45,6 +45,8 @@ pub struct Shard {
     used_bytes: usize,
     next_version: u64,
     expired_count: u64,
+    /// Set while a snapshot is armed and this shard has not been captured yet.
+    pending_snapshot: Option<std::sync::Arc<crate::snapshot::SnapshotSink>>,
 }
 
 impl Shard {
@@ -55,6 +57,18 @@ impl Shard {
     fn bump(&mut self) -> u64 {
         self.next_version += 1;
         self.next_version
+    }
+
+    /// Mark this shard for capture by the snapshot `sink`.
+    pub(crate) fn arm_snapshot(&mut self, sink: std::sync::Arc<crate::snapshot::SnapshotSink>) {
+        self.pending_snapshot = Some(sink);
+    }
+
+    /// If a snapshot is waiting for this shard, hand it a copy of the map now (before any change).
+    pub(crate) fn capture_pending_snapshot(&mut self, keyspace: usize, shard: usize) {
+        if let Some(sink) = self.pending_snapshot.take() {
+            sink.deposit(keyspace, shard, self.map.clone());
+        }
     }
 
     /// Number of entries, including expired ones not yet reclaimed.

@@ -18,7 +18,7 @@ impl Store {
     /// A store with `databases` keyspaces (the `SELECT` range is 0..databases).
     pub fn new(databases: usize) -> Self {
         Self {
-            keyspaces: (0..databases.max(1)).map(|_| Keyspace::new()).collect(),
+            keyspaces: (0..databases.max(1)).map(Keyspace::with_index).collect(),
             gate: RwLock::new(()),
         }
     }
@@ -54,6 +54,17 @@ impl Store {
             .iter()
             .map(|k| k.sweep_expired(now_ms, budget_per_shard))
             .sum()
+    }
+
+    /// Arm a point-in-time snapshot of every keyspace (see [`crate::snapshot`]). The caller must
+    /// hold the gate exclusively (`exclusive()`), so the snapshot corresponds to a moment when no
+    /// command was half-applied; it then drains the returned sink at leisure.
+    pub fn arm_snapshot(&self) -> std::sync::Arc<crate::snapshot::SnapshotSink> {
+        let sink = std::sync::Arc::new(crate::snapshot::SnapshotSink::default());
+        for keyspace in &self.keyspaces {
+            keyspace.arm_snapshot(&sink);
+        }
+        sink
     }
 
     /// Approximate bytes held by keys and values across all keyspaces.
