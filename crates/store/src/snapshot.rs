@@ -49,7 +49,7 @@ impl SnapshotSink {
                 let map = self.captured.lock().remove(&(keyspace.index(), i));
                 if let Some(map) = map {
                     for (key, entry) in map.iter() {
-                        if !entry.expires_at().is_some_and(|t| t <= now_ms) {
+                        if entry.expires_at().is_none_or(|t| t > now_ms) {
                             f(keyspace.index(), key, entry);
                         }
                     }
