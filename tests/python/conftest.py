@@ -4,6 +4,7 @@
   a fresh process per test, on a free port, in its own temporary directory.
 - `gradus_factory(*args)`: start another gradus with extra command-line arguments.
 - `r2` / `r3`: redis-py clients to `gradus` speaking RESP2 / RESP3 (decode_responses=False).
+- `r`: a redis-py client speaking the test module's PROTOCOL (2 or 3); `protocol` is that number.
 - `raw`: raw-socket RESP client to `gradus` (see resp.RawClient).
 - `redis_server`: a real redis-server (no persistence) for differential tests.
 

@@ -33,19 +33,30 @@ def error_of(r: redis.Redis, *args) -> str:
     return str(info.value)
 
 
+class ErrorReply:
+    """An error reply returned (not raised) by call(); shows its text in assertion output."""
+
+    def __init__(self, exc: ResponseError):
+        self.exc = exc
+        self.text = str(exc)
+
+    def __repr__(self) -> str:
+        return f"ErrorReply({type(self.exc).__name__}: {self.text!r})"
+
+
 def call(r: redis.Redis, *args):
     """Send a command through r's connection pool without redis-py's reply callbacks.
 
     Returns what the protocol parser produced (bytes, int, list, dict for a
     RESP3 map...) so tests see the server's reply rather than a client's
-    interpretation of it.  Errors come back as ResponseError instances.
+    interpretation of it.  Errors come back as ErrorReply values.
     """
     conn = r.connection_pool.get_connection()
     try:
         conn.send_command(*args)
         reply = conn.read_response(disable_decoding=True)
     except ResponseError as exc:
-        reply = exc
+        reply = ErrorReply(exc)
     finally:
         r.connection_pool.release(conn)
     return reply
@@ -217,6 +228,22 @@ def test_getex(r):
     assert error_of(r, "GETEX", "h") == WRONGTYPE
 
 
+def test_getex_order_of_checks(r):
+    # Redis checks the option syntax, then the key (missing: nil; other type:
+    # WRONGTYPE), and only then the expire value.
+    r.hset("h", "f", "v")
+    assert error_of(r, "GETEX", "missing", "BOGUS") == SYNTAX
+    assert error_of(r, "GETEX", "h", "PERSIST", "EX", "1") == SYNTAX
+    assert call(r, "GETEX", "missing", "EX", "0") is None
+    assert call(r, "GETEX", "missing", "EX", "abc") is None
+    assert error_of(r, "GETEX", "h", "EX", "0") == WRONGTYPE
+    assert error_of(r, "GETEX", "h", "EX", "abc") == WRONGTYPE
+    r.set("k", "v")
+    assert error_of(r, "GETEX", "k", "EX", "abc") == NOT_INTEGER
+    assert error_of(r, "GETEX", "k", "EX", "0") == "invalid expire time in 'getex' command"
+    assert r.ttl("k") == -1
+
+
 def test_getdel_getset(r):
     assert r.getdel("missing") is None
     r.set("k", "v")
@@ -344,6 +371,25 @@ def test_incrbyfloat(r):
     assert error_of(r, "INCRBYFLOAT", "fresh", "abc") == NOT_FLOAT
     assert error_of(r, "INCRBYFLOAT", "fresh", "inf") == "increment would produce NaN or Infinity"
     assert r.get("fresh") == b"-0.5"
+
+
+def test_argument_vs_type_check_order(r):
+    # Which error wins when both the key type and an argument are wrong
+    # differs per command in Redis; clients see it, so it must match.
+    r.hset("h", "f", "1")
+    r.set("s", "1")
+    assert error_of(r, "INCRBYFLOAT", "h", "abc") == WRONGTYPE  # type first
+    assert error_of(r, "INCRBY", "h", "abc") == NOT_INTEGER  # argument first
+    assert error_of(r, "DECRBY", "h", "abc") == NOT_INTEGER
+    assert error_of(r, "HINCRBY", "s", "f", "abc") == NOT_INTEGER
+    assert error_of(r, "HINCRBYFLOAT", "s", "f", "abc") == NOT_FLOAT
+    assert error_of(r, "ZADD", "s", "abc", "m") == NOT_FLOAT
+    assert error_of(r, "ZINCRBY", "s", "abc", "m") == NOT_FLOAT
+    assert error_of(r, "ZCOUNT", "s", "abc", "1") == "min or max is not a float"
+    assert error_of(r, "ZRANGEBYSCORE", "s", "abc", "1") == "min or max is not a float"
+    assert error_of(r, "SETRANGE", "h", "-1", "x") == "offset is out of range"
+    assert error_of(r, "GETRANGE", "h", "a", "1") == NOT_INTEGER
+    assert error_of(r, "EXPIRE", "h", "abc") == NOT_INTEGER
 
 
 def test_incrbyfloat_decimal_rendering(r):
@@ -948,8 +994,8 @@ def test_execabort_error_text(r):
     assert error_of(r, "GET") == "wrong number of arguments for 'get' command"
     assert call(r, "SET", "k", "v") == b"QUEUED"
     reply = call(r, "EXEC")
-    assert isinstance(reply, redis.exceptions.ExecAbortError)
-    assert str(reply) == "Transaction discarded because of previous errors."
+    assert isinstance(reply, ErrorReply) and isinstance(reply.exc, redis.exceptions.ExecAbortError), reply
+    assert reply.text == "Transaction discarded because of previous errors."
     assert r.exists("k") == 0
 
 
@@ -1098,6 +1144,9 @@ def test_client_kill(r, gradus):
         victim_addr = victim.client_info()["addr"]
         assert r.client_kill_filter(_id=victim_id) == 1
         assert r.client_kill_filter(_id=victim_id) == 0
+        deadline = time.monotonic() + 2
+        while victim_addr in {c["addr"] for c in r.client_list()} and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert victim_addr not in {c["addr"] for c in r.client_list()}
         assert error_of(r, "CLIENT", "KILL", "127.0.0.1:1") == "No such client"
         third = redis_client(gradus, protocol=2, socket_timeout=5)

@@ -124,3 +124,18 @@ def test_too_many_arguments_unauthenticated(gradus_factory):
     with RawConnection(server.host, server.port) as conn:
         assert conn.call("AUTH", "pw") == Simple(b"OK")
         assert conn.call("MSET", *[f"k{i}" for i in range(20)]) == Simple(b"OK")
+
+
+@pytest.mark.gradus_only
+def test_config_file(gradus_factory, tmp_path):
+    # Settings from --config; command-line flags (here --port/--dir from the
+    # fixture and --maxclients) override the file.
+    config = tmp_path / "gradus.toml"
+    config.write_text('requirepass = "fromfile"\ndatabases = 4\nmaxclients = 50\nport = 1\n')
+    server = gradus_factory("--config", str(config), "--maxclients", "7")
+    with RawConnection(server.host, server.port) as conn:
+        assert conn.call("PING") == Err(b"NOAUTH Authentication required.")
+        assert conn.call("AUTH", "fromfile") == Simple(b"OK")
+        assert conn.call("SELECT", "3") == Simple(b"OK")
+        assert conn.call("SELECT", "4") == Err(b"ERR DB index is out of range")
+        assert conn.call("CONFIG", "GET", "maxclients") == [b"maxclients", b"7"]

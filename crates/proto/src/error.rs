@@ -23,6 +23,10 @@ pub enum ProtoError {
     /// silently skips two bytes; Gradus refuses to resynchronise on garbage).
     #[error("Protocol error: expected CRLF after bulk data")]
     MissingBulkTerminator,
+    /// Inline command containing a NUL byte. Redis silently truncates the line at the NUL (C
+    /// string handling); Gradus refuses it, since such a line is binary garbage, not typing.
+    #[error("Protocol error: NUL byte in inline request")]
+    NulInInlineRequest,
     /// Inline command with an unterminated quote, or a closing quote not followed by a space.
     #[error("Protocol error: unbalanced quotes in request")]
     UnbalancedQuotes,

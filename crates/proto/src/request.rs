@@ -47,7 +47,7 @@ const MAX_PREALLOC_ARGS: usize = 1024;
 /// Handles RESP multibulk (`*N\r\n$len\r\n...`) and inline commands (any command whose first
 /// byte is not `*`: a line split on spaces/tabs with Redis' quoting rules, `"double"` quotes
 /// with `\n \r \t \b \a \\ \" \xHH` escapes and `'single'` quotes with the `\'` escape; the line
-/// may end in `\r\n` or a bare `\n`; a NUL byte ends the line's content, as in Redis).
+/// may end in `\r\n` or a bare `\n`; a NUL byte in it is a protocol error).
 ///
 /// Progress is kept across calls: completed arguments of an unfinished command are already split
 /// off the buffer, and a header line is never re-scanned, so a 1M-argument command or a 4 MiB
@@ -327,11 +327,13 @@ fn hex_val(b: u8) -> Option<u8> {
 
 /// Splits an inline command line (terminator already removed) into arguments with Redis'
 /// `sdssplitargs` rules. Unquoted arguments are zero-copy slices of `line`; quoted ones are
-/// unescaped into fresh buffers. Content after a NUL byte is ignored (Redis treats the line as a
-/// C string).
+/// unescaped into fresh buffers. A NUL byte anywhere is an error (Redis would silently cut the
+/// line there; a human typing commands never sends one).
 fn split_inline(line: &Bytes) -> Result<Vec<Bytes>, ProtoError> {
-    let end = line.iter().position(|&b| b == 0).unwrap_or(line.len());
-    let s = line.get(..end).unwrap_or(&[]);
+    if line.contains(&0) {
+        return Err(ProtoError::NulInInlineRequest);
+    }
+    let s = &line[..];
     let mut args = Vec::new();
     let mut i = 0;
     loop {
@@ -806,8 +808,8 @@ mod tests {
         assert_eq!(inline("a\rb\r\r\n"), Ok(vec![b("a"), b("b")]));
         // '\v' and '\f' are skipped between arguments but belong to bare arguments.
         assert_eq!(inline("\x0ba\x0bb\n"), Ok(vec![b("a\x0bb")]));
-        // NUL ends the line content.
-        assert_eq!(inline("PING\0 junk\n"), Ok(vec![b("PING")]));
+        // A NUL byte is refused.
+        assert_eq!(inline("PING\0 junk\n"), Err(ProtoError::NulInInlineRequest));
         // Empty quoted arguments are kept.
         assert_eq!(
             inline("SET k \"\"\n"),
@@ -856,7 +858,6 @@ mod tests {
             "ECHO \"a\\\"\n",
             "ECHO 'a\\'\n",
             "ECHO \"a\\\n",
-            "ECHO \"a\0\"\n",
         ] {
             assert_eq!(inline(bad), Err(ProtoError::UnbalancedQuotes), "{bad:?}");
         }

@@ -30,6 +30,21 @@ pub struct Watch {
     pub version: u64,
 }
 
+/// Work a command asked the connection to finish asynchronously, after the replies before it
+/// are written (the handler itself must not block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deferred {
+    /// WAITAOF: wait until `lsn` is durable (numlocal > 0) and reply `[local, replicas]`.
+    WaitAof {
+        lsn: u64,
+        numlocal: i64,
+        numreplicas: i64,
+        timeout_ms: u64,
+    },
+    /// SAVE: take a snapshot, then reply.
+    Save,
+}
+
 /// State owned by one connection task.
 pub struct ClientState {
     pub id: u64,
@@ -43,6 +58,14 @@ pub struct ClientState {
     /// Skip the reply entirely (SHUTDOWN closes without replying, as Redis does).
     pub suppress_reply: bool,
     pub handle: Arc<ClientHandle>,
+    /// CLIENT DURABILITY override (None = the database's default).
+    pub durability: Option<gradus_log::Durability>,
+    /// LSN of this connection's last logged write (WAITAOF waits for it).
+    pub last_write_lsn: u64,
+    /// Highest LSN of a `strict` write whose reply is still pending in this batch.
+    pub strict_lsn: u64,
+    /// Set by WAITAOF/SAVE; the connection completes it.
+    pub deferred: Option<Deferred>,
 }
 
 impl ClientState {
@@ -57,6 +80,10 @@ impl ClientState {
             close_after_reply: false,
             suppress_reply: false,
             handle,
+            durability: None,
+            last_write_lsn: 0,
+            strict_lsn: 0,
+            deferred: None,
         }
     }
 
@@ -86,6 +113,8 @@ pub struct ClientHandle {
     /// Queued commands in MULTI, or -1 outside MULTI.
     pub multi_len: std::sync::atomic::AtomicI64,
     pub watch_count: AtomicUsize,
+    /// CLIENT DURABILITY override for CLIENT LIST/INFO: 0 = default, else 1 + degree index.
+    pub durability: AtomicU8,
     killed: AtomicBool,
     kill_notify: Notify,
 }
@@ -106,6 +135,7 @@ impl ClientHandle {
             last_cmd: Mutex::new("NULL"),
             multi_len: std::sync::atomic::AtomicI64::new(-1),
             watch_count: AtomicUsize::new(0),
+            durability: AtomicU8::new(0),
             killed: AtomicBool::new(false),
             kill_notify: Notify::new(),
         }
@@ -148,8 +178,12 @@ impl ClientHandle {
         let lib_ver = self.lib_ver.lock().clone().unwrap_or_default();
         let multi = self.multi_len.load(Ordering::Relaxed);
         let flags = if multi >= 0 { "x" } else { "N" };
+        let durability = match self.durability.load(Ordering::Relaxed) {
+            0 => "default",
+            n => gradus_log::Durability::ALL[(n as usize - 1).min(3)].as_str(),
+        };
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} watch={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} watch={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={} durability={}",
             self.id,
             self.addr,
             self.laddr,
@@ -163,7 +197,8 @@ impl ClientHandle {
             self.last_cmd.lock(),
             self.resp.load(Ordering::Relaxed),
             lib_name,
-            lib_ver
+            lib_ver,
+            durability
         )
     }
 }

@@ -27,6 +27,33 @@ pub struct Config {
     pub hz: u32,
     pub threads: usize,
     pub loglevel: String,
+    pub durability: DurabilityConfig,
+}
+
+/// The `[durability]` section.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DurabilityConfig {
+    pub default: String,
+    pub databases: std::collections::BTreeMap<String, String>,
+    pub lazy_flush_ms: u64,
+    pub background_fsync_ms: u64,
+    pub segment_bytes: u64,
+    pub snapshot_log_bytes: u64,
+    pub snapshot_interval_s: u64,
+}
+
+/// `[durability]` in a file may set any subset of its keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct PartialDurability {
+    default: Option<String>,
+    databases: Option<std::collections::BTreeMap<String, String>>,
+    lazy_flush_ms: Option<u64>,
+    background_fsync_ms: Option<u64>,
+    segment_bytes: Option<u64>,
+    snapshot_log_bytes: Option<u64>,
+    snapshot_interval_s: Option<u64>,
 }
 
 /// A config file may set any subset of the settings.
@@ -45,6 +72,7 @@ struct PartialConfig {
     hz: Option<u32>,
     threads: Option<usize>,
     loglevel: Option<String>,
+    durability: Option<PartialDurability>,
 }
 
 /// Command-line flags of `gradus`.
@@ -98,6 +126,12 @@ pub struct Cli {
     /// Log level or tracing filter (default info).
     #[arg(long)]
     pub loglevel: Option<String>,
+    /// Default durability degree of every database: none, lazy, background or strict (default background).
+    #[arg(long, value_name = "DEGREE")]
+    pub durability: Option<String>,
+    /// Start even if the log is corrupt in the middle: keep the valid prefix and report what was dropped.
+    #[arg(long)]
+    pub repair: bool,
     /// Print the default configuration file (every setting, documented) and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -144,6 +178,21 @@ impl Config {
             threads,
             loglevel
         );
+        if let Some(d) = p.durability {
+            let t = &mut self.durability;
+            macro_rules! overlay_d {
+                ($($field:ident),*) => { $( if let Some(v) = d.$field { t.$field = v; } )* };
+            }
+            overlay_d!(
+                default,
+                databases,
+                lazy_flush_ms,
+                background_fsync_ms,
+                segment_bytes,
+                snapshot_log_bytes,
+                snapshot_interval_s
+            );
+        }
         Ok(())
     }
 
@@ -167,6 +216,9 @@ impl Config {
             threads,
             loglevel
         );
+        if let Some(d) = &cli.durability {
+            self.durability.default = d.clone();
+        }
     }
 
     /// Reject settings the server cannot run with, saying which and why.
@@ -197,7 +249,64 @@ impl Config {
         if self.hz == 0 || self.hz > 500 {
             return bad("hz must be between 1 and 500");
         }
+        self.default_degree()?;
+        for (db, degree) in &self.durability.databases {
+            match db.parse::<usize>() {
+                Ok(i) if i < self.databases => {}
+                _ => {
+                    return Err(ServerError::Config(format!(
+                        "durability.databases: {db:?} is not a database index below {}",
+                        self.databases
+                    )))
+                }
+            }
+            parse_degree(degree)?;
+        }
+        if self.durability.background_fsync_ms == 0 || self.durability.lazy_flush_ms == 0 {
+            return bad("durability: background-fsync-ms and lazy-flush-ms must be at least 1");
+        }
+        if self.durability.segment_bytes < 4096 {
+            return bad("durability.segment-bytes must be at least 4096");
+        }
         Ok(())
+    }
+}
+
+fn parse_degree(s: &str) -> Result<gradus_log::Durability, ServerError> {
+    s.parse().map_err(|_| {
+        ServerError::Config(format!(
+            "unknown durability degree {s:?} (expected none, lazy, background or strict)"
+        ))
+    })
+}
+
+impl Config {
+    /// The default degree of every database not listed in `durability.databases`.
+    pub fn default_degree(&self) -> Result<gradus_log::Durability, ServerError> {
+        parse_degree(&self.durability.default)
+    }
+
+    /// The default degree of each database, by index.
+    pub fn database_degrees(&self) -> Result<Vec<gradus_log::Durability>, ServerError> {
+        let default = self.default_degree()?;
+        let mut out = vec![default; self.databases];
+        for (db, degree) in &self.durability.databases {
+            if let Ok(i) = db.parse::<usize>() {
+                if i < out.len() {
+                    out[i] = parse_degree(degree)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Log options from the `[durability]` section.
+    pub fn log_options(&self) -> gradus_log::LogOptions {
+        let mut o = gradus_log::LogOptions::new(self.dir.clone());
+        o.lazy_flush_ms = self.durability.lazy_flush_ms;
+        o.background_fsync_ms = self.durability.background_fsync_ms;
+        o.segment_bytes = self.durability.segment_bytes;
+        o
     }
 }
 
@@ -226,6 +335,25 @@ mod tests {
         c.apply_cli(&cli);
         assert_eq!(c.port, 7001);
         assert_eq!(c.maxclients, 5);
+    }
+
+    #[test]
+    fn durability_defaults_and_overrides() {
+        let mut c = Config::embedded();
+        assert_eq!(
+            c.default_degree().unwrap(),
+            gradus_log::Durability::Background
+        );
+        c.merge_toml("[durability]\ndefault = \"strict\"\ndatabases = { \"1\" = \"none\" }\n")
+            .unwrap();
+        c.validate().unwrap();
+        let d = c.database_degrees().unwrap();
+        assert_eq!(d[0], gradus_log::Durability::Strict);
+        assert_eq!(d[1], gradus_log::Durability::None);
+        assert_eq!(c.durability.background_fsync_ms, 10);
+        c.merge_toml("[durability]\ndefault = \"sometimes\"\n")
+            .unwrap();
+        assert!(c.validate().is_err());
     }
 
     #[test]

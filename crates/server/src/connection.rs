@@ -4,14 +4,20 @@
 //! in one write (flushed early if the pending output passes `MAX_PENDING_OUTPUT`). Memory per
 //! connection is bounded by the decoder limits plus that output threshold. A protocol error gets an
 //! `-ERR Protocol error: …` reply and the connection is closed, as in Redis.
+//!
+//! Durability: before any pending replies are written, the connection waits until the log's
+//! durable LSN covers the highest `strict` write among them (so concurrent connections share one
+//! fsync: group commit). If that wait fails (the log is poisoned), the connection is closed
+//! *without* writing those replies: a strict write is never acknowledged unless it is durable.
 
-use crate::client::ClientState;
+use crate::client::{ClientState, Deferred};
 use crate::dispatch::dispatch;
 use crate::state::Shared;
 use bytes::BytesMut;
-use gradus_proto::{encode, Frame, ProtocolVersion, RequestDecoder};
+use gradus_proto::{encode, Frame, Limits, ProtoError, ProtocolVersion, RequestDecoder};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -31,32 +37,47 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
 
     'conn: loop {
         // Execute every complete request already buffered.
-        decoder.set_limits(shared.live.limits());
         loop {
+            decoder.set_limits(limits_for(&shared, &client));
             match decoder.decode(&mut rbuf) {
                 Ok(Some(args)) => {
                     if args.is_empty() {
                         continue;
                     }
                     let reply = dispatch(&shared, &mut client, args);
-                    if !client.suppress_reply {
+                    if let Some(work) = client.deferred.take() {
+                        // Replies before this command go out first, then it completes.
+                        if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
+                            break 'conn;
+                        }
+                        let reply = complete(&shared, &client, work).await;
+                        encode(&reply, client.resp, &mut wbuf);
+                    } else if !client.suppress_reply {
                         encode(&reply, client.resp, &mut wbuf);
                     }
                     if client.close_after_reply || handle.is_killed() {
-                        let _ = stream.write_all(&wbuf).await;
+                        flush(&shared, &mut stream, &mut wbuf, &mut client).await;
                         break 'conn;
                     }
-                    if wbuf.len() >= MAX_PENDING_OUTPUT {
-                        if stream.write_all(&wbuf).await.is_err() {
-                            break 'conn;
-                        }
-                        count_output(&shared, wbuf.len());
-                        wbuf.clear();
+                    if wbuf.len() >= MAX_PENDING_OUTPUT
+                        && !flush(&shared, &mut stream, &mut wbuf, &mut client).await
+                    {
+                        break 'conn;
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    let frame = Frame::Error(format!("ERR {e}"));
+                    flush(&shared, &mut stream, &mut wbuf, &mut client).await;
+                    let text = match (&e, client.authenticated) {
+                        (ProtoError::InvalidMultibulkLength, false) => {
+                            "Protocol error: unauthenticated multibulk length".to_string()
+                        }
+                        (ProtoError::InvalidBulkLength, false) => {
+                            "Protocol error: unauthenticated bulk length".to_string()
+                        }
+                        _ => e.to_string(),
+                    };
+                    let frame = Frame::Error(format!("ERR {text}"));
                     encode(&frame, ProtocolVersion::Resp2, &mut wbuf);
                     let _ = stream.write_all(&wbuf).await;
                     tracing::debug!(client = client.id, error = %e, "protocol error, closing");
@@ -64,12 +85,8 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                 }
             }
         }
-        if !wbuf.is_empty() {
-            if stream.write_all(&wbuf).await.is_err() {
-                break;
-            }
-            count_output(&shared, wbuf.len());
-            wbuf.clear();
+        if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
+            break;
         }
         if *shutdown.borrow() {
             break;
@@ -92,9 +109,103 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
     shared.clients.unregister(client.id);
 }
 
-fn count_output(shared: &Shared, n: usize) {
+/// Before AUTH, a client may send only small requests (Redis: 10 elements, 16 KiB bulks), so an
+/// unauthenticated peer cannot make the server buffer megabytes.
+fn limits_for(shared: &Shared, client: &ClientState) -> Limits {
+    let live = shared.live.limits();
+    if client.authenticated {
+        live
+    } else {
+        Limits {
+            max_bulk_len: live.max_bulk_len.min(16 * 1024),
+            max_array_len: live.max_array_len.min(10),
+            max_inline_len: live.max_inline_len,
+        }
+    }
+}
+
+/// Write the pending replies, first waiting for the fsync that covers any strict write among
+/// them. Returns false when the connection must close (write error, or the log failed).
+async fn flush(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    wbuf: &mut BytesMut,
+    client: &mut ClientState,
+) -> bool {
+    if client.strict_lsn > 0 {
+        let lsn = std::mem::take(&mut client.strict_lsn);
+        if let Some(log) = &shared.persist.log {
+            if let Err(e) = log.wait_durable(lsn).await {
+                tracing::error!(client = client.id, error = %e, "strict write not durable; closing without acknowledging");
+                wbuf.clear();
+                return false;
+            }
+        }
+    }
+    if wbuf.is_empty() {
+        return true;
+    }
+    if stream.write_all(wbuf).await.is_err() {
+        return false;
+    }
     shared
         .stats
         .net_output_bytes
-        .fetch_add(n as u64, Ordering::Relaxed);
+        .fetch_add(wbuf.len() as u64, Ordering::Relaxed);
+    wbuf.clear();
+    true
+}
+
+/// Finish a deferred command (WAITAOF, SAVE) and return its reply.
+async fn complete(shared: &Arc<Shared>, client: &ClientState, work: Deferred) -> Frame {
+    match work {
+        Deferred::WaitAof {
+            lsn,
+            numlocal,
+            numreplicas,
+            timeout_ms,
+        } => {
+            let deadline = (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms));
+            let mut local = 0;
+            if let Some(log) = shared.persist.log.clone() {
+                if numlocal > 0 && log.durable_lsn() < lsn {
+                    // Force the fsync rather than wait for the background one.
+                    let sync = tokio::task::spawn_blocking(move || log.sync_now());
+                    let synced = match deadline {
+                        Some(d) => tokio::time::timeout(d, sync).await.ok(),
+                        None => Some(sync.await),
+                    };
+                    if let Some(Ok(Err(e))) = synced {
+                        return Frame::Error(format!("ERR {e}"));
+                    }
+                }
+                if shared
+                    .persist
+                    .log
+                    .as_ref()
+                    .is_some_and(|l| l.durable_lsn() >= lsn)
+                {
+                    local = 1;
+                }
+            }
+            if numreplicas > 0 {
+                // There are no replicas (yet): like Redis, wait out the timeout (0 = until the
+                // connection or the server goes away).
+                let handle = client.handle.clone();
+                match deadline {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => handle.killed().await,
+                }
+            }
+            Frame::Array(vec![Frame::Integer(local), Frame::Integer(0)])
+        }
+        Deferred::Save => {
+            let s = shared.clone();
+            match tokio::task::spawn_blocking(move || crate::persist::take_snapshot(&s)).await {
+                Ok(Ok(_)) => Frame::ok(),
+                Ok(Err(e)) => Frame::Error(format!("ERR {e}")),
+                Err(e) => Frame::Error(format!("ERR snapshot task failed: {e}")),
+            }
+        }
+    }
 }

@@ -8,6 +8,7 @@
 use crate::client::ClientState;
 use crate::command::{arity_error, flags, table, CommandSpec, Ctx};
 use crate::error::CmdError;
+use crate::persist::record::LoggedCommand;
 use crate::state::Shared;
 use bytes::Bytes;
 use gradus_proto::Frame;
@@ -47,26 +48,100 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>) -> 
         .stats
         .commands_processed
         .fetch_add(1, Ordering::Relaxed);
-    client.handle.touch(spec.name);
-    if spec.name == "exec" {
-        // EXEC takes the exclusive gate itself (see command::transactions).
-        return run(shared, client, spec, &args);
+    client.handle.touch(full_name(spec, &args));
+    if spec.has(flags::OWN_GATE) {
+        return run(shared, client, spec, &args, gradus_store::now_ms());
     }
+    if !spec.has(flags::WRITE) {
+        let _gate = shared.store.shared();
+        return run(shared, client, spec, &args, gradus_store::now_ms());
+    }
+    let degree = match shared.persist.degree_for(client) {
+        Ok(d) => d,
+        Err(e) => return e.to_frame(),
+    };
+    if let Err(e) = shared.persist.check_writable(degree) {
+        return e.to_frame();
+    }
+    // Apply and append while holding the gate (shared), so a snapshot — armed under the exclusive
+    // hold — sees a write either applied *and* appended or not at all; and under `write_order`, so
+    // the log order is exactly the order in which writes were applied to memory.
     let _gate = shared.store.shared();
-    run(shared, client, spec, &args)
+    let _order = shared.write_order.lock();
+    let now_ms = gradus_store::now_ms();
+    let db = client.db;
+    let reply = run(shared, client, spec, &args, now_ms);
+    if degree.is_logged() && !reply.is_error() {
+        let logged = [LoggedCommand { db, args }];
+        if let Err(e) = shared.persist.append(client, now_ms, &logged, degree) {
+            tracing::error!(error = %e, "log append failed");
+            return CmdError::Other(format!(
+                "MISCONF write applied in memory but not logged: {e}"
+            ))
+            .to_frame();
+        }
+    }
+    reply
 }
 
-/// Run a command whose checks have passed. The caller holds the store gate as appropriate.
-pub fn run(shared: &Shared, client: &mut ClientState, spec: &CommandSpec, args: &[Bytes]) -> Frame {
+/// Run a command whose checks have passed, with the clock at `now_ms`. The caller holds the store
+/// gate as appropriate.
+pub fn run(
+    shared: &Shared,
+    client: &mut ClientState,
+    spec: &CommandSpec,
+    args: &[Bytes],
+    now_ms: u64,
+) -> Frame {
     let mut ctx = Ctx {
         shared,
         client,
-        now_ms: gradus_store::now_ms(),
+        now_ms,
     };
     match (spec.handler)(&mut ctx, args) {
         Ok(frame) => frame,
         Err(e) => e.to_frame(),
     }
+}
+
+/// Container commands' subcommands as CLIENT LIST reports them (`client|info`).
+const SUBCOMMANDS: &[&str] = &[
+    "client|id",
+    "client|getname",
+    "client|setname",
+    "client|setinfo",
+    "client|info",
+    "client|list",
+    "client|kill",
+    "client|no-evict",
+    "client|no-touch",
+    "client|help",
+    "client|durability",
+    "config|get",
+    "config|set",
+    "config|resetstat",
+    "config|rewrite",
+    "command|count",
+    "command|list",
+    "command|info",
+    "command|docs",
+    "command|getkeys",
+    "command|help",
+];
+
+/// The name CLIENT LIST shows for a command: `name|sub` for a known subcommand.
+fn full_name(spec: &CommandSpec, args: &[Bytes]) -> &'static str {
+    if args.len() > 1 && matches!(spec.name, "client" | "config" | "command") {
+        let sub = &args[1];
+        for full in SUBCOMMANDS {
+            if let Some(rest) = full.strip_prefix(spec.name) {
+                if rest[1..].as_bytes().eq_ignore_ascii_case(sub) {
+                    return full;
+                }
+            }
+        }
+    }
+    spec.name
 }
 
 /// An error before queueing marks an open transaction as failed (EXEC will answer EXECABORT).

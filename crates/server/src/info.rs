@@ -43,7 +43,7 @@ pub fn render(shared: &Shared, requested: &[String]) -> String {
             "server" => server(shared, &mut out),
             "clients" => clients(shared, &mut out),
             "memory" => memory(shared, &mut out),
-            "persistence" => persistence(&mut out),
+            "persistence" => persistence(shared, &mut out),
             "stats" => stats(shared, &mut out),
             "replication" => replication(&mut out),
             "cpu" => cpu(&mut out),
@@ -147,15 +147,93 @@ fn memory(shared: &Shared, out: &mut String) {
     line!(out, "maxmemory_policy:noeviction");
 }
 
-fn persistence(out: &mut String) {
+fn persistence(shared: &Shared, out: &mut String) {
+    let p = &shared.persist;
     line!(out, "# Persistence");
     line!(out, "loading:0");
     line!(out, "async_loading:0");
-    line!(out, "rdb_changes_since_last_save:0");
-    line!(out, "rdb_bgsave_in_progress:0");
-    line!(out, "aof_enabled:0");
-    line!(out, "aof_rewrite_in_progress:0");
-    line!(out, "gradus_durability:none");
+    line!(out, "aof_enabled:{}", u8::from(p.log.is_some()));
+    line!(
+        out,
+        "rdb_bgsave_in_progress:{}",
+        u8::from(p.snapshot_in_progress.load(Ordering::Relaxed))
+    );
+    line!(
+        out,
+        "rdb_last_save_time:{}",
+        p.last_save_unix.load(Ordering::Relaxed)
+    );
+    let status = p.last_snapshot_status.lock().clone();
+    line!(
+        out,
+        "rdb_last_bgsave_status:{}",
+        if status == "ok" { "ok" } else { "err" }
+    );
+    line!(out, "gradus_last_snapshot_status:{status}");
+    line!(
+        out,
+        "gradus_durability_default:{}",
+        shared.config.durability.default
+    );
+    let degrees: Vec<String> = p
+        .degrees
+        .iter()
+        .enumerate()
+        .map(|(i, d)| format!("db{i}={d}"))
+        .collect();
+    line!(out, "gradus_durability_databases:{}", degrees.join(","));
+    line!(
+        out,
+        "gradus_lazy_flush_ms:{}",
+        shared.config.durability.lazy_flush_ms
+    );
+    line!(
+        out,
+        "gradus_background_fsync_ms:{}",
+        shared.config.durability.background_fsync_ms
+    );
+    if let Some(log) = &p.log {
+        let s = log.stats();
+        line!(out, "gradus_log_last_lsn:{}", s.last_lsn);
+        line!(out, "gradus_log_written_lsn:{}", s.written_lsn);
+        line!(out, "gradus_log_durable_lsn:{}", s.durable_lsn);
+        line!(
+            out,
+            "gradus_log_durable_lag:{}",
+            s.last_lsn.saturating_sub(s.durable_lsn)
+        );
+        line!(out, "gradus_log_fsyncs:{}", s.fsyncs);
+        line!(out, "gradus_log_last_fsync_usec:{}", s.last_fsync_micros);
+        line!(
+            out,
+            "gradus_log_mean_fsync_usec:{:.0}",
+            s.mean_fsync_micros()
+        );
+        line!(out, "gradus_log_max_fsync_usec:{}", s.max_fsync_micros);
+        line!(out, "gradus_log_mean_group_commit:{:.2}", s.mean_batch());
+        let hist: Vec<String> = s
+            .batch_histogram
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, n)| format!("{}={n}", 1u64 << i))
+            .collect();
+        line!(out, "gradus_log_group_commit_histogram:{}", hist.join(","));
+        line!(out, "gradus_log_bytes_written:{}", s.bytes_written);
+        line!(out, "gradus_log_segments:{}", s.segments);
+        line!(out, "gradus_snapshot_lsn:{}", s.snapshot_lsn);
+        line!(
+            out,
+            "gradus_log_poisoned:{}",
+            s.poisoned.as_deref().unwrap_or("no")
+        );
+    }
+    let r = p.recovery.lock().clone();
+    line!(out, "gradus_recovery_ms:{}", r.millis);
+    line!(out, "gradus_recovery_keys:{}", r.keys);
+    line!(out, "gradus_recovery_snapshot_items:{}", r.snapshot_items);
+    line!(out, "gradus_recovery_records:{}", r.records_replayed);
+    line!(out, "gradus_recovery_torn_tail_bytes:{}", r.torn_tail_bytes);
 }
 
 fn stats(shared: &Shared, out: &mut String) {

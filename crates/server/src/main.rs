@@ -34,7 +34,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        let server = Server::bind(config, cli.config.clone()).await?;
+        let server = Server::bind(config, cli.config.clone(), cli.repair).await?;
         server.run(true).await
     });
     match result {

@@ -29,10 +29,13 @@ pub struct Server {
 }
 
 impl Server {
-    /// Bind the configured addresses. With port 0 the OS picks one; `local_port` tells which.
+    /// Recover the data directory, then bind the configured addresses. With port 0 the OS picks
+    /// one; `local_port` tells which. `repair` lets recovery drop a corrupt middle of the log
+    /// (keeping the valid prefix) instead of refusing to start.
     pub async fn bind(
         config: Config,
         config_file: Option<std::path::PathBuf>,
+        repair: bool,
     ) -> Result<Self, ServerError> {
         let mut listeners = Vec::new();
         let mut port = config.port;
@@ -51,8 +54,56 @@ impl Server {
             port = listener.local_addr()?.port();
             listeners.push(listener);
         }
-        let shared = Arc::new(Shared::new(config, config_file));
+        let degrees = config
+            .database_degrees()
+            .map_err(|e| ServerError::Config(e.to_string()))?;
+        let started = std::time::Instant::now();
+        let (log, recovered) = if degrees.iter().any(|d| d.is_logged()) {
+            let storage: Arc<dyn gradus_log::Storage> = Arc::new(gradus_log::OsStorage);
+            let options = config.log_options();
+            let _ = repair; // TODO(repair): wire to LogOptions once recovery supports it
+            let (log, recovered) = gradus_log::Log::open(options, storage).map_err(|e| {
+                let hint = if matches!(e, gradus_log::LogError::Corrupt { .. }) {
+                    " (start with --repair to keep the valid prefix of the log and drop the rest)"
+                } else {
+                    ""
+                };
+                ServerError::Config(format!(
+                    "cannot recover {}: {e}{hint}",
+                    config.dir.display()
+                ))
+            })?;
+            (Some(log), Some(recovered))
+        } else {
+            (None, None)
+        };
+        let shared = Arc::new(Shared::new(config, config_file, log, degrees));
         shared.port.store(port as usize, Ordering::Relaxed);
+        if let Some(recovered) = recovered {
+            let (items, records) = crate::persist::apply_recovered(&shared, &recovered)
+                .map_err(|e| ServerError::Config(format!("recovery failed: {e}")))?;
+            let report = crate::persist::RecoveryReport {
+                millis: started.elapsed().as_millis() as u64,
+                keys: crate::persist::logged_keys(&shared.store, &shared.persist.degrees),
+                snapshot_items: items,
+                records_replayed: records,
+                torn_tail_bytes: recovered.torn_tail_bytes,
+            };
+            if report.torn_tail_bytes > 0 {
+                tracing::warn!(
+                    bytes = report.torn_tail_bytes,
+                    "truncated a torn tail at the end of the log"
+                );
+            }
+            tracing::info!(
+                millis = report.millis,
+                keys = report.keys,
+                snapshot_items = items,
+                records_replayed = records,
+                "recovered"
+            );
+            *shared.persist.recovery.lock() = report;
+        }
         Ok(Self { shared, listeners })
     }
 
@@ -73,6 +124,7 @@ impl Server {
             tasks.spawn(accept_loop(shared.clone(), listener));
         }
         tasks.spawn(expiry_loop(shared.clone()));
+        tasks.spawn(snapshot_loop(shared.clone()));
         if handle_signals {
             tasks.spawn(signal_loop(shared.clone()));
         }
@@ -87,6 +139,14 @@ impl Server {
         let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
         while !shared.clients.is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Everything acknowledged at any logged degree is on disk before we exit.
+        if let Some(log) = shared.persist.log.clone() {
+            match tokio::task::spawn_blocking(move || log.sync_now()).await {
+                Ok(Ok(lsn)) => tracing::info!(durable_lsn = lsn, "log synced"),
+                Ok(Err(e)) => tracing::error!(error = %e, "final log sync failed"),
+                Err(e) => tracing::error!(error = %e, "final log sync panicked"),
+            }
         }
         tracing::info!("bye");
         Ok(())
@@ -148,6 +208,43 @@ async fn expiry_loop(shared: Arc<Shared>) {
         if removed > 0 {
             tracing::trace!(removed, "active expiry");
         }
+    }
+}
+
+/// Take a snapshot when the log has grown by `snapshot-log-bytes` since the last one, or
+/// `snapshot-interval-s` has passed with writes in between.
+async fn snapshot_loop(shared: Arc<Shared>) {
+    let Some(log) = shared.persist.log.clone() else {
+        return;
+    };
+    let by_size = shared.config.durability.snapshot_log_bytes;
+    let by_time = Duration::from_secs(shared.config.durability.snapshot_interval_s);
+    let mut last = tokio::time::Instant::now();
+    let mut lsn_at_last = log.last_lsn();
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        let requested = tokio::select! {
+            _ = tick.tick() => false,
+            _ = shared.snapshot_request.notified() => true,
+        };
+        let grown = log.stats().bytes_written.saturating_sub(
+            shared
+                .persist
+                .bytes_at_last_snapshot
+                .load(Ordering::Relaxed),
+        );
+        let size_due = by_size > 0 && grown >= by_size;
+        let time_due =
+            !by_time.is_zero() && last.elapsed() >= by_time && log.last_lsn() > lsn_at_last;
+        if !(requested || size_due || time_due)
+            || shared.persist.snapshot_in_progress.load(Ordering::Acquire)
+        {
+            continue;
+        }
+        last = tokio::time::Instant::now();
+        lsn_at_last = log.last_lsn();
+        let s = shared.clone();
+        let _ = tokio::task::spawn_blocking(move || crate::persist::take_snapshot(&s)).await;
     }
 }
 

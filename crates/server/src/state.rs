@@ -69,12 +69,24 @@ pub struct Shared {
     pub started_unix: u64,
     /// The port actually bound (differs from config when it was 0).
     pub port: AtomicUsize,
+    /// Held while a write is applied and appended, so log order = application order (a queue
+    /// push and a hash update: short, never held across an `.await`).
+    pub write_order: Mutex<()>,
+    /// The log, degrees and snapshot state.
+    pub persist: crate::persist::Persistence,
+    /// BGSAVE asks the snapshot task to run now.
+    pub snapshot_request: tokio::sync::Notify,
     /// Flips to true once shutdown begins; connections and the acceptor watch it.
     pub shutdown: watch::Sender<bool>,
 }
 
 impl Shared {
-    pub fn new(config: Config, config_file: Option<std::path::PathBuf>) -> Self {
+    pub fn new(
+        config: Config,
+        config_file: Option<std::path::PathBuf>,
+        log: Option<gradus_log::Log>,
+        degrees: Vec<gradus_log::Durability>,
+    ) -> Self {
         let live = LiveSettings {
             maxclients: AtomicUsize::new(config.maxclients),
             proto_max_bulk_len: AtomicUsize::new(config.proto_max_bulk_len),
@@ -83,6 +95,15 @@ impl Shared {
             requirepass: Mutex::new(config.requirepass.clone()),
         };
         let (shutdown, _) = watch::channel(false);
+        let persist = crate::persist::Persistence {
+            log,
+            degrees,
+            snapshot_in_progress: Default::default(),
+            last_save_unix: AtomicU64::new(crate::persist::unix_now()),
+            bytes_at_last_snapshot: AtomicU64::new(0),
+            last_snapshot_status: Mutex::new("ok".into()),
+            recovery: Default::default(),
+        };
         Self {
             store: Store::new(config.databases),
             port: AtomicUsize::new(config.port as usize),
@@ -96,6 +117,9 @@ impl Shared {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
+            persist,
+            write_order: Mutex::new(()),
+            snapshot_request: tokio::sync::Notify::new(),
             shutdown,
         }
     }

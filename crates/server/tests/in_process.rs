@@ -14,6 +14,8 @@ fn start() -> (u16, Arc<gradus_server::state::Shared>) {
     let mut config = Config::embedded();
     config.port = 0;
     config.threads = 2;
+    // Memory only: these tests are about concurrency, not durability.
+    config.durability.default = "none".into();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -22,7 +24,7 @@ fn start() -> (u16, Arc<gradus_server::state::Shared>) {
             .build()
             .unwrap();
         rt.block_on(async move {
-            let server = Server::bind(config, None).await.unwrap();
+            let server = Server::bind(config, None, false).await.unwrap();
             tx.send((server.local_port(), server.shared())).unwrap();
             server.run(false).await.unwrap();
         });

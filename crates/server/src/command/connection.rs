@@ -255,6 +255,8 @@ const CLIENT_HELP: &[&str] = &[
     "    Kill connection made from <ip:port>.",
     "KILL <option> <value> [<option> <value> [...]]",
     "    Kill connections. Options are: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>, TYPE NORMAL, USER default, SKIPME (YES|NO).",
+    "DURABILITY (NONE|LAZY|BACKGROUND|STRICT|DEFAULT)",
+    "    Set the durability degree of this connection's writes (DEFAULT: the database's own).",
     "NO-EVICT (ON|OFF)",
     "NO-TOUCH (ON|OFF)",
     "    Accepted for compatibility; no effect.",
@@ -287,7 +289,7 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             if !valid_client_name(&args[3]) {
                 return Err(CmdError::err(format!(
                     "{} cannot contain spaces, newlines or special characters.",
-                    show(&args[2]).to_lowercase()
+                    show(&args[2])
                 )));
             }
             let value = (!args[3].is_empty()).then(|| show(&args[3]));
@@ -306,6 +308,26 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         "info" if argc == 2 => Ok(verbatim(ctx.client.handle.describe() + "\n")),
         "list" => client_list(ctx, &args[2..]),
         "kill" if argc >= 3 => client_kill(ctx, &args[2..]),
+        "durability" if argc == 3 => {
+            if is(&args[2], "default") {
+                ctx.client.durability = None;
+                ctx.client.handle.durability.store(0, Ordering::Relaxed);
+                return Ok(Frame::ok());
+            }
+            let degree: gradus_log::Durability = show(&args[2]).parse().map_err(|_| {
+                CmdError::err("durability must be none, lazy, background, strict or default")
+            })?;
+            ctx.client.durability = Some(degree);
+            let index = gradus_log::Durability::ALL
+                .iter()
+                .position(|d| *d == degree)
+                .unwrap_or(0);
+            ctx.client
+                .handle
+                .durability
+                .store(index as u8 + 1, Ordering::Relaxed);
+            Ok(Frame::ok())
+        }
         "no-evict" | "no-touch" if argc == 3 => {
             if is(&args[2], "on") || is(&args[2], "off") {
                 Ok(Frame::ok())
@@ -320,7 +342,7 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 .collect(),
         )),
         "id" | "getname" | "setname" | "setinfo" | "info" | "kill" | "no-evict" | "no-touch"
-        | "help" => Err(wrong()),
+        | "help" | "durability" => Err(wrong()),
         _ => Err(CmdError::UnknownSubcommand {
             cmd: "CLIENT".into(),
             sub: show(&args[1]),

@@ -46,6 +46,9 @@ pub mod flags {
     pub const LOADING: u32 = 1 << 8;
     /// Non-deterministic output.
     pub const RANDOM: u32 = 1 << 9;
+    /// Runs without the dispatcher's shared hold of the store gate (EXEC takes it exclusively;
+    /// SAVE/BGSAVE arm a snapshot, which needs the exclusive hold).
+    pub const OWN_GATE: u32 = 1 << 10;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),

@@ -77,6 +77,10 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Returns the server time.",
         time,
     ),
+    cmd("save", 1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Synchronously saves the database(s) to disk.", save),
+    cmd("bgsave", -1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Asynchronously saves the database(s) to disk.", bgsave),
+    cmd("lastsave", 1, flags::LOADING | flags::FAST | flags::RANDOM, NO_KEYS, "server", "Returns the Unix timestamp of the last successful save to disk.", lastsave),
+    cmd("waitaof", 4, flags::NO_MULTI, NO_KEYS, "generic", "Blocks until all of the preceding write commands sent by the connection are written to the append-only file of the master and/or replicas.", waitaof),
     cmd(
         "shutdown",
         -1,
@@ -151,6 +155,78 @@ fn time(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
         Frame::Bulk(Bytes::from(now.as_secs().to_string())),
         Frame::Bulk(Bytes::from(now.subsec_micros().to_string())),
     ]))
+}
+
+fn save(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    if ctx.shared.persist.log.is_none() {
+        return Err(CmdError::err(
+            "nothing to save: every database has durability none",
+        ));
+    }
+    if ctx
+        .shared
+        .persist
+        .snapshot_in_progress
+        .load(Ordering::Acquire)
+    {
+        return Err(CmdError::err("Background save already in progress"));
+    }
+    ctx.client.deferred = Some(crate::client::Deferred::Save);
+    Ok(Frame::ok())
+}
+
+fn bgsave(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if args.len() > 2 || (args.len() == 2 && !is(&args[1], "schedule")) {
+        return Err(CmdError::Syntax);
+    }
+    if ctx.shared.persist.log.is_none() {
+        return Err(CmdError::err(
+            "nothing to save: every database has durability none",
+        ));
+    }
+    if ctx
+        .shared
+        .persist
+        .snapshot_in_progress
+        .load(Ordering::Acquire)
+    {
+        return Err(CmdError::err("Background save already in progress"));
+    }
+    ctx.shared.snapshot_request.notify_one();
+    Ok(Frame::Simple("Background saving started".into()))
+}
+
+fn lastsave(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    Ok(Frame::Integer(
+        ctx.shared.persist.last_save_unix.load(Ordering::Relaxed) as i64,
+    ))
+}
+
+/// WAITAOF numlocal numreplicas timeout (Redis 7.2): completes in the connection once the
+/// connection's last write is fsynced locally; there are no replicas yet.
+fn waitaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let numlocal = crate::args::int_arg(&args[1])?;
+    let numreplicas = crate::args::int_arg(&args[2])?;
+    let timeout = crate::args::int_arg(&args[3])
+        .map_err(|_| CmdError::err("timeout is not an integer or out of range"))?;
+    if numlocal < 0 || numreplicas < 0 {
+        return Err(CmdError::NotInteger);
+    }
+    if timeout < 0 {
+        return Err(CmdError::err("timeout is negative"));
+    }
+    if numlocal > 0 && ctx.shared.persist.log.is_none() {
+        return Err(CmdError::err(
+            "WAITAOF cannot be used when numlocal is set but appendonly is disabled.",
+        ));
+    }
+    ctx.client.deferred = Some(crate::client::Deferred::WaitAof {
+        lsn: ctx.client.last_write_lsn,
+        numlocal,
+        numreplicas,
+        timeout_ms: timeout as u64,
+    });
+    Ok(Frame::ok())
 }
 
 fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -291,7 +367,18 @@ const PARAMS: &[Param] = &[
     },
     Param {
         name: "appendonly",
-        get: |_| "no".into(),
+        get: |c| {
+            if c.shared.persist.log.is_some() {
+                "yes".into()
+            } else {
+                "no".into()
+            }
+        },
+        set: None,
+    },
+    Param {
+        name: "durability",
+        get: |c| c.shared.config.durability.default.clone(),
         set: None,
     },
     Param {

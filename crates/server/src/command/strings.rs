@@ -226,8 +226,9 @@ fn setnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    // None = leave the TTL; Some(None) = PERSIST; Some(Some(t)) = expire at t.
-    let mut change: Option<Option<i64>> = None;
+    // Redis' order of checks: option syntax, then the key (nil / WRONGTYPE), then the expire value.
+    // None = leave the TTL; Some(None) = PERSIST; Some(Some((unit, absolute, arg))) = expire.
+    let mut change: Option<Option<(ExpireUnit, bool, &Bytes)>> = None;
     let mut i = 2;
     while i < args.len() {
         let a = &args[i];
@@ -242,14 +243,8 @@ fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             } else {
                 ExpireUnit::Millis
             };
-            let n = int_arg(&args[i + 1])?;
-            if n <= 0 {
-                return Err(invalid_expire("getex"));
-            }
             let absolute = is(a, "exat") || is(a, "pxat");
-            let at = expire_at_ms(ctx.now_ms, n, unit, absolute)
-                .ok_or_else(|| invalid_expire("getex"))?;
-            change = Some(Some(at));
+            change = Some(Some((unit, absolute, &args[i + 1])));
             i += 1;
         } else {
             return Err(CmdError::Syntax);
@@ -261,6 +256,19 @@ fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut shard = ctx.db().lock(key);
     let value = read_string(&mut shard, key, now)?;
     ctx.shared.stats.lookup(value.is_some());
+    let change = match change {
+        Some(Some((unit, absolute, arg))) if value.is_some() => {
+            let n = int_arg(arg)?;
+            if n <= 0 {
+                return Err(invalid_expire("getex"));
+            }
+            let at = expire_at_ms(now, n, unit, absolute).ok_or_else(|| invalid_expire("getex"))?;
+            Some(Some(at))
+        }
+        Some(Some(_)) => None,
+        Some(None) => Some(None),
+        None => None,
+    };
     if value.is_some() {
         match change {
             None => {}
@@ -488,6 +496,16 @@ fn decrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 fn incrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     use crate::long_double::{self, LongDouble, Parsed};
+    let key = &args[1];
+    let now = ctx.now_ms;
+    let mut shard = ctx.db().lock(key);
+    // Redis checks the key's type before the increment.
+    if shard
+        .get(key, now)
+        .is_some_and(|e| !matches!(e.value, Value::Str(_)))
+    {
+        return Err(CmdError::WrongType);
+    }
     let delta = match long_double::parse(&args[2]) {
         None => return Err(CmdError::NotFloat),
         Some(Parsed::Infinite) => {
@@ -495,9 +513,6 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         Some(Parsed::Finite(v)) => v,
     };
-    let key = &args[1];
-    let now = ctx.now_ms;
-    let mut shard = ctx.db().lock(key);
     let (current, ttl) = match shard.get(key, now) {
         None => (Some(LongDouble::ZERO), None),
         Some(e) => match &e.value {

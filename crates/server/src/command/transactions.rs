@@ -10,6 +10,7 @@ use super::{cmd, flags, CommandSpec, Ctx, NO_KEYS};
 use crate::client::{MultiState, Watch};
 use crate::dispatch;
 use crate::error::{CmdError, CmdResult};
+use crate::persist::record::LoggedCommand;
 use bytes::Bytes;
 use gradus_proto::Frame;
 use std::sync::atomic::Ordering;
@@ -29,7 +30,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd(
         "exec",
         1,
-        flags::NO_QUEUE | flags::LOADING,
+        flags::NO_QUEUE | flags::LOADING | flags::OWN_GATE,
         NO_KEYS,
         "transactions",
         "Executes all commands in a transaction.",
@@ -139,10 +140,42 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
             return Ok(Frame::NullArray);
         }
     }
-    let replies = multi
-        .queued
-        .iter()
-        .map(|(spec, args)| dispatch::run(shared, ctx.client, spec, args))
-        .collect();
+    // One clock for the whole transaction, so its replay is exact.
+    let mut logged = Vec::new();
+    let mut degree = gradus_log::Durability::None;
+    let mut replies = Vec::with_capacity(multi.queued.len());
+    for (spec, args) in multi.queued {
+        if !spec.has(flags::WRITE) {
+            replies.push(dispatch::run(shared, ctx.client, spec, &args, now));
+            continue;
+        }
+        let checked = shared
+            .persist
+            .degree_for(ctx.client)
+            .and_then(|d| shared.persist.check_writable(d).map(|_| d));
+        let this_degree = match checked {
+            Ok(d) => d,
+            Err(e) => {
+                replies.push(e.to_frame());
+                continue;
+            }
+        };
+        let db = ctx.client.db;
+        let reply = dispatch::run(shared, ctx.client, spec, &args, now);
+        if this_degree.is_logged() && !reply.is_error() {
+            logged.push(LoggedCommand { db, args });
+            degree = degree.max(this_degree);
+        }
+        replies.push(reply);
+    }
+    // All writes of the transaction go into one record: replay applies all of them or none.
+    if !logged.is_empty() {
+        if let Err(e) = shared.persist.append(ctx.client, now, &logged, degree) {
+            tracing::error!(error = %e, "log append failed");
+            return Err(CmdError::Other(format!(
+                "MISCONF transaction applied in memory but not logged: {e}"
+            )));
+        }
+    }
     Ok(Frame::Array(replies))
 }

@@ -1,0 +1,699 @@
+//! The on-disk format of the log, version 1: pure encode/decode, no I/O, no clock.
+//!
+//! Check, then parse: every length read from a file is bounded before it is used, nothing here
+//! panics on any input, and "the bytes stop here" is a normal outcome of the decoder (a torn
+//! tail), reported with the offset where the damage starts.
+//!
+//! # Files in the log directory
+//! ```text
+//! wal-00000000000000000001.log    segment; the number is the LSN of its first record (20 digits)
+//! wal-00000000000000004097.log    next segment: starts right after the last record of the previous one
+//! snap-00000000000000003000.snap  snapshot of the state as of LSN 3000 (every record <= 3000)
+//! snap-00000000000000003000.snap.tmp  snapshot being written; never read, removed on open
+//! ```
+//!
+//! # Segment file
+//! All integers are little-endian. One checksum per record (not per batch) so that recovery
+//! keeps every whole record of a torn batch.
+//! ```text
+//! offset 0                      header, 24 bytes
+//! +----------------+-------------+----------------+--------------+
+//! | magic 8 bytes  | version u32 | first_lsn u64  | crc32c u32   |   crc over magic..first_lsn
+//! | "GRADUSWL"     | = 1         |                |              |
+//! +----------------+-------------+----------------+--------------+
+//! offset 24                     records, back to back, 16-byte header + payload
+//! +-------------+------------------------+-----------+-------------------+
+//! | len u32     | crc32c u32             | lsn u64   | payload (len)     |
+//! |  <= 64 MiB  | of lsn(le) || payload  |           | opaque bytes      |
+//! +-------------+------------------------+-----------+-------------------+
+//! | len u32     | crc32c u32             | lsn+1 u64 | payload ...       |
+//! ```
+//! The first record's LSN equals `first_lsn`, which equals the number in the file name, and
+//! every next record's LSN is one more. A record that is cut short, has a length over
+//! [`MAX_RECORD_LEN`], a checksum mismatch or an unexpected LSN ends the valid part of the
+//! segment (see [`scan_segment`]); whether that is a torn tail or corruption is decided by the
+//! caller ([`crate::recovery`]): only the last segment may have one.
+//!
+//! # Snapshot file
+//! ```text
+//! +----------------+-------------+-------------+-----------+
+//! | magic 8 bytes  | version u32 | flags u32=0 | lsn u64   |   header, 24 bytes
+//! | "GRADUSSN"     | = 1         |             |           |
+//! +----------------+-------------+-------------+-----------+
+//! | len u32 (<= 64 MiB) | item payload (len) |                   items, any number
+//! | ...                                      |
+//! +--------------------+-----------------+----------------------+
+//! | 0xFFFF_FFFF u32    | item_count u64  | crc32c u32           |   trailer, 16 bytes
+//! | (end marker)       |                 | of every byte before |
+//! +--------------------+-----------------+----------------------+
+//! ```
+//! A snapshot is valid only if the trailer ends exactly at the end of the file, its checksum
+//! matches and the item count agrees; anything else means "not a snapshot" and recovery falls
+//! back to the previous one. The trailer layout is fixed across versions, so the checksum is
+//! checked before the version is looked at.
+//!
+//! # Compatibility
+//! Version 1 is the first version; a reader must refuse (not skip) a file with a higher
+//! version. When version 2 exists, a test must load a version-1 file (STYLE.md habit 6).
+
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use crate::Lsn;
+
+/// The format version this build writes, and the only one it reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Magic bytes at the start of a segment file.
+pub const SEGMENT_MAGIC: [u8; 8] = *b"GRADUSWL";
+/// Magic bytes at the start of a snapshot file.
+pub const SNAPSHOT_MAGIC: [u8; 8] = *b"GRADUSSN";
+/// Length of a segment file header.
+pub const SEGMENT_HEADER_LEN: usize = 24;
+/// Length of a record header (`len`, `crc`, `lsn`).
+pub const RECORD_HEADER_LEN: usize = 16;
+/// Largest payload of one record or snapshot item; a larger length read from disk is corruption.
+pub const MAX_RECORD_LEN: usize = 64 << 20;
+/// Length of a snapshot file header.
+pub const SNAPSHOT_HEADER_LEN: usize = 24;
+/// Length of a snapshot file trailer.
+pub const SNAPSHOT_TRAILER_LEN: usize = 16;
+/// The `len` value that marks the snapshot trailer (never a valid item length).
+pub const SNAPSHOT_END_MARKER: u32 = u32::MAX;
+
+const SEGMENT_PREFIX: &str = "wal-";
+const SEGMENT_SUFFIX: &str = ".log";
+const SNAPSHOT_PREFIX: &str = "snap-";
+const SNAPSHOT_SUFFIX: &str = ".snap";
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// What a file in the log directory is, by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FileKind {
+    /// A segment whose first record has this LSN.
+    Segment(Lsn),
+    /// A complete snapshot as of this LSN.
+    Snapshot(Lsn),
+    /// A snapshot still being written (or abandoned by a crash).
+    SnapshotTemp(Lsn),
+}
+
+/// `wal-<first_lsn:020>.log`
+pub fn segment_file_name(first_lsn: Lsn) -> String {
+    format!("{SEGMENT_PREFIX}{first_lsn:020}{SEGMENT_SUFFIX}")
+}
+
+/// `snap-<lsn:020>.snap`
+pub fn snapshot_file_name(lsn: Lsn) -> String {
+    format!("{SNAPSHOT_PREFIX}{lsn:020}{SNAPSHOT_SUFFIX}")
+}
+
+/// `snap-<lsn:020>.snap.tmp`
+pub fn snapshot_temp_file_name(lsn: Lsn) -> String {
+    format!("{SNAPSHOT_PREFIX}{lsn:020}{SNAPSHOT_SUFFIX}{TEMP_SUFFIX}")
+}
+
+/// Classifies a directory entry; `None` for names the log does not own.
+pub fn parse_file_name(name: &str) -> Option<FileKind> {
+    fn number(digits: &str) -> Option<Lsn> {
+        if digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()) {
+            digits.parse().ok()
+        } else {
+            None
+        }
+    }
+    if let Some(rest) = name.strip_prefix(SEGMENT_PREFIX) {
+        return number(rest.strip_suffix(SEGMENT_SUFFIX)?).map(FileKind::Segment);
+    }
+    let rest = name.strip_prefix(SNAPSHOT_PREFIX)?;
+    if let Some(rest) = rest.strip_suffix(TEMP_SUFFIX) {
+        return number(rest.strip_suffix(SNAPSHOT_SUFFIX)?).map(FileKind::SnapshotTemp);
+    }
+    number(rest.strip_suffix(SNAPSHOT_SUFFIX)?).map(FileKind::Snapshot)
+}
+
+fn read_u32(buf: &[u8], at: usize) -> Option<u32> {
+    let bytes = buf.get(at..at.checked_add(4)?)?;
+    Some(u32::from_le_bytes(bytes.try_into().ok()?))
+}
+
+fn read_u64(buf: &[u8], at: usize) -> Option<u64> {
+    let bytes = buf.get(at..at.checked_add(8)?)?;
+    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Segments
+// ---------------------------------------------------------------------------------------------
+
+/// The 24-byte header of a segment whose first record will have `first_lsn`.
+pub fn encode_segment_header(first_lsn: Lsn) -> [u8; SEGMENT_HEADER_LEN] {
+    let mut header = [0u8; SEGMENT_HEADER_LEN];
+    header[0..8].copy_from_slice(&SEGMENT_MAGIC);
+    header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header[12..20].copy_from_slice(&first_lsn.to_le_bytes());
+    let crc = crc32c::crc32c(&header[0..20]);
+    header[20..24].copy_from_slice(&crc.to_le_bytes());
+    header
+}
+
+/// Why a segment header could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderError {
+    /// Fewer than [`SEGMENT_HEADER_LEN`] bytes.
+    Short,
+    /// Not a segment file (or the magic is damaged).
+    BadMagic,
+    /// The header checksum does not match.
+    BadChecksum,
+    /// A well-formed header of another format version.
+    UnsupportedVersion(u32),
+}
+
+impl std::fmt::Display for HeaderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeaderError::Short => write!(f, "segment header cut short"),
+            HeaderError::BadMagic => write!(f, "bad segment magic"),
+            HeaderError::BadChecksum => write!(f, "segment header checksum mismatch"),
+            HeaderError::UnsupportedVersion(v) => write!(f, "unsupported format version {v}"),
+        }
+    }
+}
+
+/// Reads a segment header and returns its `first_lsn`.
+pub fn decode_segment_header(buf: &[u8]) -> Result<Lsn, HeaderError> {
+    let header = buf.get(..SEGMENT_HEADER_LEN).ok_or(HeaderError::Short)?;
+    if header[0..8] != SEGMENT_MAGIC {
+        return Err(HeaderError::BadMagic);
+    }
+    let stored_crc = read_u32(header, 20).ok_or(HeaderError::Short)?;
+    if crc32c::crc32c(&header[0..20]) != stored_crc {
+        return Err(HeaderError::BadChecksum);
+    }
+    let version = read_u32(header, 8).ok_or(HeaderError::Short)?;
+    if version != FORMAT_VERSION {
+        return Err(HeaderError::UnsupportedVersion(version));
+    }
+    read_u64(header, 12).ok_or(HeaderError::Short)
+}
+
+/// The checksum stored in a record header: CRC32C of the LSN (little-endian) then the payload.
+pub fn record_checksum(lsn: Lsn, payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&lsn.to_le_bytes()), payload)
+}
+
+/// Bytes one record takes in a segment.
+pub fn encoded_record_len(payload_len: usize) -> usize {
+    RECORD_HEADER_LEN + payload_len
+}
+
+/// Appends one encoded record to `buf`. The caller has checked `payload.len() <= MAX_RECORD_LEN`.
+pub fn encode_record(buf: &mut Vec<u8>, lsn: Lsn, payload: &[u8]) {
+    debug_assert!(payload.len() <= MAX_RECORD_LEN);
+    buf.reserve(encoded_record_len(payload.len()));
+    buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&record_checksum(lsn, payload).to_le_bytes());
+    buf.extend_from_slice(&lsn.to_le_bytes());
+    buf.extend_from_slice(payload);
+}
+
+/// Why the record at some offset is not a valid record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordError {
+    /// Fewer than [`RECORD_HEADER_LEN`] bytes left.
+    TruncatedHeader,
+    /// The length field is over [`MAX_RECORD_LEN`].
+    TooLong(u32),
+    /// The payload runs past the end of the data.
+    TruncatedPayload,
+    /// The checksum does not match.
+    Checksum,
+    /// A valid record, but not the LSN that must come next.
+    OutOfSequence {
+        /// The LSN that must come next.
+        expected: Lsn,
+        /// The LSN found.
+        found: Lsn,
+    },
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordError::TruncatedHeader => write!(f, "record header cut short"),
+            RecordError::TooLong(len) => {
+                write!(
+                    f,
+                    "record length {len} over the {MAX_RECORD_LEN}-byte limit"
+                )
+            }
+            RecordError::TruncatedPayload => write!(f, "record payload cut short"),
+            RecordError::Checksum => write!(f, "record checksum mismatch"),
+            RecordError::OutOfSequence { expected, found } => {
+                write!(f, "record lsn {found} where lsn {expected} must come")
+            }
+        }
+    }
+}
+
+/// A record found by [`decode_record`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedRecord {
+    /// Its LSN.
+    pub lsn: Lsn,
+    /// Where its payload lies in the buffer.
+    pub payload: Range<usize>,
+    /// Offset just past it.
+    pub end: usize,
+}
+
+/// Decodes the record starting at `offset` of `buf`, checking length and checksum (not the
+/// LSN sequence). `Ok(None)` when `offset` is exactly the end of `buf`.
+pub fn decode_record(buf: &[u8], offset: usize) -> Result<Option<DecodedRecord>, RecordError> {
+    let rest = buf.get(offset..).unwrap_or(&[]);
+    if rest.is_empty() {
+        return Ok(None);
+    }
+    if rest.len() < RECORD_HEADER_LEN {
+        return Err(RecordError::TruncatedHeader);
+    }
+    let len = read_u32(rest, 0).ok_or(RecordError::TruncatedHeader)?;
+    let stored_crc = read_u32(rest, 4).ok_or(RecordError::TruncatedHeader)?;
+    let lsn = read_u64(rest, 8).ok_or(RecordError::TruncatedHeader)?;
+    if len as usize > MAX_RECORD_LEN {
+        return Err(RecordError::TooLong(len));
+    }
+    let payload = rest
+        .get(RECORD_HEADER_LEN..RECORD_HEADER_LEN + len as usize)
+        .ok_or(RecordError::TruncatedPayload)?;
+    if record_checksum(lsn, payload) != stored_crc {
+        return Err(RecordError::Checksum);
+    }
+    let start = offset + RECORD_HEADER_LEN;
+    Ok(Some(DecodedRecord {
+        lsn,
+        payload: start..start + len as usize,
+        end: start + len as usize,
+    }))
+}
+
+/// Where and why the valid part of a segment ends before the end of the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// Offset of the first byte that is not part of a valid record.
+    pub offset: u64,
+    /// What was found there.
+    pub error: RecordError,
+}
+
+/// The result of reading one segment file.
+#[derive(Debug, Clone)]
+pub struct SegmentScan {
+    /// LSN in the header (the first record's LSN, if there is one).
+    pub first_lsn: Lsn,
+    /// Every valid record, in order; payloads share the file buffer.
+    pub records: Vec<(Lsn, Bytes)>,
+    /// Bytes from the file start through the last valid record.
+    pub valid_len: u64,
+    /// `Some` if bytes follow the last valid record.
+    pub damage: Option<Damage>,
+}
+
+impl SegmentScan {
+    /// LSN of the last valid record, or `first_lsn - 1` for a segment without records.
+    pub fn last_lsn(&self) -> Lsn {
+        self.records
+            .last()
+            .map_or(self.first_lsn.saturating_sub(1), |(lsn, _)| *lsn)
+    }
+}
+
+/// Reads a whole segment file: header, then records until the end or the first damage.
+/// Never panics; only a bad header is an `Err`.
+pub fn scan_segment(data: &Bytes) -> Result<SegmentScan, HeaderError> {
+    let first_lsn = decode_segment_header(data)?;
+    let mut records = Vec::new();
+    let mut offset = SEGMENT_HEADER_LEN;
+    let mut expected = first_lsn;
+    let damage = loop {
+        match decode_record(data, offset) {
+            Ok(None) => break None,
+            Ok(Some(record)) if record.lsn != expected => {
+                break Some(RecordError::OutOfSequence {
+                    expected,
+                    found: record.lsn,
+                })
+            }
+            Ok(Some(record)) => {
+                records.push((record.lsn, data.slice(record.payload)));
+                offset = record.end;
+                expected = expected.wrapping_add(1);
+            }
+            Err(error) => break Some(error),
+        }
+    };
+    Ok(SegmentScan {
+        first_lsn,
+        records,
+        valid_len: offset as u64,
+        damage: damage.map(|error| Damage {
+            offset: offset as u64,
+            error,
+        }),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots
+// ---------------------------------------------------------------------------------------------
+
+/// Incremental snapshot encoder: feed it the header, items and trailer in order, writing out
+/// what each call returns; it keeps the running checksum.
+#[derive(Debug)]
+pub struct SnapshotEncoder {
+    crc: u32,
+    items: u64,
+    bytes: u64,
+}
+
+impl SnapshotEncoder {
+    /// Starts a snapshot as of `lsn`; appends the header to `out`.
+    pub fn start(lsn: Lsn, out: &mut Vec<u8>) -> SnapshotEncoder {
+        let mut header = [0u8; SNAPSHOT_HEADER_LEN];
+        header[0..8].copy_from_slice(&SNAPSHOT_MAGIC);
+        header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        // 12..16: flags, zero in version 1.
+        header[16..24].copy_from_slice(&lsn.to_le_bytes());
+        out.extend_from_slice(&header);
+        SnapshotEncoder {
+            crc: crc32c::crc32c(&header),
+            items: 0,
+            bytes: SNAPSHOT_HEADER_LEN as u64,
+        }
+    }
+
+    /// Appends one item to `out`. The caller has checked `item.len() <= MAX_RECORD_LEN`.
+    pub fn item(&mut self, item: &[u8], out: &mut Vec<u8>) {
+        debug_assert!(item.len() <= MAX_RECORD_LEN);
+        let len = (item.len() as u32).to_le_bytes();
+        self.crc = crc32c::crc32c_append(self.crc, &len);
+        self.crc = crc32c::crc32c_append(self.crc, item);
+        out.extend_from_slice(&len);
+        out.extend_from_slice(item);
+        self.items += 1;
+        self.bytes += 4 + item.len() as u64;
+    }
+
+    /// Appends the trailer to `out`; returns the total file length.
+    pub fn finish(mut self, out: &mut Vec<u8>) -> u64 {
+        let mut trailer = [0u8; SNAPSHOT_TRAILER_LEN];
+        trailer[0..4].copy_from_slice(&SNAPSHOT_END_MARKER.to_le_bytes());
+        trailer[4..12].copy_from_slice(&self.items.to_le_bytes());
+        self.crc = crc32c::crc32c_append(self.crc, &trailer[0..12]);
+        trailer[12..16].copy_from_slice(&self.crc.to_le_bytes());
+        out.extend_from_slice(&trailer);
+        self.bytes + SNAPSHOT_TRAILER_LEN as u64
+    }
+}
+
+/// Encodes a whole snapshot in memory (tests and tools; the log streams instead).
+pub fn encode_snapshot<'a>(lsn: Lsn, items: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut encoder = SnapshotEncoder::start(lsn, &mut out);
+    for item in items {
+        encoder.item(item, &mut out);
+    }
+    encoder.finish(&mut out);
+    out
+}
+
+/// Why a file is not a usable snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotError {
+    /// Damaged, incomplete or not a snapshot at all: recovery falls back to an older one.
+    Invalid(String),
+    /// An intact snapshot of another format version: recovery must stop.
+    UnsupportedVersion(u32),
+}
+
+/// A decoded snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The state is as of this LSN.
+    pub lsn: Lsn,
+    /// The items, in the order written; they share the file buffer.
+    pub items: Vec<Bytes>,
+}
+
+/// Decodes and fully validates a snapshot file.
+pub fn decode_snapshot(data: &Bytes) -> Result<Snapshot, SnapshotError> {
+    let invalid = |why: &str| SnapshotError::Invalid(why.to_string());
+    if data.len() < SNAPSHOT_HEADER_LEN + SNAPSHOT_TRAILER_LEN {
+        return Err(invalid("file shorter than header and trailer"));
+    }
+    if data[0..8] != SNAPSHOT_MAGIC {
+        return Err(invalid("bad snapshot magic"));
+    }
+    let crc_at = data.len() - 4;
+    let stored_crc = read_u32(data, crc_at).ok_or_else(|| invalid("no checksum"))?;
+    if crc32c::crc32c(&data[..crc_at]) != stored_crc {
+        return Err(invalid("snapshot checksum mismatch"));
+    }
+    let version = read_u32(data, 8).ok_or_else(|| invalid("short header"))?;
+    if version != FORMAT_VERSION {
+        return Err(SnapshotError::UnsupportedVersion(version));
+    }
+    let lsn = read_u64(data, 16).ok_or_else(|| invalid("short header"))?;
+    let trailer_at = data.len() - SNAPSHOT_TRAILER_LEN;
+    let mut items = Vec::new();
+    let mut offset = SNAPSHOT_HEADER_LEN;
+    loop {
+        let len = read_u32(data, offset).ok_or_else(|| invalid("item header cut short"))?;
+        if len == SNAPSHOT_END_MARKER {
+            if offset != trailer_at {
+                return Err(invalid("end marker before the end of the file"));
+            }
+            break;
+        }
+        if len as usize > MAX_RECORD_LEN {
+            return Err(invalid("item length over the limit"));
+        }
+        let start = offset + 4;
+        let end = start + len as usize;
+        if end > trailer_at {
+            return Err(invalid("item runs into the trailer"));
+        }
+        items.push(data.slice(start..end));
+        offset = end;
+    }
+    let count = read_u64(data, trailer_at + 4).ok_or_else(|| invalid("short trailer"))?;
+    if count != items.len() as u64 {
+        return Err(invalid("item count mismatch"));
+    }
+    Ok(Snapshot { lsn, items })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segment(first_lsn: Lsn, payloads: &[&[u8]]) -> Vec<u8> {
+        let mut buf = encode_segment_header(first_lsn).to_vec();
+        for (i, p) in payloads.iter().enumerate() {
+            encode_record(&mut buf, first_lsn + i as u64, p);
+        }
+        buf
+    }
+
+    #[test]
+    fn file_names_round_trip() {
+        assert_eq!(segment_file_name(1), "wal-00000000000000000001.log");
+        assert_eq!(snapshot_file_name(42), "snap-00000000000000000042.snap");
+        assert_eq!(
+            snapshot_temp_file_name(42),
+            "snap-00000000000000000042.snap.tmp"
+        );
+        for lsn in [0, 1, 4097, u64::MAX] {
+            assert_eq!(
+                parse_file_name(&segment_file_name(lsn)),
+                Some(FileKind::Segment(lsn))
+            );
+            assert_eq!(
+                parse_file_name(&snapshot_file_name(lsn)),
+                Some(FileKind::Snapshot(lsn))
+            );
+            assert_eq!(
+                parse_file_name(&snapshot_temp_file_name(lsn)),
+                Some(FileKind::SnapshotTemp(lsn))
+            );
+        }
+        for other in [
+            "wal-1.log",
+            "wal-0000000000000000000x.log",
+            "snap-00000000000000000042.snapx",
+            "README",
+            "wal-00000000000000000001.log.bak",
+            "",
+        ] {
+            assert_eq!(parse_file_name(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn segment_header_round_trips_and_rejects_damage() {
+        let header = encode_segment_header(77);
+        assert_eq!(decode_segment_header(&header), Ok(77));
+        assert_eq!(
+            decode_segment_header(&header[..23]),
+            Err(HeaderError::Short)
+        );
+        let mut bad = header;
+        bad[0] ^= 1;
+        assert_eq!(decode_segment_header(&bad), Err(HeaderError::BadMagic));
+        let mut bad = header;
+        bad[13] ^= 1;
+        assert_eq!(decode_segment_header(&bad), Err(HeaderError::BadChecksum));
+        let mut future = header;
+        future[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let crc = crc32c::crc32c(&future[0..20]);
+        future[20..24].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            decode_segment_header(&future),
+            Err(HeaderError::UnsupportedVersion(2))
+        );
+    }
+
+    #[test]
+    fn records_round_trip_including_empty_payloads() {
+        let data = Bytes::from(segment(5, &[b"alpha", b"", b"gamma"]));
+        let scan = scan_segment(&data).unwrap();
+        assert_eq!(scan.first_lsn, 5);
+        assert_eq!(scan.damage, None);
+        assert_eq!(scan.valid_len, data.len() as u64);
+        assert_eq!(scan.last_lsn(), 7);
+        let got: Vec<(Lsn, &[u8])> = scan.records.iter().map(|(l, p)| (*l, &p[..])).collect();
+        assert_eq!(
+            got,
+            vec![(5, &b"alpha"[..]), (6, &b""[..]), (7, &b"gamma"[..])]
+        );
+    }
+
+    #[test]
+    fn record_layout_matches_the_diagram() {
+        let mut buf = Vec::new();
+        encode_record(&mut buf, 0x0102, b"xy");
+        assert_eq!(&buf[0..4], &2u32.to_le_bytes());
+        assert_eq!(&buf[4..8], &record_checksum(0x0102, b"xy").to_le_bytes());
+        assert_eq!(&buf[8..16], &0x0102u64.to_le_bytes());
+        assert_eq!(&buf[16..], b"xy");
+        let mut lsn_then_payload = 0x0102u64.to_le_bytes().to_vec();
+        lsn_then_payload.extend_from_slice(b"xy");
+        assert_eq!(
+            record_checksum(0x0102, b"xy"),
+            crc32c::crc32c(&lsn_then_payload)
+        );
+    }
+
+    #[test]
+    fn every_truncation_yields_a_valid_prefix() {
+        let full = segment(1, &[b"one", b"two two", b"three three three"]);
+        let ends = [
+            SEGMENT_HEADER_LEN,
+            SEGMENT_HEADER_LEN + 16 + 3,
+            SEGMENT_HEADER_LEN + 16 + 3 + 16 + 7,
+            full.len(),
+        ];
+        for cut in SEGMENT_HEADER_LEN..=full.len() {
+            let data = Bytes::copy_from_slice(&full[..cut]);
+            let scan = scan_segment(&data).unwrap();
+            let whole = ends.iter().filter(|&&e| e <= cut).count() - 1;
+            assert_eq!(scan.records.len(), whole, "cut at {cut}");
+            assert_eq!(scan.valid_len as usize, ends[whole]);
+            assert_eq!(scan.damage.is_some(), cut != ends[whole]);
+        }
+    }
+
+    #[test]
+    fn damage_is_reported_with_offset_and_reason() {
+        let mut data = segment(1, &[b"one", b"two"]);
+        let second = SEGMENT_HEADER_LEN + 16 + 3;
+        data[second + 16] ^= 0x40; // flip a payload bit of record 2
+        let scan = scan_segment(&Bytes::from(data.clone())).unwrap();
+        assert_eq!(scan.records.len(), 1);
+        assert_eq!(
+            scan.damage,
+            Some(Damage {
+                offset: second as u64,
+                error: RecordError::Checksum
+            })
+        );
+
+        // An absurd length is corruption, not an allocation.
+        let mut data = segment(1, &[b"one"]);
+        data[SEGMENT_HEADER_LEN..SEGMENT_HEADER_LEN + 4]
+            .copy_from_slice(&(MAX_RECORD_LEN as u32 + 1).to_le_bytes());
+        let scan = scan_segment(&Bytes::from(data)).unwrap();
+        assert_eq!(
+            scan.damage.map(|d| d.error),
+            Some(RecordError::TooLong(MAX_RECORD_LEN as u32 + 1))
+        );
+
+        // A valid record with the wrong LSN ends the segment too.
+        let mut data = encode_segment_header(1).to_vec();
+        encode_record(&mut data, 1, b"a");
+        encode_record(&mut data, 3, b"c");
+        let scan = scan_segment(&Bytes::from(data)).unwrap();
+        assert_eq!(scan.records.len(), 1);
+        assert_eq!(
+            scan.damage.map(|d| d.error),
+            Some(RecordError::OutOfSequence {
+                expected: 2,
+                found: 3
+            })
+        );
+    }
+
+    #[test]
+    fn zero_filled_tail_is_not_a_record() {
+        let mut data = segment(1, &[b"one"]);
+        data.extend_from_slice(&[0u8; 40]);
+        let scan = scan_segment(&Bytes::from(data)).unwrap();
+        assert_eq!(scan.records.len(), 1);
+        assert_eq!(scan.damage.map(|d| d.error), Some(RecordError::Checksum));
+    }
+
+    #[test]
+    fn snapshot_round_trips() {
+        let items: Vec<&[u8]> = vec![b"k1=v1", b"", b"k3=v3"];
+        let data = Bytes::from(encode_snapshot(99, items.iter().copied()));
+        let snap = decode_snapshot(&data).unwrap();
+        assert_eq!(snap.lsn, 99);
+        assert_eq!(snap.items, vec![&b"k1=v1"[..], &b""[..], &b"k3=v3"[..]]);
+
+        let empty = Bytes::from(encode_snapshot(0, std::iter::empty()));
+        assert_eq!(decode_snapshot(&empty).unwrap().items.len(), 0);
+    }
+
+    #[test]
+    fn every_damaged_snapshot_is_rejected() {
+        let data = encode_snapshot(7, [&b"abc"[..], &b"defg"[..]]);
+        for cut in 0..data.len() {
+            assert!(matches!(
+                decode_snapshot(&Bytes::copy_from_slice(&data[..cut])),
+                Err(SnapshotError::Invalid(_))
+            ));
+        }
+        for i in 0..data.len() {
+            let mut bad = data.clone();
+            bad[i] ^= 0x01;
+            assert!(
+                decode_snapshot(&Bytes::from(bad)).is_err(),
+                "flip at byte {i} accepted"
+            );
+        }
+        let mut longer = data.clone();
+        longer.push(0);
+        assert!(decode_snapshot(&Bytes::from(longer)).is_err());
+    }
+}

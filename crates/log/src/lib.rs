@@ -1,0 +1,125 @@
+//! Gradus write-ahead log: one ordered log of opaque records, made durable by group commit,
+//! compacted by snapshots, and read back by recovery after a restart or a crash.
+//!
+//! The server hands this crate opaque [`bytes::Bytes`] payloads (one payload = one atomic unit,
+//! e.g. a whole `MULTI`/`EXEC`) together with a [`Durability`] degree, and gets back a log
+//! sequence number ([`Lsn`]) at once. What a payload means is none of this crate's business: it
+//! must not depend on the store or server crates, on sockets, or on any command syntax.
+//!
+//! Modules, from the outside in:
+//! - [`log`]: the [`Log`] handle: `append`, `wait_durable`, `sync_now`, snapshots, stats, close;
+//! - [`writer`] (private): the writer thread: batching, group commit, segment rotation, poisoning;
+//! - [`recovery`]: newest valid snapshot + the records after it; torn-tail truncation;
+//! - [`format`]: the on-disk format (segment and snapshot files), pure encode/decode;
+//! - [`storage`]: the [`Storage`] trait every file operation goes through, and [`OsStorage`];
+//! - [`sim`]: [`SimStorage`], an in-memory disk that can crash, tear writes and fail fsyncs;
+//! - [`options`], [`stats`], [`error`]: [`LogOptions`], [`LogStats`], [`LogError`].
+//!
+//! Ordering promise (the same one Redis writes down in `beforeSleep`): a record is appended to
+//! the log, the log is fsynced, and only then is a `strict` reply released — the server does
+//! the releasing, by awaiting [`Log::wait_durable`] before it writes the reply.
+
+pub mod error;
+pub mod format;
+pub mod log;
+pub mod options;
+pub mod recovery;
+pub mod sim;
+pub mod stats;
+pub mod storage;
+mod writer;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use error::LogError;
+pub use log::Log;
+pub use options::LogOptions;
+pub use recovery::Recovered;
+pub use sim::{CrashMode, SimStorage};
+pub use stats::LogStats;
+pub use storage::{OsStorage, Storage, StorageFile};
+
+/// Log sequence number: 1-based, strictly increasing by one per appended record.
+/// `0` means "nothing": the LSN before the first record.
+pub type Lsn = u64;
+
+/// How durable a write must be before its reply leaves (DESIGN.md §2), weakest to strongest.
+///
+/// All logged degrees share one ordered log, so making a record durable also makes every
+/// earlier record durable, whatever its degree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Durability {
+    /// Memory only, never logged. [`Log::append`] refuses it.
+    None,
+    /// Logged; handed to the OS when the buffer fills or every `lazy_flush_ms`; no fsync of its
+    /// own. Survives a process crash, not a machine crash (unless a later fsync covered it).
+    Lazy,
+    /// Logged; an fsync covering it happens within `background_fsync_ms` of the append.
+    Background,
+    /// Logged; the reply waits for an fsync covering it (group commit shares that fsync).
+    Strict,
+}
+
+impl Durability {
+    /// Every degree, weakest first.
+    pub const ALL: [Durability; 4] = [
+        Durability::None,
+        Durability::Lazy,
+        Durability::Background,
+        Durability::Strict,
+    ];
+
+    /// The lowercase name used in configuration and commands.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::None => "none",
+            Durability::Lazy => "lazy",
+            Durability::Background => "background",
+            Durability::Strict => "strict",
+        }
+    }
+
+    /// Whether records at this degree go into the log at all.
+    pub fn is_logged(self) -> bool {
+        self != Durability::None
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Durability {
+    type Err = LogError;
+
+    /// Parses `none`, `lazy`, `background` or `strict` (ASCII case-insensitive).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Durability::ALL
+            .into_iter()
+            .find(|d| d.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| LogError::UnknownDurability(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durability_round_trips_through_strings() {
+        for d in Durability::ALL {
+            assert_eq!(d.to_string().parse::<Durability>().unwrap(), d);
+        }
+        assert_eq!("STRICT".parse::<Durability>().unwrap(), Durability::Strict);
+        assert!(matches!(
+            "fsync".parse::<Durability>(),
+            Err(LogError::UnknownDurability(s)) if s == "fsync"
+        ));
+        assert!(Durability::Lazy < Durability::Background);
+        assert!(Durability::Background < Durability::Strict);
+        assert!(!Durability::None.is_logged());
+    }
+}

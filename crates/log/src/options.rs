@@ -1,0 +1,46 @@
+//! [`LogOptions`]: where the log lives and the timing knobs of the durability degrees.
+//!
+//! Plain data with documented defaults; the server's config file maps onto it. Nothing here
+//! touches the disk.
+
+use std::path::PathBuf;
+
+/// Options for [`crate::Log::open`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Directory holding the segment and snapshot files (created if missing).
+    pub dir: PathBuf,
+    /// A segment is closed and a new one started once it would grow past this many bytes
+    /// (a single record larger than this still goes whole into one segment). Default 64 MiB.
+    pub segment_bytes: u64,
+    /// `lazy` records are handed to the OS at least this often, in milliseconds. Default 1000.
+    pub lazy_flush_ms: u64,
+    /// An fsync covering a `background` record happens within this many milliseconds of its
+    /// append. Default 10.
+    pub background_fsync_ms: u64,
+    /// Queued record bytes that make the writer hand the queue to the OS before the lazy
+    /// deadline. Default 1 MiB.
+    pub buffer_bytes: usize,
+}
+
+impl LogOptions {
+    /// Default segment size: 64 MiB.
+    pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+    /// Default lazy flush interval: 1 s.
+    pub const DEFAULT_LAZY_FLUSH_MS: u64 = 1000;
+    /// Default background fsync bound: 10 ms.
+    pub const DEFAULT_BACKGROUND_FSYNC_MS: u64 = 10;
+    /// Default lazy buffer: 1 MiB.
+    pub const DEFAULT_BUFFER_BYTES: usize = 1 << 20;
+
+    /// Options with every default, for the log in `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> LogOptions {
+        LogOptions {
+            dir: dir.into(),
+            segment_bytes: Self::DEFAULT_SEGMENT_BYTES,
+            lazy_flush_ms: Self::DEFAULT_LAZY_FLUSH_MS,
+            background_fsync_ms: Self::DEFAULT_BACKGROUND_FSYNC_MS,
+            buffer_bytes: Self::DEFAULT_BUFFER_BYTES,
+        }
+    }
+}

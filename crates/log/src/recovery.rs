@@ -1,0 +1,439 @@
+//! Recovery: turn the files in the log directory back into "snapshot + records after it".
+//!
+//! Rules, in order:
+//! 1. `*.snap.tmp` files are abandoned snapshot writes: removed.
+//! 2. The newest snapshot that decodes and checks out wins; a damaged one is skipped (with a
+//!    warning) in favour of the previous one. An intact snapshot of an unknown version stops
+//!    recovery ([`LogError::UnsupportedVersion`]).
+//! 3. Segments whose records are all `<= snapshot_lsn` are not read at all. The rest must
+//!    chain: the first one starts at or before `snapshot_lsn + 1`, and each next one starts
+//!    right after the last record of the previous one. A missing range is
+//!    [`LogError::Corrupt`] — never silently skipped.
+//! 4. Damage inside any segment but the last is [`LogError::Corrupt`] with file and offset.
+//! 5. Damage in the last segment is a torn tail (the writer fsyncs a segment before it starts
+//!    the next, so only the last one can hold unsynced bytes): the file is truncated to its
+//!    last valid record, durably, and the dropped bytes are reported. Because a bad record
+//!    ends the scan, a bit flip in the middle of the last segment also drops what follows it;
+//!    telling the two apart is not possible in general (a crash may persist later pages of an
+//!    unsynced write before earlier ones), so the log does what fjall and etcd do.
+//!    A last segment whose header is bad and that holds no valid record after it is a
+//!    segment whose creation was torn (records are only written after the header is
+//!    durable): it is removed. With a valid record after a bad header, it is corruption.
+//! 6. A last segment left without records is removed, so [`crate::Log::open`] can start a
+//!    fresh segment named after the next LSN. New records never go into a recovered file.
+//!
+//! Depends on [`crate::format`] and [`crate::storage`] only.
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use crate::error::LogError;
+use crate::format::{
+    self, decode_record, scan_segment, FileKind, HeaderError, SnapshotError, FORMAT_VERSION,
+    SEGMENT_HEADER_LEN,
+};
+use crate::storage::Storage;
+use crate::Lsn;
+
+/// What [`crate::Log::open`] found on disk.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// LSN of the snapshot the state starts from (0 if none).
+    pub snapshot_lsn: Lsn,
+    /// The snapshot's items, in the order they were written.
+    pub snapshot_items: Vec<Bytes>,
+    /// Every record after the snapshot, in LSN order, gap-free from `snapshot_lsn + 1`.
+    pub records: Vec<(Lsn, Bytes)>,
+    /// Bytes dropped from the end of the last segment (a torn or corrupt tail).
+    pub torn_tail_bytes: u64,
+    /// The last LSN recovered (`max(snapshot_lsn, last record)`); new records continue after it.
+    pub last_lsn: Lsn,
+}
+
+/// What recovery leaves behind for the writer.
+#[derive(Debug)]
+pub(crate) struct RecoveryOutcome {
+    pub recovered: Recovered,
+    /// Segment files still in the directory.
+    pub segments: u64,
+}
+
+/// Runs recovery in `dir` (see the module docs). Mutates the directory only to remove
+/// temporary/empty files and to truncate a torn tail, then fsyncs the directory.
+pub(crate) fn recover(storage: &dyn Storage, dir: &Path) -> Result<RecoveryOutcome, LogError> {
+    let names = storage.list(dir).map_err(LogError::io_at("list", dir))?;
+    let mut segments: Vec<Lsn> = Vec::new();
+    let mut snapshots: Vec<Lsn> = Vec::new();
+    let mut dir_dirty = false;
+    for name in &names {
+        match format::parse_file_name(name) {
+            Some(FileKind::Segment(lsn)) => segments.push(lsn),
+            Some(FileKind::Snapshot(lsn)) => snapshots.push(lsn),
+            Some(FileKind::SnapshotTemp(_)) => {
+                let path = dir.join(name);
+                storage
+                    .remove(&path)
+                    .map_err(LogError::io_at("remove", &path))?;
+                dir_dirty = true;
+            }
+            None => {}
+        }
+    }
+    segments.sort_unstable();
+    snapshots.sort_unstable_by(|a, b| b.cmp(a));
+
+    let mut recovered = Recovered::default();
+    for lsn in snapshots {
+        let path = dir.join(format::snapshot_file_name(lsn));
+        let data = Bytes::from(
+            storage
+                .read_all(&path)
+                .map_err(LogError::io_at("read", &path))?,
+        );
+        match format::decode_snapshot(&data) {
+            Ok(snapshot) if snapshot.lsn == lsn => {
+                recovered.snapshot_lsn = lsn;
+                recovered.snapshot_items = snapshot.items;
+                break;
+            }
+            Ok(snapshot) => tracing::warn!(
+                file = %path.display(),
+                header_lsn = snapshot.lsn,
+                "snapshot header does not match its file name; skipping it"
+            ),
+            Err(SnapshotError::Invalid(why)) => tracing::warn!(
+                file = %path.display(),
+                reason = %why,
+                "damaged snapshot; falling back to an older one"
+            ),
+            Err(SnapshotError::UnsupportedVersion(version)) => {
+                return Err(LogError::UnsupportedVersion {
+                    file: path,
+                    version,
+                    supported: FORMAT_VERSION,
+                })
+            }
+        }
+    }
+    let snapshot_lsn = recovered.snapshot_lsn;
+
+    // The first segment to read: the newest one starting at or before snapshot_lsn + 1
+    // (everything before it is covered by the snapshot). Without one, read from the oldest
+    // and let the chain check report the missing range.
+    let first_needed = segments
+        .iter()
+        .rposition(|&first| first <= snapshot_lsn.saturating_add(1))
+        .unwrap_or(0);
+    let mut remaining_segments = segments.len() as u64;
+    let mut last_lsn = snapshot_lsn;
+    let mut expected_first: Option<Lsn> = None;
+    let last_index = segments.len().saturating_sub(1);
+    for (index, &name_lsn) in segments.iter().enumerate().skip(first_needed) {
+        let is_last = index == last_index;
+        let path = dir.join(format::segment_file_name(name_lsn));
+        let data = Bytes::from(
+            storage
+                .read_all(&path)
+                .map_err(LogError::io_at("read", &path))?,
+        );
+        let scan = match scan_segment(&data) {
+            Ok(scan) => scan,
+            Err(HeaderError::UnsupportedVersion(version)) => {
+                return Err(LogError::UnsupportedVersion {
+                    file: path,
+                    version,
+                    supported: FORMAT_VERSION,
+                })
+            }
+            Err(header_error) => {
+                let record_follows =
+                    matches!(decode_record(&data, SEGMENT_HEADER_LEN), Ok(Some(_)));
+                if !is_last || record_follows {
+                    return Err(corrupt(&path, 0, format!("{header_error}")));
+                }
+                tracing::warn!(
+                    file = %path.display(),
+                    bytes = data.len(),
+                    reason = %header_error,
+                    "removing a last segment whose creation was torn"
+                );
+                storage
+                    .remove(&path)
+                    .map_err(LogError::io_at("remove", &path))?;
+                dir_dirty = true;
+                remaining_segments -= 1;
+                recovered.torn_tail_bytes += data.len() as u64;
+                continue;
+            }
+        };
+        if scan.first_lsn != name_lsn {
+            return Err(corrupt(
+                &path,
+                0,
+                format!(
+                    "header says first lsn {}, file name says {name_lsn}",
+                    scan.first_lsn
+                ),
+            ));
+        }
+        match expected_first {
+            None if name_lsn > snapshot_lsn.saturating_add(1) => {
+                return Err(corrupt(
+                    &path,
+                    0,
+                    format!(
+                        "records {}..={} are missing (snapshot lsn {snapshot_lsn})",
+                        snapshot_lsn + 1,
+                        name_lsn - 1
+                    ),
+                ))
+            }
+            Some(expected) if name_lsn != expected => {
+                return Err(corrupt(
+                    &path,
+                    0,
+                    format!(
+                        "segment starts at lsn {name_lsn}, the previous one ends at {}",
+                        expected - 1
+                    ),
+                ))
+            }
+            _ => {}
+        }
+        if let Some(damage) = &scan.damage {
+            if !is_last {
+                return Err(corrupt(&path, damage.offset, damage.error.to_string()));
+            }
+            let dropped = data.len() as u64 - scan.valid_len;
+            tracing::warn!(
+                file = %path.display(),
+                offset = damage.offset,
+                bytes = dropped,
+                reason = %damage.error,
+                "truncating the torn tail of the last segment"
+            );
+            storage
+                .truncate(&path, scan.valid_len)
+                .map_err(LogError::io_at("truncate", &path))?;
+            recovered.torn_tail_bytes += dropped;
+        }
+        let segment_last = scan.last_lsn();
+        expected_first = Some(segment_last.saturating_add(1));
+        last_lsn = last_lsn.max(segment_last);
+        if is_last && scan.records.is_empty() {
+            storage
+                .remove(&path)
+                .map_err(LogError::io_at("remove", &path))?;
+            dir_dirty = true;
+            remaining_segments -= 1;
+        }
+        recovered.records.extend(
+            scan.records
+                .into_iter()
+                .filter(|(lsn, _)| *lsn > snapshot_lsn),
+        );
+    }
+    recovered.last_lsn = last_lsn;
+    if dir_dirty {
+        storage
+            .sync_dir(dir)
+            .map_err(LogError::io_at("sync_dir", dir))?;
+    }
+    Ok(RecoveryOutcome {
+        recovered,
+        segments: remaining_segments,
+    })
+}
+
+fn corrupt(path: &Path, offset: u64, reason: String) -> LogError {
+    LogError::Corrupt {
+        file: PathBuf::from(path),
+        offset,
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{encode_record, encode_segment_header, encode_snapshot};
+    use crate::sim::SimStorage;
+
+    fn dir() -> PathBuf {
+        PathBuf::from("/r")
+    }
+
+    fn segment(first: Lsn, count: u64) -> Vec<u8> {
+        let mut buf = encode_segment_header(first).to_vec();
+        for lsn in first..first + count {
+            encode_record(&mut buf, lsn, format!("p{lsn}").as_bytes());
+        }
+        buf
+    }
+
+    fn put_segment(sim: &SimStorage, first: Lsn, content: &[u8]) {
+        sim.put_file(&dir().join(format::segment_file_name(first)), content);
+    }
+
+    fn lsns(r: &Recovered) -> Vec<Lsn> {
+        r.records.iter().map(|(l, _)| *l).collect()
+    }
+
+    #[test]
+    fn empty_directory_recovers_nothing() {
+        let sim = SimStorage::new(1);
+        sim.create_dir_all(&dir()).unwrap();
+        let out = recover(&sim, &dir()).unwrap();
+        assert_eq!(out.recovered, Recovered::default());
+        assert_eq!(out.segments, 0);
+    }
+
+    #[test]
+    fn segments_chain_and_the_snapshot_cuts_the_prefix() {
+        let sim = SimStorage::new(1);
+        put_segment(&sim, 1, &segment(1, 5));
+        put_segment(&sim, 6, &segment(6, 5));
+        put_segment(&sim, 11, &segment(11, 3));
+        sim.put_file(
+            &dir().join(format::snapshot_file_name(7)),
+            &encode_snapshot(7, [&b"state"[..]]),
+        );
+        let out = recover(&sim, &dir()).unwrap();
+        assert_eq!(out.recovered.snapshot_lsn, 7);
+        assert_eq!(
+            out.recovered.snapshot_items,
+            vec![Bytes::from_static(b"state")]
+        );
+        assert_eq!(lsns(&out.recovered), vec![8, 9, 10, 11, 12, 13]);
+        assert_eq!(out.recovered.records[0].1, Bytes::from_static(b"p8"));
+        assert_eq!(out.recovered.last_lsn, 13);
+    }
+
+    #[test]
+    fn a_damaged_snapshot_falls_back_to_the_previous_one() {
+        let sim = SimStorage::new(1);
+        put_segment(&sim, 1, &segment(1, 10));
+        sim.put_file(
+            &dir().join(format::snapshot_file_name(3)),
+            &encode_snapshot(3, [&b"three"[..]]),
+        );
+        let mut newer = encode_snapshot(8, [&b"eight"[..]]);
+        newer.truncate(newer.len() - 1);
+        sim.put_file(&dir().join(format::snapshot_file_name(8)), &newer);
+        sim.put_file(&dir().join(format::snapshot_temp_file_name(9)), b"partial");
+        let out = recover(&sim, &dir()).unwrap();
+        assert_eq!(out.recovered.snapshot_lsn, 3);
+        assert_eq!(lsns(&out.recovered), (4..=10).collect::<Vec<_>>());
+        assert!(!sim
+            .file_names(&dir())
+            .contains(&format::snapshot_temp_file_name(9)));
+    }
+
+    #[test]
+    fn torn_tail_of_the_last_segment_is_truncated_durably() {
+        let sim = SimStorage::new(1);
+        put_segment(&sim, 1, &segment(1, 4));
+        let mut last = segment(5, 3);
+        let whole = last.len();
+        last.truncate(whole - 2);
+        put_segment(&sim, 5, &last);
+        let out = recover(&sim, &dir()).unwrap();
+        assert_eq!(lsns(&out.recovered), vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(out.recovered.torn_tail_bytes, (16 + 2 - 2) as u64);
+        let path = dir().join(format::segment_file_name(5));
+        assert_eq!(
+            sim.file_contents(&path).unwrap().len(),
+            whole - (16 + 2) // record 7 ("p7", 2 bytes) is gone entirely
+        );
+    }
+
+    #[test]
+    fn damage_in_an_earlier_segment_is_an_error_with_offset() {
+        let sim = SimStorage::new(1);
+        let mut first = segment(1, 4);
+        let offset = SEGMENT_HEADER_LEN + 16 + 2; // record 2
+        first[offset + 17] ^= 0xff;
+        put_segment(&sim, 1, &first);
+        put_segment(&sim, 5, &segment(5, 2));
+        match recover(&sim, &dir()) {
+            Err(LogError::Corrupt {
+                file, offset: at, ..
+            }) => {
+                assert_eq!(file, dir().join(format::segment_file_name(1)));
+                assert_eq!(at, offset as u64);
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_missing_range_is_an_error() {
+        let sim = SimStorage::new(1);
+        put_segment(&sim, 1, &segment(1, 4));
+        put_segment(&sim, 7, &segment(7, 2));
+        assert!(matches!(
+            recover(&sim, &dir()),
+            Err(LogError::Corrupt { .. })
+        ));
+
+        let sim = SimStorage::new(1);
+        sim.put_file(
+            &dir().join(format::snapshot_file_name(3)),
+            &encode_snapshot(3, std::iter::empty()),
+        );
+        put_segment(&sim, 6, &segment(6, 2));
+        assert!(matches!(
+            recover(&sim, &dir()),
+            Err(LogError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn a_torn_segment_creation_is_removed_but_a_damaged_header_with_records_is_not() {
+        let sim = SimStorage::new(1);
+        put_segment(&sim, 1, &segment(1, 3));
+        put_segment(&sim, 4, &encode_segment_header(4)[..10]);
+        let out = recover(&sim, &dir()).unwrap();
+        assert_eq!(out.recovered.last_lsn, 3);
+        assert_eq!(out.recovered.torn_tail_bytes, 10);
+        assert_eq!(out.segments, 1);
+
+        let sim = SimStorage::new(1);
+        let mut bad = segment(1, 3);
+        bad[3] ^= 1;
+        put_segment(&sim, 1, &bad);
+        assert!(matches!(
+            recover(&sim, &dir()),
+            Err(LogError::Corrupt { offset: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn a_newer_format_version_is_refused() {
+        let sim = SimStorage::new(1);
+        let mut header = encode_segment_header(1);
+        header[8..12].copy_from_slice(&9u32.to_le_bytes());
+        let crc = crc32c::crc32c(&header[0..20]);
+        header[20..24].copy_from_slice(&crc.to_le_bytes());
+        put_segment(&sim, 1, &header);
+        assert!(matches!(
+            recover(&sim, &dir()),
+            Err(LogError::UnsupportedVersion { version: 9, .. })
+        ));
+    }
+
+    #[test]
+    fn segments_before_the_snapshot_are_not_read() {
+        let sim = SimStorage::new(1);
+        put_segment(&sim, 1, b"garbage that is never looked at");
+        put_segment(&sim, 5, &segment(5, 3));
+        sim.put_file(
+            &dir().join(format::snapshot_file_name(6)),
+            &encode_snapshot(6, std::iter::empty()),
+        );
+        let out = recover(&sim, &dir()).unwrap();
+        assert_eq!(lsns(&out.recovered), vec![7]);
+        assert_eq!(out.recovered.last_lsn, 7);
+    }
+}

@@ -1,0 +1,557 @@
+//! [`SimStorage`]: an in-memory disk for crash tests, fuzzing and fault injection.
+//!
+//! It keeps two views of everything: what the running process sees, and what is durable.
+//! Appended bytes become durable at [`StorageFile::sync_data`]; a create, rename or remove
+//! becomes durable at [`Storage::sync_dir`] of its directory. [`SimStorage::crash`] throws the
+//! non-durable view away — files created or renamed without a directory fsync disappear or
+//! revert, unsynced bytes vanish — optionally tearing the last unsynced write at a random byte
+//! (and adding garbage after it), and ends the "boot": every handle from before the crash
+//! fails from then on, so a dead log cannot write into the next boot's disk.
+//! [`SimStorage::fail_next_sync`] makes the next file fsync fail the way Linux does after a
+//! write-back error: the dirty pages are dropped (they reach the disk as zeros) and the error
+//! is reported once. Directories themselves are durable as soon as they are created.
+//!
+//! Random choices (where a write tears) come from a seeded RNG, so a failing seed replays.
+//! This module knows nothing about the log format.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::io::{self, Cursor, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::storage::{Storage, StorageFile};
+
+/// What a simulated crash keeps of the data that was not fsynced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CrashMode {
+    /// Nothing: every file reverts to its last fsynced content.
+    DropUnsynced,
+    /// Every unsynced write but the last survives; the last one is cut at a random byte
+    /// (possibly keeping none of it).
+    TornWrite,
+    /// Like `TornWrite`, then 1–64 bytes of garbage (random or zero) follow the cut, as when
+    /// the file size reached the disk but its data did not.
+    TornWriteWithGarbage,
+}
+
+impl CrashMode {
+    /// Every mode.
+    pub const ALL: [CrashMode; 3] = [
+        CrashMode::DropUnsynced,
+        CrashMode::TornWrite,
+        CrashMode::TornWriteWithGarbage,
+    ];
+}
+
+/// Handle to a simulated disk. Clones share the disk and the boot; see the module docs.
+#[derive(Clone)]
+pub struct SimStorage {
+    disk: Arc<Mutex<Disk>>,
+    /// The boot this handle belongs to; storage operations fail once the disk has crashed
+    /// since (that is, once `disk.boot` moved on).
+    boot: u64,
+}
+
+impl std::fmt::Debug for SimStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimStorage")
+            .field("boot", &self.boot)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One file's content, independent of its names (a rename keeps the inode).
+#[derive(Default)]
+struct Inode {
+    /// What the running process reads.
+    data: Vec<u8>,
+    /// What survives a crash.
+    durable: Vec<u8>,
+    /// Start offsets of the appends since the last sync (when `data` extends `durable`).
+    unsynced_writes: Vec<usize>,
+    /// `data` is no longer an extension of `durable` (it was truncated since the last sync).
+    diverged: bool,
+}
+
+/// The whole simulated disk, behind one mutex so every operation (and a crash) is atomic.
+struct Disk {
+    boot: u64,
+    next_inode: u64,
+    inodes: HashMap<u64, Inode>,
+    /// Directory entries as the running process sees them.
+    names: BTreeMap<PathBuf, u64>,
+    /// Directory entries as of each directory's last fsync.
+    durable_names: BTreeMap<PathBuf, u64>,
+    dirs: BTreeSet<PathBuf>,
+    rng: StdRng,
+    fail_next_syncs: u32,
+    sync_latency: Duration,
+    file_syncs: u64,
+    dir_syncs: u64,
+}
+
+fn stale_handle() -> io::Error {
+    io::Error::other("sim: storage handle from before a crash")
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("sim: no such file or directory: {}", path.display()),
+    )
+}
+
+impl Disk {
+    fn check_parent(&self, path: &Path) -> io::Result<()> {
+        match path.parent() {
+            Some(parent) if self.dirs.contains(parent) => Ok(()),
+            _ => Err(not_found(path)),
+        }
+    }
+
+    fn inode_of(&self, path: &Path) -> io::Result<u64> {
+        self.names.get(path).copied().ok_or_else(|| not_found(path))
+    }
+}
+
+impl SimStorage {
+    /// A fresh, empty disk whose random choices derive from `seed`.
+    pub fn new(seed: u64) -> SimStorage {
+        SimStorage {
+            disk: Arc::new(Mutex::new(Disk {
+                boot: 0,
+                next_inode: 1,
+                inodes: HashMap::new(),
+                names: BTreeMap::new(),
+                durable_names: BTreeMap::new(),
+                dirs: BTreeSet::new(),
+                rng: StdRng::seed_from_u64(seed),
+                fail_next_syncs: 0,
+                sync_latency: Duration::ZERO,
+                file_syncs: 0,
+                dir_syncs: 0,
+            })),
+            boot: 0,
+        }
+    }
+
+    /// A handle for the disk's current boot (use it to reopen the log after [`Self::crash`]).
+    pub fn reboot(&self) -> SimStorage {
+        SimStorage {
+            disk: Arc::clone(&self.disk),
+            boot: self.disk.lock().boot,
+        }
+    }
+
+    /// Simulates power loss: keeps only what was durable (plus, per `mode`, a torn part of the
+    /// unsynced tail of each file) and invalidates every handle of the current boot.
+    pub fn crash(&self, mode: CrashMode) {
+        let mut guard = self.disk.lock();
+        let disk = &mut *guard;
+        let live: HashSet<u64> = disk.durable_names.values().copied().collect();
+        disk.inodes.retain(|id, _| live.contains(id));
+        for inode in disk.inodes.values_mut() {
+            let mut content = inode.durable.clone();
+            let last_write = inode
+                .unsynced_writes
+                .last()
+                .copied()
+                .filter(|&start| start >= inode.durable.len() && start < inode.data.len());
+            if let (false, Some(last_start), false) =
+                (mode == CrashMode::DropUnsynced, last_write, inode.diverged)
+            {
+                content.extend_from_slice(&inode.data[inode.durable.len()..last_start]);
+                let last_len = inode.data.len() - last_start;
+                let keep = disk.rng.gen_range(0..last_len);
+                content.extend_from_slice(&inode.data[last_start..last_start + keep]);
+                if mode == CrashMode::TornWriteWithGarbage {
+                    let garbage = disk.rng.gen_range(1..=64usize);
+                    let zeros = disk.rng.gen_bool(0.5);
+                    for _ in 0..garbage {
+                        let byte = if zeros { 0 } else { disk.rng.gen() };
+                        content.push(byte);
+                    }
+                }
+            }
+            inode.data = content.clone();
+            inode.durable = content;
+            inode.unsynced_writes.clear();
+            inode.diverged = false;
+        }
+        disk.names = disk.durable_names.clone();
+        disk.boot += 1;
+    }
+
+    /// Makes the next file fsync fail with an I/O error (its dirty data is dropped).
+    pub fn fail_next_sync(&self) {
+        self.disk.lock().fail_next_syncs += 1;
+    }
+
+    /// Makes every file fsync take this long (to let group commit batch up).
+    pub fn set_sync_latency(&self, latency: Duration) {
+        self.disk.lock().sync_latency = latency;
+    }
+
+    /// File fsyncs attempted so far, all boots.
+    pub fn file_syncs(&self) -> u64 {
+        self.disk.lock().file_syncs
+    }
+
+    /// Directory fsyncs so far, all boots.
+    pub fn dir_syncs(&self) -> u64 {
+        self.disk.lock().dir_syncs
+    }
+
+    /// Names of the files in `dir` as the running process sees them, sorted.
+    pub fn file_names(&self, dir: &Path) -> Vec<String> {
+        let disk = self.disk.lock();
+        let mut names: Vec<String> = disk
+            .names
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The content of `path` as the running process sees it.
+    pub fn file_contents(&self, path: &Path) -> Option<Vec<u8>> {
+        let disk = self.disk.lock();
+        let id = disk.names.get(path)?;
+        disk.inodes.get(id).map(|inode| inode.data.clone())
+    }
+
+    /// Creates (or replaces) `path` with `content`, durable at once, creating its directory
+    /// if needed. For setting up a disk image (fuzzing, format tests).
+    pub fn put_file(&self, path: &Path, content: &[u8]) {
+        let mut disk = self.disk.lock();
+        if let Some(parent) = path.parent() {
+            for dir in parent.ancestors() {
+                disk.dirs.insert(dir.to_path_buf());
+            }
+        }
+        let id = disk.next_inode;
+        disk.next_inode += 1;
+        disk.inodes.insert(
+            id,
+            Inode {
+                data: content.to_vec(),
+                durable: content.to_vec(),
+                ..Inode::default()
+            },
+        );
+        disk.names.insert(path.to_path_buf(), id);
+        disk.durable_names.insert(path.to_path_buf(), id);
+    }
+
+    /// Locks the disk after checking this handle still belongs to the current boot.
+    fn live_disk(&self) -> io::Result<parking_lot::MutexGuard<'_, Disk>> {
+        let disk = self.disk.lock();
+        if disk.boot != self.boot {
+            return Err(stale_handle());
+        }
+        Ok(disk)
+    }
+}
+
+/// A file of a [`SimStorage`], open for appending.
+struct SimFile {
+    disk: Arc<Mutex<Disk>>,
+    boot: u64,
+    inode: u64,
+    len: u64,
+}
+
+impl SimFile {
+    fn live_disk(&self) -> io::Result<parking_lot::MutexGuard<'_, Disk>> {
+        let disk = self.disk.lock();
+        if disk.boot != self.boot {
+            return Err(stale_handle());
+        }
+        Ok(disk)
+    }
+}
+
+impl StorageFile for SimFile {
+    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        let mut disk = self.live_disk()?;
+        let inode = disk.inodes.get_mut(&self.inode).ok_or_else(stale_handle)?;
+        inode.unsynced_writes.push(inode.data.len());
+        inode.data.extend_from_slice(buf);
+        let len = inode.data.len() as u64;
+        drop(disk);
+        self.len = len;
+        Ok(())
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        let (latency, len_at_call) = {
+            let mut disk = self.live_disk()?;
+            disk.file_syncs += 1;
+            let latency = disk.sync_latency;
+            let fail = disk.fail_next_syncs > 0;
+            if fail {
+                disk.fail_next_syncs -= 1;
+            }
+            let inode = disk.inodes.get_mut(&self.inode).ok_or_else(stale_handle)?;
+            if fail {
+                // Linux after a write-back error: the dirty pages are marked clean without
+                // reaching the disk, so the disk holds zeros where they were, and a later
+                // fsync would "succeed" without bringing them back.
+                if !inode.diverged {
+                    let len = inode.data.len();
+                    inode.durable.resize(len, 0);
+                }
+                inode.unsynced_writes.clear();
+                return Err(io::Error::other("sim: injected fsync failure (EIO)"));
+            }
+            (latency, inode.data.len())
+        };
+        if !latency.is_zero() {
+            std::thread::sleep(latency);
+        }
+        let mut disk = self.live_disk()?;
+        let inode = disk.inodes.get_mut(&self.inode).ok_or_else(stale_handle)?;
+        if inode.diverged {
+            inode.durable = inode.data.clone();
+            inode.diverged = false;
+            inode.unsynced_writes.clear();
+        } else if len_at_call > inode.durable.len() {
+            let from = inode.durable.len();
+            inode
+                .durable
+                .extend_from_slice(&inode.data[from..len_at_call]);
+            inode.unsynced_writes.retain(|&start| start >= len_at_call);
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+impl Storage for SimStorage {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut disk = self.live_disk()?;
+        for d in dir.ancestors() {
+            disk.dirs.insert(d.to_path_buf());
+        }
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let disk = self.live_disk()?;
+        if !disk.dirs.contains(dir) {
+            return Err(not_found(dir));
+        }
+        Ok(disk
+            .names
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+            .collect())
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        let mut disk = self.live_disk()?;
+        disk.check_parent(path)?;
+        let id = match disk.names.get(path).copied() {
+            Some(id) => {
+                let inode = disk.inodes.entry(id).or_default();
+                inode.data.clear();
+                inode.unsynced_writes.clear();
+                inode.diverged = !inode.durable.is_empty();
+                id
+            }
+            None => {
+                let id = disk.next_inode;
+                disk.next_inode += 1;
+                disk.inodes.insert(id, Inode::default());
+                disk.names.insert(path.to_path_buf(), id);
+                id
+            }
+        };
+        Ok(Box::new(SimFile {
+            disk: Arc::clone(&self.disk),
+            boot: self.boot,
+            inode: id,
+            len: 0,
+        }))
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {
+        let disk = self.live_disk()?;
+        let id = disk.inode_of(path)?;
+        let data = disk
+            .inodes
+            .get(&id)
+            .map(|inode| inode.data.clone())
+            .unwrap_or_default();
+        Ok(Box::new(Cursor::new(data)))
+    }
+
+    fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
+        let mut disk = self.live_disk()?;
+        let id = disk.inode_of(path)?;
+        let inode = disk.inodes.get_mut(&id).ok_or_else(|| not_found(path))?;
+        let len = usize::try_from(len).map_err(io::Error::other)?;
+        inode.data.resize(len, 0);
+        // Storage::truncate is durable when it returns.
+        inode.durable = inode.data.clone();
+        inode.unsynced_writes.clear();
+        inode.diverged = false;
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut disk = self.live_disk()?;
+        disk.check_parent(to)?;
+        let id = disk.names.remove(from).ok_or_else(|| not_found(from))?;
+        disk.names.insert(to.to_path_buf(), id);
+        Ok(())
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        let mut disk = self.live_disk()?;
+        disk.names.remove(path).ok_or_else(|| not_found(path))?;
+        Ok(())
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut guard = self.live_disk()?;
+        let disk = &mut *guard;
+        if !disk.dirs.contains(dir) {
+            return Err(not_found(dir));
+        }
+        disk.dir_syncs += 1;
+        disk.durable_names.retain(|p, _| p.parent() != Some(dir));
+        for (path, id) in &disk.names {
+            if path.parent() == Some(dir) {
+                disk.durable_names.insert(path.clone(), *id);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> PathBuf {
+        PathBuf::from("/sim/log")
+    }
+
+    fn setup() -> SimStorage {
+        let sim = SimStorage::new(7);
+        sim.create_dir_all(&dir()).unwrap();
+        sim
+    }
+
+    #[test]
+    fn unsynced_bytes_are_lost_synced_bytes_survive() {
+        let sim = setup();
+        let path = dir().join("a");
+        let mut f = sim.create(&path).unwrap();
+        f.append(b"hello ").unwrap();
+        f.sync_data().unwrap();
+        sim.sync_dir(&dir()).unwrap();
+        f.append(b"world").unwrap();
+        assert_eq!(sim.file_contents(&path).unwrap(), b"hello world");
+        sim.crash(CrashMode::DropUnsynced);
+        assert_eq!(sim.file_contents(&path).unwrap(), b"hello ");
+        // The old handles are dead.
+        assert!(f.append(b"x").is_err());
+        assert!(sim.list(&dir()).is_err());
+        assert_eq!(sim.reboot().list(&dir()).unwrap(), vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn a_file_without_a_directory_fsync_disappears() {
+        let sim = setup();
+        let path = dir().join("new");
+        let mut f = sim.create(&path).unwrap();
+        f.append(b"data").unwrap();
+        f.sync_data().unwrap();
+        sim.crash(CrashMode::DropUnsynced);
+        assert!(sim.file_contents(&path).is_none());
+    }
+
+    #[test]
+    fn renames_and_removes_revert_without_a_directory_fsync() {
+        let sim = setup();
+        let (a, b, c) = (dir().join("a"), dir().join("b"), dir().join("c"));
+        for p in [&a, &c] {
+            let mut f = sim.create(p).unwrap();
+            f.append(b"x").unwrap();
+            f.sync_data().unwrap();
+        }
+        sim.sync_dir(&dir()).unwrap();
+        sim.rename(&a, &b).unwrap();
+        sim.remove(&c).unwrap();
+        assert_eq!(sim.file_names(&dir()), vec!["b"]);
+        sim.crash(CrashMode::DropUnsynced);
+        assert_eq!(sim.file_names(&dir()), vec!["a", "c"]);
+
+        let sim = sim.reboot();
+        sim.rename(&a, &b).unwrap();
+        sim.sync_dir(&dir()).unwrap();
+        sim.crash(CrashMode::DropUnsynced);
+        assert_eq!(sim.file_names(&dir()), vec!["b", "c"]);
+    }
+
+    #[test]
+    fn torn_write_keeps_earlier_writes_and_a_prefix_of_the_last() {
+        for seed in 0..50 {
+            let sim = SimStorage::new(seed);
+            sim.create_dir_all(&dir()).unwrap();
+            let path = dir().join("t");
+            let mut f = sim.create(&path).unwrap();
+            f.append(b"durable|").unwrap();
+            f.sync_data().unwrap();
+            sim.sync_dir(&dir()).unwrap();
+            f.append(b"first|").unwrap();
+            f.append(b"second-write").unwrap();
+            sim.crash(CrashMode::TornWrite);
+            let got = sim.file_contents(&path).unwrap();
+            assert!(got.starts_with(b"durable|first|"), "{got:?}");
+            assert!(b"durable|first|second-write".starts_with(&got));
+            assert!(got.len() < b"durable|first|second-write".len());
+        }
+    }
+
+    #[test]
+    fn a_failed_fsync_drops_the_dirty_data() {
+        let sim = setup();
+        let path = dir().join("f");
+        let mut f = sim.create(&path).unwrap();
+        sim.sync_dir(&dir()).unwrap();
+        f.append(b"abc").unwrap();
+        sim.fail_next_sync();
+        assert!(f.sync_data().is_err());
+        f.append(b"def").unwrap();
+        f.sync_data().unwrap(); // "succeeds", but abc never reached the disk
+        sim.crash(CrashMode::DropUnsynced);
+        assert_eq!(sim.file_contents(&path).unwrap(), b"\0\0\0def");
+    }
+
+    #[test]
+    fn truncate_is_durable() {
+        let sim = setup();
+        let path = dir().join("t");
+        let mut f = sim.create(&path).unwrap();
+        f.append(b"0123456789").unwrap();
+        f.sync_data().unwrap();
+        sim.sync_dir(&dir()).unwrap();
+        sim.truncate(&path, 4).unwrap();
+        sim.crash(CrashMode::TornWrite);
+        assert_eq!(sim.file_contents(&path).unwrap(), b"0123");
+    }
+}

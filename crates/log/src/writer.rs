@@ -1,0 +1,399 @@
+//! The writer thread and the state it shares with [`crate::Log`] handles: batching, group
+//! commit, segment rotation, publishing the written/durable LSNs, and poisoning.
+//!
+//! Group commit, in the shape of raft-engine's write barrier: appenders only queue; the writer
+//! thread is the leader of every batch. Whatever was queued while the previous write+fsync
+//! ran becomes the next batch, goes to the OS in one `write`, and — if it holds a `strict`
+//! record or a `sync_now` request — is covered by one `fdatasync`. Concurrent strict writers
+//! therefore share an fsync instead of queueing one each, and their replies are released
+//! together when the durable LSN moves past them.
+//!
+//! When the writer acts (otherwise it sleeps on a condvar with a deadline):
+//! - a `strict` record or a `sync_now` is queued → write everything queued, fsync now;
+//! - the oldest unsynced `background` record is about to reach `background_fsync_ms` (less the
+//!   last fsync's duration, so the fsync *ends* in time) → write everything, fsync;
+//! - the oldest queued record reaches `lazy_flush_ms`, or `buffer_bytes` are queued → write
+//!   everything, no fsync of its own (a later fsync covers it: the log is ordered);
+//! - shutdown → write everything, fsync, exit.
+//!
+//! A segment is fsynced before the next one is started, so after any crash only the last
+//! segment can hold unsynced (torn) bytes — recovery relies on that. A failed fsync (or write)
+//! poisons the log: the reason is kept forever, the durable LSN never moves again, every
+//! waiter is woken with the error, and the fsync is never retried (after a write-back error
+//! Linux may have dropped the dirty pages, so a retry could "succeed" without the data).
+//!
+//! Depends on [`crate::format`] and [`crate::storage`]; knows nothing about payload meaning.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::watch;
+
+use crate::error::LogError;
+use crate::format::{self, encode_record, encoded_record_len};
+use crate::options::LogOptions;
+use crate::stats::LogStats;
+use crate::storage::{Storage, StorageFile};
+use crate::Lsn;
+
+/// Records appended but not yet taken by the writer.
+pub(crate) struct Queue {
+    /// Payloads of LSNs `first_lsn ..`, in order.
+    pub records: Vec<Bytes>,
+    /// LSN of `records[0]` (equals `next_lsn` when the queue is empty).
+    pub first_lsn: Lsn,
+    /// LSN the next append gets.
+    pub next_lsn: Lsn,
+    /// Encoded size of the queued records.
+    pub bytes: usize,
+    /// The writer must fsync until the durable LSN reaches this (strict appends, `sync_now`).
+    pub sync_target: Lsn,
+    /// When the oldest queued record was appended (lazy flush deadline).
+    pub oldest: Option<Instant>,
+    /// Earliest fsync deadline of the queued `background` records.
+    pub background_deadline: Option<Instant>,
+    /// No more appends; the writer drains the queue, fsyncs and exits.
+    pub shutdown: bool,
+}
+
+/// State shared by every [`crate::Log`] handle and the writer thread.
+pub(crate) struct Shared {
+    pub opts: LogOptions,
+    pub storage: Arc<dyn Storage>,
+    /// Appenders push to it and the writer swaps its `Vec` out. Held only for those O(1)
+    /// steps — never during I/O, never across an `.await`.
+    pub queue: Mutex<Queue>,
+    /// Wakes the writer (paired with `queue`): a strict record, a sync request, the first
+    /// record of a quiet period, a full buffer, or shutdown.
+    pub writer_wakeup: Condvar,
+    /// Mirrors `queue.next_lsn - 1`, readable without the lock.
+    pub last_lsn: AtomicU64,
+    /// LSN of the last record handed to the OS. Written only by the writer thread.
+    pub written_lsn: AtomicU64,
+    /// LSN of the last record covered by an fsync. Written only by the writer thread, before
+    /// the waiters are notified, and never again once the log is poisoned.
+    pub durable_lsn: AtomicU64,
+    /// Async waiters (`wait_durable`) watch this: each subscriber costs a receiver, and one
+    /// send wakes them all. Also bumped (value unchanged) on poisoning and on exit.
+    pub durable_tx: watch::Sender<Lsn>,
+    /// Blocking waiters wait on `durable_cv` holding this lock; the writer takes it to notify,
+    /// so a waiter that checked the atomics under the lock cannot miss a wakeup.
+    pub durable_lock: Mutex<()>,
+    pub durable_cv: Condvar,
+    /// Why the log is poisoned; set once, by the writer, never cleared.
+    pub poison: OnceLock<String>,
+    /// Set by the writer thread just before it exits.
+    pub writer_exited: AtomicBool,
+    /// Counters; the writer updates them between I/O operations, `stats()` copies them.
+    pub stats: Mutex<LogStats>,
+    /// Segment files in the directory (writer adds, snapshot cleanup subtracts).
+    pub segments: AtomicU64,
+    /// LSN of the newest snapshot written or recovered.
+    pub snapshot_lsn: AtomicU64,
+    /// Serializes `write_snapshot` calls. Held across snapshot file I/O on the caller's thread
+    /// (which must therefore not be an async task: use `spawn_blocking`), never by the writer.
+    pub snapshot_lock: Mutex<()>,
+}
+
+impl Shared {
+    pub fn poisoned(&self) -> Option<String> {
+        self.poison.get().cloned()
+    }
+
+    pub fn poisoned_error(&self) -> Option<LogError> {
+        self.poison
+            .get()
+            .map(|reason| LogError::Poisoned(reason.clone()))
+    }
+
+    /// Wakes every waiter of both kinds so it re-checks the durable LSN, poison and exit.
+    pub fn wake_waiters(&self) {
+        self.durable_tx.send_modify(|_| {});
+        let _guard = self.durable_lock.lock();
+        self.durable_cv.notify_all();
+    }
+}
+
+/// Creates the segment whose first record will be `first_lsn`: header, `fdatasync`, then a
+/// directory fsync — both before any record goes in, so a segment that holds records always
+/// has a durable header and a durable name. Returns the file and the fsync duration.
+pub(crate) fn create_segment(
+    storage: &dyn Storage,
+    dir: &Path,
+    first_lsn: Lsn,
+) -> Result<(Box<dyn StorageFile>, Duration), LogError> {
+    let path = dir.join(format::segment_file_name(first_lsn));
+    let mut file = storage
+        .create(&path)
+        .map_err(LogError::io_at("create", &path))?;
+    file.append(&format::encode_segment_header(first_lsn))
+        .map_err(LogError::io_at("write", &path))?;
+    let started = Instant::now();
+    file.sync_data()
+        .map_err(|e| LogError::Poisoned(format!("fsync failed: {}: {e}", path.display())))?;
+    let fsync_time = started.elapsed();
+    storage
+        .sync_dir(dir)
+        .map_err(LogError::io_at("sync_dir", dir))?;
+    Ok((file, fsync_time))
+}
+
+/// What the writer took from the queue in one go.
+struct Batch {
+    first_lsn: Lsn,
+    /// Whether this round must end with an fsync.
+    sync: bool,
+    /// The queue was drained for shutdown: exit after this round.
+    shutdown: bool,
+}
+
+/// The writer thread's private state.
+pub(crate) struct Writer {
+    shared: Arc<Shared>,
+    segment: Box<dyn StorageFile>,
+    segment_path: PathBuf,
+    /// Records in the active segment.
+    segment_records: u64,
+    /// Local copies of the published LSNs (only this thread changes them).
+    written: Lsn,
+    durable: Lsn,
+    /// Earliest fsync deadline of background records already written but not yet fsynced.
+    unsynced_background_deadline: Option<Instant>,
+    /// Duration of the last fsync: background batches start this much before their deadline.
+    last_fsync: Duration,
+    /// The batch being written (swapped with the queue's `Vec` to reuse both allocations).
+    batch: Vec<Bytes>,
+    /// Encoding buffer, reused.
+    buf: Vec<u8>,
+    /// LSN of the last record encoded into `buf`.
+    buf_last_lsn: Lsn,
+    buf_records: u64,
+}
+
+/// Marker: the writer poisoned the log and must stop.
+struct Stop;
+
+impl Writer {
+    pub fn new(
+        shared: Arc<Shared>,
+        segment: Box<dyn StorageFile>,
+        segment_first_lsn: Lsn,
+        recovered_last: Lsn,
+    ) -> Writer {
+        let segment_path = shared
+            .opts
+            .dir
+            .join(format::segment_file_name(segment_first_lsn));
+        Writer {
+            shared,
+            segment,
+            segment_path,
+            segment_records: 0,
+            written: recovered_last,
+            durable: recovered_last,
+            unsynced_background_deadline: None,
+            last_fsync: Duration::ZERO,
+            batch: Vec::new(),
+            buf: Vec::new(),
+            buf_last_lsn: recovered_last,
+            buf_records: 0,
+        }
+    }
+
+    /// The thread body: loop until shutdown or poison, then tell every waiter.
+    pub fn run(mut self) {
+        loop {
+            let batch = self.next_batch();
+            if self.write_and_sync(&batch).is_err() || batch.shutdown {
+                break;
+            }
+        }
+        self.shared.writer_exited.store(true, Ordering::Release);
+        self.shared.wake_waiters();
+    }
+
+    fn write_and_sync(&mut self, batch: &Batch) -> Result<(), Stop> {
+        if !self.batch.is_empty() {
+            self.write_batch(batch.first_lsn)?;
+        }
+        if batch.sync && self.written > self.durable {
+            self.fsync()?;
+        }
+        Ok(())
+    }
+
+    /// Sleeps until there is something to do, then takes the whole queue.
+    fn next_batch(&mut self) -> Batch {
+        let lazy_flush = Duration::from_millis(self.shared.opts.lazy_flush_ms);
+        let background_bound = Duration::from_millis(self.shared.opts.background_fsync_ms);
+        // Start a background fsync early by the last fsync's duration (at most half the
+        // bound), so that it completes, not merely starts, within the bound.
+        let background_margin = self.last_fsync.min(background_bound / 2);
+        let buffer_bytes = self.shared.opts.buffer_bytes;
+        let mut queue = self.shared.queue.lock();
+        loop {
+            let now = Instant::now();
+            let background_deadline =
+                match (queue.background_deadline, self.unsynced_background_deadline) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            let background_wake =
+                background_deadline.map(|d| d.checked_sub(background_margin).unwrap_or(d));
+            let lazy_wake = queue.oldest.map(|t| t + lazy_flush);
+            let sync_requested = queue.sync_target > self.durable;
+            let background_due = background_wake.is_some_and(|t| t <= now);
+            let lazy_due = lazy_wake.is_some_and(|t| t <= now);
+            let buffer_full = queue.bytes >= buffer_bytes;
+            if queue.shutdown || sync_requested || background_due || lazy_due || buffer_full {
+                self.batch.clear();
+                std::mem::swap(&mut queue.records, &mut self.batch);
+                let first_lsn = queue.first_lsn;
+                queue.first_lsn = queue.next_lsn;
+                queue.bytes = 0;
+                queue.oldest = None;
+                if let Some(deadline) = queue.background_deadline.take() {
+                    self.unsynced_background_deadline = Some(
+                        self.unsynced_background_deadline
+                            .map_or(deadline, |d| d.min(deadline)),
+                    );
+                }
+                return Batch {
+                    first_lsn,
+                    sync: queue.shutdown || sync_requested || background_due,
+                    shutdown: queue.shutdown,
+                };
+            }
+            let wake = match (background_wake, lazy_wake) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            match wake {
+                Some(at) => {
+                    self.shared.writer_wakeup.wait_until(&mut queue, at);
+                }
+                None => self.shared.writer_wakeup.wait(&mut queue),
+            }
+        }
+    }
+
+    /// Encodes and writes `self.batch` (LSNs from `first_lsn`), rotating segments at record
+    /// boundaries when the active one would grow past `segment_bytes`.
+    fn write_batch(&mut self, first_lsn: Lsn) -> Result<(), Stop> {
+        let segment_bytes = self.shared.opts.segment_bytes;
+        let batch = std::mem::take(&mut self.batch);
+        let mut lsn = first_lsn;
+        for payload in &batch {
+            let record_len = encoded_record_len(payload.len()) as u64;
+            let has_records = self.segment_records + self.buf_records > 0;
+            if has_records
+                && self.segment.len() + self.buf.len() as u64 + record_len > segment_bytes
+            {
+                self.flush_buf()?;
+                self.rotate(lsn)?;
+            }
+            encode_record(&mut self.buf, lsn, payload);
+            self.buf_last_lsn = lsn;
+            self.buf_records += 1;
+            lsn += 1;
+        }
+        self.batch = batch;
+        self.batch.clear();
+        self.flush_buf()
+    }
+
+    /// Hands the encoded buffer to the OS and publishes the written LSN.
+    fn flush_buf(&mut self) -> Result<(), Stop> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = self.segment.append(&self.buf) {
+            let reason = format!("write failed: {}: {e}", self.segment_path.display());
+            return Err(self.poison(reason));
+        }
+        {
+            let mut stats = self.shared.stats.lock();
+            stats.writes += 1;
+            stats.bytes_written += self.buf.len() as u64;
+        }
+        self.segment_records += self.buf_records;
+        self.buf_records = 0;
+        self.buf.clear();
+        self.written = self.buf_last_lsn;
+        self.shared
+            .written_lsn
+            .store(self.written, Ordering::Release);
+        Ok(())
+    }
+
+    /// One `fdatasync` of the active segment; on success everything written is durable.
+    fn fsync(&mut self) -> Result<(), Stop> {
+        let target = self.written;
+        let started = Instant::now();
+        if let Err(e) = self.segment.sync_data() {
+            let reason = format!("fsync failed: {}: {e}", self.segment_path.display());
+            return Err(self.poison(reason));
+        }
+        self.last_fsync = started.elapsed();
+        self.shared
+            .stats
+            .lock()
+            .record_fsync(self.last_fsync.as_micros() as u64, target - self.durable);
+        self.durable = target;
+        self.unsynced_background_deadline = None;
+        self.publish_durable();
+        Ok(())
+    }
+
+    fn publish_durable(&self) {
+        self.shared
+            .durable_lsn
+            .store(self.durable, Ordering::Release);
+        self.shared.durable_tx.send_replace(self.durable);
+        let _guard = self.shared.durable_lock.lock();
+        self.shared.durable_cv.notify_all();
+    }
+
+    /// Closes the active segment (fsyncing it first if needed) and starts the one whose first
+    /// record is `next_lsn`.
+    fn rotate(&mut self, next_lsn: Lsn) -> Result<(), Stop> {
+        if self.written > self.durable {
+            // The old segment must be durable before the new one gets records, or a crash
+            // could keep records of the new segment and lose earlier ones of the old.
+            self.fsync()?;
+        }
+        let dir = self.shared.opts.dir.clone();
+        match create_segment(&*self.shared.storage, &dir, next_lsn) {
+            Ok((file, fsync_time)) => {
+                {
+                    let mut stats = self.shared.stats.lock();
+                    stats.record_fsync(fsync_time.as_micros() as u64, 0);
+                    stats.dir_fsyncs += 1;
+                    stats.writes += 1;
+                    stats.bytes_written += format::SEGMENT_HEADER_LEN as u64;
+                }
+                self.shared.segments.fetch_add(1, Ordering::AcqRel);
+                self.segment = file;
+                self.segment_path = dir.join(format::segment_file_name(next_lsn));
+                self.segment_records = 0;
+                tracing::debug!(first_lsn = next_lsn, "started a new log segment");
+                Ok(())
+            }
+            Err(LogError::Poisoned(reason)) => Err(self.poison(reason)),
+            Err(e) => Err(self.poison(format!("segment rotation failed: {e}"))),
+        }
+    }
+
+    /// Poisons the log with `reason` and wakes every waiter.
+    fn poison(&self, reason: String) -> Stop {
+        tracing::error!(reason = %reason, durable_lsn = self.durable, "write-ahead log poisoned");
+        let _ = self.shared.poison.set(reason.clone());
+        self.shared.stats.lock().poisoned = Some(reason);
+        self.shared.wake_waiters();
+        Stop
+    }
+}

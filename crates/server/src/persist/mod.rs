@@ -1,0 +1,258 @@
+//! Durability glue: which degree a write gets, appending it to the log, snapshots, and recovery.
+//!
+//! The order of a logged write is fixed here and in `dispatch`: the command is applied to memory
+//! while the store gate is held (shared), its record is appended to the log *before* the gate is
+//! released, so the log order is the order in which writes became visible; a `strict` reply is then
+//! held back by the connection until the log's durable LSN covers the record (see `connection`).
+//! Keyspaces whose degree is `none` are never logged and never snapshotted, so neither a replay
+//! nor a snapshot can bring back a stale value of theirs.
+
+pub mod record;
+
+use crate::client::ClientState;
+use crate::command::{table, Ctx};
+use crate::error::CmdError;
+use bytes::Bytes;
+use gradus_log::{Durability, Log, LogError, Lsn, Recovered};
+use gradus_store::Store;
+use parking_lot::Mutex;
+use record::{LoggedCommand, Record};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Persistence state shared by all connections.
+pub struct Persistence {
+    /// The log, or None when every database is `none` (nothing to make durable).
+    pub log: Option<Log>,
+    /// Default degree of each database (by SELECT index).
+    pub degrees: Vec<Durability>,
+    pub snapshot_in_progress: AtomicBool,
+    /// Unix seconds of the last successful snapshot (or of start-up, as Redis' LASTSAVE does).
+    pub last_save_unix: AtomicU64,
+    /// Log bytes written when the last snapshot was armed.
+    pub bytes_at_last_snapshot: AtomicU64,
+    pub last_snapshot_status: Mutex<String>,
+    /// What start-up recovery found, for INFO.
+    pub recovery: Mutex<RecoveryReport>,
+}
+
+/// Start-up recovery figures.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    pub millis: u64,
+    pub keys: usize,
+    pub snapshot_items: usize,
+    pub records_replayed: usize,
+    pub torn_tail_bytes: u64,
+}
+
+impl Persistence {
+    /// Whether database `db` is logged at all.
+    pub fn db_logged(&self, db: usize) -> bool {
+        self.log.is_some() && self.degrees.get(db).is_some_and(|d| d.is_logged())
+    }
+
+    /// The degree a write by `client` in its selected database gets.
+    /// Err when the connection asks for a logged degree in a database that is never logged.
+    /// In a logged database an override of `none` is raised to `lazy`: every write there is
+    /// logged, so a replay can never resurrect an older value over an unlogged newer one.
+    pub fn degree_for(&self, client: &ClientState) -> Result<Durability, CmdError> {
+        let base = self
+            .degrees
+            .get(client.db)
+            .copied()
+            .unwrap_or(Durability::None);
+        if self.log.is_none() || !base.is_logged() {
+            return match client.durability {
+                Some(d) if d.is_logged() => Err(CmdError::err(format!(
+                    "durability '{d}' requested but database {} is not logged (its degree is none)",
+                    client.db
+                ))),
+                _ => Ok(Durability::None),
+            };
+        }
+        Ok(match client.durability {
+            Some(Durability::None) => Durability::Lazy,
+            Some(d) => d,
+            None => base,
+        })
+    }
+
+    /// Refuse durable writes once the log is poisoned (Redis' MISCONF for a failing AOF).
+    pub fn check_writable(&self, degree: Durability) -> Result<(), CmdError> {
+        if let (true, Some(log)) = (degree.is_logged(), &self.log) {
+            if let Some(reason) = log.poisoned() {
+                return Err(CmdError::Other(format!(
+                    "MISCONF the write-ahead log is poisoned ({reason}); durable writes are refused until restart"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Append applied `commands` as one atomic record; records the LSN on the client.
+    pub fn append(
+        &self,
+        client: &mut ClientState,
+        now_ms: u64,
+        commands: &[LoggedCommand],
+        degree: Durability,
+    ) -> Result<Lsn, LogError> {
+        let Some(log) = &self.log else {
+            return Err(LogError::NotLogged);
+        };
+        let lsn = log.append(record::encode_commands(now_ms, commands), degree)?;
+        client.last_write_lsn = lsn;
+        if degree == Durability::Strict {
+            client.strict_lsn = client.strict_lsn.max(lsn);
+        }
+        Ok(lsn)
+    }
+}
+
+/// Apply what recovery found: snapshot items, then every logged command re-executed with the
+/// clock it originally ran with. Returns (snapshot items, records replayed).
+pub fn apply_recovered(
+    shared: &crate::state::Shared,
+    recovered: &Recovered,
+) -> Result<(usize, usize), String> {
+    let store = &shared.store;
+    for item in &recovered.snapshot_items {
+        match record::decode(item).map_err(|e| e.to_string())? {
+            Record::Item {
+                db,
+                key,
+                expires_at,
+                value,
+            } => {
+                let ks = store
+                    .db(db)
+                    .ok_or_else(|| format!("snapshot names database {db}, which does not exist"))?;
+                ks.lock(&key).set(&key, value, expires_at, 0);
+            }
+            Record::Commands { .. } => return Err("command record inside a snapshot".into()),
+        }
+    }
+    let mut replay_client = replay_client();
+    for (lsn, payload) in &recovered.records {
+        match record::decode(payload).map_err(|e| format!("record {lsn}: {e}"))? {
+            Record::Commands { now_ms, commands } => {
+                for c in commands {
+                    replay_command(shared, &mut replay_client, now_ms, &c)
+                        .map_err(|e| format!("record {lsn}: {e}"))?;
+                }
+            }
+            Record::Item { .. } => return Err(format!("record {lsn}: snapshot item in the log")),
+        }
+    }
+    // Drop keys that expired while the server was down.
+    let now = gradus_store::now_ms();
+    while store.sweep_expired(now, usize::MAX) > 0 {}
+    Ok((recovered.snapshot_items.len(), recovered.records.len()))
+}
+
+fn replay_client() -> ClientState {
+    let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+    let handle = std::sync::Arc::new(crate::client::ClientHandle::new(
+        0,
+        unspecified,
+        unspecified,
+    ));
+    ClientState::new(handle, true)
+}
+
+/// Re-execute one logged command. Its reply is dropped: it already went to the client once.
+fn replay_command(
+    shared: &crate::state::Shared,
+    client: &mut ClientState,
+    now_ms: u64,
+    c: &LoggedCommand,
+) -> Result<(), String> {
+    let spec = table()
+        .get(&c.args[0])
+        .ok_or_else(|| format!("unknown command {:?}", String::from_utf8_lossy(&c.args[0])))?;
+    if c.db >= shared.store.databases() {
+        return Err(format!("database {} does not exist", c.db));
+    }
+    client.db = c.db;
+    let mut ctx = Ctx {
+        shared,
+        client,
+        now_ms,
+    };
+    let _ = (spec.handler)(&mut ctx, &c.args);
+    Ok(())
+}
+
+/// Take a snapshot now (SAVE, BGSAVE, the size/time trigger). Blocking: run it off the async
+/// workers. Writers stall at most once, for one shard's copy (see `gradus_store::snapshot`).
+pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
+    let p = &shared.persist;
+    let Some(log) = &p.log else {
+        return Err("no database is logged (every degree is none)".into());
+    };
+    if p.snapshot_in_progress.swap(true, Ordering::AcqRel) {
+        return Err("Background save already in progress".into());
+    }
+    let result = (|| {
+        let started = std::time::Instant::now();
+        let (lsn, sink, bytes_now) = {
+            // No command is half-applied while the gate is held exclusively, and every applied
+            // write has been appended: the state is exactly the log up to `lsn`.
+            let _exclusive = shared.store.exclusive();
+            (
+                log.last_lsn(),
+                shared.store.arm_snapshot(),
+                log.stats().bytes_written,
+            )
+        };
+        let now = gradus_store::now_ms();
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(4096);
+        let written = std::thread::scope(|scope| {
+            scope.spawn(move || {
+                sink.drain(&shared.store, now, |db, key, entry| {
+                    if p.degrees.get(db).is_some_and(|d| d.is_logged()) {
+                        // The receiver only goes away if the snapshot failed; stop quietly then.
+                        let _ = tx.send(record::encode_item(db, key, entry));
+                    }
+                });
+            });
+            log.write_snapshot(lsn, &mut rx.into_iter())
+        })
+        .map_err(|e| e.to_string())?;
+        p.bytes_at_last_snapshot.store(bytes_now, Ordering::Relaxed);
+        tracing::info!(
+            lsn,
+            bytes = written,
+            millis = started.elapsed().as_millis() as u64,
+            "snapshot written"
+        );
+        Ok(written)
+    })();
+    p.snapshot_in_progress.store(false, Ordering::Release);
+    match &result {
+        Ok(_) => {
+            p.last_save_unix.store(unix_now(), Ordering::Relaxed);
+            *p.last_snapshot_status.lock() = "ok".into();
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "snapshot failed");
+            *p.last_snapshot_status.lock() = format!("err: {e}");
+        }
+    }
+    result
+}
+
+pub fn unix_now() -> u64 {
+    gradus_store::now_ms() / 1000
+}
+
+/// Number of keys in logged databases (for the recovery report).
+pub fn logged_keys(store: &Store, degrees: &[Durability]) -> usize {
+    store
+        .keyspaces()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| degrees.get(*i).is_some_and(|d| d.is_logged()))
+        .map(|(_, k)| k.len())
+        .sum()
+}
