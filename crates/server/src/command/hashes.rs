@@ -24,6 +24,7 @@ const R: u32 = flags::READONLY;
 const F: u32 = flags::FAST;
 const D: u32 = flags::DENYOOM;
 
+#[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("hset", -4, W | D | F, KEY1, "hash", "Creates or modifies the value of a field in a hash.", hset),
     cmd("hmset", -4, W | D | F, KEY1, "hash", "Sets the values of multiple fields.", hmset),

@@ -15,6 +15,7 @@ const W: u32 = flags::WRITE;
 const R: u32 = flags::READONLY;
 const F: u32 = flags::FAST;
 
+#[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("del", -2, W, (1, -1, 1), "generic", "Deletes one or more keys.", del),
     cmd("unlink", -2, W | F, (1, -1, 1), "generic", "Asynchronously deletes one or more keys.", del),

@@ -16,6 +16,7 @@ const W: u32 = flags::WRITE | flags::DENYOOM;
 const R: u32 = flags::READONLY;
 const F: u32 = flags::FAST;
 
+#[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("get", 2, R | F, KEY1, "string", "Returns the string value of a key.", get),
     cmd("set", -3, W, KEY1, "string", "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.", set),

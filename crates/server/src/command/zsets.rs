@@ -28,6 +28,7 @@ const R: u32 = flags::READONLY;
 const F: u32 = flags::FAST;
 const D: u32 = flags::DENYOOM;
 
+#[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("zadd", -4, W | D | F, KEY1, "sorted-set", "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.", zadd),
     cmd("zincrby", 4, W | D | F, KEY1, "sorted-set", "Increments the score of a member in a sorted set.", zincrby),

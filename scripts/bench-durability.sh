@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Durability degrees side by side: Gradus at none/lazy/background/strict and redis-server with
+# appendonly yes + appendfsync no/everysec/always, SET of 1 KiB values at 1, 8 and 50 connections,
+# then Gradus recovery time for 1 M keys of 1 KiB (from the log, and from a snapshot).
+#
+#   scripts/bench-durability.sh [requests] [recovery_keys]    (defaults: 100000, 1000000)
+#
+# Every server runs on loopback with a fresh data directory under $TMPDIR (on the same disk as
+# the project). Prints Markdown on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REQUESTS=${1:-100000}
+RECOVERY_KEYS=${2:-1000000}
+command -v redis-benchmark >/dev/null || { echo "redis-benchmark not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
+cargo build --release -q -p gradus-server
+GRADUS=$PWD/target/release/gradus
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+wait_port() { for _ in $(seq 300); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "server on $1 did not start" >&2; exit 1; }
+set_rps() { # port clients → ops/s
+  redis-benchmark -p "$1" -t set -d 1024 -c "$2" -n "$REQUESTS" -r 100000 --csv 2>/dev/null | tail -n 1 | tr -d '"' | cut -d, -f2
+}
+
+echo "| target | 1 conn ops/s | 8 conns ops/s | 50 conns ops/s |"
+echo "|---|---|---|---|"
+declare -A RESULT
+for target in gradus:none gradus:lazy gradus:background gradus:strict redis:no redis:everysec redis:always; do
+  kind=${target%%:*}; mode=${target#*:}
+  dir="$TMP/$kind-$mode"; mkdir -p "$dir"
+  if [ "$kind" = gradus ]; then
+    "$GRADUS" --port 7401 --dir "$dir" --durability "$mode" --loglevel warn >"$dir.log" 2>&1 &
+  else
+    redis-server --port 7401 --bind 127.0.0.1 --dir "$dir" --save '' --appendonly yes --appendfsync "$mode" >"$dir.log" 2>&1 &
+  fi
+  pid=$!; PIDS+=("$pid")
+  wait_port 7401
+  row="| $kind $mode"
+  for c in 1 8 50; do
+    rps=$(set_rps 7401 "$c")
+    RESULT["$target,$c"]=$rps
+    row="$row | $rps"
+  done
+  echo "$row |"
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+done
+echo
+echo "Ratios at 50 connections: background/none = $(python3 -c "print(f'{${RESULT[gradus:background,50]}/${RESULT[gradus:none,50]}:.2f}')"),"\
+" strict/none = $(python3 -c "print(f'{${RESULT[gradus:strict,50]}/${RESULT[gradus:none,50]}:.2f}')");"\
+" strict vs redis always at 1/8/50 = $(python3 -c "print(', '.join(f'{a/b:.2f}' for a,b in [(${RESULT[gradus:strict,1]},${RESULT[redis:always,1]}),(${RESULT[gradus:strict,8]},${RESULT[redis:always,8]}),(${RESULT[gradus:strict,50]},${RESULT[redis:always,50]})]))")"
+echo
+
+# Recovery: load RECOVERY_KEYS distinct keys of 1 KiB at background, kill -9, time the restart.
+dir="$TMP/recovery"; mkdir -p "$dir"
+"$GRADUS" --port 7402 --dir "$dir" --loglevel info >"$dir.log" 2>&1 &
+pid=$!; PIDS+=("$pid")
+wait_port 7402
+python3 - "$RECOVERY_KEYS" <<'PY' | redis-cli -p 7402 --pipe >/dev/null
+import sys
+n = int(sys.argv[1])
+value = b"v" * 1024
+out = sys.stdout.buffer
+for i in range(n):
+    key = b"key:%d" % i
+    out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$1024\r\n%s\r\n" % (len(key), key, value))
+PY
+keys=$(redis-cli -p 7402 dbsize)
+redis-cli -p 7402 waitaof 1 0 0 >/dev/null
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+measure_restart() { # label
+  local start end
+  start=$(date +%s.%N)
+  "$GRADUS" --port 7402 --dir "$dir" --loglevel info >"$dir.$1.log" 2>&1 &
+  pid=$!; PIDS+=("$pid")
+  wait_port 7402
+  end=$(date +%s.%N)
+  local got; got=$(redis-cli -p 7402 dbsize)
+  local ms; ms=$(redis-cli -p 7402 info persistence | tr -d '\r' | grep '^gradus_recovery_ms:' | cut -d: -f2)
+  echo "| $1 | $got of $keys | $ms | $(python3 -c "print(f'{$end-$start:.2f}')") |"
+}
+echo "| recovery of $keys keys × 1 KiB | keys back | recovery (server, ms) | until PING answers (s) |"
+echo "|---|---|---|---|"
+measure_restart "from the log (kill -9)"
+redis-cli -p 7402 save >/dev/null
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+measure_restart "from a snapshot (kill -9 after SAVE)"
+du -sh "$dir" | awk '{print "\nData directory after the runs: " $1}'
