@@ -8,9 +8,9 @@
 //!
 //! Modules, from the outside in:
 //! - [`log`]: the [`Log`] handle: `append`, `wait_durable`, `sync_now`, snapshots, stats, close;
-//! - [`writer`] (private): the writer thread: batching, group commit, segment rotation, poisoning;
+//! - `writer` (private): the writer thread: batching, group commit, segment rotation, poisoning;
 //! - [`recovery`]: newest valid snapshot + the records after it; torn-tail truncation;
-//! - [`format`]: the on-disk format (segment and snapshot files), pure encode/decode;
+//! - [`format`](mod@format): the on-disk format (segment and snapshot files), pure encode/decode;
 //! - [`storage`]: the [`Storage`] trait every file operation goes through, and [`OsStorage`];
 //! - [`sim`]: [`SimStorage`], an in-memory disk that can crash, tear writes and fail fsyncs;
 //! - [`options`], [`stats`], [`error`]: [`LogOptions`], [`LogStats`], [`LogError`].

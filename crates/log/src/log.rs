@@ -1,10 +1,11 @@
 //! [`Log`]: the handle the server holds — append, wait for durability, sync, snapshot, close.
 //!
 //! `append` only queues (it never blocks on I/O) and returns the record's LSN; the writer
-//! thread ([`crate::writer`]) does all segment I/O. Waiting is separate from appending so the
-//! server can release `lazy`/`background` replies at once and park only `strict` ones on
-//! [`Log::wait_durable`] — an `async fn` that is cheap for thousands of concurrent waiters
-//! (one `tokio::sync::watch` receiver each; no lock is held across its `.await`).
+//! thread (the private `writer` module) does all segment I/O. Waiting is separate from
+//! appending so the server can release `lazy`/`background` replies at once and park only
+//! `strict` ones on [`Log::wait_durable`] — an `async fn` that is cheap for thousands of
+//! concurrent waiters (one `tokio::sync::watch` receiver each; no lock is held across its
+//! `.await`).
 //!
 //! Snapshots are written by the caller's thread (not the writer): temp file → fsync → rename
 //! → directory fsync, and only then are the segments and snapshots it makes unnecessary
@@ -87,7 +88,17 @@ impl Log {
         storage
             .create_dir_all(&dir)
             .map_err(LogError::io_at("create_dir_all", &dir))?;
-        let outcome = recovery::recover(&*storage, &dir)?;
+        // The log directory's own entry must be durable too, or a crash right after the first
+        // strict record could lose the whole directory. (Further ancestors are the
+        // deployment's business: they normally exist before the server starts.)
+        let parent = match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => std::path::PathBuf::from("."),
+        };
+        if let Err(e) = storage.sync_dir(&parent) {
+            tracing::warn!(dir = %parent.display(), error = %e, "could not fsync the log directory's parent");
+        }
+        let outcome = recovery::recover(&*storage, &dir, opts.repair)?;
         let recovered = outcome.recovered;
         let last_lsn = recovered.last_lsn;
         let (segment, fsync_time) = writer::create_segment(&*storage, &dir, last_lsn + 1)?;

@@ -49,6 +49,8 @@ pub struct Recovered {
     pub torn_tail_bytes: u64,
     /// The last LSN recovered (`max(snapshot_lsn, last record)`); new records continue after it.
     pub last_lsn: Lsn,
+    /// In repair mode, what was dropped to keep the valid prefix (None when nothing was).
+    pub repaired: Option<String>,
 }
 
 /// What recovery leaves behind for the writer.
@@ -61,7 +63,11 @@ pub(crate) struct RecoveryOutcome {
 
 /// Runs recovery in `dir` (see the module docs). Mutates the directory only to remove
 /// temporary/empty files and to truncate a torn tail, then fsyncs the directory.
-pub(crate) fn recover(storage: &dyn Storage, dir: &Path) -> Result<RecoveryOutcome, LogError> {
+pub(crate) fn recover(
+    storage: &dyn Storage,
+    dir: &Path,
+    repair: bool,
+) -> Result<RecoveryOutcome, LogError> {
     let names = storage.list(dir).map_err(LogError::io_at("list", dir))?;
     let mut segments: Vec<Lsn> = Vec::new();
     let mut snapshots: Vec<Lsn> = Vec::new();
@@ -129,7 +135,44 @@ pub(crate) fn recover(storage: &dyn Storage, dir: &Path) -> Result<RecoveryOutco
     let mut last_lsn = snapshot_lsn;
     let mut expected_first: Option<Lsn> = None;
     let last_index = segments.len().saturating_sub(1);
+    // In repair mode, `cut` ends the scan at segment `index`: keep `valid_len` bytes of it and set
+    // every later segment aside. Returns the description of what was dropped.
+    let cut = |index: usize, valid_len: u64, why: &LogError| -> Result<String, LogError> {
+        let path = dir.join(format::segment_file_name(segments[index]));
+        let mut dropped_bytes = 0u64;
+        let mut set_aside = Vec::new();
+        let len = storage.read_all(&path).map(|d| d.len() as u64).unwrap_or(0);
+        if valid_len >= SEGMENT_HEADER_LEN as u64 && valid_len < len {
+            storage
+                .truncate(&path, valid_len)
+                .map_err(LogError::io_at("truncate", &path))?;
+            dropped_bytes += len - valid_len;
+        } else if valid_len < SEGMENT_HEADER_LEN as u64 {
+            set_aside.push(index);
+        }
+        set_aside.extend(index + 1..segments.len());
+        for i in set_aside {
+            let from = dir.join(format::segment_file_name(segments[i]));
+            let to = dir.join(format!(
+                "{}.corrupt",
+                format::segment_file_name(segments[i])
+            ));
+            dropped_bytes += storage.read_all(&from).map(|d| d.len() as u64).unwrap_or(0);
+            storage
+                .rename(&from, &to)
+                .map_err(LogError::io_at("rename", &from))?;
+        }
+        storage
+            .sync_dir(dir)
+            .map_err(LogError::io_at("sync_dir", dir))?;
+        Ok(format!(
+            "{why}; kept the log up to there and set aside {dropped_bytes} bytes (files renamed *.corrupt)"
+        ))
+    };
     for (index, &name_lsn) in segments.iter().enumerate().skip(first_needed) {
+        if recovered.repaired.is_some() {
+            break;
+        }
         let is_last = index == last_index;
         let path = dir.join(format::segment_file_name(name_lsn));
         let data = Bytes::from(
@@ -150,7 +193,13 @@ pub(crate) fn recover(storage: &dyn Storage, dir: &Path) -> Result<RecoveryOutco
                 let record_follows =
                     matches!(decode_record(&data, SEGMENT_HEADER_LEN), Ok(Some(_)));
                 if !is_last || record_follows {
-                    return Err(corrupt(&path, 0, format!("{header_error}")));
+                    let err = corrupt(&path, 0, format!("{header_error}"));
+                    if !repair {
+                        return Err(err);
+                    }
+                    recovered.repaired = Some(cut(index, 0, &err)?);
+                    remaining_segments = index as u64;
+                    break;
                 }
                 tracing::warn!(
                     file = %path.display(),
@@ -167,19 +216,18 @@ pub(crate) fn recover(storage: &dyn Storage, dir: &Path) -> Result<RecoveryOutco
                 continue;
             }
         };
-        if scan.first_lsn != name_lsn {
-            return Err(corrupt(
+        let chain_error = if scan.first_lsn != name_lsn {
+            Some(corrupt(
                 &path,
                 0,
                 format!(
                     "header says first lsn {}, file name says {name_lsn}",
                     scan.first_lsn
                 ),
-            ));
-        }
-        match expected_first {
-            None if name_lsn > snapshot_lsn.saturating_add(1) => {
-                return Err(corrupt(
+            ))
+        } else {
+            match expected_first {
+                None if name_lsn > snapshot_lsn.saturating_add(1) => Some(corrupt(
                     &path,
                     0,
                     format!(
@@ -187,23 +235,42 @@ pub(crate) fn recover(storage: &dyn Storage, dir: &Path) -> Result<RecoveryOutco
                         snapshot_lsn + 1,
                         name_lsn - 1
                     ),
-                ))
-            }
-            Some(expected) if name_lsn != expected => {
-                return Err(corrupt(
+                )),
+                Some(expected) if name_lsn != expected => Some(corrupt(
                     &path,
                     0,
                     format!(
                         "segment starts at lsn {name_lsn}, the previous one ends at {}",
                         expected - 1
                     ),
-                ))
+                )),
+                _ => None,
             }
-            _ => {}
+        };
+        if let Some(err) = chain_error {
+            if !repair {
+                return Err(err);
+            }
+            recovered.repaired = Some(cut(index, 0, &err)?);
+            remaining_segments = index as u64;
+            break;
         }
         if let Some(damage) = &scan.damage {
             if !is_last {
-                return Err(corrupt(&path, damage.offset, damage.error.to_string()));
+                let err = corrupt(&path, damage.offset, damage.error.to_string());
+                if !repair {
+                    return Err(err);
+                }
+                recovered.repaired = Some(cut(index, scan.valid_len, &err)?);
+                remaining_segments = index as u64 + 1;
+                let segment_last = scan.last_lsn();
+                last_lsn = last_lsn.max(segment_last);
+                recovered.records.extend(
+                    scan.records
+                        .into_iter()
+                        .filter(|(lsn, _)| *lsn > snapshot_lsn),
+                );
+                break;
             }
             let dropped = data.len() as u64 - scan.valid_len;
             tracing::warn!(
@@ -284,7 +351,7 @@ mod tests {
     fn empty_directory_recovers_nothing() {
         let sim = SimStorage::new(1);
         sim.create_dir_all(&dir()).unwrap();
-        let out = recover(&sim, &dir()).unwrap();
+        let out = recover(&sim, &dir(), false).unwrap();
         assert_eq!(out.recovered, Recovered::default());
         assert_eq!(out.segments, 0);
     }
@@ -299,7 +366,7 @@ mod tests {
             &dir().join(format::snapshot_file_name(7)),
             &encode_snapshot(7, [&b"state"[..]]),
         );
-        let out = recover(&sim, &dir()).unwrap();
+        let out = recover(&sim, &dir(), false).unwrap();
         assert_eq!(out.recovered.snapshot_lsn, 7);
         assert_eq!(
             out.recovered.snapshot_items,
@@ -322,7 +389,7 @@ mod tests {
         newer.truncate(newer.len() - 1);
         sim.put_file(&dir().join(format::snapshot_file_name(8)), &newer);
         sim.put_file(&dir().join(format::snapshot_temp_file_name(9)), b"partial");
-        let out = recover(&sim, &dir()).unwrap();
+        let out = recover(&sim, &dir(), false).unwrap();
         assert_eq!(out.recovered.snapshot_lsn, 3);
         assert_eq!(lsns(&out.recovered), (4..=10).collect::<Vec<_>>());
         assert!(!sim
@@ -338,7 +405,7 @@ mod tests {
         let whole = last.len();
         last.truncate(whole - 2);
         put_segment(&sim, 5, &last);
-        let out = recover(&sim, &dir()).unwrap();
+        let out = recover(&sim, &dir(), false).unwrap();
         assert_eq!(lsns(&out.recovered), vec![1, 2, 3, 4, 5, 6]);
         assert_eq!(out.recovered.torn_tail_bytes, (16 + 2 - 2) as u64);
         let path = dir().join(format::segment_file_name(5));
@@ -356,7 +423,7 @@ mod tests {
         first[offset + 17] ^= 0xff;
         put_segment(&sim, 1, &first);
         put_segment(&sim, 5, &segment(5, 2));
-        match recover(&sim, &dir()) {
+        match recover(&sim, &dir(), false) {
             Err(LogError::Corrupt {
                 file, offset: at, ..
             }) => {
@@ -368,12 +435,37 @@ mod tests {
     }
 
     #[test]
+    fn repair_keeps_the_valid_prefix_and_sets_the_rest_aside() {
+        let sim = SimStorage::new(7);
+        put_segment(&sim, 1, &segment(1, 5));
+        let mut damaged = segment(6, 5);
+        let flip = damaged.len() / 2;
+        damaged[flip] ^= 0xff;
+        put_segment(&sim, 6, &damaged);
+        put_segment(&sim, 11, &segment(11, 5));
+        assert!(matches!(
+            recover(&sim, &dir(), false),
+            Err(LogError::Corrupt { .. })
+        ));
+        let out = recover(&sim, &dir(), true).unwrap();
+        let got = lsns(&out.recovered);
+        assert!(got.len() >= 5 && got.len() < 10, "{got:?}");
+        assert_eq!(got, (1..=got.len() as u64).collect::<Vec<_>>());
+        assert!(out.recovered.repaired.is_some());
+        let names = sim.file_names(&dir());
+        assert!(names.iter().any(|n| n.ends_with(".corrupt")), "{names:?}");
+        // A second open finds a clean, shorter log.
+        let again = recover(&sim, &dir(), false).unwrap();
+        assert_eq!(lsns(&again.recovered), got);
+    }
+
+    #[test]
     fn a_missing_range_is_an_error() {
         let sim = SimStorage::new(1);
         put_segment(&sim, 1, &segment(1, 4));
         put_segment(&sim, 7, &segment(7, 2));
         assert!(matches!(
-            recover(&sim, &dir()),
+            recover(&sim, &dir(), false),
             Err(LogError::Corrupt { .. })
         ));
 
@@ -384,7 +476,7 @@ mod tests {
         );
         put_segment(&sim, 6, &segment(6, 2));
         assert!(matches!(
-            recover(&sim, &dir()),
+            recover(&sim, &dir(), false),
             Err(LogError::Corrupt { .. })
         ));
     }
@@ -394,7 +486,7 @@ mod tests {
         let sim = SimStorage::new(1);
         put_segment(&sim, 1, &segment(1, 3));
         put_segment(&sim, 4, &encode_segment_header(4)[..10]);
-        let out = recover(&sim, &dir()).unwrap();
+        let out = recover(&sim, &dir(), false).unwrap();
         assert_eq!(out.recovered.last_lsn, 3);
         assert_eq!(out.recovered.torn_tail_bytes, 10);
         assert_eq!(out.segments, 1);
@@ -404,7 +496,7 @@ mod tests {
         bad[3] ^= 1;
         put_segment(&sim, 1, &bad);
         assert!(matches!(
-            recover(&sim, &dir()),
+            recover(&sim, &dir(), false),
             Err(LogError::Corrupt { offset: 0, .. })
         ));
     }
@@ -418,7 +510,7 @@ mod tests {
         header[20..24].copy_from_slice(&crc.to_le_bytes());
         put_segment(&sim, 1, &header);
         assert!(matches!(
-            recover(&sim, &dir()),
+            recover(&sim, &dir(), false),
             Err(LogError::UnsupportedVersion { version: 9, .. })
         ));
     }
@@ -432,7 +524,7 @@ mod tests {
             &dir().join(format::snapshot_file_name(6)),
             &encode_snapshot(6, std::iter::empty()),
         );
-        let out = recover(&sim, &dir()).unwrap();
+        let out = recover(&sim, &dir(), false).unwrap();
         assert_eq!(lsns(&out.recovered), vec![7]);
         assert_eq!(out.recovered.last_lsn, 7);
     }

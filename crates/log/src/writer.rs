@@ -286,8 +286,7 @@ impl Writer {
     fn write_batch(&mut self, first_lsn: Lsn) -> Result<(), Stop> {
         let segment_bytes = self.shared.opts.segment_bytes;
         let batch = std::mem::take(&mut self.batch);
-        let mut lsn = first_lsn;
-        for payload in &batch {
+        for (lsn, payload) in (first_lsn..).zip(batch.iter()) {
             let record_len = encoded_record_len(payload.len()) as u64;
             let has_records = self.segment_records + self.buf_records > 0;
             if has_records
@@ -299,7 +298,6 @@ impl Writer {
             encode_record(&mut self.buf, lsn, payload);
             self.buf_last_lsn = lsn;
             self.buf_records += 1;
-            lsn += 1;
         }
         self.batch = batch;
         self.batch.clear();

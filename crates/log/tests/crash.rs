@@ -22,6 +22,14 @@ use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// Seeds to run: `GRADUS_CRASH_SEEDS` (default `default`) from `GRADUS_CRASH_SEED_BASE` (0),
+/// so a soak run can try many more than the quick default.
+fn seeds(default: u64) -> std::ops::Range<u64> {
+    let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    let base = var("GRADUS_CRASH_SEED_BASE").unwrap_or(0);
+    base..base + var("GRADUS_CRASH_SEEDS").unwrap_or(default)
+}
+
 /// Slack over `background_fsync_ms` before a background record must have been fsynced.
 const BACKGROUND_SLACK: Duration = Duration::from_millis(750);
 const WAIT: Duration = Duration::from_secs(20);
@@ -131,7 +139,7 @@ fn run_sequential(seed: u64, rounds: usize, ops: usize) {
 
 #[test]
 fn sequential_workloads_survive_crashes() {
-    for seed in 0..24 {
+    for seed in seeds(24) {
         run_sequential(seed, 4, 120);
     }
 }
@@ -211,7 +219,7 @@ fn run_concurrent(seed: u64) {
 
 #[test]
 fn concurrent_appenders_survive_crashes() {
-    for seed in 0..6 {
+    for seed in seeds(6) {
         run_concurrent(seed);
     }
 }

@@ -135,7 +135,7 @@ fn full_name(spec: &CommandSpec, args: &[Bytes]) -> &'static str {
         let sub = &args[1];
         for full in SUBCOMMANDS {
             if let Some(rest) = full.strip_prefix(spec.name) {
-                if rest[1..].as_bytes().eq_ignore_ascii_case(sub) {
+                if rest.as_bytes()[1..].eq_ignore_ascii_case(sub) {
                     return full;
                 }
             }

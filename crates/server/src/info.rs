@@ -234,6 +234,11 @@ fn persistence(shared: &Shared, out: &mut String) {
     line!(out, "gradus_recovery_snapshot_items:{}", r.snapshot_items);
     line!(out, "gradus_recovery_records:{}", r.records_replayed);
     line!(out, "gradus_recovery_torn_tail_bytes:{}", r.torn_tail_bytes);
+    line!(
+        out,
+        "gradus_recovery_repaired:{}",
+        r.repaired.as_deref().unwrap_or("no")
+    );
 }
 
 fn stats(shared: &Shared, out: &mut String) {

@@ -60,8 +60,9 @@ impl Server {
         let started = std::time::Instant::now();
         let (log, recovered) = if degrees.iter().any(|d| d.is_logged()) {
             let storage: Arc<dyn gradus_log::Storage> = Arc::new(gradus_log::OsStorage);
-            let options = config.log_options();
-            let _ = repair; // TODO(repair): wire to LogOptions once recovery supports it
+            let mut options = config.log_options();
+            options.repair = repair;
+            let lock = lock_data_dir(&config.dir)?;
             let (log, recovered) = gradus_log::Log::open(options, storage).map_err(|e| {
                 let hint = if matches!(e, gradus_log::LogError::Corrupt { .. }) {
                     " (start with --repair to keep the valid prefix of the log and drop the rest)"
@@ -73,11 +74,19 @@ impl Server {
                     config.dir.display()
                 ))
             })?;
-            (Some(log), Some(recovered))
+            if let Some(what) = &recovered.repaired {
+                tracing::warn!(repaired = %what, "--repair dropped part of the log");
+            }
+            (Some((log, lock)), Some(recovered))
         } else {
             (None, None)
         };
+        let (log, dir_lock) = match log {
+            Some((log, lock)) => (Some(log), Some(lock)),
+            None => (None, None),
+        };
         let shared = Arc::new(Shared::new(config, config_file, log, degrees));
+        *shared.persist.dir_lock.lock() = dir_lock;
         shared.port.store(port as usize, Ordering::Relaxed);
         if let Some(recovered) = recovered {
             let (items, records) = crate::persist::apply_recovered(&shared, &recovered)
@@ -88,6 +97,7 @@ impl Server {
                 snapshot_items: items,
                 records_replayed: records,
                 torn_tail_bytes: recovered.torn_tail_bytes,
+                repaired: recovered.repaired.clone(),
             };
             if report.torn_tail_bytes > 0 {
                 tracing::warn!(
@@ -150,6 +160,35 @@ impl Server {
         }
         tracing::info!("bye");
         Ok(())
+    }
+}
+
+/// Take an exclusive lock on `dir/LOCK` so two servers never write one log. Held for the life of
+/// the process (the file handle lives in `Persistence::dir_lock`); the OS releases it on exit.
+fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ServerError> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        ServerError::Config(format!(
+            "cannot create data directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| ServerError::Config(format!("cannot open {}: {e}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(ServerError::Config(format!(
+            "data directory {} is in use by another gradus process",
+            dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(ServerError::Config(format!(
+            "cannot lock {}: {e}",
+            path.display()
+        ))),
     }
 }
 

@@ -103,6 +103,7 @@ impl Shared {
             bytes_at_last_snapshot: AtomicU64::new(0),
             last_snapshot_status: Mutex::new("ok".into()),
             recovery: Default::default(),
+            dir_lock: Mutex::new(None),
         };
         Self {
             store: Store::new(config.databases),

@@ -33,6 +33,8 @@ pub struct Persistence {
     pub last_snapshot_status: Mutex<String>,
     /// What start-up recovery found, for INFO.
     pub recovery: Mutex<RecoveryReport>,
+    /// The locked `dir/LOCK` file (see `server::lock_data_dir`); held until exit.
+    pub dir_lock: Mutex<Option<std::fs::File>>,
 }
 
 /// Start-up recovery figures.
@@ -43,6 +45,8 @@ pub struct RecoveryReport {
     pub snapshot_items: usize,
     pub records_replayed: usize,
     pub torn_tail_bytes: u64,
+    /// What `--repair` dropped, if anything.
+    pub repaired: Option<String>,
 }
 
 impl Persistence {
