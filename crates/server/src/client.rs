@@ -45,6 +45,22 @@ pub enum Deferred {
     Save,
 }
 
+/// Counters a connection keeps locally and adds to the shared ones once per batch, so the hot
+/// path never does an atomic read-modify-write on a cache line shared by every core.
+/// (Atomics only so `&ClientState` is `Sync`; each is touched by its own connection alone.)
+#[derive(Default)]
+pub struct LocalCounters {
+    pub commands: AtomicU64,
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+}
+
+impl LocalCounters {
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// State owned by one connection task.
 pub struct ClientState {
     pub id: u64,
@@ -66,6 +82,7 @@ pub struct ClientState {
     pub strict_lsn: u64,
     /// Set by WAITAOF/SAVE; the connection completes it.
     pub deferred: Option<Deferred>,
+    pub counters: LocalCounters,
 }
 
 impl ClientState {
@@ -84,6 +101,7 @@ impl ClientState {
             last_write_lsn: 0,
             strict_lsn: 0,
             deferred: None,
+            counters: LocalCounters::default(),
         }
     }
 

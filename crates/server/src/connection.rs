@@ -85,6 +85,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                 }
             }
         }
+        shared.stats.absorb(&client.counters);
         if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
             break;
         }
@@ -105,6 +106,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
             _ = shutdown.changed() => break,
         }
     }
+    shared.stats.absorb(&client.counters);
     let _ = stream.shutdown().await;
     shared.clients.unregister(client.id);
 }

@@ -44,16 +44,13 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>) -> 
             return Frame::Simple("QUEUED".into());
         }
     }
-    shared
-        .stats
-        .commands_processed
-        .fetch_add(1, Ordering::Relaxed);
+    crate::client::LocalCounters::bump(&client.counters.commands);
     client.handle.touch(full_name(spec, &args));
     if spec.has(flags::OWN_GATE) {
         return run(shared, client, spec, &args, gradus_store::now_ms());
     }
     if !spec.has(flags::WRITE) {
-        let _gate = shared.store.shared();
+        let _gate = shared.store.shared(client.id);
         return run(shared, client, spec, &args, gradus_store::now_ms());
     }
     let degree = match shared.persist.degree_for(client) {
@@ -66,8 +63,9 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>) -> 
     // Apply and append while holding the gate (shared), so a snapshot — armed under the exclusive
     // hold — sees a write either applied *and* appended or not at all; and under `write_order`, so
     // the log order is exactly the order in which writes were applied to memory.
-    let _gate = shared.store.shared();
-    let _order = shared.write_order.lock();
+    let _gate = shared.store.shared(client.id);
+    // Writes that are not logged need no global order.
+    let _order = degree.is_logged().then(|| shared.write_order.lock());
     let now_ms = gradus_store::now_ms();
     let db = client.db;
     let reply = run(shared, client, spec, &args, now_ms);

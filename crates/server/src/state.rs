@@ -26,12 +26,17 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Count a key lookup as a hit or a miss.
-    pub fn lookup(&self, hit: bool) {
-        if hit {
-            self.keyspace_hits.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.keyspace_misses.fetch_add(1, Ordering::Relaxed);
+    /// Add a connection's local counters to the shared ones and zero them.
+    pub fn absorb(&self, local: &crate::client::LocalCounters) {
+        for (shared, local) in [
+            (&self.commands_processed, &local.commands),
+            (&self.keyspace_hits, &local.hits),
+            (&self.keyspace_misses, &local.misses),
+        ] {
+            let n = local.swap(0, Ordering::Relaxed);
+            if n > 0 {
+                shared.fetch_add(n, Ordering::Relaxed);
+            }
         }
     }
 }

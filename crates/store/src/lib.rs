@@ -6,11 +6,13 @@
 //! - [`shard`]: a map of entries with lazy/active expiry, versions for WATCH, memory accounting;
 //! - [`snapshot`]: point-in-time copies by shard-granular copy-on-write;
 //! - [`value`]: strings, hashes and sorted sets;
-//! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns.
+//! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns;
+//! - [`gate`]: the slotted reader-writer lock behind `Store::shared`/`Store::exclusive`.
 //!
 //! This crate knows nothing about sockets, protocols or command syntax; times are passed in as
 //! Unix milliseconds so tests control the clock.
 
+pub mod gate;
 pub mod glob;
 pub mod keyspace;
 pub mod scan;

@@ -1,17 +1,17 @@
 //! The store: every keyspace of the server plus the gate that makes MULTI/EXEC atomic.
 //!
-//! The gate is a reader-writer lock taken by the *dispatcher*, never by command code: each ordinary
+//! The gate (see [`crate::gate`]) is a reader-writer lock taken by the *dispatcher*, never by command code: each ordinary
 //! command runs under a shared hold, a transaction (EXEC) under an exclusive hold, so no other
 //! command can interleave with it while shard locks stay fine-grained for everything else. The gate
 //! is never held across an `.await`.
 
+use crate::gate::{ExclusiveHold, Gate, SharedHold};
 use crate::keyspace::Keyspace;
-use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// All keyspaces of a server.
 pub struct Store {
     keyspaces: Vec<Keyspace>,
-    gate: RwLock<()>,
+    gate: Gate,
 }
 
 impl Store {
@@ -19,7 +19,7 @@ impl Store {
     pub fn new(databases: usize) -> Self {
         Self {
             keyspaces: (0..databases.max(1)).map(Keyspace::with_index).collect(),
-            gate: RwLock::new(()),
+            gate: Gate::default(),
         }
     }
 
@@ -36,20 +36,20 @@ impl Store {
         &self.keyspaces
     }
 
-    /// Shared hold of the gate, for one ordinary command.
-    pub fn shared(&self) -> RwLockReadGuard<'_, ()> {
-        self.gate.read()
+    /// Shared hold of the gate, for one ordinary command of connection `who`.
+    pub fn shared(&self, who: u64) -> SharedHold<'_> {
+        self.gate.shared(who)
     }
 
     /// Exclusive hold of the gate, for a transaction: nothing else runs until it is dropped.
-    pub fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
-        self.gate.write()
+    pub fn exclusive(&self) -> ExclusiveHold<'_> {
+        self.gate.exclusive()
     }
 
     /// Active expiry: reclaim up to `budget_per_shard` expired keys per shard in every keyspace.
     /// Takes a shared hold of the gate itself (it is called from a timer, not from a command).
     pub fn sweep_expired(&self, now_ms: u64, budget_per_shard: usize) -> usize {
-        let _gate = self.gate.read();
+        let _gate = self.gate.shared(0);
         self.keyspaces
             .iter()
             .map(|k| k.sweep_expired(now_ms, budget_per_shard))

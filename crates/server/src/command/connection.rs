@@ -163,7 +163,9 @@ fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     ctx.client.db = 0;
     ctx.client.resp = ProtocolVersion::Resp2;
     ctx.client.authenticated = !ctx.shared.auth_required();
+    ctx.client.durability = None;
     let h = &ctx.client.handle;
+    h.durability.store(0, Ordering::Relaxed);
     h.db.store(0, Ordering::Relaxed);
     h.resp.store(2, Ordering::Relaxed);
     *h.name.lock() = None;

@@ -71,9 +71,7 @@ fn lookup_hash<'s>(
     shard: &'s mut Shard,
     key: &[u8],
 ) -> Result<Option<&'s HashValue>, CmdError> {
-    ctx.shared
-        .stats
-        .lookup(shard.get(key, ctx.now_ms).is_some());
+    ctx.lookup(shard.get(key, ctx.now_ms).is_some());
     read_hash(shard, key, ctx.now_ms)
 }
 

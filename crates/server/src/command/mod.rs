@@ -223,6 +223,16 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Count a key lookup as a hit or a miss (INFO keyspace_hits/misses).
+    pub fn lookup(&self, hit: bool) {
+        let c = if hit {
+            &self.client.counters.hits
+        } else {
+            &self.client.counters.misses
+        };
+        crate::client::LocalCounters::bump(c);
+    }
+
     /// The connection's selected keyspace.
     pub fn db(&self) -> &Keyspace {
         self.shared

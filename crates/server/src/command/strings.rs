@@ -70,7 +70,7 @@ fn max_string(ctx: &Ctx<'_>) -> usize {
 fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let key = &args[1];
     let value = read_string(&mut ctx.db().lock(key), key, ctx.now_ms)?;
-    ctx.shared.stats.lookup(value.is_some());
+    ctx.lookup(value.is_some());
     Ok(bulk_or_null(value))
 }
 
@@ -256,7 +256,7 @@ fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let now = ctx.now_ms;
     let mut shard = ctx.db().lock(key);
     let value = read_string(&mut shard, key, now)?;
-    ctx.shared.stats.lookup(value.is_some());
+    ctx.lookup(value.is_some());
     let change = match change {
         Some(Some((unit, absolute, arg))) if value.is_some() => {
             let n = int_arg(arg)?;
@@ -297,7 +297,7 @@ fn getdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let now = ctx.now_ms;
     let mut shard = ctx.db().lock(key);
     let value = read_string(&mut shard, key, now)?;
-    ctx.shared.stats.lookup(value.is_some());
+    ctx.lookup(value.is_some());
     if value.is_some() {
         shard.remove(key, now);
     }
@@ -331,7 +331,7 @@ fn mget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             },
             None => None,
         };
-        ctx.shared.stats.lookup(v.is_some());
+        ctx.lookup(v.is_some());
         out.push(bulk_or_null(v));
     }
     Ok(Frame::Array(out))

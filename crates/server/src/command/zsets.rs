@@ -83,9 +83,7 @@ fn lookup_zset<'s>(
     shard: &'s mut Shard,
     key: &[u8],
 ) -> Result<Option<&'s ZSetValue>, CmdError> {
-    ctx.shared
-        .stats
-        .lookup(shard.get(key, ctx.now_ms).is_some());
+    ctx.lookup(shard.get(key, ctx.now_ms).is_some());
     read_zset(shard, key, ctx.now_ms)
 }
 
@@ -687,7 +685,7 @@ fn zrangestore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let db = ctx.db();
     let mut locked = db.lock_keys([&dst[..], &src[..]]);
     let source = locked.shard(src);
-    ctx.shared.stats.lookup(source.get(src, now).is_some());
+    ctx.lookup(source.get(src, now).is_some());
     let items = match read_zset(source, src, now)? {
         None => Vec::new(),
         Some(z) => select(z, &req.range, req.reverse, req.offset, req.limit),
