@@ -129,9 +129,12 @@ class ServerProcess:
 
     # -- lifecycle
 
-    def start(self) -> "ServerProcess":
+    def start(self, extra_args: Sequence[str] = ()) -> "ServerProcess":
+        """Start the process (again: same port, same directory); `extra_args` are added to
+        the command line of this start only (e.g. `--repair`)."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.starts += 1
+        argv = self.argv + [str(a) for a in extra_args]
         env = dict(os.environ)
         env.setdefault("RUST_BACKTRACE", "1")
         if self.env:
@@ -139,12 +142,12 @@ class ServerProcess:
         # Append, so the output of earlier runs (before a restart) is kept.
         out = open(self.stdout_path, "ab")
         err = open(self.stderr_path, "ab")
-        banner = f"----- start #{self.starts}: {' '.join(self.argv)}\n".encode()
+        banner = f"----- start #{self.starts}: {' '.join(argv)}\n".encode()
         err.write(banner)
         err.flush()
         try:
             self.proc = subprocess.Popen(
-                self.argv,
+                argv,
                 cwd=self.dir,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -223,6 +226,47 @@ class ServerProcess:
         """Stop (SIGTERM) and start again on the same port and directory."""
         self.stop()
         return self.start()
+
+    def crash(self) -> None:
+        """SIGKILL on purpose (a process crash: no shutdown code runs). If the process had
+        already exited by itself, that is recorded as a problem (it is not the planned crash)."""
+        if self.proc is not None and self.proc.poll() is not None and not self._exit_recorded():
+            self._record_exit(self.proc.returncode, expected=False)
+            self.problems.append(f"{self.name} exited by itself (status {self.proc.returncode}) before the planned SIGKILL")
+        self.kill()
+
+    def crash_restart(self) -> "ServerProcess":
+        """crash(), then start again on the same port and directory."""
+        self.crash()
+        return self.start()
+
+    def run_to_exit(self, extra_args: Sequence[str] = (), timeout: float = 15.0):
+        """Run the server once on the same port and directory, expecting it to exit by
+        itself (e.g. refusing to start); return (exit status, what it wrote to stderr).
+
+        The status is None if it was still running after `timeout` (it is killed then).
+        An expected failure is not recorded as a problem of this ServerProcess.
+        """
+        assert not self.is_running(), "already running"
+        argv = self.argv + [str(a) for a in extra_args]
+        env = dict(os.environ)
+        if self.env:
+            env.update(self.env)
+        proc = subprocess.Popen(
+            argv, cwd=self.dir, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+        )
+        try:
+            _, err = proc.communicate(timeout=timeout)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate(timeout=10)
+            code = None
+        text = err.decode(errors="replace")
+        with open(self.stderr_path, "a") as log:
+            log.write(f"----- run_to_exit: {' '.join(argv)} -> {code}\n{text}")
+        return code, text
 
     # -- bookkeeping
 

@@ -53,7 +53,7 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>) -> 
         let _gate = shared.store.shared(client.id);
         return run(shared, client, spec, &args, gradus_store::now_ms());
     }
-    let degree = match shared.persist.degree_for(client) {
+    let degree = match shared.persist.degree_for(client, spec) {
         Ok(d) => d,
         Err(e) => return e.to_frame(),
     };

@@ -112,7 +112,7 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
         }
         let checked = shared
             .persist
-            .degree_for(ctx.client)
+            .degree_for(ctx.client, spec)
             .and_then(|d| shared.persist.check_writable(d).map(|_| d));
         let this_degree = match checked {
             Ok(d) => d,

@@ -59,12 +59,25 @@ impl Persistence {
     /// Err when the connection asks for a logged degree in a database that is never logged.
     /// In a logged database an override of `none` is raised to `lazy`: every write there is
     /// logged, so a replay can never resurrect an older value over an unlogged newer one.
-    pub fn degree_for(&self, client: &ClientState) -> Result<Durability, CmdError> {
-        let base = self
-            .degrees
-            .get(client.db)
-            .copied()
-            .unwrap_or(Durability::None);
+    /// FLUSHALL empties every database, so it is logged at the strongest degree of any of them,
+    /// whichever database the connection has selected.
+    pub fn degree_for(
+        &self,
+        client: &ClientState,
+        spec: &crate::command::CommandSpec,
+    ) -> Result<Durability, CmdError> {
+        let base = if spec.name == "flushall" {
+            self.degrees
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(Durability::None)
+        } else {
+            self.degrees
+                .get(client.db)
+                .copied()
+                .unwrap_or(Durability::None)
+        };
         if self.log.is_none() || !base.is_logged() {
             return match client.durability {
                 Some(d) if d.is_logged() => Err(CmdError::err(format!(
@@ -128,6 +141,10 @@ pub fn apply_recovered(
                 expires_at,
                 value,
             } => {
+                if !shared.persist.db_logged(db) {
+                    // The database is `none` now (the config changed): it starts empty.
+                    continue;
+                }
                 let ks = store
                     .db(db)
                     .ok_or_else(|| format!("snapshot names database {db}, which does not exist"))?;
@@ -176,6 +193,11 @@ fn replay_command(
         .ok_or_else(|| format!("unknown command {:?}", String::from_utf8_lossy(&c.args[0])))?;
     if c.db >= shared.store.databases() {
         return Err(format!("database {} does not exist", c.db));
+    }
+    // A database whose degree is `none` now starts empty, even if it was logged before the
+    // config changed; FLUSHALL still applies (it may have been issued from such a database).
+    if !shared.persist.db_logged(c.db) && spec.name != "flushall" {
+        return Ok(());
     }
     client.db = c.db;
     let mut ctx = Ctx {

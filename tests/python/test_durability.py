@@ -1,0 +1,1048 @@
+"""Durability: what survives a clean restart, a process crash (SIGKILL) and a damaged log.
+
+Every test runs the real gradus binary with its own --dir and real redis-py clients. A crash
+is `kill -9` of the server process: no shutdown code runs, but whatever the server handed to
+the OS with write() survives (the OS keeps it), so these tests check the process-crash
+guarantees of each degree (see README.md "Durability" and crates/server/gradus.toml, [durability]):
+
+- strict:     an acknowledged write is never lost;
+- background: an acknowledged write is lost only if it was acknowledged less than
+              background-fsync-ms (+ slack for a loaded machine) before the crash;
+- lazy:       writes older than lazy-flush-ms (+ slack) survive a process crash, and a later
+              strict write (from any connection) hardens every earlier one (one ordered log);
+- none:       memory only; a clean restart brings a `none` database back empty.
+
+Data files in --dir: `wal-<lsn>.log` segments and `snap-<lsn>.snap` snapshots.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+import redis
+
+from resp import RawConnection, Simple
+from servers import free_port, redis_client
+
+pytestmark = pytest.mark.gradus_only
+
+# Bounds that keep a loaded 2-core CI box from flaking the timing-based assertions.
+BACKGROUND_FSYNC_MS = 10
+SLACK_S = 0.5
+JOIN_TIMEOUT = 20.0
+MAX_OPS_PER_WORKER = 200_000
+
+
+# --- helpers -----------------------------------------------------------------
+
+
+def write_config(tmp_path: Path, body: str, name: str = "gradus.toml") -> str:
+    path = tmp_path / name
+    path.write_text(body)
+    return str(path)
+
+
+def client(server, **kwargs) -> redis.Redis:
+    """A client with one connection, so per-connection state (SELECT, CLIENT DURABILITY) sticks.
+
+    Careful: its pipelines still take another connection from the pool, so a WAITAOF sent
+    on the client does not cover writes made through a pipeline.
+    """
+    kwargs.setdefault("single_connection_client", True)
+    return redis_client(server, 2, **kwargs)
+
+
+def persistence(r: redis.Redis) -> dict:
+    return r.info("persistence")
+
+
+def wal_files(dir: Path) -> List[Path]:
+    return sorted(p for p in Path(dir).iterdir() if re.fullmatch(r"wal-\d+\.log", p.name))
+
+
+def snap_files(dir: Path) -> List[Path]:
+    return sorted(p for p in Path(dir).iterdir() if re.fullmatch(r"snap-\d+\.snap", p.name))
+
+
+def data_bytes(dir: Path) -> int:
+    total = 0
+    for p in wal_files(dir) + snap_files(dir):
+        try:
+            total += p.stat().st_size
+        except FileNotFoundError:  # removed by a snapshot since the listing
+            pass
+    return total
+
+
+def keys_of(r: redis.Redis) -> List[bytes]:
+    return sorted(r.scan_iter(count=1000))
+
+
+def dump(server, dbs=(0,)) -> Dict[Tuple[int, bytes], tuple]:
+    """Every key of `dbs`: (db, key) -> (type, value, has_ttl)."""
+    out = {}
+    for db in dbs:
+        r = client(server, db=db)
+        try:
+            for key in keys_of(r):
+                kind = r.type(key).decode()
+                if kind == "string":
+                    value = r.get(key)
+                elif kind == "hash":
+                    value = sorted(r.hgetall(key).items())
+                elif kind == "zset":
+                    value = r.zrange(key, 0, -1, withscores=True)
+                else:
+                    raise AssertionError(f"unexpected type {kind} of {key!r}")
+                out[(db, key)] = (kind, value, r.pttl(key) > 0)
+        finally:
+            r.close()
+    return out
+
+
+def retry_busy(fn, attempts: int = 100):
+    """Run a SAVE/BGSAVE, retrying while a snapshot triggered by the server is in progress."""
+    for _ in range(attempts):
+        try:
+            return fn()
+        except redis.ResponseError as exc:
+            if "already in progress" not in str(exc):
+                raise
+            time.sleep(0.05)
+    raise AssertionError("a snapshot stayed in progress for more than 5 s")
+
+
+# --- the crash workload --------------------------------------------------------
+
+
+CONNECTION_ERRORS = (redis.ConnectionError, ConnectionError, OSError)
+
+
+class Worker(threading.Thread):
+    """One client thread: SETs on 64 keys of its own, an INCR counter and MULTI/EXEC batches.
+
+    It records everything it sent and every acknowledgement (with time.monotonic()), and stops
+    at the first connection error (the server was killed) or when `stop` is set.
+    """
+
+    KEYS = 64
+
+    def __init__(self, server, tid: int, stop: threading.Event):
+        super().__init__(name=f"worker-{tid}", daemon=True)
+        self.server = server
+        self.tid = tid
+        self.stop_event = stop
+        self.sent: Dict[str, set] = defaultdict(set)  # key -> every seq sent to it
+        self.acks: Dict[str, List[Tuple[int, float]]] = defaultdict(list)  # key -> (seq, t)
+        self.incr_sent = 0
+        self.incr_acks: List[Tuple[int, float]] = []  # (value returned, t)
+        self.batch_sent: List[int] = []
+        self.batch_acks: List[Tuple[int, float]] = []
+        self.error: Optional[BaseException] = None
+        self.error_time: Optional[float] = None
+        self.ops = 0
+
+    def counter(self) -> str:
+        return f"c{self.tid}"
+
+    def batch_keys(self) -> List[str]:
+        return [f"b{self.tid}:{s}" for s in "xyz"]
+
+    def run(self):
+        r = redis_client(self.server, 2, socket_timeout=15)
+        pad = "v" * 24
+        seq = 0
+        try:
+            while not self.stop_event.is_set() and seq < MAX_OPS_PER_WORKER:
+                seq += 1
+                kind = seq % 8
+                if kind == 3:
+                    self.incr_sent += 1
+                    value = r.incr(self.counter())
+                    self.incr_acks.append((value, time.monotonic()))
+                elif kind == 6:
+                    self.batch_sent.append(seq)
+                    pipe = r.pipeline(transaction=True)
+                    for key in self.batch_keys():
+                        pipe.set(key, str(seq))
+                    replies = pipe.execute()
+                    assert replies == [True, True, True], replies
+                    self.batch_acks.append((seq, time.monotonic()))
+                else:
+                    key = f"k{self.tid}:{seq % self.KEYS}"
+                    self.sent[key].add(seq)
+                    assert r.set(key, f"{self.tid}:{seq}:{pad}") is True
+                    self.acks[key].append((seq, time.monotonic()))
+                self.ops += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+            self.error_time = time.monotonic()
+        finally:
+            try:
+                r.close()
+            except Exception:
+                pass
+
+
+def run_workload_and_kill(server, threads: int = 8, seed: Optional[int] = None):
+    """Start the workers, SIGKILL the server after 0.5-1.5 s, wait for the workers.
+
+    Returns (workers, t_kill, max_fsync_s) where max_fsync_s is the slowest fsync the server
+    reported shortly before the kill.
+    """
+    rng = random.Random(seed if seed is not None else time.time_ns())
+    delay = rng.uniform(0.5, 1.5)
+    stop = threading.Event()
+    workers = [Worker(server, t, stop) for t in range(threads)]
+    for w in workers:
+        w.start()
+    print(f"killing the server {delay:.3f}s into the workload")
+    time.sleep(delay)
+    probe = client(server, socket_timeout=10)
+    max_fsync_s = persistence(probe).get("gradus_log_max_fsync_usec", 0) / 1e6
+    probe.close()
+    time.sleep(0.05)
+    t_kill = time.monotonic()
+    server.crash()
+    stop.set()
+    for w in workers:
+        w.join(JOIN_TIMEOUT)
+        assert not w.is_alive(), f"{w.name} still running {JOIN_TIMEOUT}s after the kill"
+    for w in workers:
+        # The only acceptable way for a worker to stop is losing its connection at the kill.
+        if w.error is not None:
+            assert isinstance(w.error, CONNECTION_ERRORS) and w.error_time >= t_kill, (
+                f"{w.name} failed before the kill ({w.error_time - t_kill:+.3f}s): {w.error!r}"
+            )
+    assert sum(len(a) for w in workers for a in w.acks.values()) >= threads, "too few writes acknowledged"
+    return workers, t_kill, max_fsync_s
+
+
+def check_after_crash(
+    server, workers: List[Worker], t_kill: float, window: Optional[float]
+) -> Dict[str, int]:
+    """Check the restarted server against what the workers recorded.
+
+    An acknowledged write may be missing (and not superseded by a newer value) only if it was
+    acknowledged less than `window` seconds before `t_kill` (time.monotonic()); window None
+    forbids any loss. Whatever is present must be a value that was sent to that key, and each
+    MULTI/EXEC batch is all or nothing. Returns counts of lost acknowledged writes.
+    """
+    r = client(server)
+    problems: List[str] = []
+    lost = {"set": 0, "incr": 0, "batch": 0}
+    oldest_loss = [0.0]  # how long before the kill the oldest lost write was acknowledged
+    lost_ok_after = float("inf") if window is None else t_kill - window
+
+    def judge(what: str, kind: str, found: Optional[int], acks: List[Tuple[int, float]]):
+        missing = [(v, t) for (v, t) in acks if found is None or v > found]
+        if missing:
+            lost[kind] += len(missing)
+            first_t = min(t for _, t in missing)
+            oldest_loss[0] = max(oldest_loss[0], t_kill - first_t)
+            if first_t < lost_ok_after:
+                problems.append(
+                    f"{what}: found {found}, but {missing[0][0]} was acknowledged "
+                    f"{lost_ok_after - first_t:.3f}s before the allowed loss window"
+                )
+
+    for w in workers:
+        keys = sorted(w.sent)
+        values = r.mget(keys) if keys else []
+        for key, raw in zip(keys, values):
+            found = None
+            if raw is not None:
+                tid, seq, _ = raw.decode().split(":")
+                found = int(seq)
+                if int(tid) != w.tid or found not in w.sent[key]:
+                    problems.append(f"{key}: value {raw!r} was never sent to this key")
+                    continue
+            judge(key, "set", found, w.acks[key])
+
+        raw = r.get(w.counter())
+        found = int(raw) if raw is not None else 0
+        if found > w.incr_sent:
+            problems.append(f"{w.counter()}: {found} > {w.incr_sent} INCRs sent")
+        judge(w.counter(), "incr", found, w.incr_acks)
+
+        batch = r.mget(w.batch_keys())
+        if len(set(batch)) != 1:
+            problems.append(f"batch keys {w.batch_keys()} disagree (a partly applied MULTI/EXEC): {batch}")
+        else:
+            found = int(batch[0]) if batch[0] is not None else None
+            if found is not None and found not in w.batch_sent:
+                problems.append(f"batch value {found} was never sent")
+            judge(f"batch {w.tid}", "batch", found, w.batch_acks)
+    r.close()
+    summary = (
+        f"{sum(w.ops for w in workers)} ops acknowledged by {len(workers)} workers; lost: {lost}; "
+        f"oldest lost ack {oldest_loss[0] * 1000:.1f} ms before the kill (allowed: "
+        f"{'none' if window is None else f'{window * 1000:.0f} ms'})"
+    )
+    print(summary)
+    assert not problems, summary + "\n" + "\n".join(problems[:30])
+    return lost
+
+
+# --- 1, 2: crash under concurrent load ---------------------------------------
+
+
+@pytest.mark.parametrize("snapshots", [False, True], ids=["log-only", "with-snapshots"])
+def test_strict_crash_loses_no_acknowledged_write(gradus_factory, tmp_path, snapshots):
+    args = ["--durability", "strict"]
+    if snapshots:
+        # Snapshots (and log truncation) while the workload runs and when the crash hits.
+        body = "[durability]\nsnapshot-log-bytes = 32768\nsegment-bytes = 8192\n"
+        args += ["--config", write_config(tmp_path, body)]
+    server = gradus_factory(*args)
+    workers, t_kill, _ = run_workload_and_kill(server)
+    server.start()
+    check_after_crash(server, workers, t_kill, window=None)
+    r = client(server)
+    info = persistence(r)
+    assert info["gradus_recovery_keys"] == r.dbsize()
+    if snapshots:
+        assert info["gradus_recovery_snapshot_items"] > 0, info
+    else:
+        assert info["gradus_recovery_records"] > 0, info
+    r.close()
+
+
+def test_background_crash_loses_only_the_last_moments(gradus_factory):
+    server = gradus_factory()  # background is the default degree
+    r = client(server)
+    assert persistence(r)["gradus_durability_default"] == "background"
+    r.close()
+    workers, t_kill, max_fsync_s = run_workload_and_kill(server)
+    server.start()
+    # A background write goes to the OS (and is fsynced) within background-fsync-ms; a
+    # write+fsync in progress delays the next one by up to one fsync. Generous slack on top.
+    window = BACKGROUND_FSYNC_MS / 1000 + 2 * max_fsync_s + SLACK_S
+    check_after_crash(server, workers, t_kill, window)
+
+
+# --- 3: lazy -----------------------------------------------------------------
+
+
+def test_lazy_clean_shutdown_keeps_everything(gradus_factory):
+    server = gradus_factory("--durability", "lazy")
+    r = client(server)
+    pipe = r.pipeline(transaction=False)
+    for i in range(500):
+        pipe.set(f"lazy:{i}", f"value-{i}")
+    assert all(pipe.execute())
+    r.shutdown()  # no reply; redis-py swallows the expected ConnectionError
+    r.close()
+    assert server.wait(timeout=10) == 0, server.stderr_tail()
+    server.stop()  # records the (clean) exit
+    server.start()
+    r = client(server)
+    assert r.dbsize() == 500
+    assert r.mget([f"lazy:{i}" for i in range(500)]) == [f"value-{i}".encode() for i in range(500)]
+    # SIGTERM flushes too.
+    r.set("after-restart", "x")
+    r.close()
+    server.restart()
+    r = client(server)
+    assert r.dbsize() == 501 and r.get("after-restart") == b"x"
+    r.close()
+
+
+def test_lazy_survives_process_crash_after_flush_interval(gradus_factory):
+    server = gradus_factory("--durability", "lazy")
+    r = client(server)
+    info = persistence(r)
+    lazy_flush_s = info["gradus_lazy_flush_ms"] / 1000
+    pipe = r.pipeline(transaction=False)
+    for i in range(300):
+        pipe.set(f"old:{i}", i)
+    pipe.execute()
+    t_written = time.monotonic()
+    last = persistence(r)["gradus_log_last_lsn"]
+    # The writer hands a lazy record to the OS within lazy-flush-ms (slack for a loaded box).
+    time.sleep(lazy_flush_s)
+    while persistence(r)["gradus_log_written_lsn"] < last:
+        assert time.monotonic() - t_written < lazy_flush_s + 2.0, persistence(r)
+        time.sleep(0.02)
+    for i in range(50):  # too young to be guaranteed; may or may not survive
+        r.set(f"young:{i}", i)
+    r.close()
+    server.crash_restart()
+    r = client(server)
+    assert r.mget([f"old:{i}" for i in range(300)]) == [str(i).encode() for i in range(300)]
+    young = r.mget([f"young:{i}" for i in range(50)])
+    # The log is ordered: what survived of the young writes is a prefix of them.
+    present = [v is not None for v in young]
+    assert present == sorted(present, reverse=True), present
+    r.close()
+
+
+def test_strict_write_hardens_earlier_lazy_writes(gradus_factory, tmp_path):
+    # A long lazy-flush-ms: without the strict write these could sit in memory for 60 s.
+    config = write_config(tmp_path, "[durability]\ndefault = \"lazy\"\nlazy-flush-ms = 60000\n")
+    server = gradus_factory("--config", config)
+    lazy = client(server)
+    strict = client(server)
+    assert strict.execute_command("CLIENT", "DURABILITY", "strict") == b"OK"
+    pipe = lazy.pipeline(transaction=False)
+    for i in range(200):
+        pipe.set(f"lazy:{i}", i)
+    pipe.execute()
+    assert strict.set("barrier", "1") is True  # acknowledged only after its fsync
+    lazy.close()
+    strict.close()
+    server.crash_restart()
+    r = client(server)
+    assert r.get("barrier") == b"1"
+    assert r.mget([f"lazy:{i}" for i in range(200)]) == [str(i).encode() for i in range(200)]
+    r.close()
+
+
+# --- 4: a `none` database ------------------------------------------------------
+
+
+NONE_DB1 = '[durability]\ndefault = "background"\ndatabases = { "1" = "none" }\n'
+
+
+def test_none_database_is_not_persisted(gradus_factory, tmp_path):
+    server = gradus_factory("--config", write_config(tmp_path, NONE_DB1))
+    r0, r1 = client(server, db=0), client(server, db=1)
+    info = persistence(r0)
+    assert info["gradus_durability_databases"]["db0"] == "background"
+    assert info["gradus_durability_databases"]["db1"] == "none"
+    for i in range(20):
+        r0.set(f"kept:{i}", i)
+        r1.set(f"cache:{i}", i)
+    r0.hset("h0", mapping={"a": 1})
+    r1.hset("h1", mapping={"a": 1})
+    r0.close()
+    r1.close()
+    server.restart()
+    r0, r1 = client(server, db=0), client(server, db=1)
+    assert r0.dbsize() == 21
+    assert r0.get("kept:7") == b"7" and r0.hgetall("h0") == {b"a": b"1"}
+    assert r1.dbsize() == 0
+    assert persistence(r0)["gradus_recovery_keys"] == 21
+
+    # A logged degree cannot be had in a database that is never logged...
+    c = client(server)
+    with pytest.raises(redis.ResponseError):
+        c.execute_command("CLIENT", "DURABILITY", "eventually")
+    assert c.execute_command("CLIENT", "DURABILITY", "strict") == b"OK"
+    c.execute_command("SELECT", 1)
+    with pytest.raises(redis.ResponseError) as info:
+        c.set("x", "y")
+    assert "durability" in str(info.value).lower()
+    assert c.exists("x") == 0  # refused, not applied
+    # ... while the same connection's writes in a logged database succeed (at strict).
+    c.execute_command("SELECT", 0)
+    assert c.set("strict-in-db0", "y") is True
+    # `none` asked for in a logged database is raised to `lazy`: still logged.
+    assert c.execute_command("CLIENT", "DURABILITY", "none") == b"OK"
+    assert c.set("none-in-db0", "z") is True
+    c.execute_command("SELECT", 1)
+    assert c.set("none-in-db1", "z") is True  # `none` in a `none` database: fine
+    c.close()
+    # A snapshot leaves `none` databases out, too.
+    assert retry_busy(r0.save) is True
+    r0.close()
+    r1.close()
+    server.crash_restart()
+    r0, r1 = client(server, db=0), client(server, db=1)
+    assert r0.get("strict-in-db0") == b"y"
+    assert r0.get("none-in-db0") == b"z"
+    assert r1.dbsize() == 0
+    assert persistence(r0)["gradus_recovery_snapshot_items"] == r0.dbsize() == 23
+    r0.close()
+    r1.close()
+
+
+def test_flushall_from_none_database_is_not_undone_by_restart(gradus_factory, tmp_path):
+    server = gradus_factory("--config", write_config(tmp_path, NONE_DB1))
+    r0, r1 = client(server, db=0), client(server, db=1)
+    r0.set("k0", "v0")
+    r1.set("k1", "v1")
+    assert r1.flushall() is True
+    assert r0.dbsize() == 0 and r1.dbsize() == 0
+    r0.close()
+    r1.close()
+    server.restart()
+    r0 = client(server, db=0)
+    try:
+        assert r0.keys("*") == [], "FLUSHALL was undone by the restart"
+    finally:
+        r0.close()
+
+
+def test_database_switched_to_none_comes_back_empty(gradus_factory, tmp_path):
+    server = gradus_factory()  # db1 logged (background) at first
+    r1 = client(server, db=1)
+    r1.set("k1", "old")
+    assert r1.execute_command("WAITAOF", 1, 0, 0) == [1, 0]
+    r1.close()
+    server.stop()
+    server.argv += ["--config", write_config(tmp_path, NONE_DB1)]  # now db1 = none
+    server.start()
+    r1 = client(server, db=1)
+    try:
+        r1.set("k1", "new")  # not logged: gone at the next restart, as a `none` key should be
+        r1.close()
+        server.restart()
+        r1 = client(server, db=1)
+        assert r1.get("k1") is None, "the stale logged value came back"
+        assert r1.dbsize() == 0
+    finally:
+        r1.close()
+
+
+def test_reset_restores_the_default_degree(gradus_factory):
+    """RESET gives the next user of a pooled connection the database's degree again."""
+    server = gradus_factory("--durability", "strict")
+    r = client(server)
+    assert r.execute_command("CLIENT", "DURABILITY", "lazy") == b"OK"
+    r.set("lazy", "1")
+    info = persistence(r)
+    # A lazy write is not fsynced by itself (nothing else writes here).
+    assert info["gradus_log_durable_lsn"] < info["gradus_log_last_lsn"] == 1, info
+    assert r.execute_command("RESET") == "RESET"  # redis-py decodes this reply
+    r.set("after-reset", "1")  # at the database's degree again: strict
+    info = persistence(r)
+    try:
+        assert info["gradus_log_durable_lsn"] == info["gradus_log_last_lsn"] == 2, info
+    finally:
+        r.close()
+
+
+# --- 5: snapshots and log truncation -------------------------------------------
+
+
+def test_snapshots_truncate_the_log_and_recover(gradus_factory, tmp_path):
+    config = write_config(
+        tmp_path,
+        "[durability]\nsnapshot-log-bytes = 65536\nsegment-bytes = 16384\n",
+    )
+    server = gradus_factory("--config", config)
+    r = client(server)
+    start_snapshot = persistence(r)["gradus_snapshot_lsn"]
+    snapshots = set()
+    max_wal = max_bytes = 0
+    value = "s" * 200
+    deadline = time.monotonic() + 25
+    rounds = 0
+    while (len(snapshots) < 3 or rounds < 20) and time.monotonic() < deadline:
+        rounds += 1
+        pipe = r.pipeline(transaction=False)
+        for i in range(200):
+            pipe.set(f"snap:{(rounds * 200 + i) % 500}", f"{rounds}:{value}")
+        pipe.execute()
+        lsn = persistence(r)["gradus_snapshot_lsn"]
+        if lsn > start_snapshot:
+            snapshots.add(lsn)
+        max_wal = max(max_wal, len(wal_files(server.dir)))
+        max_bytes = max(max_bytes, data_bytes(server.dir))
+        time.sleep(0.05)
+    info = persistence(r)
+    assert len(snapshots) >= 3, f"only {len(snapshots)} size-triggered snapshots in 25 s: {info}"
+    written = info["gradus_log_bytes_written"]
+    assert written > 10 * 65536
+    # Segments covered by a snapshot are deleted while writes go on...
+    segments_ever = written // 16384
+    assert max_wal < segments_ever, (max_wal, segments_ever)
+    assert max_bytes < written, (max_bytes, written)
+    # ... and once they stop, the size trigger leaves less than snapshot-log-bytes of log
+    # (in 16 KiB segments, plus the newest one) behind.
+    time.sleep(1.2)  # over two checks of the snapshot trigger (every 500 ms)
+    deadline = time.monotonic() + 10
+    while persistence(r)["rdb_bgsave_in_progress"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    wal = wal_files(server.dir)
+    assert len(wal) <= 65536 // 16384 + 2, [p.name for p in wal]
+    assert len(snap_files(server.dir)) == 1, os.listdir(server.dir)
+
+    # SAVE: a snapshot now; LASTSAVE moves to now; every segment but the newest goes.
+    before = r.lastsave()
+    assert retry_busy(r.save) is True
+    after = r.lastsave()
+    assert after >= before and abs(after.timestamp() - time.time()) < 5
+    assert len(snap_files(server.dir)) == 1, os.listdir(server.dir)
+    assert len(wal_files(server.dir)) <= 2, os.listdir(server.dir)
+    lsn = persistence(r)["gradus_snapshot_lsn"]
+    assert lsn == persistence(r)["gradus_log_last_lsn"]
+
+    # BGSAVE answers at once and the snapshot follows.
+    r.set("after-save", "1")
+    assert retry_busy(r.bgsave) is True  # redis-py: "Background saving started" -> True
+    deadline = time.monotonic() + 10
+    while persistence(r)["gradus_snapshot_lsn"] <= lsn and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert persistence(r)["gradus_snapshot_lsn"] > lsn
+
+    # Writes after the last snapshot come from the log on recovery.
+    for i in range(30):
+        r.set(f"tail:{i}", i)
+    r.hset("tail-hash", mapping={"a": 1, "b": 2})
+    assert r.execute_command("WAITAOF", 1, 0, 0) == [1, 0]
+    expected = dump(server)
+    r.close()
+    server.crash_restart()
+    r = client(server)
+    assert dump(server) == expected
+    info = persistence(r)
+    assert info["gradus_recovery_keys"] == r.dbsize() == len(expected)
+    assert info["gradus_recovery_snapshot_items"] > 0
+    assert info["gradus_recovery_records"] > 0
+    r.close()
+
+
+def test_snapshot_interval(gradus_factory, tmp_path):
+    config = write_config(tmp_path, "[durability]\nsnapshot-interval-s = 1\n")
+    server = gradus_factory("--config", config)
+    r = client(server)
+    for i in range(10):
+        r.set(f"k:{i}", i)
+    deadline = time.monotonic() + 10
+    while persistence(r)["gradus_snapshot_lsn"] < 10:
+        assert time.monotonic() < deadline, persistence(r)
+        time.sleep(0.1)
+    # Nothing written since: no further snapshot.
+    info = persistence(r)
+    time.sleep(1.6)
+    again = persistence(r)
+    assert again["gradus_snapshot_lsn"] == info["gradus_snapshot_lsn"] == 10
+    assert again["rdb_last_save_time"] == info["rdb_last_save_time"]
+    r.close()
+    server.crash_restart()
+    r = client(server)
+    assert persistence(r)["gradus_recovery_snapshot_items"] == 10
+    assert r.dbsize() == 10
+    r.close()
+
+
+def test_crash_during_snapshot(gradus_factory):
+    server = gradus_factory()
+    r = redis_client(server, 2)
+    pipe = r.pipeline(transaction=False)
+    for i in range(20000):
+        pipe.set(f"big:{i}", "x" * 50)
+        if i % 2000 == 1999:
+            if i == 19999:
+                # On the pipeline's own connection, so that it covers these writes.
+                pipe.execute_command("WAITAOF", 1, 0, 0)
+            replies = pipe.execute()
+    assert replies[-1] == [1, 0] and all(replies[:-1])
+    r.close()
+    with RawConnection(server.host, server.port) as conn:
+        assert conn.call("BGSAVE") == Simple(b"Background saving started")
+        time.sleep(0.005)
+        server.crash()  # most likely in the middle of writing snap-*.snap.tmp
+    server.start()
+    assert not [p.name for p in Path(server.dir).iterdir() if p.name.endswith(".tmp")]
+    r = client(server)
+    assert r.dbsize() == 20000
+    assert persistence(r)["gradus_recovery_keys"] == 20000
+    assert r.get("big:19999") == b"x" * 50
+    r.close()
+
+
+def test_bgsave_reply_and_lastsave(gradus):
+    r = client(gradus)
+    r.set("k", "v")
+    with RawConnection(gradus.host, gradus.port) as conn:
+        assert retry_busy(lambda: conn.call("BGSAVE")) == Simple(b"Background saving started")
+    deadline = time.monotonic() + 10
+    while persistence(r)["gradus_snapshot_lsn"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    info = persistence(r)
+    assert info["gradus_snapshot_lsn"] >= 1
+    assert info["rdb_last_bgsave_status"] == "ok"
+    assert abs(info["rdb_last_save_time"] - time.time()) < 5
+    assert int(r.lastsave().timestamp()) == info["rdb_last_save_time"]
+    with pytest.raises(redis.ResponseError):
+        r.execute_command("BGSAVE", "NOW")
+    r.close()
+
+
+# --- 6: expiry ----------------------------------------------------------------
+
+
+def test_expiry_survives_restart(gradus):
+    r = client(gradus)
+    assert r.set("short", "s", px=300)
+    assert r.set("long", "l", ex=100)
+    r.set("expire-later", "e")
+    assert r.expire("expire-later", 100)
+    r.set("persisted", "p", ex=100)
+    assert r.persist("persisted")
+    r.set("pexpireat", "x")
+    assert r.pexpireat("pexpireat", int(time.time() * 1000) + 200_000)
+    # Expired then rewritten: the replay must see it expired at the original time, too.
+    r.set("reborn", "5", px=100)
+    time.sleep(0.25)
+    assert r.incr("reborn") == 1
+    r.set("getex", "g")
+    assert r.getex("getex", ex=50) == b"g"
+    t_short = time.monotonic()
+    r.close()
+    gradus.stop()  # "short" is still alive in the log: it must expire while we are down
+    time.sleep(max(0.0, 0.6 - (time.monotonic() - t_short)))
+    gradus.start()
+    r = client(gradus)
+    assert r.get("short") is None
+    assert r.get("long") == b"l" and 90 <= r.ttl("long") <= 100
+    assert r.get("expire-later") == b"e" and 0 < r.ttl("expire-later") <= 100
+    assert r.get("persisted") == b"p" and r.ttl("persisted") == -1
+    assert 190 <= r.ttl("pexpireat") <= 200
+    assert r.get("reborn") == b"1" and r.ttl("reborn") == -1
+    assert 0 < r.ttl("getex") <= 50
+    assert r.dbsize() == 6, keys_of(r)
+    assert persistence(r)["gradus_recovery_keys"] == 6
+    r.close()
+
+
+# --- 7: every logged command replays to the same state ---------------------------
+
+
+def _rich_workload(server):
+    r = client(server)
+    r3 = client(server, db=3)
+    r2 = client(server, db=2)
+    # Some keys that a FLUSHALL will wipe.
+    r.set("gone", "1")
+    r3.set("gone3", "1")
+    r.hset("gone-hash", mapping={"a": 1})
+    assert r.flushall() is True
+    # Strings, counters, floats.
+    r.set("s", "hello")
+    r.append("s", " world")
+    r.setrange("s", 0, "J")
+    r.set("n", 10)
+    r.incrby("n", 5)
+    r.decr("n")
+    r.set("f", "1")
+    for delta in ("0.1", "0.1", "0.1", "-2.5e-1", "3.0e3"):
+        r.incrbyfloat("f", delta)
+    r.incrbyfloat("f-new", "10.5")
+    r.mset({"m1": "a", "m2": "b", "m3": "c"})
+    r.msetnx({"m3": "x", "m4": "y"})  # no-op: m3 exists
+    r.getset("m1", "a2")
+    r.getdel("m2")
+    r.setnx("m1", "nope")
+    r.set("del-me", 1)
+    r.delete("del-me")
+    r.set("unlink-me", 1)
+    r.unlink("unlink-me")
+    # Hashes.
+    r.hset("h", mapping={"f1": "v1", "f2": "v2", "f3": 3, "fl": "1.5"})
+    r.hdel("h", "f2")
+    r.hincrby("h", "f3", 4)
+    r.hincrbyfloat("h", "fl", "0.25")
+    r.hsetnx("h", "f1", "nope")
+    r.hsetnx("h", "f9", "new")
+    r.hset("h-empty", "only", 1)
+    r.hdel("h-empty", "only")  # the key disappears
+    # Sorted sets.
+    r.zadd("z", {"a": 1, "b": 2, "c": 3, "d": 1.5e-3, "e": "-inf", "f": "+inf"})
+    r.zincrby("z", 2.5, "a")
+    r.zrem("z", "b")
+    r.zadd("z", {"c": 10}, xx=True)
+    r.zadd("z", {"c": 5}, gt=True)  # not greater: no change
+    r.zadd("z2", {f"m{i}": i for i in range(10)})
+    r.zpopmin("z2", 2)
+    r.zpopmax("z2")
+    r.zremrangebyscore("z2", 4, 5)
+    r.zremrangebyrank("z2", 0, 0)
+    r.zrangestore("z3", "z", 0, 2)
+    r.zadd("zlex", {x: 0 for x in "abcdef"})
+    r.zremrangebylex("zlex", "[b", "(d")
+    # Renames (with and without TTL), RENAMENX.
+    r.set("a", "va")
+    r.rename("a", "a2")
+    r.rename("h", "h-renamed")
+    r.set("ttl-src", "t", ex=1000)
+    r.rename("ttl-src", "ttl-dst")
+    r.set("rnx", "1")
+    r.set("rnx-taken", "2")
+    r.renamenx("rnx", "rnx-taken")  # no-op
+    r.renamenx("rnx", "rnx-free")
+    r.rename("z3", "z3-renamed")
+    # TTLs.
+    r.set("e1", "x")
+    r.expire("e1", 500)
+    r.set("e2", "x", ex=500)
+    r.persist("e2")
+    r.hset("h-ttl", "a", 1)
+    r.pexpire("h-ttl", 900_000)
+    # A transaction.
+    pipe = r.pipeline(transaction=True)
+    pipe.set("tx1", "1").incr("tx-n").hset("tx-h", "k", "v").zadd("tx-z", {"m": 1})
+    pipe.execute()
+    # FLUSHDB of another database, then new writes there.
+    for i in range(10):
+        r2.set(f"db2:{i}", i)
+    assert r2.flushdb() is True
+    r2.set("db2:after-flush", "yes")
+    r3.set("db3:after-flushall", "yes")
+    r3.zadd("db3:z", {"x": 1})
+    for c in (r, r2, r3):
+        c.close()
+
+
+def test_types_and_flushes_replay_after_strict_crash(gradus_factory):
+    server = gradus_factory("--durability", "strict")
+    _rich_workload(server)
+    dbs = (0, 2, 3)
+    expected = dump(server, dbs)
+    assert (0, b"gone") not in expected and (0, b"h-renamed") in expected
+    assert expected[(0, b"f")][1] == b"3001.05000000000000004" and expected[(2, b"db2:after-flush")]
+    server.crash_restart()  # every write above was acknowledged at strict
+    assert dump(server, dbs) == expected
+    r = client(server)
+    assert persistence(r)["gradus_recovery_keys"] == len(expected)
+    # The same state again from a snapshot (plus an empty log tail).
+    assert retry_busy(r.save) is True
+    r.close()
+    server.crash_restart()
+    assert dump(server, dbs) == expected
+    r = client(server)
+    assert persistence(r)["gradus_recovery_snapshot_items"] == len(expected)
+    r.close()
+
+
+# --- 8: damaged logs ------------------------------------------------------------
+
+
+def test_torn_tail_is_truncated(gradus_factory):
+    server = gradus_factory("--durability", "strict")
+    r = client(server)
+    for i in range(100):
+        r.set(f"t:{i}", i)
+    r.close()
+    server.stop()
+    last = wal_files(server.dir)[-1]
+    size = last.stat().st_size
+    garbage = bytes(range(1, 40))
+    with open(last, "ab") as f:
+        f.write(garbage)
+    server.start()
+    r = client(server)
+    info = persistence(r)
+    assert info["gradus_recovery_torn_tail_bytes"] == len(garbage), info
+    assert last.stat().st_size == size  # truncated back to the last whole record
+    assert r.mget([f"t:{i}" for i in range(100)]) == [str(i).encode() for i in range(100)]
+    r.set("after", "1")
+    r.close()
+    server.restart()
+    r = client(server)
+    assert persistence(r)["gradus_recovery_torn_tail_bytes"] == 0
+    assert r.dbsize() == 101
+    r.close()
+
+
+def test_half_written_last_record_is_dropped(gradus_factory):
+    server = gradus_factory("--durability", "strict")
+    r = client(server)
+    for i in range(50):
+        r.set(f"t:{i}", i)
+    r.close()
+    server.stop()
+    last = wal_files(server.dir)[-1]
+    size = last.stat().st_size
+    os.truncate(last, size - 5)  # a crash in the middle of writing the last record
+    server.start()
+    r = client(server)
+    assert persistence(r)["gradus_recovery_torn_tail_bytes"] > 0
+    assert r.mget([f"t:{i}" for i in range(49)]) == [str(i).encode() for i in range(49)]
+    assert r.get("t:49") is None
+    r.close()
+
+
+CORRUPT_CONFIG = "[durability]\ndefault = \"strict\"\nsegment-bytes = 4096\n"
+
+
+def _corrupt_early_segment(server) -> Tuple[Path, Dict[str, int]]:
+    r = client(server)
+    pipe = r.pipeline(transaction=False)
+    for i in range(300):
+        pipe.set(f"c:{i:03d}", "x" * 100)
+    pipe.execute()
+    r.close()
+    server.stop()
+    segments = wal_files(server.dir)
+    assert len(segments) >= 4, [p.name for p in segments]
+    victim = segments[1]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    return victim, {p.name: p.stat().st_size for p in wal_files(server.dir)}
+
+
+def test_corruption_in_the_middle_refuses_to_start(gradus_factory, tmp_path):
+    server = gradus_factory("--config", write_config(tmp_path, CORRUPT_CONFIG))
+    victim, files = _corrupt_early_segment(server)
+    for _ in range(2):  # refusing twice: the first refusal must not have "fixed" anything
+        code, stderr = server.run_to_exit(timeout=15)
+        assert code is not None, "gradus started on a log corrupt in the middle"
+        assert code != 0
+        assert re.search(r"corrupt", stderr, re.I), stderr
+        assert "--repair" in stderr, stderr
+        assert victim.name in stderr, stderr
+        assert {p.name: p.stat().st_size for p in wal_files(server.dir)} == files
+
+
+def test_repair_keeps_the_valid_prefix(gradus_factory, tmp_path):
+    server = gradus_factory("--config", write_config(tmp_path, CORRUPT_CONFIG))
+    _corrupt_early_segment(server)
+    server.start(["--repair"])
+    r = client(server)
+    info = persistence(r)
+    assert info["gradus_recovery_repaired"] not in ("no", "", None), info
+    n = r.dbsize()
+    assert 0 < n < 300, n  # the prefix before the damage, nothing after it
+    # Exactly a prefix: c:000 .. c:<n-1> (written in that order, one record each).
+    assert r.mget([f"c:{i:03d}" for i in range(n)]) == [b"x" * 100] * n
+    assert r.exists(*[f"c:{i:03d}" for i in range(n, 300)]) == 0
+    assert any(p.name.endswith(".corrupt") for p in Path(server.dir).iterdir())
+    assert r.set("after-repair", "1") is True
+    r.close()
+    server.crash_restart()  # the repaired directory starts without --repair (strict: kept)
+    r = client(server)
+    assert persistence(r)["gradus_recovery_repaired"] == "no"
+    assert r.dbsize() == n + 1 and r.get("after-repair") == b"1"
+    r.close()
+
+
+def test_data_directory_is_locked(gradus):
+    """A second server on the same --dir refuses to start (two writers would corrupt the log)."""
+    argv = list(gradus.argv)
+    argv[argv.index("--port") + 1] = str(free_port())
+    proc = subprocess.run(argv, cwd=gradus.dir, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=15)
+    assert proc.returncode != 0
+    assert b"in use" in proc.stderr, proc.stderr[-2000:]
+    r = client(gradus)
+    assert r.set("still", "fine") is True
+    r.close()
+
+
+# --- 9: WAITAOF -----------------------------------------------------------------
+
+
+def test_waitaof(gradus):
+    r = client(gradus)
+    assert persistence(r)["aof_enabled"] == 1
+    r.set("k", "v")
+    assert r.execute_command("WAITAOF", 1, 0, 0) == [1, 0]
+    info = persistence(r)
+    assert info["gradus_log_durable_lsn"] >= info["gradus_log_last_lsn"]
+    # No write yet on a fresh connection: nothing to wait for.
+    other = client(gradus)
+    assert other.execute_command("WAITAOF", 1, 0, 0) == [1, 0]
+    other.close()
+    # No replicas: waits out the timeout, then reports what it has.
+    t = time.monotonic()
+    reply = r.execute_command("WAITAOF", 0, 1, 100)
+    elapsed = time.monotonic() - t
+    assert reply[1] == 0 and reply[0] in (0, 1), reply
+    assert 0.09 <= elapsed < 5, elapsed
+    for args in [(1, 0), (1, 0, 0, 0), ("x", 0, 0), (1, "x", 0), (1, 0, "x"), (1, 0, -1), (-1, 0, 0)]:
+        with pytest.raises(redis.ResponseError):
+            r.execute_command("WAITAOF", *args)
+    r.execute_command("MULTI")
+    with pytest.raises(redis.ResponseError):
+        r.execute_command("WAITAOF", 1, 0, 0)
+    r.execute_command("DISCARD")
+    r.close()
+
+
+def test_waitaof_forces_the_fsync_of_lazy_writes(gradus_factory, tmp_path):
+    config = write_config(tmp_path, "[durability]\ndefault = \"lazy\"\nlazy-flush-ms = 30000\n")
+    server = gradus_factory("--config", config)
+    r = client(server)
+    for i in range(20):
+        r.set(f"k:{i}", i)
+    t = time.monotonic()
+    assert r.execute_command("WAITAOF", 1, 0, 0) == [1, 0]
+    assert time.monotonic() - t < 10  # not the 30 s lazy flush
+    r.close()
+    server.crash_restart()
+    r = client(server)
+    assert r.dbsize() == 20
+    r.close()
+
+
+def test_waitaof_without_a_log(gradus_factory):
+    server = gradus_factory("--durability", "none")
+    r = client(server)
+    assert persistence(r)["aof_enabled"] == 0
+    r.set("k", "v")
+    with pytest.raises(redis.ResponseError) as info:
+        r.execute_command("WAITAOF", 1, 0, 0)
+    assert str(info.value) == "WAITAOF cannot be used when numlocal is set but appendonly is disabled."
+    assert r.execute_command("WAITAOF", 0, 0, 0) == [0, 0]
+    with pytest.raises(redis.ResponseError):
+        r.save()
+    r.close()
+    server.restart()
+    r = client(server)
+    assert r.dbsize() == 0  # nothing is kept at `none`
+    assert wal_files(server.dir) == [] and snap_files(server.dir) == []
+    r.close()
+
+
+# --- 10: group commit ------------------------------------------------------------
+
+
+def test_strict_group_commit(gradus_factory):
+    server = gradus_factory("--durability", "strict")
+    r = client(server)
+    # Alone, each strict reply comes after the fsync that covers it.
+    for i in range(20):
+        r.set(f"alone:{i}", i)
+        info = persistence(r)
+        assert info["gradus_log_durable_lsn"] == info["gradus_log_last_lsn"] == i + 1, info
+    before = persistence(r)
+    stop = threading.Event()
+    counts = [0] * 16
+    errors: List[BaseException] = []
+
+    def writer(n: int):
+        c = redis_client(server, 2, socket_timeout=15)
+        try:
+            i = 0
+            while not stop.is_set():
+                c.set(f"g{n}:{i % 100}", i)
+                i += 1
+                counts[n] = i
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=writer, args=(n,), daemon=True) for n in range(16)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    stop.set()
+    for t in threads:
+        t.join(JOIN_TIMEOUT)
+        assert not t.is_alive()
+    assert not errors, errors
+    writes = sum(counts)
+    after = persistence(r)
+    fsyncs = after["gradus_log_fsyncs"] - before["gradus_log_fsyncs"]
+    assert writes >= 16
+    assert after["gradus_log_durable_lsn"] >= writes
+    assert 0 < fsyncs < writes, (fsyncs, writes)
+    assert after["gradus_log_mean_group_commit"] > 1, after
+    hist = after["gradus_log_group_commit_histogram"]
+    assert any(int(size) > 1 for size in hist), hist
+    r.close()
