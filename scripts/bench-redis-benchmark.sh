@@ -2,6 +2,7 @@
 # Side-by-side throughput of Gradus and redis-server (persistence off) with redis-benchmark.
 #
 #   scripts/bench-redis-benchmark.sh [requests] [rounds]   (defaults: 200000 requests, 3 rounds)
+#   GRADUS_THREADS=N sets gradus --threads (default: one worker per core).
 #
 # Both servers run on loopback, one at a time, with the same redis-benchmark command lines:
 #   redis-benchmark -t set,get,incr,hset -c 50 -d 1024 -n N            (no pipelining)
@@ -31,7 +32,7 @@ for round in $(seq "$ROUNDS"); do
       redis-server --port 7301 --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" --daemonize no >"$TMP/redis.log" 2>&1 &
       port=7301
     else
-      "$GRADUS" --port 7302 --dir "$TMP/gdata" --durability none --loglevel warn >"$TMP/gradus.log" 2>&1 &
+      "$GRADUS" --port 7302 --dir "$TMP/gdata" --durability none ${GRADUS_THREADS:+--threads $GRADUS_THREADS} --loglevel warn >"$TMP/gradus.log" 2>&1 &
       echo $! >"$TMP/gradus.pid"
       port=7302
     fi

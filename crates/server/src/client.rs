@@ -125,7 +125,7 @@ pub struct ClientHandle {
     pub lib_ver: Mutex<Option<String>>,
     pub db: AtomicUsize,
     pub resp: AtomicU8,
-    /// Milliseconds since `created` at the last command.
+    /// Unix milliseconds of the last command.
     pub last_active_ms: AtomicU64,
     pub last_cmd: Mutex<&'static str>,
     /// Queued commands in MULTI, or -1 outside MULTI.
@@ -149,7 +149,7 @@ impl ClientHandle {
             lib_ver: Mutex::new(None),
             db: AtomicUsize::new(0),
             resp: AtomicU8::new(2),
-            last_active_ms: AtomicU64::new(0),
+            last_active_ms: AtomicU64::new(gradus_store::now_ms()),
             last_cmd: Mutex::new("NULL"),
             multi_len: std::sync::atomic::AtomicI64::new(-1),
             watch_count: AtomicUsize::new(0),
@@ -159,10 +159,9 @@ impl ClientHandle {
         }
     }
 
-    /// Record that a command is running now.
-    pub fn touch(&self, cmd: &'static str) {
-        self.last_active_ms
-            .store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+    /// Record that a command is running at `now_ms` (Unix ms).
+    pub fn touch(&self, cmd: &'static str, now_ms: u64) {
+        self.last_active_ms.store(now_ms, Ordering::Relaxed);
         *self.last_cmd.lock() = cmd;
     }
 
@@ -189,8 +188,8 @@ impl ClientHandle {
     /// One line of CLIENT LIST / the CLIENT INFO reply, in Redis' field order.
     pub fn describe(&self) -> String {
         let age = self.created.elapsed().as_secs();
-        let idle_ms = (self.created.elapsed().as_millis() as u64)
-            .saturating_sub(self.last_active_ms.load(Ordering::Relaxed));
+        let idle_ms =
+            gradus_store::now_ms().saturating_sub(self.last_active_ms.load(Ordering::Relaxed));
         let name = self.name.lock().clone().unwrap_or_default();
         let lib_name = self.lib_name.lock().clone().unwrap_or_default();
         let lib_ver = self.lib_ver.lock().clone().unwrap_or_default();

@@ -36,7 +36,8 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
     let mut wbuf = BytesMut::with_capacity(READ_BUFFER);
 
     'conn: loop {
-        // Execute every complete request already buffered.
+        // Execute every complete request already buffered, all with one clock reading.
+        let mut now_ms = gradus_store::now_ms();
         loop {
             decoder.set_limits(limits_for(&shared, &client));
             match decoder.decode(&mut rbuf) {
@@ -44,7 +45,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                     if args.is_empty() {
                         continue;
                     }
-                    let reply = dispatch(&shared, &mut client, args);
+                    let reply = dispatch(&shared, &mut client, args, now_ms);
                     if let Some(work) = client.deferred.take() {
                         // Replies before this command go out first, then it completes.
                         if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
@@ -52,6 +53,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                         }
                         let reply = complete(&shared, &client, work).await;
                         encode(&reply, client.resp, &mut wbuf);
+                        now_ms = gradus_store::now_ms();
                     } else if !client.suppress_reply {
                         encode(&reply, client.resp, &mut wbuf);
                     }

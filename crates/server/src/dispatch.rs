@@ -15,7 +15,10 @@ use gradus_proto::Frame;
 use std::sync::atomic::Ordering;
 
 /// Run (or queue) one command and return its reply.
-pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>) -> Frame {
+///
+/// `now_ms` is the connection's clock for this batch of requests (one reading per batch, as Redis
+/// caches its clock per event-loop iteration): every command of a pipeline sees the same time.
+pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now_ms: u64) -> Frame {
     let spec = match table().get(&args[0]) {
         Some(spec) => spec,
         None => return reject(client, unknown_command(&args)),
@@ -45,13 +48,13 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>) -> 
         }
     }
     crate::client::LocalCounters::bump(&client.counters.commands);
-    client.handle.touch(full_name(spec, &args));
+    client.handle.touch(full_name(spec, &args), now_ms);
     if spec.has(flags::OWN_GATE) {
-        return run(shared, client, spec, &args, gradus_store::now_ms());
+        return run(shared, client, spec, &args, now_ms);
     }
     if !spec.has(flags::WRITE) {
         let _gate = shared.store.shared(client.id);
-        return run(shared, client, spec, &args, gradus_store::now_ms());
+        return run(shared, client, spec, &args, now_ms);
     }
     let degree = match shared.persist.degree_for(client, spec) {
         Ok(d) => d,
@@ -66,7 +69,6 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>) -> 
     let _gate = shared.store.shared(client.id);
     // Writes that are not logged need no global order.
     let _order = degree.is_logged().then(|| shared.write_order.lock());
-    let now_ms = gradus_store::now_ms();
     let db = client.db;
     let reply = run(shared, client, spec, &args, now_ms);
     if degree.is_logged() && !reply.is_error() {

@@ -129,16 +129,24 @@ impl Shard {
         now_ms: u64,
         f: impl FnOnce(&mut Value) -> R,
     ) -> Option<R> {
-        self.expire_if_needed(key, now_ms);
+        // One hash lookup on the common path: expiry is checked on the entry itself.
         let version = self.next_version + 1;
-        let entry = self.map.get_mut(key)?;
-        let before = entry.value.mem_size();
-        let result = f(&mut entry.value);
-        let after = entry.value.mem_size();
-        entry.version = version;
-        let empty = entry.value.is_empty_collection();
+        let (result, empty) = match self.map.get_mut(key) {
+            None => return None,
+            Some(entry) if !entry.is_expired(now_ms) => {
+                let before = entry.value.mem_size();
+                let result = f(&mut entry.value);
+                let after = entry.value.mem_size();
+                entry.version = version;
+                self.used_bytes = self.used_bytes + after - before;
+                (result, entry.value.is_empty_collection())
+            }
+            Some(_) => {
+                self.expire_if_needed(key, now_ms);
+                return None;
+            }
+        };
         self.next_version = version;
-        self.used_bytes = self.used_bytes + after - before;
         if empty {
             self.remove_entry(key);
         }
@@ -154,8 +162,12 @@ impl Shard {
         create: impl FnOnce() -> Value,
         f: impl FnOnce(&mut Value) -> R,
     ) -> R {
-        self.expire_if_needed(key, now_ms);
-        if !self.map.contains_key(key) {
+        let live = self
+            .map
+            .get(key)
+            .is_some_and(|entry| !entry.is_expired(now_ms));
+        if !live {
+            self.expire_if_needed(key, now_ms);
             let value = create();
             self.used_bytes += entry_size(key.len(), &value);
             let version = self.bump();
@@ -168,8 +180,26 @@ impl Shard {
                 },
             );
         }
-        self.modify(key, now_ms, f)
-            .expect("entry inserted above and not expired")
+        self.apply(key, f)
+    }
+
+    /// `f` on the value of `key`, which the caller has checked is present and live.
+    fn apply<R>(&mut self, key: &[u8], f: impl FnOnce(&mut Value) -> R) -> R {
+        let version = self.next_version + 1;
+        let Some(entry) = self.map.get_mut(key) else {
+            unreachable!("apply: caller checked that the key is present")
+        };
+        let before = entry.value.mem_size();
+        let result = f(&mut entry.value);
+        let after = entry.value.mem_size();
+        entry.version = version;
+        let empty = entry.value.is_empty_collection();
+        self.next_version = version;
+        self.used_bytes = self.used_bytes + after - before;
+        if empty {
+            self.remove_entry(key);
+        }
+        result
     }
 
     /// Store `value` under `key` with the given expiry, replacing any previous entry (whose value is
@@ -181,14 +211,39 @@ impl Shard {
         expires_at: Option<u64>,
         now_ms: u64,
     ) -> Option<Entry> {
-        self.expire_if_needed(key, now_ms);
-        let old = self.remove_entry(key);
+        let version = self.next_version + 1;
+        self.next_version = version;
+        // Overwrite in place when the key exists: one hash lookup, no key copy.
+        if let Some((k, entry)) = self.map.get_key_value_mut(key) {
+            let was_expired = entry.is_expired(now_ms);
+            self.used_bytes = self.used_bytes - entry.value.mem_size() + value.mem_size();
+            if entry.expires_at != expires_at {
+                if let Some(t) = entry.expires_at {
+                    self.expiries.remove(&(t, k.clone()));
+                }
+                if let Some(t) = expires_at {
+                    self.expiries.insert((t, k.clone()));
+                }
+            }
+            let old = std::mem::replace(
+                entry,
+                Entry {
+                    value,
+                    expires_at,
+                    version,
+                },
+            );
+            if was_expired {
+                self.expired_count += 1;
+                return None;
+            }
+            return Some(old);
+        }
         let key = Bytes::copy_from_slice(key);
         self.used_bytes += entry_size(key.len(), &value);
         if let Some(t) = expires_at {
             self.expiries.insert((t, key.clone()));
         }
-        let version = self.bump();
         self.map.insert(
             key,
             Entry {
@@ -197,7 +252,7 @@ impl Shard {
                 version,
             },
         );
-        old
+        None
     }
 
     /// Delete `key`; returns the entry if it was live.

@@ -18,7 +18,6 @@ use crate::error::{CmdError, CmdResult};
 use crate::state::Shared;
 use bytes::Bytes;
 use gradus_store::Keyspace;
-use std::collections::HashMap;
 use std::sync::OnceLock;
 
 /// A handler: `args[0]` is the command name as sent; arity has been checked already.
@@ -169,17 +168,17 @@ pub fn table() -> &'static CommandTable {
 
 /// Name → spec lookup over the table.
 pub struct CommandTable {
-    by_name: HashMap<&'static str, &'static CommandSpec>,
+    by_name: hashbrown::HashMap<&'static [u8], &'static CommandSpec>,
     all: Vec<&'static CommandSpec>,
 }
 
 impl CommandTable {
     fn new(families: &[&'static [CommandSpec]]) -> Self {
-        let mut by_name = HashMap::new();
+        let mut by_name = hashbrown::HashMap::new();
         let mut all = Vec::new();
         for family in families {
             for spec in family.iter() {
-                let dup = by_name.insert(spec.name, spec);
+                let dup = by_name.insert(spec.name.as_bytes(), spec);
                 assert!(dup.is_none(), "command {} defined twice", spec.name);
                 all.push(spec);
             }
@@ -197,8 +196,7 @@ impl CommandTable {
         let lower = &mut buf[..name.len()];
         lower.copy_from_slice(name);
         lower.make_ascii_lowercase();
-        let lower = std::str::from_utf8(lower).ok()?;
-        self.by_name.get(lower).copied()
+        self.by_name.get(&*lower).copied()
     }
 
     pub fn all(&self) -> &[&'static CommandSpec] {

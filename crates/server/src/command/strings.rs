@@ -147,6 +147,16 @@ fn set_generic(
     want_old: bool,
     now: u64,
 ) -> Result<(bool, Option<Bytes>), CmdError> {
+    if cond == Cond::Always && !want_old {
+        // Plain SET [EX..]: no need to look at the old entry first (except KEEPTTL).
+        let expires_at = match ttl {
+            Ttl::Clear => None,
+            Ttl::At(t) => Some(t.max(0) as u64),
+            Ttl::Keep => shard.get(key, now).and_then(|e| e.expires_at()),
+        };
+        shard.set(key, str_value(value), expires_at, now);
+        return Ok((true, None));
+    }
     let (exists, old_ttl, old) = match shard.get(key, now) {
         None => (false, None, None),
         Some(e) => {
