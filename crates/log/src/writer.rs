@@ -165,6 +165,9 @@ pub(crate) struct Writer {
     unsynced_background_deadline: Option<Instant>,
     /// Duration of the last fsync: background batches start this much before their deadline.
     last_fsync: Duration,
+    /// Records made durable by the last commit fsync: how many strict writers tend to be in
+    /// flight together (used to decide whether gathering a batch is worth a short wait).
+    last_commit_records: u64,
     /// The batch being written (swapped with the queue's `Vec` to reuse both allocations).
     batch: Vec<Bytes>,
     /// Encoding buffer, reused.
@@ -197,6 +200,7 @@ impl Writer {
             durable: recovered_last,
             unsynced_background_deadline: None,
             last_fsync: Duration::ZERO,
+            last_commit_records: 0,
             batch: Vec::new(),
             buf: Vec::new(),
             buf_last_lsn: recovered_last,
@@ -234,6 +238,7 @@ impl Writer {
         // bound), so that it completes, not merely starts, within the bound.
         let background_margin = self.last_fsync.min(background_bound / 2);
         let buffer_bytes = self.shared.opts.buffer_bytes;
+        let mut gathered = false;
         let mut queue = self.shared.queue.lock();
         loop {
             let now = Instant::now();
@@ -249,6 +254,20 @@ impl Writer {
             let background_due = background_wake.is_some_and(|t| t <= now);
             let lazy_due = lazy_wake.is_some_and(|t| t <= now);
             let buffer_full = queue.bytes >= buffer_bytes;
+            // Group commit gathering (like MySQL's binlog_group_commit_sync_delay, but adaptive):
+            // when the last commit covered several concurrent writers, their next writes are
+            // usually a few microseconds behind the first one; wait a fraction of an fsync for
+            // them (at most until as many are queued as last time), so one fsync covers them
+            // all instead of the first one alone. A lone writer (last batch of 1) never waits.
+            if sync_requested && !queue.shutdown && !gathered && self.last_commit_records >= 2 {
+                gathered = true;
+                let target = self.last_commit_records as usize;
+                let deadline = now + self.last_fsync.min(Duration::from_micros(500));
+                while queue.records.len() < target && Instant::now() < deadline {
+                    self.shared.writer_wakeup.wait_until(&mut queue, deadline);
+                }
+                continue;
+            }
             if queue.shutdown || sync_requested || background_due || lazy_due || buffer_full {
                 self.batch.clear();
                 std::mem::swap(&mut queue.records, &mut self.batch);
@@ -341,6 +360,7 @@ impl Writer {
             .stats
             .lock()
             .record_fsync(self.last_fsync.as_micros() as u64, target - self.durable);
+        self.last_commit_records = target - self.durable;
         self.durable = target;
         self.unsynced_background_deadline = None;
         self.publish_durable();

@@ -8,7 +8,7 @@
 use crate::client::ClientState;
 use crate::command::{arity_error, flags, table, CommandSpec, Ctx};
 use crate::error::CmdError;
-use crate::persist::record::LoggedCommand;
+use crate::persist::record::{self, LoggedCommand};
 use crate::state::Shared;
 use bytes::Bytes;
 use gradus_proto::Frame;
@@ -63,17 +63,27 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     if let Err(e) = shared.persist.check_writable(degree) {
         return e.to_frame();
     }
+    // Encode the record first (it depends only on the arguments and the clock), so the
+    // write-order lock below covers just the in-memory apply and the queue push.
+    let db = client.db;
+    let payload = degree.is_logged().then(|| {
+        record::encode_commands(
+            now_ms,
+            &[LoggedCommand {
+                db,
+                args: args.clone(),
+            }],
+        )
+    });
     // Apply and append while holding the gate (shared), so a snapshot — armed under the exclusive
     // hold — sees a write either applied *and* appended or not at all; and under `write_order`, so
     // the log order is exactly the order in which writes were applied to memory.
     let _gate = shared.store.shared(client.id);
     // Writes that are not logged need no global order.
     let _order = degree.is_logged().then(|| shared.write_order.lock());
-    let db = client.db;
     let reply = run(shared, client, spec, &args, now_ms);
-    if degree.is_logged() && !reply.is_error() {
-        let logged = [LoggedCommand { db, args }];
-        if let Err(e) = shared.persist.append(client, now_ms, &logged, degree) {
+    if let Some(payload) = payload.filter(|_| !reply.is_error()) {
+        if let Err(e) = shared.persist.append_encoded(client, payload, degree) {
             tracing::error!(error = %e, "log append failed");
             return CmdError::Other(format!(
                 "MISCONF write applied in memory but not logged: {e}"

@@ -221,6 +221,9 @@ fn persistence(shared: &Shared, out: &mut String) {
         line!(out, "gradus_log_group_commit_histogram:{}", hist.join(","));
         line!(out, "gradus_log_bytes_written:{}", s.bytes_written);
         line!(out, "gradus_log_segments:{}", s.segments);
+        let (log_bytes, snapshot_bytes) = data_dir_sizes(&shared.config.dir);
+        line!(out, "gradus_log_size_bytes:{log_bytes}");
+        line!(out, "gradus_snapshot_size_bytes:{snapshot_bytes}");
         line!(out, "gradus_snapshot_lsn:{}", s.snapshot_lsn);
         line!(
             out,
@@ -239,6 +242,24 @@ fn persistence(shared: &Shared, out: &mut String) {
         "gradus_recovery_repaired:{}",
         r.repaired.as_deref().unwrap_or("no")
     );
+}
+
+/// Bytes on disk in log segments and in snapshots (directory listing; INFO is not a hot path).
+fn data_dir_sizes(dir: &std::path::Path) -> (u64, u64) {
+    let mut sizes = (0, 0);
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let len = entry.metadata().map_or(0, |m| m.len());
+            if name.starts_with("wal-") && name.ends_with(".log") {
+                sizes.0 += len;
+            } else if name.starts_with("snap-") && name.ends_with(".snap") {
+                sizes.1 += len;
+            }
+        }
+    }
+    sizes
 }
 
 fn stats(shared: &Shared, out: &mut String) {

@@ -114,10 +114,21 @@ impl Persistence {
         commands: &[LoggedCommand],
         degree: Durability,
     ) -> Result<Lsn, LogError> {
+        self.append_encoded(client, record::encode_commands(now_ms, commands), degree)
+    }
+
+    /// Append a record already encoded with `record::encode_commands` (the dispatcher encodes
+    /// before it takes the write-order lock, to keep that critical section short).
+    pub fn append_encoded(
+        &self,
+        client: &mut ClientState,
+        payload: bytes::Bytes,
+        degree: Durability,
+    ) -> Result<Lsn, LogError> {
         let Some(log) = &self.log else {
             return Err(LogError::NotLogged);
         };
-        let lsn = log.append(record::encode_commands(now_ms, commands), degree)?;
+        let lsn = log.append(payload, degree)?;
         client.last_write_lsn = lsn;
         if degree == Durability::Strict {
             client.strict_lsn = client.strict_lsn.max(lsn);
@@ -133,26 +144,21 @@ pub fn apply_recovered(
     recovered: &Recovered,
 ) -> Result<(usize, usize), String> {
     let store = &shared.store;
-    for item in &recovered.snapshot_items {
-        match record::decode(item).map_err(|e| e.to_string())? {
-            Record::Item {
-                db,
-                key,
-                expires_at,
-                value,
-            } => {
-                if !shared.persist.db_logged(db) {
-                    // The database is `none` now (the config changed): it starts empty.
-                    continue;
-                }
-                let ks = store
-                    .db(db)
-                    .ok_or_else(|| format!("snapshot names database {db}, which does not exist"))?;
-                ks.lock(&key).set(&key, value, expires_at, 0);
-            }
-            Record::Commands { .. } => return Err("command record inside a snapshot".into()),
-        }
-    }
+    // Snapshot items are distinct keys: load them on every core (most of the time is the
+    // kernel zeroing fresh pages for the values, which parallelises well).
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = recovered.snapshot_items.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = recovered
+            .snapshot_items
+            .chunks(chunk)
+            .map(|items| scope.spawn(move || load_items(shared, items)))
+            .collect();
+        workers.into_iter().try_for_each(|w| {
+            w.join()
+                .unwrap_or_else(|_| Err("snapshot loader panicked".into()))
+        })
+    })?;
     let mut replay_client = replay_client();
     for (lsn, payload) in &recovered.records {
         match record::decode(payload).map_err(|e| format!("record {lsn}: {e}"))? {
@@ -169,6 +175,32 @@ pub fn apply_recovered(
     let now = gradus_store::now_ms();
     while store.sweep_expired(now, usize::MAX) > 0 {}
     Ok((recovered.snapshot_items.len(), recovered.records.len()))
+}
+
+/// Insert snapshot items into the store (keys of databases that are `none` now are skipped).
+fn load_items(shared: &crate::state::Shared, items: &[bytes::Bytes]) -> Result<(), String> {
+    for item in items {
+        match record::decode(item).map_err(|e| e.to_string())? {
+            Record::Item {
+                db,
+                key,
+                expires_at,
+                value,
+            } => {
+                if !shared.persist.db_logged(db) {
+                    // The database is `none` now (the config changed): it starts empty.
+                    continue;
+                }
+                let ks = shared
+                    .store
+                    .db(db)
+                    .ok_or_else(|| format!("snapshot names database {db}, which does not exist"))?;
+                ks.lock(&key).set(&key, value, expires_at, 0);
+            }
+            Record::Commands { .. } => return Err("command record inside a snapshot".into()),
+        }
+    }
+    Ok(())
 }
 
 fn replay_client() -> ClientState {
