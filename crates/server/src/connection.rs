@@ -196,9 +196,18 @@ async fn complete(shared: &Arc<Shared>, client: &ClientState, work: Deferred) ->
                 // There are no replicas (yet): like Redis, wait out the timeout (0 = until the
                 // connection or the server goes away).
                 let handle = client.handle.clone();
+                let mut shutdown = shared.shutdown.subscribe();
+                let forever = async {
+                    tokio::select! {
+                        _ = handle.killed() => {}
+                        _ = shutdown.wait_for(|down| *down) => {}
+                    }
+                };
                 match deadline {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => handle.killed().await,
+                    Some(d) => {
+                        let _ = tokio::time::timeout(d, forever).await;
+                    }
+                    None => forever.await,
                 }
             }
             Frame::Array(vec![Frame::Integer(local), Frame::Integer(0)])

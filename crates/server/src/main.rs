@@ -40,8 +40,10 @@ fn main() -> std::process::ExitCode {
         }
     };
     let result = runtime.block_on(async {
+        let signals = gradus_server::server::Signals::install()?;
         let server = Server::bind(config, cli.config.clone(), cli.repair).await?;
-        server.run(true).await
+        signals.forward_to(server.shared());
+        server.run().await
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -125,8 +125,8 @@ impl Server {
         self.shared.port.load(Ordering::Relaxed) as u16
     }
 
-    /// Serve until shutdown is requested (by signal when `handle_signals`, or by SHUTDOWN).
-    pub async fn run(self, handle_signals: bool) -> Result<(), ServerError> {
+    /// Serve until shutdown is requested (SHUTDOWN, or a signal forwarded by [`Signals`]).
+    pub async fn run(self) -> Result<(), ServerError> {
         let shared = self.shared;
         let mut tasks = JoinSet::new();
         for listener in self.listeners {
@@ -135,9 +135,6 @@ impl Server {
         }
         tasks.spawn(expiry_loop(shared.clone()));
         tasks.spawn(snapshot_loop(shared.clone()));
-        if handle_signals {
-            tasks.spawn(signal_loop(shared.clone()));
-        }
         let mut shutdown = shared.shutdown.subscribe();
         while !*shutdown.borrow() {
             if shutdown.changed().await.is_err() {
@@ -287,25 +284,48 @@ async fn snapshot_loop(shared: Arc<Shared>) {
     }
 }
 
-async fn signal_loop(shared: Arc<Shared>) {
+/// SIGINT/SIGTERM handlers. Install them before `Server::bind`: once a listener exists a client
+/// can connect, and a signal that arrived before the handlers would take the default action
+/// (exit at once, skipping the final log sync).
+pub struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            tracing::warn!("cannot install signal handlers");
-            return;
-        };
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM received"),
-            _ = int.recv() => tracing::info!("SIGINT received"),
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Register the handlers (must run inside the tokio runtime).
+    pub fn install() -> std::io::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Signals {
+                term: signal(SignalKind::terminate())?,
+                int: signal(SignalKind::interrupt())?,
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(Signals {})
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Turn the first SIGINT/SIGTERM into a graceful shutdown of `shared`'s server.
+    pub fn forward_to(self, shared: Arc<Shared>) {
+        #[allow(unused_mut)]
+        let mut signals = self;
+        tokio::spawn(async move {
+            #[cfg(unix)]
+            tokio::select! {
+                _ = signals.term.recv() => tracing::info!("SIGTERM received"),
+                _ = signals.int.recv() => tracing::info!("SIGINT received"),
+            }
+            #[cfg(not(unix))]
+            {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+            shared.request_shutdown();
+        });
     }
-    shared.request_shutdown();
 }

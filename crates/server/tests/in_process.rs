@@ -26,7 +26,7 @@ fn start() -> (u16, Arc<gradus_server::state::Shared>) {
         rt.block_on(async move {
             let server = Server::bind(config, None, false).await.unwrap();
             tx.send((server.local_port(), server.shared())).unwrap();
-            server.run(false).await.unwrap();
+            server.run().await.unwrap();
         });
     });
     rx.recv().unwrap()

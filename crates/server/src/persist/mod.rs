@@ -159,22 +159,130 @@ pub fn apply_recovered(
                 .unwrap_or_else(|_| Err("snapshot loader panicked".into()))
         })
     })?;
-    let mut replay_client = replay_client();
-    for (lsn, payload) in &recovered.records {
-        match record::decode(payload).map_err(|e| format!("record {lsn}: {e}"))? {
-            Record::Commands { now_ms, commands } => {
-                for c in commands {
-                    replay_command(shared, &mut replay_client, now_ms, &c)
-                        .map_err(|e| format!("record {lsn}: {e}"))?;
-                }
-            }
-            Record::Item { .. } => return Err(format!("record {lsn}: snapshot item in the log")),
-        }
-    }
+    replay_records(shared, &recovered.records)?;
     // Drop keys that expired while the server was down.
     let now = gradus_store::now_ms();
     while store.sweep_expired(now, usize::MAX) > 0 {}
     Ok((recovered.snapshot_items.len(), recovered.records.len()))
+}
+
+/// Work for a replay worker: one single-key-partition command, or a request to report back once
+/// everything sent before it has been applied.
+enum ReplayJob {
+    Apply(u64, LoggedCommand),
+    Drain(std::sync::mpsc::Sender<()>),
+}
+
+/// Re-execute logged records in log order, using every core.
+///
+/// A record that is one command whose keys all fall in one partition (a set of shards) goes to
+/// that partition's worker; commands on the same key therefore run in log order, and commands on
+/// keys of different partitions commute. Anything else — a MULTI/EXEC record, a multi-key command
+/// spanning partitions, a key-less command such as FLUSHDB — is a barrier: the workers drain, the
+/// record runs on this thread, and the workers resume.
+fn replay_records(shared: &crate::state::Shared, records: &[(Lsn, Bytes)]) -> Result<(), String> {
+    use std::sync::mpsc::{channel, sync_channel};
+    let partitions = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8);
+    std::thread::scope(|scope| {
+        let mut senders = Vec::with_capacity(partitions);
+        let mut workers = Vec::with_capacity(partitions);
+        for _ in 0..partitions {
+            let (tx, rx) = sync_channel::<ReplayJob>(4096);
+            senders.push(tx);
+            workers.push(scope.spawn(move || -> Result<(), String> {
+                let mut client = replay_client();
+                let mut first_error = None;
+                for job in rx {
+                    match job {
+                        ReplayJob::Apply(now_ms, c) => {
+                            if let Err(e) = replay_command(shared, &mut client, now_ms, &c) {
+                                first_error.get_or_insert(e);
+                            }
+                        }
+                        ReplayJob::Drain(done) => {
+                            let _ = done.send(());
+                        }
+                    }
+                }
+                first_error.map_or(Ok(()), Err)
+            }));
+        }
+        let drain = |senders: &[std::sync::mpsc::SyncSender<ReplayJob>]| {
+            let (done_tx, done_rx) = channel();
+            for tx in senders {
+                let _ = tx.send(ReplayJob::Drain(done_tx.clone()));
+            }
+            for _ in senders {
+                let _ = done_rx.recv();
+            }
+        };
+        let mut main_client = replay_client();
+        let mut result = Ok(());
+        for (lsn, payload) in records {
+            let decoded = record::decode(payload).map_err(|e| format!("record {lsn}: {e}"));
+            let (now_ms, mut commands) = match decoded {
+                Ok(Record::Commands { now_ms, commands }) => (now_ms, commands),
+                Ok(Record::Item { .. }) => {
+                    result = Err(format!("record {lsn}: snapshot item in the log"));
+                    break;
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            if commands.len() == 1 {
+                if let Some(p) = partition_of(shared, &commands[0], partitions) {
+                    let c = commands.pop().expect("one command");
+                    let _ = senders[p].send(ReplayJob::Apply(now_ms, c));
+                    continue;
+                }
+            }
+            drain(&senders);
+            for c in &commands {
+                if let Err(e) = replay_command(shared, &mut main_client, now_ms, c) {
+                    result = Err(format!("record {lsn}: {e}"));
+                    break;
+                }
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        drop(senders);
+        for w in workers {
+            let r = w
+                .join()
+                .unwrap_or_else(|_| Err("replay worker panicked".into()));
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        result
+    })
+}
+
+/// The partition whose worker may replay `c` alone: Some when the command names keys and they
+/// all live in shards of one partition.
+fn partition_of(
+    shared: &crate::state::Shared,
+    c: &LoggedCommand,
+    partitions: usize,
+) -> Option<usize> {
+    let spec = table().get(&c.args[0])?;
+    let keyspace = shared.store.db(c.db)?;
+    let mut found: Option<usize> = None;
+    for i in spec.key_indexes(c.args.len()) {
+        let key = c.args.get(i)?;
+        let p = (c.db * gradus_store::SHARDS + keyspace.shard_index(key)) % partitions;
+        if found.is_some_and(|f| f != p) {
+            return None;
+        }
+        found = Some(p);
+    }
+    found
 }
 
 /// Insert snapshot items into the store (keys of databases that are `none` now are skipped).
