@@ -45,6 +45,8 @@ for target in gradus:none gradus:lazy gradus:background gradus:strict redis:no r
   done
   echo "$row |"
   kill "$pid"; wait "$pid" 2>/dev/null || true
+  # Let write-back of the previous target's data finish so it does not slow the next one's fsyncs.
+  sync; sleep 2
 done
 echo
 echo "Ratios at 50 connections: background/none = $(python3 -c "print(f'{${RESULT[gradus:background,50]}/${RESULT[gradus:none,50]}:.2f}')"),"\
