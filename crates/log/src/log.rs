@@ -124,6 +124,7 @@ impl Log {
                 shutdown: false,
             }),
             writer_wakeup: Condvar::new(),
+            queue_space: Condvar::new(),
             last_lsn: AtomicU64::new(last_lsn),
             written_lsn: AtomicU64::new(last_lsn),
             durable_lsn: AtomicU64::new(last_lsn),
@@ -182,6 +183,15 @@ impl Log {
         let opts = &shared.opts;
         let record_len = encoded_record_len(payload.len());
         let mut queue = shared.queue.lock();
+        // Back-pressure: the writer is behind by `max_queue_bytes`; wait for it to take the queue.
+        while queue.bytes >= opts.max_queue_bytes
+            && !queue.shutdown
+            && shared.poisoned_error().is_none()
+            && !shared.writer_exited.load(Ordering::Acquire)
+        {
+            shared.writer_wakeup.notify_one();
+            shared.queue_space.wait(&mut queue);
+        }
         if let Some(err) = shared.poisoned_error() {
             return Err(err);
         }

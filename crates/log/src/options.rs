@@ -21,6 +21,9 @@ pub struct LogOptions {
     /// Queued record bytes that make the writer hand the queue to the OS before the lazy
     /// deadline. Default 1 MiB.
     pub buffer_bytes: usize,
+    /// Back-pressure: an append waits while this many bytes are queued and not yet taken by the
+    /// writer (the disk is slower than the writes), so memory stays bounded. Default 64 MiB.
+    pub max_queue_bytes: usize,
     /// Repair mode: where recovery would stop with [`crate::LogError::Corrupt`] (damage in a
     /// segment other than the last, or a missing range), keep the valid prefix instead: the
     /// damaged segment is cut at its last valid record and every later segment is renamed to
@@ -46,6 +49,7 @@ impl LogOptions {
             lazy_flush_ms: Self::DEFAULT_LAZY_FLUSH_MS,
             background_fsync_ms: Self::DEFAULT_BACKGROUND_FSYNC_MS,
             buffer_bytes: Self::DEFAULT_BUFFER_BYTES,
+            max_queue_bytes: 64 << 20,
             repair: false,
         }
     }

@@ -70,6 +70,9 @@ pub(crate) struct Shared {
     /// Wakes the writer (paired with `queue`): a strict record, a sync request, the first
     /// record of a quiet period, a full buffer, or shutdown.
     pub writer_wakeup: Condvar,
+    /// Wakes appenders waiting for queue space (back-pressure); notified when the writer takes
+    /// the queue, on poisoning and on shutdown.
+    pub queue_space: Condvar,
     /// Mirrors `queue.next_lsn - 1`, readable without the lock.
     pub last_lsn: AtomicU64,
     /// LSN of the last record handed to the OS. Written only by the writer thread.
@@ -112,6 +115,7 @@ impl Shared {
 
     /// Wakes every waiter of both kinds so it re-checks the durable LSN, poison and exit.
     pub fn wake_waiters(&self) {
+        self.queue_space.notify_all();
         self.durable_tx.send_modify(|_| {});
         let _guard = self.durable_lock.lock();
         self.durable_cv.notify_all();
@@ -271,6 +275,7 @@ impl Writer {
             if queue.shutdown || sync_requested || background_due || lazy_due || buffer_full {
                 self.batch.clear();
                 std::mem::swap(&mut queue.records, &mut self.batch);
+                self.shared.queue_space.notify_all();
                 let first_lsn = queue.first_lsn;
                 queue.first_lsn = queue.next_lsn;
                 queue.bytes = 0;
