@@ -66,6 +66,22 @@ impl Value {
         }
     }
 
+    /// The hash, if this value is one.
+    pub fn as_hash(&self) -> Option<&HashValue> {
+        match self {
+            Value::Hash(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The sorted set, if this value is one.
+    pub fn as_zset(&self) -> Option<&ZSetValue> {
+        match self {
+            Value::ZSet(z) => Some(z),
+            _ => None,
+        }
+    }
+
     /// Collections that become empty are deleted, as in Redis.
     pub fn is_empty_collection(&self) -> bool {
         match self {

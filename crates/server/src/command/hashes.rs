@@ -55,24 +55,16 @@ fn read_hash<'s>(
     key: &[u8],
     now: u64,
 ) -> Result<Option<&'s HashValue>, CmdError> {
-    match shard.get(key, now) {
-        None => Ok(None),
-        Some(entry) => match &entry.value {
-            Value::Hash(h) => Ok(Some(h)),
-            _ => Err(CmdError::WrongType),
-        },
-    }
+    super::read_typed(shard, key, now, Value::as_hash)
 }
 
-/// Like [`read_hash`], and counts the lookup in the keyspace hit/miss statistics (a key of the
-/// wrong type counts as a hit, as in Redis).
+/// Like [`read_hash`], and counts the lookup in the keyspace hit/miss statistics.
 fn lookup_hash<'s>(
     ctx: &Ctx<'_>,
     shard: &'s mut Shard,
     key: &[u8],
 ) -> Result<Option<&'s HashValue>, CmdError> {
-    ctx.lookup(shard.get(key, ctx.now_ms).is_some());
-    read_hash(shard, key, ctx.now_ms)
+    super::lookup_typed(ctx, shard, key, Value::as_hash)
 }
 
 /// Apply `f` to the hash at `key`, creating an empty one first when absent. The caller has already

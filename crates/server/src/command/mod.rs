@@ -240,6 +240,32 @@ impl Ctx<'_> {
     }
 }
 
+/// The value of type `T` at `key` for reading: Ok(None) when absent, WRONGTYPE when the key holds
+/// another type (`pick` says which type is wanted, e.g. `Value::as_hash`).
+pub fn read_typed<'s, T>(
+    shard: &'s mut gradus_store::Shard,
+    key: &[u8],
+    now: u64,
+    pick: fn(&gradus_store::Value) -> Option<&T>,
+) -> Result<Option<&'s T>, CmdError> {
+    match shard.get(key, now) {
+        None => Ok(None),
+        Some(entry) => pick(&entry.value).map(Some).ok_or(CmdError::WrongType),
+    }
+}
+
+/// Like [`read_typed`], and counts the lookup in the keyspace hit/miss statistics (a key of the
+/// wrong type counts as a hit, as in Redis).
+pub fn lookup_typed<'s, T>(
+    ctx: &Ctx<'_>,
+    shard: &'s mut gradus_store::Shard,
+    key: &[u8],
+    pick: fn(&gradus_store::Value) -> Option<&T>,
+) -> Result<Option<&'s T>, CmdError> {
+    ctx.lookup(shard.get(key, ctx.now_ms).is_some());
+    read_typed(shard, key, ctx.now_ms, pick)
+}
+
 /// Error for a wrong number of arguments, named after the command (lower-case like Redis).
 pub fn arity_error(name: &[u8]) -> CmdError {
     CmdError::WrongArity(String::from_utf8_lossy(name).to_lowercase())

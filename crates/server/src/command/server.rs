@@ -204,126 +204,33 @@ fn set_usize(target: &std::sync::atomic::AtomicUsize, v: &[u8], min: usize) -> R
     }
 }
 
+#[rustfmt::skip]
 const PARAMS: &[Param] = &[
-    Param {
-        name: "bind",
-        get: |c| c.shared.config.bind.join(" "),
-        set: None,
-    },
-    Param {
-        name: "port",
-        get: |c| c.shared.port.load(Ordering::Relaxed).to_string(),
-        set: None,
-    },
-    Param {
-        name: "dir",
-        get: |c| c.shared.config.dir.display().to_string(),
-        set: None,
-    },
-    Param {
-        name: "databases",
-        get: |c| c.shared.config.databases.to_string(),
-        set: None,
-    },
-    Param {
-        name: "hz",
-        get: |c| c.shared.config.hz.to_string(),
-        set: None,
-    },
-    Param {
-        name: "threads",
-        get: |c| c.shared.config.threads.to_string(),
-        set: None,
-    },
-    Param {
-        name: "loglevel",
-        get: |c| c.shared.config.loglevel.clone(),
-        set: None,
-    },
-    Param {
-        name: "maxclients",
-        get: |c| c.shared.live.maxclients.load(Ordering::Relaxed).to_string(),
-        set: Some(|c, v| set_usize(&c.shared.live.maxclients, v, 1)),
-    },
-    Param {
-        name: "requirepass",
-        get: |c| c.shared.live.requirepass.lock().clone(),
-        set: Some(|c, v| {
-            *c.shared.live.requirepass.lock() = show(v);
-            Ok(())
-        }),
-    },
-    Param {
-        name: "proto-max-bulk-len",
-        get: |c| {
-            c.shared
-                .live
-                .proto_max_bulk_len
-                .load(Ordering::Relaxed)
-                .to_string()
-        },
-        set: Some(|c, v| set_usize(&c.shared.live.proto_max_bulk_len, v, 1024)),
-    },
-    Param {
-        name: "max-multibulk-len",
-        get: |c| {
-            c.shared
-                .live
-                .max_multibulk_len
-                .load(Ordering::Relaxed)
-                .to_string()
-        },
-        set: Some(|c, v| set_usize(&c.shared.live.max_multibulk_len, v, 1)),
-    },
-    Param {
-        name: "max-inline-len",
-        get: |c| {
-            c.shared
-                .live
-                .max_inline_len
-                .load(Ordering::Relaxed)
-                .to_string()
-        },
-        set: Some(|c, v| set_usize(&c.shared.live.max_inline_len, v, 64)),
-    },
+    Param { name: "bind", get: |c| c.shared.config.bind.join(" "), set: None },
+    Param { name: "port", get: |c| c.shared.port.load(Ordering::Relaxed).to_string(), set: None },
+    Param { name: "dir", get: |c| c.shared.config.dir.display().to_string(), set: None },
+    Param { name: "databases", get: |c| c.shared.config.databases.to_string(), set: None },
+    Param { name: "hz", get: |c| c.shared.config.hz.to_string(), set: None },
+    Param { name: "threads", get: |c| c.shared.config.threads.to_string(), set: None },
+    Param { name: "loglevel", get: |c| c.shared.config.loglevel.clone(), set: None },
+    Param { name: "maxclients", get: |c| live(&c.shared.live.maxclients), set: Some(|c, v| set_usize(&c.shared.live.maxclients, v, 1)) },
+    Param { name: "requirepass", get: |c| c.shared.live.requirepass.lock().clone(), set: Some(|c, v| { *c.shared.live.requirepass.lock() = show(v); Ok(()) }) },
+    Param { name: "proto-max-bulk-len", get: |c| live(&c.shared.live.proto_max_bulk_len), set: Some(|c, v| set_usize(&c.shared.live.proto_max_bulk_len, v, 1024)) },
+    Param { name: "max-multibulk-len", get: |c| live(&c.shared.live.max_multibulk_len), set: Some(|c, v| set_usize(&c.shared.live.max_multibulk_len, v, 1)) },
+    Param { name: "max-inline-len", get: |c| live(&c.shared.live.max_inline_len), set: Some(|c, v| set_usize(&c.shared.live.max_inline_len, v, 64)) },
     // Read-only values some clients and tools query; they describe what this server does today.
-    Param {
-        name: "maxmemory",
-        get: |_| "0".into(),
-        set: None,
-    },
-    Param {
-        name: "maxmemory-policy",
-        get: |_| "noeviction".into(),
-        set: None,
-    },
-    Param {
-        name: "save",
-        get: |_| String::new(),
-        set: None,
-    },
-    Param {
-        name: "appendonly",
-        get: |c| {
-            if c.shared.persist.log.is_some() {
-                "yes".into()
-            } else {
-                "no".into()
-            }
-        },
-        set: None,
-    },
-    Param {
-        name: "durability",
-        get: |c| c.shared.config.durability.default.clone(),
-        set: None,
-    },
-    Param {
-        name: "timeout",
-        get: |_| "0".into(),
-        set: None,
-    },
+    Param { name: "maxmemory", get: |_| "0".into(), set: None },
+    Param { name: "maxmemory-policy", get: |_| "noeviction".into(), set: None },
+    Param { name: "save", get: |_| String::new(), set: None },
+    Param { name: "appendonly", get: |c| if c.shared.persist.log.is_some() { "yes".into() } else { "no".into() }, set: None },
+    Param { name: "durability", get: |c| c.shared.config.durability.default.clone(), set: None },
+    Param { name: "timeout", get: |_| "0".into(), set: None },
 ];
+
+/// A live numeric setting as text.
+fn live(v: &std::sync::atomic::AtomicUsize) -> String {
+    v.load(Ordering::Relaxed).to_string()
+}
 
 fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_lowercase();

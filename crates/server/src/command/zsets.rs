@@ -67,24 +67,16 @@ fn read_zset<'s>(
     key: &[u8],
     now: u64,
 ) -> Result<Option<&'s ZSetValue>, CmdError> {
-    match shard.get(key, now) {
-        None => Ok(None),
-        Some(entry) => match &entry.value {
-            Value::ZSet(z) => Ok(Some(z)),
-            _ => Err(CmdError::WrongType),
-        },
-    }
+    super::read_typed(shard, key, now, Value::as_zset)
 }
 
-/// Like [`read_zset`], and counts the lookup in the keyspace hit/miss statistics (a key of the
-/// wrong type counts as a hit, as in Redis).
+/// Like [`read_zset`], and counts the lookup in the keyspace hit/miss statistics.
 fn lookup_zset<'s>(
     ctx: &Ctx<'_>,
     shard: &'s mut Shard,
     key: &[u8],
 ) -> Result<Option<&'s ZSetValue>, CmdError> {
-    ctx.lookup(shard.get(key, ctx.now_ms).is_some());
-    read_zset(shard, key, ctx.now_ms)
+    super::lookup_typed(ctx, shard, key, Value::as_zset)
 }
 
 /// Apply `f` to the sorted set at `key`, creating an empty one when `create` and absent.
