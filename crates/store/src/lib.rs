@@ -5,6 +5,7 @@
 //! - [`keyspace`]: one `SELECT` database, sharded; multi-key locking, SCAN, KEYS, flush;
 //! - [`shard`]: a map of entries with lazy/active expiry, versions for WATCH, memory accounting;
 //! - [`snapshot`]: point-in-time copies by shard-granular copy-on-write;
+//! - [`locks`]: native session locks (FIFO, fencing tokens, leases, waiter cap);
 //! - [`value`]: strings, hashes and sorted sets;
 //! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns;
 //! - [`gate`]: the slotted reader-writer lock behind `Store::shared`/`Store::exclusive`.
@@ -15,6 +16,7 @@
 pub mod gate;
 pub mod glob;
 pub mod keyspace;
+pub mod locks;
 pub mod scan;
 pub mod shard;
 pub mod snapshot;
