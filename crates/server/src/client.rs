@@ -32,7 +32,7 @@ pub struct Watch {
 
 /// Work a command asked the connection to finish asynchronously, after the replies before it
 /// are written (the handler itself must not block).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Deferred {
     /// WAITAOF: wait until `lsn` is durable (numlocal > 0) and reply `[local, replicas]`.
     WaitAof {
@@ -43,6 +43,17 @@ pub enum Deferred {
     },
     /// SAVE: take a snapshot, then reply.
     Save,
+    /// LOCK / SESSION.OPEN queued behind the holder: wait for the grant or the deadline.
+    LockWait {
+        db: usize,
+        name: bytes::Bytes,
+        waiter: u64,
+        grant: tokio::sync::oneshot::Receiver<u64>,
+        /// None = wait until granted (or the connection goes).
+        deadline: Option<std::time::Instant>,
+        /// SESSION.OPEN: reply `[token, data]` (read after the grant) instead of the token.
+        session: bool,
+    },
 }
 
 /// Counters a connection keeps locally and adds to the shared ones once per batch, so the hot

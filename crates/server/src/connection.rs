@@ -51,7 +51,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                         if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
                             break 'conn;
                         }
-                        let reply = complete(&shared, &client, work).await;
+                        let reply = complete(&shared, &mut client, work).await;
                         encode(&reply, client.resp, &mut wbuf);
                         now_ms = gradus_store::now_ms();
                     } else if !client.suppress_reply {
@@ -109,6 +109,8 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
         }
     }
     shared.stats.absorb(&client.counters);
+    // Locks are released when their holder goes, for any reason (like MySQL's GET_LOCK).
+    shared.locks.release_client(client.id);
     let _ = stream.shutdown().await;
     shared.clients.unregister(client.id);
 }
@@ -161,8 +163,44 @@ async fn flush(
 }
 
 /// Finish a deferred command (WAITAOF, SAVE) and return its reply.
-async fn complete(shared: &Arc<Shared>, client: &ClientState, work: Deferred) -> Frame {
+async fn complete(shared: &Arc<Shared>, client: &mut ClientState, work: Deferred) -> Frame {
     match work {
+        Deferred::LockWait {
+            db,
+            name,
+            waiter,
+            mut grant,
+            deadline,
+            session,
+        } => {
+            let handle = client.handle.clone();
+            let mut shutdown = shared.shutdown.subscribe();
+            let timeout = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let token = tokio::select! {
+                granted = &mut grant => granted.ok(),
+                _ = timeout => None,
+                _ = handle.killed() => None,
+                _ = shutdown.wait_for(|down| *down) => None,
+            };
+            // A grant that raced the timeout is kept, never leaked (cancel_wait reports it).
+            let token = match token {
+                Some(t) => Some(t),
+                None => shared.locks.cancel_wait(db, &name, waiter, grant),
+            };
+            match token {
+                None if session => Frame::NullArray,
+                None => Frame::Null,
+                Some(t) if session => {
+                    crate::command::locks::session_open_reply(shared, client, &name, t, true)
+                }
+                Some(t) => Frame::Integer(t as i64),
+            }
+        }
         Deferred::WaitAof {
             lsn,
             numlocal,

@@ -52,7 +52,7 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     if spec.has(flags::OWN_GATE) {
         return run(shared, client, spec, &args, now_ms);
     }
-    if !spec.has(flags::WRITE) {
+    if !spec.has(flags::WRITE) || spec.has(flags::SELF_LOGGED) {
         let _gate = shared.store.shared(client.id);
         return run(shared, client, spec, &args, now_ms);
     }

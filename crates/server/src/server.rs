@@ -135,6 +135,7 @@ impl Server {
         }
         tasks.spawn(expiry_loop(shared.clone()));
         tasks.spawn(snapshot_loop(shared.clone()));
+        tasks.spawn(lock_lease_loop(shared.clone()));
         let mut shutdown = shared.shutdown.subscribe();
         while !*shutdown.borrow() {
             if shutdown.changed().await.is_err() {
@@ -244,6 +245,17 @@ async fn expiry_loop(shared: Arc<Shared>) {
         if removed > 0 {
             tracing::trace!(removed, "active expiry");
         }
+    }
+}
+
+/// Hand on locks whose lease ran out (every 10 ms: the lease is a safety net for a hung holder,
+/// not a precision timer).
+async fn lock_lease_loop(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        shared.locks.expire_leases(std::time::Instant::now());
     }
 }
 

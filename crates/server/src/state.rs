@@ -77,6 +77,8 @@ pub struct Shared {
     /// Held while a write is applied and appended, so log order = application order (a queue
     /// push and a hash update: short, never held across an `.await`).
     pub write_order: Mutex<()>,
+    /// Native session locks (in memory only; empty after a restart).
+    pub locks: gradus_store::locks::LockTable,
     /// The log, degrees and snapshot state.
     pub persist: crate::persist::Persistence,
     /// BGSAVE asks the snapshot task to run now.
@@ -125,6 +127,7 @@ impl Shared {
                 .unwrap_or(0),
             persist,
             write_order: Mutex::new(()),
+            locks: gradus_store::locks::LockTable::new(),
             snapshot_request: tokio::sync::Notify::new(),
             shutdown,
         }

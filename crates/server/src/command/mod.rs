@@ -8,6 +8,8 @@
 pub mod connection;
 pub mod hashes;
 pub mod keys;
+pub mod locks;
+pub mod scripting;
 pub mod server;
 pub mod strings;
 pub mod transactions;
@@ -48,6 +50,9 @@ pub mod flags {
     /// Runs without the dispatcher's shared hold of the store gate (EXEC takes it exclusively;
     /// SAVE/BGSAVE arm a snapshot, which needs the exclusive hold).
     pub const OWN_GATE: u32 = 1 << 10;
+    /// A write that logs its *effects* itself (SESSION.*: the lock check must not be replayed),
+    /// so the dispatcher does not log the command.
+    pub const SELF_LOGGED: u32 = 1 << 11;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -162,6 +167,8 @@ pub fn table() -> &'static CommandTable {
             hashes::COMMANDS,
             zsets::COMMANDS,
             transactions::COMMANDS,
+            locks::COMMANDS,
+            scripting::COMMANDS,
         ])
     })
 }

@@ -137,6 +137,40 @@ impl Persistence {
     }
 }
 
+/// For commands that log their effects instead of themselves (SESSION.*): pick the degree, then
+/// under the write-order lock run `f` — which applies the change and returns the reply plus the
+/// effect commands (plain SET/PEXPIREAT/DEL that replay without any lock state) — and append the
+/// effects as one record.
+pub fn apply_with_effects(
+    ctx: &mut Ctx<'_>,
+    f: impl FnOnce(&mut Ctx<'_>) -> Result<(crate::error::CmdResult, Vec<Vec<Bytes>>), CmdError>,
+) -> crate::error::CmdResult {
+    let spec = table()
+        .get(b"session.close")
+        .expect("session.close is in the command table");
+    let degree = ctx.shared.persist.degree_for(ctx.client, spec)?;
+    ctx.shared.persist.check_writable(degree)?;
+    let shared = ctx.shared;
+    let _order = degree.is_logged().then(|| shared.write_order.lock());
+    let (reply, effects) = f(ctx)?;
+    if degree.is_logged() && !effects.is_empty() {
+        let db = ctx.client.db;
+        let logged: Vec<LoggedCommand> = effects
+            .into_iter()
+            .map(|args| LoggedCommand { db, args })
+            .collect();
+        shared
+            .persist
+            .append(ctx.client, ctx.now_ms, &logged, degree)
+            .map_err(|e| {
+                CmdError::Other(format!(
+                    "MISCONF write applied in memory but not logged: {e}"
+                ))
+            })?;
+    }
+    reply
+}
+
 /// Apply what recovery found: snapshot items, then every logged command re-executed with the
 /// clock it originally ran with. Returns (snapshot items, records replayed).
 pub fn apply_recovered(
