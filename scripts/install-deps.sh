@@ -2,6 +2,7 @@
 # Install what the test suite needs, idempotently, on Debian 12 (run as root,
 # or as a user with passwordless sudo; no stdin needed):
 #   - redis-server, redis-cli, redis-benchmark (the reference server and real clients);
+#   - php-cli and php-redis (phpredis, for the PHP session-handler tests);
 #   - the Python packages in tests/python/requirements.txt (redis-py, pytest, hypothesis);
 #   - rustup's cargo on PATH (for this script's checks; scripts/test.sh does the same).
 # Nothing is installed when it is already there.  A distro Redis service that the
@@ -81,6 +82,12 @@ if [ "$missing_redis" -eq 1 ]; then
     [ "$install_status" -eq 0 ] || exit "$install_status"
 fi
 stop_distro_redis
+
+# --- PHP with phpredis (session-handler tests drive Gradus with phpredis itself) ---------------
+if ! command -v php >/dev/null 2>&1 || ! php -m 2>/dev/null | grep -qi '^redis$'; then
+    log "installing php-cli and php-redis"
+    apt_install php-cli php-redis
+fi
 
 # --- Python packages ----------------------------------------------------------------------
 python_ok() {
