@@ -3,6 +3,7 @@
 # redis-server (appendonly yes, appendfsync everysec: the closest Redis degree), in one run.
 #
 #   scripts/bench-sessions.sh [users] [pages] [size]     (defaults: 50 200 4096)
+#   GRADUS_THREADS=N sets gradus --threads (default: one worker per core).
 #
 # Prints Markdown (crates/server/examples/session_bench.rs does the measuring).
 set -euo pipefail
@@ -13,7 +14,7 @@ TMP=$(mktemp -d)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$TMP"' EXIT
 wait_port() { for _ in $(seq 200); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "no server on $1" >&2; exit 1; }
-target/release/gradus --port 7501 --dir "$TMP/gradus" --durability background --loglevel warn >"$TMP/gradus.log" 2>&1 &
+target/release/gradus --port 7501 --dir "$TMP/gradus" --durability background ${GRADUS_THREADS:+--threads $GRADUS_THREADS} --loglevel warn >"$TMP/gradus.log" 2>&1 &
 PIDS+=($!)
 mkdir -p "$TMP/redis"
 redis-server --port 7502 --bind 127.0.0.1 --dir "$TMP/redis" --save '' --appendonly yes --appendfsync everysec >"$TMP/redis.log" 2>&1 &
