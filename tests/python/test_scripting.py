@@ -1,0 +1,267 @@
+"""Lua scripting: EVAL/EVALSHA/SCRIPT, redis.call/pcall, the Lua <-> RESP conversion rules,
+atomic effects logging (replay never re-runs Lua) and the script time limit."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import pytest
+import redis
+
+from conftest import target_is_redis
+from servers import redis_client
+
+
+def test_eval_return_conversions(r2):
+    assert r2.eval("return 42", 0) == 42
+    assert r2.eval("return 3.99", 0) == 3
+    assert r2.eval("return -2.5", 0) == -2
+    assert r2.eval("return 'hello'", 0) == b"hello"
+    assert r2.eval("return nil", 0) is None
+    assert r2.eval("return false", 0) is None
+    assert r2.eval("return true", 0) == 1
+    assert r2.eval("return {1, 'two', {3, {'four'}}}", 0) == [1, b"two", [3, [b"four"]]]
+    # The array part stops at the first nil.
+    assert r2.eval("return {1, 2, nil, 4}", 0) == [1, 2]
+    assert r2.eval("return {ok='FINE'}", 0) == b"FINE"
+    assert r2.eval("return redis.status_reply('PONG')", 0) == b"PONG"
+    with pytest.raises(redis.ResponseError, match="MY_ERR x"):
+        r2.eval("return redis.error_reply('MY_ERR x')", 0)
+    with pytest.raises(redis.ResponseError, match="boom"):
+        r2.eval("return {err='ERR boom'}", 0)
+
+
+def test_eval_reply_on_the_wire(raw):
+    raw.send_command("EVAL", "return redis.error_reply('MY_ERR x')", "0")
+    assert raw.read_raw_reply() == b"-MY_ERR x\r\n"
+    raw.send_command("EVAL", "return redis.status_reply('FINE')", "0")
+    assert raw.read_raw_reply() == b"+FINE\r\n"
+    raw.send_command("EVAL", "return false", "0")
+    assert raw.read_raw_reply() == b"$-1\r\n"
+
+
+def test_resp_to_lua_conversions(r2):
+    r2.set("s", "v")
+    assert r2.eval("return type(redis.call('get', KEYS[1]))", 1, "s") == b"string"
+    assert r2.eval("return redis.call('get', KEYS[1]) == false", 1, "missing") == 1
+    assert r2.eval("return type(redis.call('incr', KEYS[1]))", 1, "n") == b"number"
+    assert r2.eval("return redis.call('set', KEYS[1], 'x').ok", 1, "s") == b"OK"
+    assert r2.eval("return redis.pcall('incr', KEYS[1]).err", 1, "s").startswith(b"ERR")
+    r2.hset("h", mapping={"a": "1"})
+    assert r2.eval("return redis.call('hgetall', KEYS[1])", 1, "h") == [b"a", b"1"]
+
+
+def test_keys_and_argv(r2):
+    assert r2.eval("return {KEYS[1], KEYS[2], ARGV[1], ARGV[2], #KEYS, #ARGV}", 2, "k1", "k2", "a1", "a2") == [
+        b"k1", b"k2", b"a1", b"a2", 2, 2,
+    ]
+    assert r2.eval("return redis.call('set', KEYS[1], ARGV[1])", 1, "k", 7) == b"OK"
+    assert r2.get("k") == b"7"
+    # Numbers passed to redis.call are formatted as integers when integral.
+    r2.eval("redis.call('set', KEYS[1], 10 / 2)", 1, "n")
+    assert r2.get("n") == b"5"
+
+
+def test_numkeys_errors(r2):
+    with pytest.raises(redis.ResponseError, match="greater than number of args"):
+        r2.eval("return 1", 2, "only-one")
+    with pytest.raises(redis.ResponseError, match="can't be negative"):
+        r2.eval("return 1", -1)
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        r2.execute_command("EVAL", "return 1", "x")
+
+
+def test_call_errors_propagate_and_pcall_catches(r2):
+    r2.set("str", "abc")
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        r2.eval("return redis.call('incr', KEYS[1])", 1, "str")
+    assert r2.eval(
+        "local r = redis.pcall('incr', KEYS[1]); if r.err then return 'caught' end", 1, "str"
+    ) == b"caught"
+    # A Lua pcall around redis.call gets the error table.
+    assert r2.eval(
+        "local ok, e = pcall(redis.call, 'incr', KEYS[1]); return {tostring(ok), e.err ~= nil}", 1, "str"
+    ) == [b"false", 1]
+    with pytest.raises(redis.ResponseError):
+        r2.eval("return redis.call('nosuchcommand')", 0)
+    with pytest.raises(redis.ResponseError, match="not allowed from script"):
+        r2.eval("return redis.call('multi')", 0)
+    with pytest.raises(redis.ResponseError, match="[Ww]rong number of args"):
+        r2.eval("return redis.call('get')", 0)
+    with pytest.raises(redis.ResponseError):
+        r2.eval("return error('my lua error')", 0)
+    with pytest.raises(redis.ResponseError):
+        r2.eval("this is not lua", 0)
+    assert r2.ping()
+
+
+def test_writes_before_an_error_stay(r2):
+    with pytest.raises(redis.ResponseError):
+        r2.eval("redis.call('set', 'a', '1'); redis.call('incr', 'nope-not-a-number-key-x'); error('x')", 0)
+    assert r2.get("a") == b"1"
+
+
+def test_evalsha_and_script_cache(r2):
+    body = "return ARGV[1] .. '!'"
+    sha = r2.script_load(body)
+    assert sha == hashlib.sha1(body.encode()).hexdigest()
+    assert r2.evalsha(sha, 0, "hi") == b"hi!"
+    assert r2.evalsha(sha.upper(), 0, "hi") == b"hi!"
+    assert r2.script_exists(sha, "0" * 40) == [True, False]
+    with pytest.raises(redis.exceptions.NoScriptError):
+        r2.evalsha("0" * 40, 0)
+    # EVAL caches its script too.
+    r2.eval("return 'cached'", 0)
+    assert r2.script_exists(hashlib.sha1(b"return 'cached'").hexdigest()) == [True]
+    assert r2.script_flush() is True
+    assert r2.script_exists(sha) == [False]
+    assert r2.execute_command("SCRIPT", "FLUSH", "ASYNC")
+    with pytest.raises(redis.exceptions.NoScriptError):
+        r2.evalsha(sha, 0, "hi")
+    assert r2.execute_command("FUNCTION", "FLUSH") in (True, b"OK")
+
+
+def test_register_script_reloads_after_flush(r2):
+    script = r2.register_script("return 'x'")
+    assert script() == b"x"
+    r2.script_flush()
+    assert script() == b"x"
+
+
+PHPREDIS_UNLOCK = (
+    'if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end'
+)
+
+
+def test_phpredis_unlock_script(r2):
+    unlock = r2.register_script(PHPREDIS_UNLOCK)
+    r2.set("lock:sess", "token-1")
+    assert unlock(keys=["lock:sess"], args=["other"]) == 0
+    assert r2.get("lock:sess") == b"token-1"
+    assert unlock(keys=["lock:sess"], args=["token-1"]) == 1
+    assert r2.exists("lock:sess") == 0
+    assert unlock(keys=["lock:sess"], args=["token-1"]) == 0
+
+
+DJANGO_INCR = """
+local key = KEYS[1]
+local exists = redis.call('EXISTS', key)
+if (exists == 1) then
+    local incr = ARGV[1]
+    return redis.call('INCRBY', key, incr)
+else return false end
+"""
+
+
+def test_django_redis_incr_script(r2):
+    assert r2.eval(DJANGO_INCR, 1, "counter", 5) is None
+    r2.set("counter", 10)
+    assert r2.eval(DJANGO_INCR, 1, "counter", 5) == 15
+    assert r2.eval(DJANGO_INCR, 1, "counter", -20) == -5
+    assert r2.get("counter") == b"-5"
+
+
+def test_redis_py_lock_uses_scripts(r2):
+    lock = r2.lock("resource", timeout=10)
+    assert lock.acquire(blocking=False)
+    assert lock.extend(5)
+    lock.release()
+    assert r2.exists("resource") == 0
+
+
+def test_sha1hex_and_redis_helpers(r2):
+    assert r2.eval("return redis.sha1hex('')", 0) == b"da39a3ee5e6b4b0d3255bfef95601890afd80709"
+    assert r2.eval("redis.log(redis.LOG_WARNING, 'hi'); return 1", 0) == 1
+
+
+def test_sandbox(r2):
+    assert r2.eval("return {type(io), type(loadfile), type(dofile)}", 0) == [b"nil", b"nil", b"nil"]
+    if not target_is_redis():  # Redis 7 keeps a reduced `os` (os.clock)
+        assert r2.eval("return {type(os), type(require)}", 0) == [b"nil", b"nil"]
+
+
+@pytest.mark.gradus_only
+def test_script_writes_survive_a_restart_as_effects(gradus):
+    client = redis_client(gradus, 2)
+    client.eval("redis.call('set', KEYS[1], ARGV[1])", 1, "plain", "v")
+    # The value depends on the clock and the random generator: replaying the script would
+    # produce another one; replaying its effects gives the same.
+    script = """
+    local t = redis.call('TIME')
+    local v = t[1] .. '.' .. t[2] .. ':' .. tostring(math.random(1000000000))
+    redis.call('set', KEYS[1], v)
+    return v
+    """
+    try:
+        chosen = client.eval(script, 1, "chosen")
+    finally:
+        client.close()
+    gradus.restart()
+    client = redis_client(gradus, 2)
+    try:
+        assert client.get("plain") == b"v"
+        assert client.get("chosen") == chosen
+    finally:
+        client.close()
+
+
+@pytest.mark.gradus_only
+def test_infinite_loop_is_stopped_and_server_stays_responsive(gradus):
+    client = redis_client(gradus, 2)
+    other = redis_client(gradus, 2)
+    try:
+        started = time.monotonic()
+        with pytest.raises(redis.ResponseError, match="[Kk]illed|time limit"):
+            client.eval("while true do end", 0)
+        assert time.monotonic() - started < 30
+        # pcall cannot swallow the kill.
+        with pytest.raises(redis.ResponseError, match="[Kk]illed|time limit"):
+            client.eval("while true do pcall(function() while true do end end) end", 0)
+        assert other.ping()
+        assert client.set("after", "1") and client.get("after") == b"1"
+    finally:
+        client.close()
+        other.close()
+
+
+@pytest.mark.gradus_only
+def test_eval_not_allowed_in_multi(r2):
+    pipe = r2.pipeline(transaction=True)
+    pipe.eval("return 1", 0)
+    with pytest.raises(redis.ResponseError):
+        pipe.execute()
+    assert r2.ping()
+
+
+DIFFERENTIAL = [
+    ("return 42", 0),
+    ("return 3.99", 0),
+    ("return 'x'", 0),
+    ("return nil", 0),
+    ("return true", 0),
+    ("return false", 0),
+    ("return {1, 'a', {2, {'b'}}, false, 9}", 0),
+    ("return {1, 2, nil, 4}", 0),
+    ("return redis.status_reply('FINE')", 0),
+    ("return redis.call('set', KEYS[1], ARGV[1])", 1, "k", "v"),
+    ("return redis.call('get', KEYS[1])", 1, "k"),
+    ("return redis.call('get', KEYS[1])", 1, "missing"),
+    ("return redis.call('incrby', KEYS[1], ARGV[1])", 1, "n", "5"),
+    ("return redis.pcall('incr', KEYS[1])['err'] ~= nil", 1, "k"),
+    ("return {KEYS[1], ARGV[1], #ARGV}", 1, "a", "b", "c"),
+    (PHPREDIS_UNLOCK, 1, "k", "v"),
+]
+
+
+def test_differential_eval_replies(gradus, redis_server):
+    ours = redis_client(gradus, 2)
+    theirs = redis_client(redis_server, 2)
+    try:
+        for case in DIFFERENTIAL:
+            assert ours.eval(*case) == theirs.eval(*case), case
+        body = "return 'diff'"
+        assert ours.script_load(body) == theirs.script_load(body)
+    finally:
+        ours.close()
+        theirs.close()
