@@ -225,13 +225,32 @@ def test_infinite_loop_is_stopped_and_server_stays_responsive(gradus):
         other.close()
 
 
-@pytest.mark.gradus_only
-def test_eval_not_allowed_in_multi(r2):
+def test_eval_inside_multi_runs_in_order_with_the_transaction(r2):
+    script = "redis.call('set', KEYS[1], ARGV[1]); return redis.call('incr', KEYS[2])"
     pipe = r2.pipeline(transaction=True)
-    pipe.eval("return 1", 0)
-    with pytest.raises(redis.ResponseError):
-        pipe.execute()
-    assert r2.ping()
+    pipe.set("tx:a", "before")
+    pipe.eval(script, 2, "tx:a", "tx:n", "from-script")
+    pipe.append("tx:a", "+after")
+    pipe.evalsha(r2.script_load(script), 2, "tx:b", "tx:n", "b")
+    assert pipe.execute() == [True, 1, len("from-script+after"), 2]
+    assert r2.get("tx:a") == b"from-script+after"
+    assert r2.get("tx:b") == b"b"
+
+
+@pytest.mark.gradus_only
+def test_scripts_inside_multi_replay_in_order_after_restart(gradus):
+    c = redis.Redis(host=gradus.host, port=gradus.port, protocol=2)
+    pipe = c.pipeline(transaction=True)
+    pipe.set("r:a", "1")
+    pipe.eval("redis.call('append', KEYS[1], ARGV[1]); return 1", 1, "r:a", "-script")
+    pipe.append("r:a", "-last")
+    pipe.execute()
+    assert c.get("r:a") == b"1-script-last"
+    c.close()
+    gradus.restart()
+    c = redis.Redis(host=gradus.host, port=gradus.port, protocol=2)
+    assert c.get("r:a") == b"1-script-last"
+    c.close()
 
 
 DIFFERENTIAL = [

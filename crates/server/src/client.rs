@@ -94,6 +94,12 @@ pub struct ClientState {
     /// Set by WAITAOF/SAVE; the connection completes it.
     pub deferred: Option<Deferred>,
     pub counters: LocalCounters,
+    /// Set while EXEC runs: a script inside the transaction (which already holds the exclusive
+    /// gate) hands its logged writes and degree here, and EXEC folds them into its own record.
+    pub exec_effects: Option<(
+        Vec<crate::persist::record::LoggedCommand>,
+        gradus_log::Durability,
+    )>,
 }
 
 impl ClientState {
@@ -113,6 +119,7 @@ impl ClientState {
             strict_lsn: 0,
             deferred: None,
             counters: LocalCounters::default(),
+            exec_effects: None,
         }
     }
 

@@ -42,7 +42,7 @@ const HOOK_EVERY: u32 = 10_000;
 /// Memory a single script's Lua state may allocate.
 const SCRIPT_MEMORY_LIMIT: usize = 256 * 1024 * 1024;
 
-const SCRIPT_FLAGS: u32 = flags::OWN_GATE | flags::NO_MULTI | flags::DENYOOM;
+const SCRIPT_FLAGS: u32 = flags::OWN_GATE | flags::DENYOOM;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
@@ -263,8 +263,10 @@ fn run_script(
     argv: &[Bytes],
 ) -> CmdResult {
     let shared = ctx.shared;
-    let _exclusive = shared.store.exclusive();
-    let now = gradus_store::now_ms();
+    // Inside EXEC the transaction already holds the gate exclusively (and its clock is used).
+    let in_exec = ctx.client.exec_effects.is_some();
+    let _exclusive = (!in_exec).then(|| shared.store.exclusive());
+    let now = ctx.now_ms;
     // SELECT inside a script does not change the caller's database (as in Redis 7).
     let caller_db = ctx.client.db;
     let run = RefCell::new(ScriptRun {
@@ -280,6 +282,11 @@ fn run_script(
     ctx.client.db = caller_db;
     // All writes of the script go into one record: replay applies all of them or none, and
     // never runs the script again.
+    if let Some((exec_logged, exec_degree)) = ctx.client.exec_effects.as_mut() {
+        exec_logged.extend(logged);
+        *exec_degree = (*exec_degree).max(degree);
+        return Ok(reply);
+    }
     if !logged.is_empty() {
         if let Err(e) = shared.persist.append(ctx.client, now, &logged, degree) {
             tracing::error!(error = %e, "log append failed");

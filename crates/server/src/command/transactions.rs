@@ -105,9 +105,18 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     let mut logged = Vec::new();
     let mut degree = gradus_log::Durability::None;
     let mut replies = Vec::with_capacity(multi.queued.len());
+    // Scripts queued in the transaction hand their effects over through `exec_effects`.
+    ctx.client.exec_effects = Some((Vec::new(), gradus_log::Durability::None));
     for (spec, args) in multi.queued {
         if !spec.has(flags::WRITE) {
             replies.push(dispatch::run(shared, ctx.client, spec, &args, now));
+            if let Some((script_logged, script_degree)) = ctx.client.exec_effects.as_mut() {
+                logged.append(script_logged);
+                degree = degree.max(std::mem::replace(
+                    script_degree,
+                    gradus_log::Durability::None,
+                ));
+            }
             continue;
         }
         let checked = shared
@@ -129,6 +138,7 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
         }
         replies.push(reply);
     }
+    ctx.client.exec_effects = None;
     // All writes of the transaction go into one record: replay applies all of them or none.
     if !logged.is_empty() {
         if let Err(e) = shared.persist.append(ctx.client, now, &logged, degree) {
