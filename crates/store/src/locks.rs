@@ -70,6 +70,17 @@ struct Waiter {
     grant: oneshot::Sender<Token>,
 }
 
+/// A lookup key that borrows the name: hashes exactly like `(usize, Bytes)` (fields in order,
+/// `Bytes` hashes as its bytes), so lookups need no allocation.
+#[derive(Hash)]
+struct NameRef<'a>(usize, &'a [u8]);
+
+impl hashbrown::Equivalent<(usize, Bytes)> for NameRef<'_> {
+    fn equivalent(&self, key: &(usize, Bytes)) -> bool {
+        self.0 == key.0 && self.1 == &key.1[..]
+    }
+}
+
 struct LockState {
     holder: Holder,
     waiters: VecDeque<Waiter>,
@@ -138,11 +149,10 @@ impl LockTable {
         max_waiters: Option<usize>,
     ) -> Acquire {
         let mut t = self.table.lock();
-        let key = (db, Bytes::copy_from_slice(name));
-        if !t.locks.contains_key(&key) {
+        if !t.locks.contains_key(&NameRef(db, name)) {
             let token = t.token();
             t.locks.insert(
-                key,
+                (db, Bytes::copy_from_slice(name)),
                 LockState {
                     holder: Holder {
                         client,
@@ -157,7 +167,7 @@ impl LockTable {
         }
         t.next_waiter += 1;
         let id = t.next_waiter;
-        let state = t.locks.get_mut(&key).expect("checked above");
+        let state = t.locks.get_mut(&NameRef(db, name)).expect("checked above");
         if max_waiters.is_some_and(|max| state.waiters.len() >= max) {
             return Acquire::TooManyWaiters;
         }
@@ -185,8 +195,7 @@ impl LockTable {
         mut grant: oneshot::Receiver<Token>,
     ) -> Option<Token> {
         let mut t = self.table.lock();
-        let key = (db, Bytes::copy_from_slice(name));
-        if let Some(state) = t.locks.get_mut(&key) {
+        if let Some(state) = t.locks.get_mut(&NameRef(db, name)) {
             state.waiters.retain(|w| w.id != waiter);
         }
         // Under the table mutex no hand-over can race with this check.
@@ -196,11 +205,11 @@ impl LockTable {
     /// Release `name` if `token` holds it; the next waiter gets it at once.
     pub fn release(&self, db: usize, name: &[u8], token: Token) -> Result<(), ReleaseError> {
         let mut t = self.table.lock();
-        let key = (db, Bytes::copy_from_slice(name));
-        match t.locks.get(&key) {
+        match t.locks.get_key_value(&NameRef(db, name)) {
             None => Err(ReleaseError::NotHeld),
-            Some(state) if state.holder.token != token => Err(ReleaseError::WrongToken),
-            Some(_) => {
+            Some((_, state)) if state.holder.token != token => Err(ReleaseError::WrongToken),
+            Some((key, _)) => {
+                let key = key.clone();
                 t.hand_over(&key, Instant::now());
                 Ok(())
             }
@@ -211,7 +220,7 @@ impl LockTable {
     pub fn holds(&self, db: usize, name: &[u8], token: Token) -> bool {
         let t = self.table.lock();
         t.locks
-            .get(&(db, Bytes::copy_from_slice(name)))
+            .get(&NameRef(db, name))
             .is_some_and(|s| s.holder.token == token)
     }
 
@@ -257,8 +266,9 @@ impl LockTable {
     /// Holder, token, age, lease left and queue length of `name`.
     pub fn info(&self, db: usize, name: &[u8]) -> Option<LockInfo> {
         let t = self.table.lock();
-        let key = (db, Bytes::copy_from_slice(name));
-        t.locks.get(&key).map(|s| describe(&key, s, Instant::now()))
+        t.locks
+            .get_key_value(&NameRef(db, name))
+            .map(|(key, s)| describe(key, s, Instant::now()))
     }
 
     /// Every lock, sorted by database and name.
