@@ -2,77 +2,18 @@
 //! (The Python suite under tests/python drives the binary with real clients; these cover concurrency
 //! properties that are easiest to check from Rust.)
 
-use bytes::BytesMut;
-use gradus_proto::{parse_frame, Frame};
-use gradus_server::{Config, Server};
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::sync::Arc;
+mod common;
 
-/// Start a server on 127.0.0.1:0 in a background runtime; returns its port and shared state.
-fn start() -> (u16, Arc<gradus_server::state::Shared>) {
-    let mut config = Config::embedded();
-    config.port = 0;
-    config.threads = 2;
-    // Memory only: these tests are about concurrency, not durability.
+use common::{start, test_config, Conn};
+use gradus_proto::Frame;
+use std::io::Write;
+
+/// A memory-only server: these tests are about concurrency, not durability.
+fn start_memory_only() -> (u16, std::sync::Arc<gradus_server::state::Shared>) {
+    let mut config = test_config();
     config.durability.default = "none".into();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let server = Server::bind(config, None, false).await.unwrap();
-            tx.send((server.local_port(), server.shared())).unwrap();
-            server.run().await.unwrap();
-        });
-    });
-    rx.recv().unwrap()
-}
-
-struct Conn {
-    stream: TcpStream,
-    buf: BytesMut,
-}
-
-impl Conn {
-    fn new(port: u16) -> Self {
-        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        stream
-            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
-            .unwrap();
-        Conn {
-            stream,
-            buf: BytesMut::new(),
-        }
-    }
-
-    fn send(&mut self, args: &[&str]) {
-        let mut out = format!("*{}\r\n", args.len());
-        for a in args {
-            out.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
-        }
-        self.stream.write_all(out.as_bytes()).unwrap();
-    }
-
-    fn read(&mut self) -> Frame {
-        loop {
-            if let Some(f) = parse_frame(&mut self.buf).unwrap() {
-                return f;
-            }
-            let mut chunk = [0u8; 4096];
-            let n = self.stream.read(&mut chunk).unwrap();
-            assert!(n > 0, "server closed the connection");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    fn call(&mut self, args: &[&str]) -> Frame {
-        self.send(args);
-        self.read()
-    }
+    let (port, shared, _thread) = start(config);
+    (port, shared)
 }
 
 fn int(f: &Frame) -> i64 {
@@ -87,7 +28,7 @@ fn int(f: &Frame) -> i64 {
 /// reflected exactly once in the final value (WATCH + the exclusive EXEC gate).
 #[test]
 fn watch_multi_exec_increments_are_never_lost() {
-    let (port, _shared) = start();
+    let (port, _shared) = start_memory_only();
     Conn::new(port).call(&["SET", "counter", "0"]);
     let threads: Vec<_> = (0..6)
         .map(|_| {
@@ -117,7 +58,7 @@ fn watch_multi_exec_increments_are_never_lost() {
 /// MSET is atomic: a concurrent MGET never sees half of one MSET.
 #[test]
 fn mset_is_seen_whole_by_mget() {
-    let (port, _shared) = start();
+    let (port, _shared) = start_memory_only();
     let keys: Vec<String> = (0..16).map(|i| format!("k{i}")).collect();
     let writer_keys = keys.clone();
     let writer = std::thread::spawn(move || {
@@ -147,7 +88,7 @@ fn mset_is_seen_whole_by_mget() {
 /// A pipelined batch of 1000 commands in one write gets 1000 replies in order.
 #[test]
 fn pipelined_batch_replies_in_order() {
-    let (port, _shared) = start();
+    let (port, _shared) = start_memory_only();
     let mut c = Conn::new(port);
     let mut batch = String::new();
     for _ in 0..1000 {
@@ -162,7 +103,7 @@ fn pipelined_batch_replies_in_order() {
 /// Keys with a TTL are reclaimed by the active sweep without being touched.
 #[test]
 fn active_expiry_frees_untouched_keys() {
-    let (port, shared) = start();
+    let (port, shared) = start_memory_only();
     let mut c = Conn::new(port);
     for i in 0..200 {
         c.call(&["SET", &format!("t{i}"), "v", "PX", "50"]);

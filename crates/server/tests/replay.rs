@@ -3,73 +3,21 @@
 //! the middle, must come back identical after a restart — through the snapshot loader and the
 //! parallel log replay.
 
-use bytes::BytesMut;
-use gradus_proto::{parse_frame, Frame};
-use gradus_server::{Config, Server};
+mod common;
+
+use common::{test_config, Conn};
+use gradus_proto::Frame;
 use rand::{Rng, SeedableRng};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 
-/// Run a server on `dir` in its own thread; returns its port and the thread (which ends after
-/// SHUTDOWN, releasing the data directory).
+/// Run a logged server on `dir`; returns its port and its thread (which ends after SHUTDOWN,
+/// releasing the data directory).
 fn start(dir: &Path) -> (u16, std::thread::JoinHandle<()>) {
-    let mut config = Config::embedded();
-    config.port = 0;
-    config.threads = 2;
+    let mut config = test_config();
     config.dir = dir.to_path_buf();
     config.durability.default = "background".into();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let server = Server::bind(config, None, false).await.unwrap();
-            tx.send(server.local_port()).unwrap();
-            server.run().await.unwrap();
-        });
-    });
-    (rx.recv().unwrap(), thread)
-}
-
-struct Conn {
-    stream: TcpStream,
-    buf: BytesMut,
-}
-
-impl Conn {
-    fn new(port: u16) -> Self {
-        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        stream
-            .set_read_timeout(Some(std::time::Duration::from_secs(20)))
-            .unwrap();
-        Conn {
-            stream,
-            buf: BytesMut::new(),
-        }
-    }
-
-    fn call(&mut self, args: &[&str]) -> Frame {
-        let mut out = format!("*{}\r\n", args.len());
-        for a in args {
-            out.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
-        }
-        self.stream.write_all(out.as_bytes()).unwrap();
-        loop {
-            if let Some(f) = parse_frame(&mut self.buf).unwrap() {
-                return f;
-            }
-            let mut chunk = [0u8; 65536];
-            let n = self.stream.read(&mut chunk).unwrap();
-            if n == 0 {
-                return Frame::Null;
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
+    let (port, _shared, thread) = common::start(config);
+    (port, thread)
 }
 
 /// Every key of database `db` with its type, value and whether it has a TTL, sorted.
@@ -157,14 +105,14 @@ fn restart_brings_back_exactly_the_acknowledged_state() {
             before.iter().map(|d| d.len()).sum::<usize>() > 10,
             "seed {seed}: the workload left almost nothing to compare"
         );
-        c.call(&["SHUTDOWN"]);
+        c.shutdown();
         thread.join().unwrap();
 
         let (port, thread) = start(&dir);
         let mut c = Conn::new(port);
         let after: Vec<Vec<String>> = (0..3).map(|db| dump(&mut c, db)).collect();
         assert_eq!(before, after, "seed {seed}: state differs after restart");
-        c.call(&["SHUTDOWN"]);
+        c.shutdown();
         thread.join().unwrap();
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -8,7 +8,9 @@
 //! x86-64 (see [`long_double`]), so its text matches Redis digit for digit. This module depends
 //! only on the store's values and the argument helpers, never on connections or the codec.
 
-use super::{arity_error, cmd, flags, CommandSpec, Ctx, KEY1};
+use super::{
+    arity_error, cmd, flags, CommandSpec, Ctx, KEY1, LISTPACK_MAX_ENTRIES, LISTPACK_MAX_VALUE,
+};
 use crate::args::{int_arg, is, parse_i64};
 use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
@@ -43,11 +45,6 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("hscan", -3, R, KEY1, "hash", "Iterates over fields and values of a hash.", hscan),
     cmd("hrandfield", -2, R, KEY1, "hash", "Returns one or more random fields from a hash.", hrandfield),
 ];
-
-/// Redis keeps hashes up to this many fields in a listpack, which HSCAN returns in one page.
-const LISTPACK_MAX_ENTRIES: usize = 128;
-/// ... and only while every field and value is at most this long.
-const LISTPACK_MAX_VALUE: usize = 64;
 
 /// The hash at `key` for reading: Ok(None) when absent, WRONGTYPE for another type.
 fn read_hash<'s>(

@@ -150,6 +150,12 @@ pub const fn cmd(
     }
 }
 
+/// Redis keeps small hashes and sorted sets (up to this many entries) in a listpack, which
+/// HSCAN/ZSCAN return in one page with cursor 0; Gradus mirrors that for client compatibility.
+pub const LISTPACK_MAX_ENTRIES: usize = 128;
+/// ... and only while every field, value or member is at most this long.
+pub const LISTPACK_MAX_VALUE: usize = 64;
+
 /// No key arguments.
 pub const NO_KEYS: (i32, i32, i32) = (0, 0, 0);
 /// The first argument is the only key.

@@ -94,20 +94,22 @@ fn time(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     ]))
 }
 
-fn save(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
-    if ctx.shared.persist.log.is_none() {
+/// SAVE/BGSAVE need a log to snapshot into and no snapshot already running.
+fn check_snapshot_possible(ctx: &Ctx<'_>) -> Result<(), CmdError> {
+    let persist = &ctx.shared.persist;
+    if persist.log.is_none() {
         return Err(CmdError::err(
             "nothing to save: every database has durability none",
         ));
     }
-    if ctx
-        .shared
-        .persist
-        .snapshot_in_progress
-        .load(Ordering::Acquire)
-    {
+    if persist.snapshot_in_progress.load(Ordering::Acquire) {
         return Err(CmdError::err("Background save already in progress"));
     }
+    Ok(())
+}
+
+fn save(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    check_snapshot_possible(ctx)?;
     ctx.client.deferred = Some(crate::client::Deferred::Save);
     Ok(Frame::ok())
 }
@@ -116,19 +118,7 @@ fn bgsave(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() > 2 || (args.len() == 2 && !is(&args[1], "schedule")) {
         return Err(CmdError::Syntax);
     }
-    if ctx.shared.persist.log.is_none() {
-        return Err(CmdError::err(
-            "nothing to save: every database has durability none",
-        ));
-    }
-    if ctx
-        .shared
-        .persist
-        .snapshot_in_progress
-        .load(Ordering::Acquire)
-    {
-        return Err(CmdError::err("Background save already in progress"));
-    }
+    check_snapshot_possible(ctx)?;
     ctx.shared.snapshot_request.notify_one();
     Ok(Frame::Simple("Background saving started".into()))
 }

@@ -13,7 +13,9 @@ use super::hashes::{
     pairs_reply, parse_random_count, parse_scan_cursor, parse_scan_options, random_picks,
     scan_reply,
 };
-use super::{arity_error, cmd, flags, CommandSpec, Ctx, KEY1};
+use super::{
+    arity_error, cmd, flags, CommandSpec, Ctx, KEY1, LISTPACK_MAX_ENTRIES, LISTPACK_MAX_VALUE,
+};
 use crate::args::{float_arg, int_arg, is, score_bound};
 use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
@@ -55,11 +57,6 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("zrandmember", -2, R, KEY1, "sorted-set", "Returns one or more random members from a sorted set.", zrandmember),
     cmd("zscan", -3, R, KEY1, "sorted-set", "Iterates over members and scores of a sorted set.", zscan),
 ];
-
-/// Redis keeps sorted sets up to this many members in a listpack, which ZSCAN returns whole.
-const LISTPACK_MAX_ENTRIES: usize = 128;
-/// ... and only while every member is at most this long.
-const LISTPACK_MAX_VALUE: usize = 64;
 
 /// The sorted set at `key` for reading: Ok(None) when absent, WRONGTYPE for another type.
 fn read_zset<'s>(
