@@ -43,6 +43,11 @@ pub enum Deferred {
     },
     /// SAVE: take a snapshot, then reply.
     Save,
+    /// A throttled AUTH: send `reply` at `until`.
+    Delay {
+        until: std::time::Instant,
+        reply: gradus_proto::Frame,
+    },
     /// LOCK / SESSION.OPEN queued behind the holder: wait for the grant or the deadline.
     LockWait {
         db: usize,
@@ -75,7 +80,13 @@ impl LocalCounters {
 /// State owned by one connection task.
 pub struct ClientState {
     pub id: u64,
+    /// The selected keyspace's *global* index (see `tenancy`); SELECT maps the tenant's numbers.
     pub db: usize,
+    /// The tenant this connection is bound to (by AUTH; 0 before).
+    pub tenant: usize,
+    /// The authenticated user's name and rights.
+    pub user: Arc<str>,
+    pub perms: crate::tenancy::Perms,
     pub resp: ProtocolVersion,
     pub authenticated: bool,
     pub multi: Option<MultiState>,
@@ -107,6 +118,9 @@ impl ClientState {
         Self {
             id: handle.id,
             db: 0,
+            tenant: 0,
+            user: Arc::from("default"),
+            perms: crate::tenancy::Perms::ALL,
             resp: ProtocolVersion::Resp2,
             authenticated,
             multi: None,
@@ -141,7 +155,10 @@ pub struct ClientHandle {
     pub name: Mutex<Option<String>>,
     pub lib_name: Mutex<Option<String>>,
     pub lib_ver: Mutex<Option<String>>,
+    /// The SELECT index (as the client knows it), for CLIENT LIST.
     pub db: AtomicUsize,
+    pub tenant: AtomicUsize,
+    pub user: Mutex<Arc<str>>,
     pub resp: AtomicU8,
     /// Unix milliseconds of the last command.
     pub last_active_ms: AtomicU64,
@@ -166,6 +183,8 @@ impl ClientHandle {
             lib_name: Mutex::new(None),
             lib_ver: Mutex::new(None),
             db: AtomicUsize::new(0),
+            tenant: AtomicUsize::new(0),
+            user: Mutex::new(Arc::from("default")),
             resp: AtomicU8::new(2),
             last_active_ms: AtomicU64::new(gradus_store::now_ms()),
             last_cmd: Mutex::new("NULL"),
@@ -218,7 +237,7 @@ impl ClientHandle {
             n => gradus_log::Durability::ALL[(n as usize - 1).min(3)].as_str(),
         };
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} watch={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={} durability={}",
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} watch={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={} durability={}",
             self.id,
             self.addr,
             self.laddr,
@@ -230,6 +249,7 @@ impl ClientHandle {
             multi,
             self.watch_count.load(Ordering::Relaxed),
             self.last_cmd.lock(),
+            self.user.lock(),
             self.resp.load(Ordering::Relaxed),
             lib_name,
             lib_ver,

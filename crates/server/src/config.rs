@@ -28,6 +28,71 @@ pub struct Config {
     pub threads: usize,
     pub loglevel: String,
     pub durability: DurabilityConfig,
+    /// `[[tenants]]`: when present, every connection authenticates as a tenant's user.
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
+    /// `[[users]]`: users outside any tenant's own list (e.g. the global admin).
+    #[serde(default)]
+    pub users: Vec<UserConfig>,
+}
+
+/// One `[[tenants]]` entry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TenantConfig {
+    pub name: String,
+    /// Total for all the tenant's keyspaces (bytes, or a size such as "256mb"); absent = none.
+    #[serde(default, deserialize_with = "size_opt")]
+    pub memory_limit: Option<String>,
+    #[serde(default)]
+    pub users: Vec<UserConfig>,
+    #[serde(default)]
+    pub keyspaces: Vec<KeyspaceConfig>,
+}
+
+/// A user: `[[tenants.users]]` or `[[users]]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct UserConfig {
+    pub name: String,
+    /// A hash printed by `gradus passwd` (never the password itself).
+    pub password: String,
+    /// Any of read, write, flush, admin (admin implies the others).
+    pub permissions: Vec<String>,
+    /// For `[[users]]`: the tenant whose keyspaces the user works in (default: the first).
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// A `[[tenants.keyspaces]]` entry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct KeyspaceConfig {
+    pub name: String,
+    /// The `SELECT` index that reaches it.
+    pub select: usize,
+    /// none | lazy | background | strict (default: `[durability] default`).
+    #[serde(default)]
+    pub durability: Option<String>,
+    /// `lru` (a cache: evict when over the limit) or `none` (reject writes with OOM).
+    #[serde(default)]
+    pub eviction: Option<String>,
+    #[serde(default, deserialize_with = "size_opt")]
+    pub memory_limit: Option<String>,
+}
+
+/// A size given as an integer (bytes) or a string such as "64mb".
+fn size_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        N(u64),
+        S(String),
+    }
+    Ok(Option::<Size>::deserialize(d)?.map(|s| match s {
+        Size::N(n) => n.to_string(),
+        Size::S(s) => s,
+    }))
 }
 
 /// The `[durability]` section.
@@ -73,6 +138,8 @@ struct PartialConfig {
     threads: Option<usize>,
     loglevel: Option<String>,
     durability: Option<PartialDurability>,
+    tenants: Option<Vec<TenantConfig>>,
+    users: Option<Vec<UserConfig>>,
 }
 
 /// Command-line flags of `gradus`.
@@ -135,6 +202,19 @@ pub struct Cli {
     /// Print the default configuration file (every setting, documented) and exit.
     #[arg(long)]
     pub print_config: bool,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands of `gradus` (with none, it runs the server).
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Print the hash of a password for a user's `password` in the config (reads the password
+    /// from the first line of stdin when not given).
+    Passwd {
+        /// The password (prefer stdin: arguments show up in the process list).
+        password: Option<String>,
+    },
 }
 
 impl Config {
@@ -176,7 +256,9 @@ impl Config {
             max_inline_len,
             hz,
             threads,
-            loglevel
+            loglevel,
+            tenants,
+            users
         );
         if let Some(d) = p.durability {
             let t = &mut self.durability;
@@ -231,6 +313,17 @@ impl Config {
             if addr.parse::<std::net::IpAddr>().is_err() {
                 return Err(ServerError::Config(format!(
                     "bind address {addr:?} is not an IP address"
+                )));
+            }
+        }
+        for addr in &self.bind {
+            let ip: std::net::IpAddr = addr.parse().expect("checked above");
+            let authenticated = !self.requirepass.is_empty() || !self.tenants.is_empty();
+            if !ip.is_loopback() && !authenticated {
+                return Err(ServerError::Config(format!(
+                    "refusing to listen on {addr}, which is not a loopback address, with no \
+                     authentication configured: set requirepass or declare [[tenants]] with users \
+                     (see examples/tenants.toml), or bind to 127.0.0.1"
                 )));
             }
         }

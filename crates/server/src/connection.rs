@@ -87,7 +87,9 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                 }
             }
         }
-        shared.stats.absorb(&client.counters);
+        shared
+            .stats
+            .absorb(&client.counters, &shared.tenancy.tenants[client.tenant].ops);
         if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
             break;
         }
@@ -108,7 +110,9 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
             _ = shutdown.changed() => break,
         }
     }
-    shared.stats.absorb(&client.counters);
+    shared
+        .stats
+        .absorb(&client.counters, &shared.tenancy.tenants[client.tenant].ops);
     // Locks are released when their holder goes, for any reason (like MySQL's GET_LOCK).
     shared.locks.release_client(client.id);
     let _ = stream.shutdown().await;
@@ -249,6 +253,10 @@ async fn complete(shared: &Arc<Shared>, client: &mut ClientState, work: Deferred
                 }
             }
             Frame::Array(vec![Frame::Integer(local), Frame::Integer(0)])
+        }
+        Deferred::Delay { until, reply } => {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(until)).await;
+            reply
         }
         Deferred::Save => {
             let s = shared.clone();

@@ -33,6 +33,9 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         // requirepass was cleared at run time: everyone is in.
         client.authenticated = true;
     }
+    if let Err(e) = crate::tenancy::check_perms(client, spec, &args) {
+        return reject(client, e);
+    }
     if let Some(multi) = client.multi.as_mut() {
         if !spec.has(flags::NO_QUEUE) {
             if spec.has(flags::NO_MULTI) {
@@ -49,6 +52,14 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     }
     crate::client::LocalCounters::bump(&client.counters.commands);
     client.handle.touch(full_name(spec, &args), now_ms);
+    if shared.tenancy.tenants[client.tenant].limited && crate::quota::may_grow(spec, client) {
+        if let Err(e) = crate::quota::make_room(shared, client, now_ms) {
+            if spec.name == "exec" {
+                client.clear_transaction();
+            }
+            return e.to_frame();
+        }
+    }
     if spec.has(flags::OWN_GATE) {
         return run(shared, client, spec, &args, now_ms);
     }

@@ -17,10 +17,20 @@ const DEFAULT_SECTIONS: &[&str] = &[
     "replication",
     "cpu",
     "keyspace",
+    "tenants",
 ];
 
+/// Sections a user without the `admin` right may read: server-wide figures are not theirs.
+const TENANT_SECTIONS: &[&str] = &["server", "keyspace", "tenants"];
+
+/// Who is asking: tenant-scoped sections show `tenant` only unless `admin`.
+pub struct Viewer {
+    pub tenant: usize,
+    pub admin: bool,
+}
+
 /// Render the requested sections (`default`, `all`, `everything` or section names).
-pub fn render(shared: &Shared, requested: &[String]) -> String {
+pub fn render(shared: &Shared, viewer: &Viewer, requested: &[String]) -> String {
     let wanted: Vec<&str> = if requested.is_empty()
         || requested
             .iter()
@@ -34,6 +44,10 @@ pub fn render(shared: &Shared, requested: &[String]) -> String {
             .filter(|s| requested.iter().any(|r| r == s))
             .collect()
     };
+    let wanted: Vec<&str> = wanted
+        .into_iter()
+        .filter(|s| viewer.admin || TENANT_SECTIONS.contains(s))
+        .collect();
     let mut out = String::new();
     for (i, section) in wanted.iter().enumerate() {
         if i > 0 {
@@ -47,7 +61,8 @@ pub fn render(shared: &Shared, requested: &[String]) -> String {
             "stats" => stats(shared, &mut out),
             "replication" => replication(&mut out),
             "cpu" => cpu(&mut out),
-            "keyspace" => keyspace(shared, &mut out),
+            "keyspace" => keyspace(shared, viewer, &mut out),
+            "tenants" => tenants(shared, viewer, &mut out),
             _ => {}
         }
     }
@@ -297,7 +312,13 @@ fn stats(shared: &Shared, out: &mut String) {
         s.rejected_connections.load(Ordering::Relaxed)
     );
     line!(out, "expired_keys:{expired}");
-    line!(out, "evicted_keys:0");
+    let evicted: u64 = shared.store.keyspaces().iter().map(|k| k.evictions()).sum();
+    line!(out, "evicted_keys:{evicted}");
+    line!(
+        out,
+        "total_auth_failures:{}",
+        shared.auth_throttle.total_failures.load(Ordering::Relaxed)
+    );
     line!(
         out,
         "keyspace_hits:{}",
@@ -339,12 +360,64 @@ fn cpu(out: &mut String) {
     line!(out, "used_cpu_user:{user:.6}");
 }
 
-fn keyspace(shared: &Shared, out: &mut String) {
+/// `dbN:` lines for the viewer's own tenant, N being the SELECT index.
+fn keyspace(shared: &Shared, viewer: &Viewer, out: &mut String) {
     line!(out, "# Keyspace");
-    for (i, ks) in shared.store.keyspaces().iter().enumerate() {
-        let (keys, expires, _) = ks.stats();
+    let Some(tenant) = shared.tenancy.tenants.get(viewer.tenant) else {
+        return;
+    };
+    for &g in &tenant.keyspaces {
+        let (keys, expires, _) = shared.store.keyspaces()[g].stats();
         if keys > 0 {
-            line!(out, "db{i}:keys={keys},expires={expires},avg_ttl=0");
+            let n = shared.tenancy.select_of(g);
+            line!(out, "db{n}:keys={keys},expires={expires},avg_ttl=0");
+        }
+    }
+}
+
+/// One `# Tenant_<name>` section per tenant the viewer may see (all for admins): memory, keys,
+/// evictions and commands of the tenant, then one line per keyspace.
+fn tenants(shared: &Shared, viewer: &Viewer, out: &mut String) {
+    let mut first = true;
+    for (t, tenant) in shared.tenancy.tenants.iter().enumerate() {
+        if !viewer.admin && t != viewer.tenant {
+            continue;
+        }
+        if !first {
+            out.push_str("\r\n");
+        }
+        first = false;
+        let mut used = 0;
+        let mut keys = 0;
+        let mut evicted = 0;
+        let mut lines = Vec::new();
+        for &g in &tenant.keyspaces {
+            let def = &shared.tenancy.keyspaces[g];
+            let ks = &shared.store.keyspaces()[g];
+            let (k, expires, _) = ks.stats();
+            let u = ks.used_bytes();
+            used += u;
+            keys += k;
+            evicted += ks.evictions();
+            let name = def.full_name.rsplit('/').next().unwrap_or("");
+            lines.push(format!(
+                "keyspace_{name}:db={},keys={k},expires={expires},used_memory={u},memory_limit={},eviction={},durability={},evicted_keys={}",
+                def.select,
+                def.memory_limit,
+                if def.evict { "lru" } else { "none" },
+                def.degree,
+                ks.evictions()
+            ));
+        }
+        line!(out, "# Tenant_{}", tenant.name);
+        line!(out, "tenant:{}", tenant.name);
+        line!(out, "used_memory:{used}");
+        line!(out, "memory_limit:{}", tenant.memory_limit);
+        line!(out, "keys:{keys}");
+        line!(out, "evicted_keys:{evicted}");
+        line!(out, "ops:{}", tenant.ops.load(Ordering::Relaxed));
+        for l in lines {
+            line!(out, "{l}");
         }
     }
 }

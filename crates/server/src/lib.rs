@@ -6,6 +6,8 @@
 //! - [`command`]: the command table (data) and one module per command family;
 //! - [`client`]: per-connection state and the registry behind CLIENT LIST/KILL;
 //! - [`state`]: what all connections share (store, live settings, counters);
+//! - [`tenancy`]: tenants, users and permissions, keyspace layout, AUTH throttling;
+//! - [`quota`]: memory limits per keyspace and tenant: LRU eviction for caches, OOM for the rest;
 //! - [`persist`]: durability degrees, log records, snapshots, recovery (the log itself is `gradus-log`);
 //! - [`config`]: embedded defaults, TOML file, flags; [`info`]: the INFO text;
 //! - [`args`]: argument parsing with Redis' rules; [`long_double`]: Redis' float arithmetic for
@@ -24,8 +26,10 @@ pub mod error;
 pub mod info;
 pub mod long_double;
 pub mod persist;
+pub mod quota;
 pub mod server;
 pub mod state;
+pub mod tenancy;
 
 pub use config::{Cli, Config};
 pub use server::Server;

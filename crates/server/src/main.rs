@@ -11,6 +11,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Some(gradus_server::config::Command::Passwd { password }) = &cli.command {
+        return passwd(password.clone());
+    }
     if cli.print_config {
         print!("{}", gradus_server::config::DEFAULT_CONFIG_TOML);
         return std::process::ExitCode::SUCCESS;
@@ -52,4 +55,25 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `gradus passwd [PASSWORD]`: print the stored form of a password (from stdin when not given).
+fn passwd(password: Option<String>) -> std::process::ExitCode {
+    let password = match password {
+        Some(p) => p,
+        None => {
+            let mut line = String::new();
+            if let Err(e) = std::io::stdin().read_line(&mut line) {
+                eprintln!("gradus passwd: cannot read stdin: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+            line.trim_end_matches(['\r', '\n']).to_string()
+        }
+    };
+    if password.is_empty() {
+        eprintln!("gradus passwd: empty password");
+        return std::process::ExitCode::from(2);
+    }
+    println!("{}", gradus_server::tenancy::hash_password(&password));
+    std::process::ExitCode::SUCCESS
 }

@@ -54,15 +54,19 @@ impl Server {
             port = listener.local_addr()?.port();
             listeners.push(listener);
         }
-        let degrees = config
-            .database_degrees()
-            .map_err(|e| ServerError::Config(e.to_string()))?;
+        // Keyspace layout: which global index is which tenant's keyspace (see `tenancy`).
+        let mut tenancy = crate::tenancy::Tenancy::build(&config, &[])?;
+        let logged = tenancy.degrees().iter().any(|d| d.is_logged());
         let started = std::time::Instant::now();
-        let (log, recovered) = if degrees.iter().any(|d| d.is_logged()) {
+        let mut layout_path = None;
+        let (log, recovered) = if logged {
             let storage: Arc<dyn gradus_log::Storage> = Arc::new(gradus_log::OsStorage);
             let mut options = config.log_options();
             options.repair = repair;
             let lock = lock_data_dir(&config.dir)?;
+            let previous = read_layout(&config)?;
+            tenancy = crate::tenancy::Tenancy::build(&config, &previous)?;
+            layout_path = Some((config.dir.join("LAYOUT"), previous));
             let (log, recovered) = gradus_log::Log::open(options, storage).map_err(|e| {
                 let hint = if matches!(e, gradus_log::LogError::Corrupt { .. }) {
                     " (start with --repair to keep the valid prefix of the log and drop the rest)"
@@ -85,7 +89,7 @@ impl Server {
             Some((log, lock)) => (Some(log), Some(lock)),
             None => (None, None),
         };
-        let shared = Arc::new(Shared::new(config, config_file, log, degrees));
+        let shared = Arc::new(Shared::new(config, config_file, log, tenancy));
         *shared.persist.dir_lock.lock() = dir_lock;
         shared.port.store(port as usize, Ordering::Relaxed);
         if let Some(recovered) = recovered {
@@ -113,6 +117,9 @@ impl Server {
                 "recovered"
             );
             *shared.persist.recovery.lock() = report;
+        }
+        if let Some((path, previous)) = layout_path {
+            write_layout(&path, &previous, &shared.tenancy)?;
         }
         Ok(Self { shared, listeners })
     }
@@ -163,6 +170,57 @@ impl Server {
 
 /// Take an exclusive lock on `dir/LOCK` so two servers never write one log. Held for the life of
 /// the process (the file handle lives in `Persistence::dir_lock`); the OS releases it on exit.
+/// The data directory's keyspace layout. A directory from before layouts existed (data but no
+/// LAYOUT file) used the default tenant's databases `0..databases`.
+fn read_layout(config: &Config) -> Result<Vec<(usize, String)>, ServerError> {
+    let path = config.dir.join("LAYOUT");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => crate::tenancy::parse_layout(&text)
+            .map_err(|e| ServerError::Config(format!("{}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let has_data = std::fs::read_dir(&config.dir)?
+                .filter_map(|e| e.ok())
+                .any(|e| e.file_name() != "LOCK");
+            Ok(if has_data {
+                (0..config.databases)
+                    .map(|i| (i, format!("default/{i}")))
+                    .collect()
+            } else {
+                Vec::new()
+            })
+        }
+        Err(e) => Err(ServerError::Config(format!(
+            "cannot read {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// Write LAYOUT when it changed: temp file, fsync, rename, directory fsync.
+fn write_layout(
+    path: &std::path::Path,
+    previous: &[(usize, String)],
+    tenancy: &crate::tenancy::Tenancy,
+) -> Result<(), ServerError> {
+    let unchanged = previous.len() == tenancy.keyspaces.len()
+        && previous
+            .iter()
+            .all(|(i, n)| tenancy.keyspaces.get(*i).is_some_and(|k| &k.full_name == n));
+    if unchanged {
+        return Ok(());
+    }
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(crate::tenancy::render_layout(tenancy).as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
 fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ServerError> {
     std::fs::create_dir_all(dir).map_err(|e| {
         ServerError::Config(format!(
@@ -215,7 +273,14 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
         }
         let laddr = stream.local_addr().unwrap_or(addr);
         let handle = shared.clients.register(addr, laddr);
-        let client = ClientState::new(handle, !shared.auth_required());
+        let mut client = ClientState::new(handle, !shared.auth_required());
+        if shared.tenancy.multi_tenant {
+            // Nobody's until AUTH: no rights, and invisible to every tenant's CLIENT LIST.
+            client.perms = crate::tenancy::Perms::NONE;
+            client.user = Arc::from("");
+            *client.handle.user.lock() = client.user.clone();
+            client.handle.tenant.store(usize::MAX, Ordering::Relaxed);
+        }
         tokio::spawn(connection::serve(shared.clone(), stream, client));
     }
 }

@@ -26,8 +26,13 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Add a connection's local counters to the shared ones and zero them.
-    pub fn absorb(&self, local: &crate::client::LocalCounters) {
+    /// Add a connection's local counters to the shared ones and zero them; its commands also
+    /// count towards `tenant_ops`.
+    pub fn absorb(&self, local: &crate::client::LocalCounters, tenant_ops: &AtomicU64) {
+        let commands = local.commands.load(Ordering::Relaxed);
+        if commands > 0 {
+            tenant_ops.fetch_add(commands, Ordering::Relaxed);
+        }
         for (shared, local) in [
             (&self.commands_processed, &local.commands),
             (&self.keyspace_hits, &local.hits),
@@ -81,6 +86,10 @@ pub struct Shared {
     pub locks: gradus_store::locks::LockTable,
     /// The log, degrees and snapshot state.
     pub persist: crate::persist::Persistence,
+    /// Tenants, their keyspaces and users (fixed at startup).
+    pub tenancy: crate::tenancy::Tenancy,
+    /// Failed AUTH attempts per source address.
+    pub auth_throttle: crate::tenancy::AuthThrottle,
     /// BGSAVE asks the snapshot task to run now.
     pub snapshot_request: tokio::sync::Notify,
     /// Flips to true once shutdown begins; connections and the acceptor watch it.
@@ -92,8 +101,9 @@ impl Shared {
         config: Config,
         config_file: Option<std::path::PathBuf>,
         log: Option<gradus_log::Log>,
-        degrees: Vec<gradus_log::Durability>,
+        tenancy: crate::tenancy::Tenancy,
     ) -> Self {
+        let degrees = tenancy.degrees();
         let live = LiveSettings {
             maxclients: AtomicUsize::new(config.maxclients),
             proto_max_bulk_len: AtomicUsize::new(config.proto_max_bulk_len),
@@ -104,6 +114,9 @@ impl Shared {
         let (shutdown, _) = watch::channel(false);
         let persist = crate::persist::Persistence {
             log,
+            flush_groups: (0..degrees.len())
+                .map(|g| tenancy.tenant_of(g).unwrap_or(usize::MAX))
+                .collect(),
             degrees,
             snapshot_in_progress: Default::default(),
             last_save_unix: AtomicU64::new(crate::persist::unix_now()),
@@ -113,7 +126,9 @@ impl Shared {
             dir_lock: Mutex::new(None),
         };
         Self {
-            store: Store::new(config.databases),
+            store: Store::with_keyspaces(&tenancy.evicting()),
+            tenancy,
+            auth_throttle: Default::default(),
             port: AtomicUsize::new(config.port as usize),
             config,
             config_file,
@@ -135,7 +150,7 @@ impl Shared {
 
     /// True when clients must authenticate before other commands.
     pub fn auth_required(&self) -> bool {
-        !self.live.requirepass.lock().is_empty()
+        self.tenancy.multi_tenant || !self.live.requirepass.lock().is_empty()
     }
 
     /// Begin a graceful shutdown (SIGINT, SIGTERM, SHUTDOWN).

@@ -15,6 +15,7 @@ use hashbrown::DefaultHashBuilder;
 use parking_lot::{Mutex, MutexGuard};
 use rand::Rng;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Shards per keyspace. A power of two; 16 keeps lock contention negligible on small machines while
 /// the per-keyspace fixed cost stays tiny. The low 4 bits of a SCAN cursor hold the shard index.
@@ -25,8 +26,46 @@ const SHARD_BITS: u32 = SHARDS.trailing_zeros();
 pub struct Keyspace {
     shards: Box<[Mutex<Shard>]>,
     hasher: DefaultHashBuilder,
-    /// This keyspace's index in the store (the `SELECT` number); snapshots use it.
+    /// This keyspace's index in the store; log records and snapshots name keyspaces by it.
     index: usize,
+    /// Bytes held by all shards, kept current by [`ShardGuard`] (readable without locking).
+    used: AtomicUsize,
+    /// Keys removed by eviction since start.
+    evictions: AtomicU64,
+}
+
+/// A locked shard. Dereferences to [`Shard`]; when dropped it adds the shard's change in memory
+/// use to the keyspace total, so memory limits are checked without locking every shard.
+pub struct ShardGuard<'a> {
+    guard: MutexGuard<'a, Shard>,
+    used_before: usize,
+    total: &'a AtomicUsize,
+}
+
+impl std::ops::Deref for ShardGuard<'_> {
+    type Target = Shard;
+    fn deref(&self) -> &Shard {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for ShardGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Shard {
+        &mut self.guard
+    }
+}
+
+impl Drop for ShardGuard<'_> {
+    fn drop(&mut self) {
+        let now = self.guard.used_bytes();
+        if now > self.used_before {
+            self.total
+                .fetch_add(now - self.used_before, Ordering::Relaxed);
+        } else if now < self.used_before {
+            self.total
+                .fetch_sub(self.used_before - now, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Default for Keyspace {
@@ -38,7 +77,7 @@ impl Default for Keyspace {
 /// Shard guards held by one multi-key command; see `Keyspace::lock_keys`.
 pub struct MultiLock<'a> {
     keyspace: &'a Keyspace,
-    guards: Vec<Option<MutexGuard<'a, Shard>>>,
+    guards: Vec<Option<ShardGuard<'a>>>,
 }
 
 impl MultiLock<'_> {
@@ -68,10 +107,24 @@ impl Keyspace {
 
     /// A keyspace that is number `index` of its store.
     pub fn with_index(index: usize) -> Self {
+        Self::with_options(index, false)
+    }
+
+    /// Keyspace number `index`; `evicting` keeps the sampling lists that eviction needs.
+    pub fn with_options(index: usize, evicting: bool) -> Self {
+        let shard = || {
+            if evicting {
+                Shard::with_sampling()
+            } else {
+                Shard::new()
+            }
+        };
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(shard())).collect(),
             hasher: DefaultHashBuilder::default(),
             index,
+            used: AtomicUsize::new(0),
+            evictions: AtomicU64::new(0),
         }
     }
 
@@ -79,12 +132,60 @@ impl Keyspace {
         self.index
     }
 
+    /// Approximate bytes held by keys and values (no locking).
+    pub fn used_bytes(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Keys evicted since start.
+    pub fn evictions(&self) -> u64 {
+        self.evictions.load(Ordering::Relaxed)
+    }
+
     /// Lock shard `i`. Every shard access goes through here so a pending snapshot captures the
     /// shard's state before anyone can change it (see [`crate::snapshot`]).
-    fn shard(&self, i: usize) -> MutexGuard<'_, Shard> {
+    fn shard(&self, i: usize) -> ShardGuard<'_> {
         let mut guard = self.shards[i].lock();
         guard.capture_pending_snapshot(self.index, i);
-        guard
+        let used_before = guard.used_bytes();
+        ShardGuard {
+            guard,
+            used_before,
+            total: &self.used,
+        }
+    }
+
+    /// Evict one key by approximate LRU (sampling `samples` keys of a random non-empty shard);
+    /// returns the evicted key, or None when there is nothing to evict.
+    pub fn evict_one(&self, samples: usize, now_ms: u64) -> Option<Bytes> {
+        let start = rand::thread_rng().gen_range(0..SHARDS);
+        for i in 0..SHARDS {
+            let mut shard = self.shard((start + i) % SHARDS);
+            if let Some(key) = shard.eviction_candidate(samples, now_ms) {
+                shard.remove(&key, now_ms);
+                self.evictions.fetch_add(1, Ordering::Relaxed);
+                return Some(key);
+            }
+        }
+        None
+    }
+
+    /// Remove every live key that starts with `prefix` (PURGE); returns how many were removed.
+    pub fn purge_prefix(&self, prefix: &[u8], now_ms: u64) -> usize {
+        let mut removed = 0;
+        for i in 0..SHARDS {
+            let mut shard = self.shard(i);
+            let doomed: Vec<Bytes> = shard
+                .map()
+                .keys()
+                .filter(|k| k.starts_with(prefix))
+                .cloned()
+                .collect();
+            for key in doomed {
+                removed += usize::from(shard.remove(&key, now_ms).is_some());
+            }
+        }
+        removed
     }
 
     /// Arm every shard for a snapshot (the store calls this with the gate held exclusively).
@@ -105,7 +206,7 @@ impl Keyspace {
     }
 
     /// Lock the shard holding `key`.
-    pub fn lock(&self, key: &[u8]) -> MutexGuard<'_, Shard> {
+    pub fn lock(&self, key: &[u8]) -> ShardGuard<'_> {
         self.shard(self.shard_index(key))
     }
 
@@ -158,9 +259,9 @@ impl Keyspace {
         (0..SHARDS).map(|i| self.shard(i).expired_count()).sum()
     }
 
-    /// Drop every key. The old maps are returned so the caller can free them off the request path
-    /// (FLUSHALL ASYNC); dropping the result frees them here.
-    pub fn flush(&self) -> Vec<hashbrown::HashMap<Bytes, crate::shard::Entry>> {
+    /// Drop every key in O(shards), whatever the number of keys. The old contents are returned so
+    /// the caller can free them off the request path; dropping the result frees them here.
+    pub fn flush(&self) -> Vec<crate::shard::Cleared> {
         (0..SHARDS).map(|i| self.shard(i).clear()).collect()
     }
 

@@ -23,8 +23,9 @@ pub mod snapshot;
 pub mod store;
 pub mod value;
 
+pub use keyspace::ShardGuard;
 pub use keyspace::{Keyspace, MultiLock, ScanPage, SHARDS};
-pub use shard::{Entry, Shard};
+pub use shard::{Cleared, Entry, Shard};
 pub use snapshot::SnapshotSink;
 pub use store::Store;
 pub use value::{HashValue, Score, ScoreBound, Value, ValueKind, ZSetValue};

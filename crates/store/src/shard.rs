@@ -4,6 +4,11 @@
 //! blocks or allocates beyond the values it stores. Expired entries are removed lazily by the
 //! accessors here and actively by `sweep_expired`. Each mutation bumps the entry's version so
 //! `WATCH` can tell that a key changed.
+//!
+//! Eviction support: every entry carries the time of its last access (in 10 ms ticks), and a shard
+//! of an evicting keyspace keeps a sampling list of its keys so that approximate LRU can pick a few
+//! keys at random in O(1) (Redis' sampling approach). Deleted keys leave the list lazily: a sample
+//! that hits one removes it, and the list is rebuilt when it grows to twice the map.
 
 use crate::value::{Value, ITEM_OVERHEAD};
 use bytes::Bytes;
@@ -16,6 +21,14 @@ pub struct Entry {
     pub value: Value,
     expires_at: Option<u64>,
     version: u64,
+    /// Last access, in 10 ms ticks of the Unix clock (wrapping; see [`access_tick`]).
+    atime: u32,
+}
+
+/// The access clock: Unix time in 10 ms ticks, truncated to 32 bits (wraps every ~497 days; ages
+/// are computed with wrapping arithmetic).
+pub fn access_tick(now_ms: u64) -> u32 {
+    (now_ms / 10) as u32
 }
 
 impl Entry {
@@ -27,6 +40,10 @@ impl Entry {
     pub fn version(&self) -> u64 {
         self.version
     }
+    /// Ticks since the last access at `now_ms`.
+    pub fn idle_ticks(&self, now_ms: u64) -> u32 {
+        access_tick(now_ms).wrapping_sub(self.atime)
+    }
     fn is_expired(&self, now_ms: u64) -> bool {
         matches!(self.expires_at, Some(t) if t <= now_ms)
     }
@@ -34,6 +51,13 @@ impl Entry {
 
 fn entry_size(key_len: usize, value: &Value) -> usize {
     key_len + value.mem_size() + ITEM_OVERHEAD
+}
+
+/// What a flushed shard held; dropping it frees the memory (do that on a background thread).
+pub struct Cleared {
+    _map: HashMap<Bytes, Entry>,
+    _expiries: BTreeSet<(u64, Bytes)>,
+    _samples: Vec<Bytes>,
 }
 
 /// A shard of one keyspace. See the module docs for the invariants.
@@ -47,11 +71,59 @@ pub struct Shard {
     expired_count: u64,
     /// Set while a snapshot is armed and this shard has not been captured yet.
     pending_snapshot: Option<std::sync::Arc<crate::snapshot::SnapshotSink>>,
+    /// Keys for eviction sampling (only when `sampling` is on); may hold deleted keys and
+    /// duplicates, see the module docs.
+    sample_keys: Vec<Bytes>,
+    sampling: bool,
 }
 
 impl Shard {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A shard that keeps a sampling list for eviction.
+    pub fn with_sampling() -> Self {
+        Self {
+            sampling: true,
+            ..Self::default()
+        }
+    }
+
+    /// Remember a newly inserted key for eviction sampling.
+    fn note_insert(&mut self, key: &Bytes) {
+        if self.sampling {
+            if self.sample_keys.len() >= 2 * self.map.len() + 64 {
+                self.sample_keys = self.map.keys().cloned().collect();
+            }
+            self.sample_keys.push(key.clone());
+        }
+    }
+
+    /// Approximate LRU: look at up to `samples` random keys and return the one idle longest
+    /// (expired keys first). None when the shard is empty or does not sample.
+    pub fn eviction_candidate(&mut self, samples: usize, now_ms: u64) -> Option<Bytes> {
+        let mut best: Option<(u64, Bytes)> = None;
+        let mut looked = 0;
+        let mut rng = rand::thread_rng();
+        while looked < samples && !self.sample_keys.is_empty() && !self.map.is_empty() {
+            let i = rand::Rng::gen_range(&mut rng, 0..self.sample_keys.len());
+            let Some(entry) = self.map.get(&self.sample_keys[i]) else {
+                self.sample_keys.swap_remove(i);
+                continue;
+            };
+            looked += 1;
+            // Expired keys are the best victims of all.
+            let score = if entry.is_expired(now_ms) {
+                u64::MAX
+            } else {
+                entry.idle_ticks(now_ms) as u64
+            };
+            if best.as_ref().is_none_or(|(s, _)| score > *s) {
+                best = Some((score, self.sample_keys[i].clone()));
+            }
+        }
+        best.map(|(_, k)| k)
     }
 
     fn bump(&mut self) -> u64 {
@@ -113,7 +185,9 @@ impl Shard {
     /// The live entry for `key`, reclaiming it first if it expired.
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
         self.expire_if_needed(key, now_ms);
-        self.map.get(key)
+        let entry = self.map.get_mut(key)?;
+        entry.atime = access_tick(now_ms);
+        Some(entry)
     }
 
     /// Version of `key` for WATCH: 0 when absent or expired.
@@ -138,6 +212,7 @@ impl Shard {
                 let result = f(&mut entry.value);
                 let after = entry.value.mem_size();
                 entry.version = version;
+                entry.atime = access_tick(now_ms);
                 self.used_bytes = self.used_bytes + after - before;
                 (result, entry.value.is_empty_collection())
             }
@@ -171,20 +246,23 @@ impl Shard {
             let value = create();
             self.used_bytes += entry_size(key.len(), &value);
             let version = self.bump();
+            let key = Bytes::copy_from_slice(key);
+            self.note_insert(&key);
             self.map.insert(
-                Bytes::copy_from_slice(key),
+                key,
                 Entry {
                     value,
                     expires_at: None,
                     version,
+                    atime: access_tick(now_ms),
                 },
             );
         }
-        self.apply(key, f)
+        self.apply(key, now_ms, f)
     }
 
     /// `f` on the value of `key`, which the caller has checked is present and live.
-    fn apply<R>(&mut self, key: &[u8], f: impl FnOnce(&mut Value) -> R) -> R {
+    fn apply<R>(&mut self, key: &[u8], now_ms: u64, f: impl FnOnce(&mut Value) -> R) -> R {
         let version = self.next_version + 1;
         let Some(entry) = self.map.get_mut(key) else {
             unreachable!("apply: caller checked that the key is present")
@@ -193,6 +271,7 @@ impl Shard {
         let result = f(&mut entry.value);
         let after = entry.value.mem_size();
         entry.version = version;
+        entry.atime = access_tick(now_ms);
         let empty = entry.value.is_empty_collection();
         self.next_version = version;
         self.used_bytes = self.used_bytes + after - before;
@@ -231,6 +310,7 @@ impl Shard {
                     value,
                     expires_at,
                     version,
+                    atime: access_tick(now_ms),
                 },
             );
             if was_expired {
@@ -244,12 +324,14 @@ impl Shard {
         if let Some(t) = expires_at {
             self.expiries.insert((t, key.clone()));
         }
+        self.note_insert(&key);
         self.map.insert(
             key,
             Entry {
                 value,
                 expires_at,
                 version,
+                atime: access_tick(now_ms),
             },
         );
         None
@@ -299,13 +381,17 @@ impl Shard {
         removed
     }
 
-    /// Drop every entry; returns the old map so the caller can free it off the request path.
-    pub fn clear(&mut self) -> HashMap<Bytes, Entry> {
-        self.expiries.clear();
+    /// Drop every entry in O(1): the old contents are handed back so the caller can free them off
+    /// the request path.
+    pub fn clear(&mut self) -> Cleared {
         self.used_bytes = 0;
         // Keep versions monotonic across a flush so WATCH still sees later changes.
         self.next_version += 1;
-        std::mem::take(&mut self.map)
+        Cleared {
+            _map: std::mem::take(&mut self.map),
+            _expiries: std::mem::take(&mut self.expiries),
+            _samples: std::mem::take(&mut self.sample_keys),
+        }
     }
 
     /// Iterate live entries (expired-but-unreclaimed ones are skipped).

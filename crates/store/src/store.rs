@@ -17,8 +17,18 @@ pub struct Store {
 impl Store {
     /// A store with `databases` keyspaces (the `SELECT` range is 0..databases).
     pub fn new(databases: usize) -> Self {
+        Self::with_keyspaces(&vec![false; databases.max(1)])
+    }
+
+    /// A store with one keyspace per element of `evicting` (true: the keyspace may evict, so its
+    /// shards keep sampling lists).
+    pub fn with_keyspaces(evicting: &[bool]) -> Self {
         Self {
-            keyspaces: (0..databases.max(1)).map(Keyspace::with_index).collect(),
+            keyspaces: evicting
+                .iter()
+                .enumerate()
+                .map(|(i, &e)| Keyspace::with_options(i, e))
+                .collect(),
             gate: Gate::default(),
         }
     }
@@ -69,6 +79,6 @@ impl Store {
 
     /// Approximate bytes held by keys and values across all keyspaces.
     pub fn used_bytes(&self) -> usize {
-        self.keyspaces.iter().map(|k| k.stats().2).sum()
+        self.keyspaces.iter().map(|k| k.used_bytes()).sum()
     }
 }

@@ -22,6 +22,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("quit", -1, CONN | flags::NO_AUTH | flags::NO_QUEUE, NO_KEYS, "connection", "Closes the connection.", quit),
     cmd("reset", 1, CONN | flags::NO_AUTH | flags::NO_QUEUE, NO_KEYS, "connection", "Resets the connection.", reset),
     cmd("client", -2, flags::LOADING, NO_KEYS, "connection", "A container for client connection commands.", client),
+    cmd("acl", -2, flags::LOADING, NO_KEYS, "server", "A container for access list commands (WHOAMI, USERS, CAT of one's own rights).", acl),
 ];
 
 fn ping(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -37,22 +38,54 @@ fn echo(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::Bulk(args[1].clone()))
 }
 
-/// Compare without an early exit on the first differing byte.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Check `user`/`pass` against the configured password (single default user for now).
-fn check_password(ctx: &Ctx<'_>, user: &[u8], pass: &[u8]) -> Result<(), CmdError> {
-    let required = ctx.shared.live.requirepass.lock().clone();
-    if !user.eq_ignore_ascii_case(b"default") {
-        return Err(CmdError::WrongPass);
+/// Check `user`/`pass`; on success bind the connection to the user's tenant and rights.
+/// Attempts from an address with recent failures are answered late (see `AuthThrottle`).
+fn authenticate(ctx: &mut Ctx<'_>, user: &[u8], pass: &[u8]) -> Result<(), CmdError> {
+    let shared = ctx.shared;
+    let ip = ctx.client.handle.addr.ip();
+    let delay = shared.auth_throttle.delay(ip);
+    let requirepass = shared.live.requirepass.lock().clone();
+    let found = shared
+        .tenancy
+        .user(user)
+        .filter(|u| u.verify(pass, &requirepass));
+    let result = match found {
+        None => {
+            shared.auth_throttle.failed(ip);
+            tracing::info!(client = ctx.client.id, addr = %ctx.client.handle.addr, user = %show(user), "AUTH failed");
+            Err(CmdError::WrongPass)
+        }
+        Some(u) => {
+            shared.auth_throttle.succeeded(ip);
+            let client = &mut *ctx.client;
+            if client.tenant != u.tenant || !client.authenticated {
+                client.tenant = u.tenant;
+                client.db = shared.tenancy.initial_keyspace(u.tenant);
+                client.handle.tenant.store(u.tenant, Ordering::Relaxed);
+                client
+                    .handle
+                    .db
+                    .store(shared.tenancy.select_of(client.db), Ordering::Relaxed);
+            }
+            client.perms = u.perms;
+            client.user = std::sync::Arc::from(u.name.as_str());
+            *client.handle.user.lock() = client.user.clone();
+            client.authenticated = true;
+            Ok(())
+        }
+    };
+    if !delay.is_zero() {
+        // Answer late, whatever the outcome, so guessing from one address stays slow.
+        let reply = match &result {
+            Ok(()) => Frame::ok(),
+            Err(e) => e.to_frame(),
+        };
+        ctx.client.deferred = Some(crate::client::Deferred::Delay {
+            until: std::time::Instant::now() + delay,
+            reply,
+        });
     }
-    if required.is_empty() || same_secret(required.as_bytes(), pass) {
-        Ok(())
-    } else {
-        Err(CmdError::WrongPass)
-    }
+    result
 }
 
 fn auth(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -66,8 +99,7 @@ fn auth(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
         ));
     }
-    check_password(ctx, user, pass)?;
-    ctx.client.authenticated = true;
+    authenticate(ctx, user, pass)?;
     Ok(Frame::ok())
 }
 
@@ -109,8 +141,9 @@ fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
     }
     if let Some((user, pass)) = credentials {
-        check_password(ctx, user, pass)?;
-        ctx.client.authenticated = true;
+        authenticate(ctx, user, pass)?;
+        // A throttled HELLO still answers at once with its map; only AUTH is delayed.
+        ctx.client.deferred = None;
     }
     if !ctx.client.authenticated && ctx.shared.auth_required() {
         return Err(CmdError::Other("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into()));
@@ -142,15 +175,50 @@ fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 fn select(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let index = parse_i64(&args[1]).ok_or(CmdError::NotInteger)?;
-    if index < 0 || index as usize >= ctx.shared.store.databases() {
-        return Err(CmdError::DbIndexOutOfRange);
-    }
-    ctx.client.db = index as usize;
+    let global = usize::try_from(index)
+        .ok()
+        .and_then(|i| ctx.shared.tenancy.select(ctx.client.tenant, i))
+        .ok_or(CmdError::DbIndexOutOfRange)?;
+    ctx.client.db = global;
     ctx.client
         .handle
         .db
         .store(index as usize, Ordering::Relaxed);
     Ok(Frame::ok())
+}
+
+/// ACL WHOAMI (the user), ACL USERS (admins: every user), ACL MYPERMS (the caller's rights).
+fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let sub = String::from_utf8_lossy(&args[1]).to_lowercase();
+    match (sub.as_str(), args.len()) {
+        ("whoami", 2) => Ok(Frame::Bulk(Bytes::from(ctx.client.user.to_string()))),
+        ("users", 2) => {
+            if !ctx.client.perms.contains(crate::tenancy::Perms::ADMIN) {
+                return Err(crate::tenancy::no_perm(&ctx.client.user, "acl|users"));
+            }
+            Ok(Frame::Array(
+                ctx.shared
+                    .tenancy
+                    .user_names()
+                    .into_iter()
+                    .map(|n| Frame::Bulk(Bytes::from(n)))
+                    .collect(),
+            ))
+        }
+        ("myperms", 2) => Ok(Frame::Array(
+            ctx.client
+                .perms
+                .names()
+                .into_iter()
+                .map(|n| Frame::Bulk(Bytes::from_static(n.as_bytes())))
+                .collect(),
+        )),
+        ("whoami" | "users" | "myperms", _) => Err(super::arity_error(b"acl")),
+        _ => Err(CmdError::UnknownSubcommand {
+            cmd: "ACL".into(),
+            sub: show(&args[1]),
+        }),
+    }
 }
 
 fn quit(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
@@ -160,13 +228,19 @@ fn quit(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
 
 fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     ctx.client.clear_transaction();
-    ctx.client.db = 0;
+    ctx.client.db = ctx.shared.tenancy.initial_keyspace(ctx.client.tenant);
     ctx.client.resp = ProtocolVersion::Resp2;
-    ctx.client.authenticated = !ctx.shared.auth_required();
+    if ctx.shared.auth_required() {
+        // Redis: RESET de-authenticates when the default user needs a password.
+        ctx.client.authenticated = false;
+    }
     ctx.client.durability = None;
     let h = &ctx.client.handle;
     h.durability.store(0, Ordering::Relaxed);
-    h.db.store(0, Ordering::Relaxed);
+    h.db.store(
+        ctx.shared.tenancy.select_of(ctx.client.db),
+        Ordering::Relaxed,
+    );
     h.resp.store(2, Ordering::Relaxed);
     *h.name.lock() = None;
     Ok(Frame::Simple("RESET".into()))
@@ -325,7 +399,7 @@ fn client_list(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
     }
     let mut out = String::new();
     for c in ctx.shared.clients.all() {
-        if ids.as_ref().is_some_and(|ids| !ids.contains(&c.id)) {
+        if ids.as_ref().is_some_and(|ids| !ids.contains(&c.id)) || !same_tenant(ctx, &c) {
             continue;
         }
         out.push_str(&c.describe());
@@ -343,12 +417,13 @@ fn client_kill(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
             .clients
             .all()
             .into_iter()
-            .find(|c| c.addr.to_string() == addr);
+            .find(|c| c.addr.to_string() == addr && same_tenant(ctx, c));
         return match victim {
-            Some(c) => {
+            Some(c) if may_kill(ctx, &c) => {
                 kill(ctx, &c);
                 Ok(Frame::ok())
             }
+            Some(_) => Err(crate::tenancy::no_perm(&ctx.client.user, "client|kill")),
             None => Err(CmdError::err("No such client")),
         };
     }
@@ -387,18 +462,38 @@ fn client_kill(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
         }
     }
     let mut killed = 0;
+    let mut forbidden = 0;
     for c in ctx.shared.clients.all() {
         if id.is_some_and(|id| id != c.id)
             || addr.as_ref().is_some_and(|a| *a != c.addr.to_string())
             || laddr.as_ref().is_some_and(|a| *a != c.laddr.to_string())
             || (skipme && c.id == ctx.client.id)
+            || !same_tenant(ctx, &c)
         {
+            continue;
+        }
+        if !may_kill(ctx, &c) {
+            forbidden += 1;
             continue;
         }
         kill(ctx, &c);
         killed += 1;
     }
+    if killed == 0 && forbidden > 0 {
+        return Err(crate::tenancy::no_perm(&ctx.client.user, "client|kill"));
+    }
     Ok(Frame::Integer(killed))
+}
+
+/// Admins see every connection; other users only those of their own tenant.
+fn same_tenant(ctx: &Ctx<'_>, c: &crate::client::ClientHandle) -> bool {
+    ctx.client.perms.contains(crate::tenancy::Perms::ADMIN)
+        || c.tenant.load(Ordering::Relaxed) == ctx.client.tenant
+}
+
+/// Admins may kill any connection; other users only their own user's connections.
+fn may_kill(ctx: &Ctx<'_>, c: &crate::client::ClientHandle) -> bool {
+    ctx.client.perms.contains(crate::tenancy::Perms::ADMIN) || *c.user.lock() == ctx.client.user
 }
 
 fn kill(ctx: &mut Ctx<'_>, victim: &std::sync::Arc<crate::client::ClientHandle>) {

@@ -28,7 +28,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("lock", -2, flags::FAST, NO_KEYS, "locks", "Takes a named lock, waiting server-side (FIFO) up to WAIT ms; returns a fencing token or nil.", lock),
     cmd("unlock", 3, flags::FAST, NO_KEYS, "locks", "Releases a named lock held under the given token.", unlock),
     cmd("locks.info", 2, flags::READONLY | flags::FAST, NO_KEYS, "locks", "Returns the holder, token, age, lease left and waiters of a lock.", locks_info),
-    cmd("locks.list", -1, flags::ADMIN, NO_KEYS, "locks", "Lists the locks that are held, optionally matching a pattern.", locks_list),
+    cmd("locks.list", -1, flags::READONLY, NO_KEYS, "locks", "Lists the locks that are held (the tenant's own; every tenant's for admins), optionally matching a pattern.", locks_list),
     cmd("session.open", -2, flags::READONLY, KEY1, "locks", "Locks a session and returns [token, data] in one round trip.", session_open),
     cmd("session.close", -3, SW | flags::DENYOOM, KEY1, "locks", "Writes the session data, refreshes its TTL and unlocks, if the token still holds the lock.", session_close),
     cmd("session.touch", 4, SW | flags::FAST, KEY1, "locks", "Extends a session's TTL without rewriting its data.", session_touch),
@@ -146,11 +146,19 @@ fn unlock(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-fn info_frame(i: &LockInfo) -> Frame {
+fn info_frame(shared: &crate::state::Shared, i: &LockInfo) -> Frame {
     let b = |s: &str| Frame::Bulk(Bytes::from(s.to_string()));
+    let tenant = shared
+        .tenancy
+        .tenant_of(i.db)
+        .map_or("", |t| shared.tenancy.tenants[t].name.as_str());
     Frame::Map(vec![
         (b("name"), Frame::Bulk(i.name.clone())),
-        (b("db"), Frame::Integer(i.db as i64)),
+        (b("tenant"), b(tenant)),
+        (
+            b("db"),
+            Frame::Integer(shared.tenancy.select_of(i.db) as i64),
+        ),
         (b("holder"), Frame::Integer(i.holder_client as i64)),
         (b("token"), Frame::Integer(i.token as i64)),
         (b("held_ms"), Frame::Integer(i.held_for.as_millis() as i64)),
@@ -164,7 +172,7 @@ fn info_frame(i: &LockInfo) -> Frame {
 
 fn locks_info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(match ctx.shared.locks.info(ctx.client.db, &args[1]) {
-        Some(i) => info_frame(&i),
+        Some(i) => info_frame(ctx.shared, &i),
         None => Frame::Null,
     })
 }
@@ -175,13 +183,16 @@ fn locks_list(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         2 => Some(&args[1]),
         _ => return Err(CmdError::Syntax),
     };
+    // Admins see every tenant's locks; everyone else their own tenant's.
+    let all = ctx.client.perms.contains(crate::tenancy::Perms::ADMIN);
     Ok(Frame::Array(
         ctx.shared
             .locks
             .list()
             .iter()
             .filter(|i| pattern.is_none_or(|p| gradus_store::glob::glob_match(p, &i.name)))
-            .map(info_frame)
+            .filter(|i| all || ctx.shared.tenancy.tenant_of(i.db) == Some(ctx.client.tenant))
+            .map(|i| info_frame(ctx.shared, i))
             .collect(),
     ))
 }

@@ -233,6 +233,9 @@ impl ScriptRun<'_> {
         if !allowed_in_script(spec) {
             return CmdError::err("This Redis command is not allowed from script").to_frame();
         }
+        if let Err(e) = crate::tenancy::check_perms(self.client, spec, &args) {
+            return e.to_frame();
+        }
         if !spec.has(flags::WRITE) {
             return dispatch::run(self.shared, self.client, spec, &args, self.now_ms);
         }

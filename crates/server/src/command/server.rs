@@ -19,8 +19,9 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("config", -2, ADMIN, NO_KEYS, "server", "A container for server configuration commands.", config),
     cmd("command", -1, flags::LOADING, NO_KEYS, "server", "Returns detailed information about all commands.", command),
     cmd("dbsize", 1, flags::READONLY | flags::FAST, NO_KEYS, "server", "Returns the number of keys in the database.", dbsize),
-    cmd("flushdb", -1, flags::WRITE, NO_KEYS, "server", "Removes all keys from the current database.", flushdb),
-    cmd("flushall", -1, flags::WRITE, NO_KEYS, "server", "Removes all keys from all databases.", flushall),
+    cmd("flushdb", -1, flags::WRITE, NO_KEYS, "server", "Removes all keys from the current keyspace, in O(1).", flushdb),
+    cmd("flushall", -1, flags::WRITE, NO_KEYS, "server", "Removes all keys from every keyspace of the caller's tenant, in O(1).", flushall),
+    cmd("purge", 2, flags::WRITE, NO_KEYS, "server", "Removes every key starting with the given prefix from the current keyspace; returns how many.", purge),
     cmd("time", 1, flags::FAST | flags::LOADING | flags::RANDOM, NO_KEYS, "server", "Returns the server time.", time),
     cmd("save", 1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Synchronously saves the database(s) to disk.", save),
     cmd("bgsave", -1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Asynchronously saves the database(s) to disk.", bgsave),
@@ -34,7 +35,11 @@ fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         .iter()
         .map(|a| String::from_utf8_lossy(a).to_lowercase())
         .collect();
-    let text = crate::info::render(ctx.shared, &sections);
+    let viewer = crate::info::Viewer {
+        tenant: ctx.client.tenant,
+        admin: ctx.client.perms.contains(crate::tenancy::Perms::ADMIN),
+    };
+    let text = crate::info::render(ctx.shared, &viewer, &sections);
     Ok(Frame::Verbatim {
         format: *b"txt",
         text: Bytes::from(text),
@@ -55,33 +60,44 @@ fn flush_mode(args: &[Bytes]) -> Result<bool, CmdError> {
     }
 }
 
-/// Free flushed maps: on a background thread for ASYNC, here otherwise.
-fn dispose<T: Send + 'static>(old: T, asynchronous: bool) {
-    if asynchronous {
-        std::thread::spawn(move || drop(old));
-    } else {
-        drop(old);
-    }
+/// Free flushed contents on a background thread: a flush detaches the maps in O(1) and the reply
+/// never waits for millions of frees (SYNC and ASYNC are accepted and behave alike; the keys are
+/// gone for every client the moment the command returns either way).
+fn dispose<T: Send + 'static>(old: T) {
+    std::thread::Builder::new()
+        .name("gradus-reclaim".into())
+        .spawn(move || drop(old))
+        .map(drop)
+        .unwrap_or_else(|e| tracing::warn!(error = %e, "no reclaim thread; freeing inline"));
 }
 
 fn flushdb(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let asynchronous = flush_mode(args)?;
-    let old = ctx.db().flush();
-    dispose(old, asynchronous);
+    flush_mode(args)?;
+    dispose(ctx.db().flush());
     Ok(Frame::ok())
 }
 
+/// Empties the keyspaces of the tenant that owns the selected keyspace (on replay, too, the
+/// record's keyspace names the tenant).
 fn flushall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let asynchronous = flush_mode(args)?;
-    let old: Vec<_> = ctx
-        .shared
-        .store
-        .keyspaces()
+    flush_mode(args)?;
+    let shared = ctx.shared;
+    let Some(tenant) = shared.tenancy.tenant_of(ctx.client.db) else {
+        return Ok(Frame::ok());
+    };
+    let old: Vec<_> = shared.tenancy.tenants[tenant]
+        .keyspaces
         .iter()
+        .filter_map(|&g| shared.store.db(g))
         .map(|k| k.flush())
         .collect();
-    dispose(old, asynchronous);
+    dispose(old);
     Ok(Frame::ok())
+}
+
+fn purge(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let removed = ctx.db().purge_prefix(&args[1], ctx.now_ms);
+    Ok(Frame::Integer(removed as i64))
 }
 
 fn time(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {

@@ -23,8 +23,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub struct Persistence {
     /// The log, or None when every database is `none` (nothing to make durable).
     pub log: Option<Log>,
-    /// Default degree of each database (by SELECT index).
+    /// Default degree of each keyspace (by global index).
     pub degrees: Vec<Durability>,
+    /// The tenant of each keyspace (by global index; orphans get `usize::MAX`): FLUSHALL's group.
+    pub flush_groups: Vec<usize>,
     pub snapshot_in_progress: AtomicBool,
     /// Unix seconds of the last successful snapshot (or of start-up, as Redis' LASTSAVE does).
     pub last_save_unix: AtomicU64,
@@ -59,17 +61,20 @@ impl Persistence {
     /// Err when the connection asks for a logged degree in a database that is never logged.
     /// In a logged database an override of `none` is raised to `lazy`: every write there is
     /// logged, so a replay can never resurrect an older value over an unlogged newer one.
-    /// FLUSHALL empties every database, so it is logged at the strongest degree of any of them,
-    /// whichever database the connection has selected.
+    /// FLUSHALL empties every keyspace of the caller's tenant, so it is logged at the strongest
+    /// degree of any of them, whichever one the connection has selected.
     pub fn degree_for(
         &self,
         client: &ClientState,
         spec: &crate::command::CommandSpec,
     ) -> Result<Durability, CmdError> {
         let base = if spec.name == "flushall" {
+            let group = self.flush_groups.get(client.db);
             self.degrees
                 .iter()
-                .copied()
+                .zip(&self.flush_groups)
+                .filter(|(_, g)| Some(*g) == group)
+                .map(|(d, _)| *d)
                 .max()
                 .unwrap_or(Durability::None)
         } else {
