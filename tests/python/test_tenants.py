@@ -275,6 +275,17 @@ def test_restart_keeps_each_tenants_data_apart(gradus_factory, tmp_path):
     assert beta.get("session_1") == b"beta session"
     beta.execute_command("SELECT", 1)
     assert beta.get("cached") is None
+    # FLUSHALL replays as it ran: alpha's keyspaces only.
+    alpha.flushall()
+    alpha.close()
+    beta.close()
+    server.restart()
+    alpha, beta = connect(server, "alpha"), connect(server, "beta")
+    assert alpha.dbsize() == 0
+    assert beta.get("session_1") == b"beta session"
+    alpha.set("session_1", "alpha session")
+    alpha.close()
+    beta.close()
     # A configuration that lists the tenants in the other order keeps each tenant's data:
     # keyspaces keep the index the data directory gave them.
     text = EXAMPLE.read_text()

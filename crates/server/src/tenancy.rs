@@ -754,6 +754,80 @@ mod tests {
         assert_eq!(parse_size("1x"), None);
     }
 
+    fn two_tenants() -> Config {
+        let mut c = Config::embedded();
+        let user = |name: &str| {
+            format!(
+                "[[tenants.users]]\nname = \"{name}\"\npassword = \"{}\"\npermissions = [\"read\"]\n",
+                hash_password("pw")
+            )
+        };
+        let text = format!(
+            "[[tenants]]\nname = \"a\"\n{}[[tenants.keyspaces]]\nname = \"s\"\nselect = 0\n\
+             [[tenants.keyspaces]]\nname = \"c\"\nselect = 1\neviction = \"lru\"\nmemory-limit = \"1mb\"\n\
+             [[tenants]]\nname = \"b\"\n{}[[tenants.keyspaces]]\nname = \"s\"\nselect = 0\n",
+            user("ua"),
+            user("ub")
+        );
+        c.merge_toml(&text).unwrap();
+        c.validate().unwrap();
+        c
+    }
+
+    #[test]
+    fn layout_keeps_indices_and_orphans() {
+        let c = two_tenants();
+        let fresh = Tenancy::build(&c, &[]).unwrap();
+        let names: Vec<&str> = fresh
+            .keyspaces
+            .iter()
+            .map(|k| k.full_name.as_str())
+            .collect();
+        assert_eq!(names, ["a/s", "a/c", "b/s"]);
+        assert_eq!(fresh.select(1, 0), Some(2));
+        assert_eq!(fresh.select(1, 1), None);
+        assert!(fresh.keyspaces[1].evict && fresh.tenants[0].limited && !fresh.tenants[1].limited);
+        // A data directory that knew b/s at 0, an old keyspace at 1, and a/s at 3.
+        let previous = vec![
+            (0, "b/s".to_string()),
+            (1, "old/x".to_string()),
+            (3, "a/s".to_string()),
+        ];
+        let t = Tenancy::build(&c, &previous).unwrap();
+        assert_eq!(t.keyspaces[0].full_name, "b/s");
+        assert_eq!(t.keyspaces[0].tenant, Some(1));
+        assert_eq!(t.keyspaces[1].tenant, None, "kept, unreachable");
+        assert_eq!(t.keyspaces[1].full_name, "old/x");
+        assert_eq!(t.keyspaces[3].full_name, "a/s");
+        assert_eq!(
+            t.keyspaces[4].full_name, "a/c",
+            "new keyspaces are appended"
+        );
+        assert_eq!(t.select(0, 0), Some(3));
+        assert_eq!(t.select(1, 0), Some(0));
+        assert_eq!(t.tenant_of(2), None, "an unused index belongs to no one");
+        let back = parse_layout(&render_layout(&t)).unwrap();
+        assert_eq!(back.len(), t.keyspaces.len());
+        assert!(back.iter().all(|(i, n)| &t.keyspaces[*i].full_name == n));
+    }
+
+    #[test]
+    fn bad_tenant_configs_are_rejected() {
+        let mut c = two_tenants();
+        c.requirepass = "x".into();
+        assert!(Tenancy::build(&c, &[]).is_err());
+        let mut c = two_tenants();
+        c.tenants[0].keyspaces[1].select = 0;
+        let e = Tenancy::build(&c, &[]).err().unwrap().to_string();
+        assert!(e.contains("two keyspaces use SELECT 0"), "{e}");
+        let mut c = two_tenants();
+        c.tenants[1].users[0].password = "pw".into();
+        assert!(Tenancy::build(&c, &[]).is_err());
+        let mut c = two_tenants();
+        c.tenants[0].keyspaces[1].eviction = Some("random".into());
+        assert!(Tenancy::build(&c, &[]).is_err());
+    }
+
     #[test]
     fn throttle_grows_and_clears() {
         let t = AuthThrottle::default();
