@@ -221,7 +221,11 @@ fn parse_secret(user: &str, stored: &str) -> Result<Secret, ServerError> {
     if scheme != "pbkdf2-sha256" {
         return Err(bad());
     }
-    let rounds: u32 = rounds.parse().ok().filter(|r| *r >= 1).ok_or_else(bad)?;
+    let rounds: u32 = rounds
+        .parse()
+        .ok()
+        .filter(|r| (1..=10_000_000).contains(r))
+        .ok_or_else(bad)?;
     let salt = unhex(salt).filter(|s| !s.is_empty()).ok_or_else(bad)?;
     let hash: [u8; 32] = unhex(hash)
         .and_then(|h| h.try_into().ok())
@@ -826,6 +830,19 @@ mod tests {
         let mut c = two_tenants();
         c.tenants[0].keyspaces[1].eviction = Some("random".into());
         assert!(Tenancy::build(&c, &[]).is_err());
+    }
+
+    proptest::proptest! {
+        /// The LAYOUT, size and stored-password parsers take anything without panicking, and a
+        /// rendered layout parses back to itself.
+        #[test]
+        fn parsers_never_panic(text in ".{0,200}", n in 0usize..5000, name in "[a-z]{1,8}/[a-z0-9]{1,8}") {
+            let _ = parse_layout(&text);
+            let _ = parse_size(&text);
+            let _ = parse_secret("u", &text);
+            let line = format!("{n} {name}\n");
+            proptest::prop_assert_eq!(parse_layout(&line).unwrap(), vec![(n, name)]);
+        }
     }
 
     #[test]
