@@ -16,7 +16,7 @@ fn value(c: u8) -> Option<u32> {
 
 /// Decode `input`; None when it is empty, not a multiple of 4 long, or not base64.
 pub fn decode(input: &[u8]) -> Option<Vec<u8>> {
-    if input.is_empty() || input.len() % 4 != 0 {
+    if input.is_empty() || !input.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(input.len() / 4 * 3);
