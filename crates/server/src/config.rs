@@ -27,6 +27,9 @@ pub struct Config {
     pub hz: u32,
     pub threads: usize,
     pub loglevel: String,
+    pub memcached_port: u16,
+    pub memcached_db: usize,
+    pub memcached_item_size_max: usize,
     pub durability: DurabilityConfig,
 }
 
@@ -72,6 +75,9 @@ struct PartialConfig {
     hz: Option<u32>,
     threads: Option<usize>,
     loglevel: Option<String>,
+    memcached_port: Option<u16>,
+    memcached_db: Option<usize>,
+    memcached_item_size_max: Option<usize>,
     durability: Option<PartialDurability>,
 }
 
@@ -129,6 +135,15 @@ pub struct Cli {
     /// Default durability degree of every database: none, lazy, background or strict (default background).
     #[arg(long, value_name = "DEGREE")]
     pub durability: Option<String>,
+    /// TCP port for the memcached-protocol listener (default 11211; 0 disables it).
+    #[arg(long, value_name = "PORT")]
+    pub memcached_port: Option<u16>,
+    /// Database (SELECT index) that the memcached port reads and writes (default 0).
+    #[arg(long, value_name = "N")]
+    pub memcached_db: Option<usize>,
+    /// Largest value accepted over the memcached port, in bytes (default 1 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub memcached_item_size_max: Option<usize>,
     /// Start even if the log is corrupt in the middle: keep the valid prefix and report what was dropped.
     #[arg(long)]
     pub repair: bool,
@@ -176,7 +191,10 @@ impl Config {
             max_inline_len,
             hz,
             threads,
-            loglevel
+            loglevel,
+            memcached_port,
+            memcached_db,
+            memcached_item_size_max
         );
         if let Some(d) = p.durability {
             let t = &mut self.durability;
@@ -214,7 +232,10 @@ impl Config {
             max_inline_len,
             hz,
             threads,
-            loglevel
+            loglevel,
+            memcached_port,
+            memcached_db,
+            memcached_item_size_max
         );
         if let Some(d) = &cli.durability {
             self.durability.default = d.clone();
@@ -245,6 +266,12 @@ impl Config {
         }
         if self.max_multibulk_len == 0 || self.max_inline_len < 64 {
             return bad("max-multibulk-len must be >= 1 and max-inline-len >= 64");
+        }
+        if self.memcached_db >= self.databases {
+            return bad("memcached-db must be below databases");
+        }
+        if self.memcached_item_size_max < 1024 || self.memcached_item_size_max > 1 << 30 {
+            return bad("memcached-item-size-max must be between 1024 and 1073741824");
         }
         if self.hz == 0 || self.hz > 500 {
             return bad("hz must be between 1 and 500");

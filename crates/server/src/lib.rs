@@ -7,6 +7,7 @@
 //! - [`client`]: per-connection state and the registry behind CLIENT LIST/KILL;
 //! - [`state`]: what all connections share (store, live settings, counters);
 //! - [`persist`]: durability degrees, log records, snapshots, recovery (the log itself is `gradus-log`);
+//! - [`memcache`]: the memcached text/meta protocol listener over the same keyspaces;
 //! - [`config`]: embedded defaults, TOML file, flags; [`info`]: the INFO text;
 //! - [`args`]: argument parsing with Redis' rules; [`long_double`]: Redis' float arithmetic for
 //!   INCRBYFLOAT/HINCRBYFLOAT; [`error`]: this layer's error type.
@@ -23,6 +24,7 @@ pub mod dispatch;
 pub mod error;
 pub mod info;
 pub mod long_double;
+pub mod memcache;
 pub mod persist;
 pub mod server;
 pub mod state;

@@ -26,6 +26,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub struct Server {
     shared: Arc<Shared>,
     listeners: Vec<TcpListener>,
+    memcached_listeners: Vec<TcpListener>,
 }
 
 impl Server {
@@ -54,6 +55,7 @@ impl Server {
             port = listener.local_addr()?.port();
             listeners.push(listener);
         }
+        let memcached_listeners = crate::memcache::listener::bind(&config).await?;
         let degrees = config
             .database_degrees()
             .map_err(|e| ServerError::Config(e.to_string()))?;
@@ -114,7 +116,11 @@ impl Server {
             );
             *shared.persist.recovery.lock() = report;
         }
-        Ok(Self { shared, listeners })
+        Ok(Self {
+            shared,
+            listeners,
+            memcached_listeners,
+        })
     }
 
     pub fn shared(&self) -> Arc<Shared> {
@@ -133,6 +139,11 @@ impl Server {
             tracing::info!(addr = %listener.local_addr()?, "listening (RESP)");
             tasks.spawn(accept_loop(shared.clone(), listener));
         }
+        for listener in self.memcached_listeners {
+            tracing::info!(addr = %listener.local_addr()?, "listening (memcached)");
+            tasks.spawn(crate::memcache::listener::accept_loop(shared.clone(), listener));
+        }
+        tasks.spawn(crate::memcache::listener::delayed_flush_loop(shared.clone()));
         tasks.spawn(expiry_loop(shared.clone()));
         tasks.spawn(snapshot_loop(shared.clone()));
         tasks.spawn(lock_lease_loop(shared.clone()));

@@ -24,7 +24,7 @@ pub mod store;
 pub mod value;
 
 pub use keyspace::{Keyspace, MultiLock, ScanPage, SHARDS};
-pub use shard::{Entry, Shard};
+pub use shard::{Entry, ItemMeta, Shard};
 pub use snapshot::SnapshotSink;
 pub use store::Store;
 pub use value::{HashValue, Score, ScoreBound, Value, ValueKind, ZSetValue};

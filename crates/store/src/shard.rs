@@ -16,6 +16,46 @@ pub struct Entry {
     pub value: Value,
     expires_at: Option<u64>,
     version: u64,
+    meta: ItemMeta,
+}
+
+/// What the memcached protocol keeps beside a value: the client's 32-bit flags and the meta
+/// protocol's per-item state. Every whole-value write (SET, memcached `set`) resets it; in-place
+/// changes (APPEND, INCR) keep it. 12 bytes, so entries written over RESP pay almost nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ItemMeta {
+    /// Opaque flags stored by memcached clients (php-memcached keeps its serializer here).
+    pub client_flags: u32,
+    /// Unix seconds of the last store or fetch (meta `l`).
+    pub last_access_s: u32,
+    /// `STALE` | `WIN_SENT` | `FETCHED`.
+    pub bits: u8,
+}
+
+impl ItemMeta {
+    /// Marked stale by `md key I` (or a stale `ms … I` store): readers see `X`.
+    pub const STALE: u8 = 1;
+    /// A client already received the recache win (`W`); later readers see `Z`.
+    pub const WIN_SENT: u8 = 2;
+    /// Fetched at least once since stored (meta `h`).
+    pub const FETCHED: u8 = 4;
+    /// The bits that snapshots and log records carry (a restart keeps a stale mark and a
+    /// pending recache lease; "fetched" is access history, not data).
+    pub const PERSISTED_BITS: u8 = Self::STALE | Self::WIN_SENT;
+
+    pub fn has(&self, bit: u8) -> bool {
+        self.bits & bit != 0
+    }
+}
+
+impl ItemMeta {
+    /// The state of a freshly stored item.
+    fn fresh(now_ms: u64) -> Self {
+        ItemMeta {
+            last_access_s: (now_ms / 1000) as u32,
+            ..ItemMeta::default()
+        }
+    }
 }
 
 impl Entry {
@@ -26,6 +66,10 @@ impl Entry {
     /// Monotonic per-shard modification stamp (never 0 for a live entry).
     pub fn version(&self) -> u64 {
         self.version
+    }
+    /// memcached client flags and meta state.
+    pub fn meta(&self) -> ItemMeta {
+        self.meta
     }
     fn is_expired(&self, now_ms: u64) -> bool {
         matches!(self.expires_at, Some(t) if t <= now_ms)
@@ -116,6 +160,26 @@ impl Shard {
         self.map.get(key)
     }
 
+    /// The live entry for `key` as a memcached read sees it, with its meta state *before* this
+    /// read; `bump` marks it fetched and accessed now (meta `u` skips that). One hash lookup.
+    pub fn fetch(&mut self, key: &[u8], now_ms: u64, bump: bool) -> Option<(&Entry, ItemMeta)> {
+        let expired = match self.map.get(key) {
+            None => return None,
+            Some(e) => e.is_expired(now_ms),
+        };
+        if expired {
+            self.expire_if_needed(key, now_ms);
+            return None;
+        }
+        let entry = self.map.get_mut(key)?;
+        let before = entry.meta;
+        if bump {
+            entry.meta.bits |= ItemMeta::FETCHED;
+            entry.meta.last_access_s = (now_ms / 1000) as u32;
+        }
+        Some((&*entry, before))
+    }
+
     /// Version of `key` for WATCH: 0 when absent or expired.
     pub fn version_of(&mut self, key: &[u8], now_ms: u64) -> u64 {
         self.get(key, now_ms).map_or(0, |e| e.version)
@@ -177,6 +241,7 @@ impl Shard {
                     value,
                     expires_at: None,
                     version,
+                    meta: ItemMeta::fresh(now_ms),
                 },
             );
         }
@@ -231,6 +296,7 @@ impl Shard {
                     value,
                     expires_at,
                     version,
+                    meta: ItemMeta::fresh(now_ms),
                 },
             );
             if was_expired {
@@ -250,9 +316,44 @@ impl Shard {
                 value,
                 expires_at,
                 version,
+                meta: ItemMeta::fresh(now_ms),
             },
         );
         None
+    }
+
+    /// [`Shard::set`] with memcached client flags and meta state.
+    pub fn set_with_meta(
+        &mut self,
+        key: &[u8],
+        value: Value,
+        expires_at: Option<u64>,
+        meta: ItemMeta,
+        now_ms: u64,
+    ) -> Option<Entry> {
+        let old = self.set(key, value, expires_at, now_ms);
+        if let Some(entry) = self.map.get_mut(key) {
+            entry.meta = meta;
+        }
+        old
+    }
+
+    /// The memcached meta state of a live key, for changes that are not writes of the value
+    /// (fetched/last-access marks, the recache win): the version is not bumped.
+    pub fn meta_mut(&mut self, key: &[u8], now_ms: u64) -> Option<&mut ItemMeta> {
+        self.expire_if_needed(key, now_ms);
+        self.map.get_mut(key).map(|e| &mut e.meta)
+    }
+
+    /// Give a live key a new version (memcached: a new CAS value), `explicit` when the client
+    /// chose it (meta `E`); later versions of this shard stay above it. Returns the version.
+    pub fn renew_version(&mut self, key: &[u8], explicit: Option<u64>, now_ms: u64) -> Option<u64> {
+        self.expire_if_needed(key, now_ms);
+        let version = explicit.unwrap_or(self.next_version + 1);
+        let entry = self.map.get_mut(key)?;
+        entry.version = version;
+        self.next_version = self.next_version.max(version);
+        Some(version)
     }
 
     /// Delete `key`; returns the entry if it was live.

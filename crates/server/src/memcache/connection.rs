@@ -1,0 +1,160 @@
+//! One memcached connection: bytes in → `gradus_memcache::Decoder` → [`super::exec`] → replies
+//! out, with the same batching as the RESP connection: every complete request in the read buffer
+//! runs (one clock reading per batch), then the replies go out in one write.
+//!
+//! Durability: before replies are written, the connection waits until the log is durable up to
+//! the highest `strict` write among them; if that fails the connection closes without sending
+//! them. Limits are the decoder's (2048-byte lines, `memcached-item-size-max` values); a decoder
+//! error (overlong line: silent close, as memcached; binary-protocol bytes: one error line, then
+//! close) ends the connection.
+
+use super::exec::{Flow, Session};
+use super::stats::LocalCounters;
+use crate::client::ClientState;
+use crate::state::Shared;
+use bytes::BytesMut;
+use gradus_memcache::{Decoded, Decoder, Limits, McError};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Pending replies are written out once they reach this size, even mid-pipeline.
+const MAX_PENDING_OUTPUT: usize = 64 * 1024;
+const READ_BUFFER: usize = 16 * 1024;
+
+/// The decoder limits for this server.
+pub fn limits(shared: &Shared) -> Limits {
+    Limits {
+        max_value: shared.config.memcached_item_size_max,
+        ..Limits::default()
+    }
+}
+
+/// Serve one accepted memcached connection until the client leaves or the server shuts down.
+pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: ClientState) {
+    let _ = stream.set_nodelay(true);
+    let handle = client.handle.clone();
+    let db = shared.config.memcached_db;
+    client.db = db;
+    handle.db.store(db, Ordering::Relaxed);
+    let mut shutdown = shared.shutdown.subscribe();
+    let mut decoder = Decoder::new(limits(&shared));
+    let mut counters = LocalCounters::default();
+    let mut rbuf = BytesMut::with_capacity(READ_BUFFER);
+    let mut wbuf = BytesMut::with_capacity(READ_BUFFER);
+    let max_value = decoder.limits().max_value;
+    shared.memcache.curr_connections.fetch_add(1, Ordering::Relaxed);
+    shared.memcache.total_connections.fetch_add(1, Ordering::Relaxed);
+
+    'conn: loop {
+        let now_ms = gradus_store::now_ms();
+        loop {
+            let decoded = match decoder.decode(&mut rbuf) {
+                Ok(Some(d)) => d,
+                Ok(None) => break,
+                Err(e) => {
+                    flush(&shared, &mut stream, &mut wbuf, &mut client).await;
+                    if e == McError::BinaryProtocol {
+                        let _ = stream
+                            .write_all(b"CLIENT_ERROR binary protocol is not supported\r\n")
+                            .await;
+                    }
+                    tracing::debug!(client = client.id, error = %e, "memcached protocol error, closing");
+                    break 'conn;
+                }
+            };
+            match decoded {
+                Decoded::Reply { line, noreply } => {
+                    if line.starts_with("SERVER_ERROR object too large") {
+                        counters.bump(super::stats::Counter::StoreTooLarge);
+                    }
+                    if !noreply {
+                        gradus_memcache::reply::line(&mut wbuf, line.as_bytes());
+                    }
+                }
+                Decoded::Command(command) => {
+                    client.handle.touch("memcached", now_ms);
+                    let mut session = Session {
+                        shared: &shared,
+                        client: &mut client,
+                        db,
+                        now_ms,
+                        counters: &mut counters,
+                        max_value,
+                    };
+                    if session.execute(command, &mut wbuf) == Flow::Close {
+                        flush(&shared, &mut stream, &mut wbuf, &mut client).await;
+                        break 'conn;
+                    }
+                }
+            }
+            if handle.is_killed() {
+                break 'conn;
+            }
+            if wbuf.len() >= MAX_PENDING_OUTPUT
+                && !flush(&shared, &mut stream, &mut wbuf, &mut client).await
+            {
+                break 'conn;
+            }
+        }
+        shared.stats.absorb(&client.counters);
+        shared.memcache.absorb(&mut counters);
+        if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
+            break;
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+        if rbuf.capacity() - rbuf.len() < 4096 {
+            rbuf.reserve(READ_BUFFER);
+        }
+        tokio::select! {
+            read = stream.read_buf(&mut rbuf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            },
+            _ = handle.killed() => break,
+            _ = shutdown.changed() => break,
+        }
+    }
+    shared.stats.absorb(&client.counters);
+    shared.memcache.absorb(&mut counters);
+    shared.memcache.curr_connections.fetch_sub(1, Ordering::Relaxed);
+    let _ = stream.shutdown().await;
+    shared.clients.unregister(client.id);
+}
+
+/// Write pending replies after the fsync covering any strict write among them. False when the
+/// connection must close.
+async fn flush(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    wbuf: &mut BytesMut,
+    client: &mut ClientState,
+) -> bool {
+    if client.strict_lsn > 0 {
+        let lsn = std::mem::take(&mut client.strict_lsn);
+        if let Some(log) = &shared.persist.log {
+            if let Err(e) = log.wait_durable(lsn).await {
+                tracing::error!(client = client.id, error = %e, "strict write not durable; closing without acknowledging");
+                wbuf.clear();
+                return false;
+            }
+        }
+    }
+    if wbuf.is_empty() {
+        return true;
+    }
+    if stream.write_all(wbuf).await.is_err() {
+        return false;
+    }
+    shared
+        .stats
+        .net_output_bytes
+        .fetch_add(wbuf.len() as u64, Ordering::Relaxed);
+    wbuf.clear();
+    true
+}
