@@ -277,7 +277,7 @@ impl Decoder {
                     Some(n) if n >= 0 => Some(n as usize),
                     _ => {
                         buf.advance(consumed_line);
-                        return Ok(Some(reply("CLIENT_ERROR bad data chunk")));
+                        return Ok(Some(reply(BAD_FORMAT)));
                     }
                 }
             }
@@ -288,6 +288,14 @@ impl Decoder {
             return Ok(Some(self.parse_line(&tokens)));
         };
         let noreply = name.as_ref() != b"ms" && tokens.last().is_some_and(|t| t == "noreply");
+        // A bad header of a classic storage command is refused before its data block, which
+        // memcached then reads as a command line of its own (ms swallows the block instead).
+        if name.as_ref() != b"ms" {
+            if let Err(refusal) = parse_store_header(&tokens, noreply) {
+                buf.advance(consumed_line);
+                return Ok(Some(refusal));
+            }
+        }
         if data_len > self.limits.max_value {
             buf.advance(consumed_line);
             self.swallow = data_len + 2;
@@ -499,7 +507,11 @@ fn meta_key(raw: &Bytes, base64: bool) -> Result<Bytes, &'static str> {
     Ok(key)
 }
 
-fn parse_store(tokens: &[Bytes], data: Bytes, noreply: bool) -> Decoded {
+/// (mode, flags, exptime, cas) of a classic storage command line, or the refusal.
+fn parse_store_header(
+    tokens: &[Bytes],
+    noreply: bool,
+) -> Result<(StoreMode, u32, i64, u64), Decoded> {
     let bad = Decoded::Reply {
         line: BAD_FORMAT,
         noreply,
@@ -513,18 +525,26 @@ fn parse_store(tokens: &[Bytes], data: Bytes, noreply: bool) -> Decoded {
         _ => StoreMode::Cas,
     };
     if !key_ok(&tokens[1]) {
-        return bad;
+        return Err(bad);
     }
     let (Some(flags), Some(exptime)) = (num::<u32>(&tokens[2]), exptime(&tokens[3])) else {
-        return bad;
+        return Err(bad);
     };
     let cas = if mode == StoreMode::Cas {
         match num::<u64>(&tokens[5]) {
             Some(c) => c,
-            None => return bad,
+            None => return Err(bad),
         }
     } else {
         0
+    };
+    Ok((mode, flags, exptime, cas))
+}
+
+fn parse_store(tokens: &[Bytes], data: Bytes, noreply: bool) -> Decoded {
+    let (mode, flags, exptime, cas) = match parse_store_header(tokens, noreply) {
+        Ok(header) => header,
+        Err(refusal) => return refusal,
     };
     Decoded::Command(Command::Store {
         mode,

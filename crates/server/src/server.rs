@@ -141,9 +141,14 @@ impl Server {
         }
         for listener in self.memcached_listeners {
             tracing::info!(addr = %listener.local_addr()?, "listening (memcached)");
-            tasks.spawn(crate::memcache::listener::accept_loop(shared.clone(), listener));
+            tasks.spawn(crate::memcache::listener::accept_loop(
+                shared.clone(),
+                listener,
+            ));
         }
-        tasks.spawn(crate::memcache::listener::delayed_flush_loop(shared.clone()));
+        tasks.spawn(crate::memcache::listener::delayed_flush_loop(
+            shared.clone(),
+        ));
         tasks.spawn(expiry_loop(shared.clone()));
         tasks.spawn(snapshot_loop(shared.clone()));
         tasks.spawn(lock_lease_loop(shared.clone()));

@@ -44,8 +44,14 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
     let mut rbuf = BytesMut::with_capacity(READ_BUFFER);
     let mut wbuf = BytesMut::with_capacity(READ_BUFFER);
     let max_value = decoder.limits().max_value;
-    shared.memcache.curr_connections.fetch_add(1, Ordering::Relaxed);
-    shared.memcache.total_connections.fetch_add(1, Ordering::Relaxed);
+    shared
+        .memcache
+        .curr_connections
+        .fetch_add(1, Ordering::Relaxed);
+    shared
+        .memcache
+        .total_connections
+        .fetch_add(1, Ordering::Relaxed);
 
     'conn: loop {
         let now_ms = gradus_store::now_ms();
@@ -122,7 +128,10 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
     }
     shared.stats.absorb(&client.counters);
     shared.memcache.absorb(&mut counters);
-    shared.memcache.curr_connections.fetch_sub(1, Ordering::Relaxed);
+    shared
+        .memcache
+        .curr_connections
+        .fetch_sub(1, Ordering::Relaxed);
     let _ = stream.shutdown().await;
     shared.clients.unregister(client.id);
 }

@@ -42,7 +42,10 @@ pub struct Session<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StoreOutcome {
     /// Stored; the new CAS and value size.
-    Yes { cas: u64, size: usize },
+    Yes {
+        cas: u64,
+        size: usize,
+    },
     NotStored,
     Exists,
     NotFound,
@@ -114,11 +117,12 @@ impl<'a> Session<'a> {
         let degree = persist
             .degree_for(self.client, spec)
             .map_err(|e| e.to_string())?;
-        persist
-            .check_writable(degree)
-            .map_err(|e| e.to_string())?;
+        persist.check_writable(degree).map_err(|e| e.to_string())?;
         let shared = self.shared;
-        let ks = shared.store.db(self.db).expect("memcached-db validated at start");
+        let ks = shared
+            .store
+            .db(self.db)
+            .expect("memcached-db validated at start");
         let _gate = shared.store.shared(self.client.id);
         let _order = degree.is_logged().then(|| shared.write_order.lock());
         let (result, effects) = f(ks, self.now_ms);
@@ -191,7 +195,14 @@ impl<'a> Session<'a> {
             Command::Delete { key, noreply } => {
                 let r = self.write(|ks, now| {
                     let removed = ks.lock(&key).remove(&key, now).is_some();
-                    (removed, if removed { vec![del_args(&key)] } else { vec![] })
+                    (
+                        removed,
+                        if removed {
+                            vec![del_args(&key)]
+                        } else {
+                            vec![]
+                        },
+                    )
                 });
                 match r {
                     Ok(found) => {
@@ -260,9 +271,10 @@ impl<'a> Session<'a> {
                     reply::line(out, b"OK");
                 }
             }
-            Command::Version => {
-                reply::line(out, format!("VERSION {MEMCACHED_COMPAT_VERSION}").as_bytes())
-            }
+            Command::Version => reply::line(
+                out,
+                format!("VERSION {MEMCACHED_COMPAT_VERSION}").as_bytes(),
+            ),
             Command::Verbosity { noreply } => {
                 if !noreply {
                     reply::line(out, b"OK");
@@ -375,8 +387,8 @@ impl<'a> Session<'a> {
             let mut shard = ks.lock(key);
             let old = fetch(&mut shard, key, now, false);
             let exists_other_type = old.is_none() && shard.contains_live(key, now);
-            let upgrade_to_cas = req.compare_cas.is_some()
-                && matches!(req.mode, MetaMode::Set | MetaMode::Replace);
+            let upgrade_to_cas =
+                req.compare_cas.is_some() && matches!(req.mode, MetaMode::Set | MetaMode::Replace);
             // (value, flags, expiry, bits) to store, or the refusal.
             let plan: Result<(Bytes, u32, Option<u64>, u8), StoreOutcome> = match &old {
                 Some(old) => {
@@ -386,7 +398,12 @@ impl<'a> Session<'a> {
                         MetaMode::Add => Err(StoreOutcome::NotStored),
                         _ if upgrade_to_cas => {
                             if cas_match == Some(true) {
-                                Ok((req.data.clone(), req.client_flags, req.expiry.expires_at(now), 0))
+                                Ok((
+                                    req.data.clone(),
+                                    req.client_flags,
+                                    req.expiry.expires_at(now),
+                                    0,
+                                ))
                             } else if stale_ok {
                                 // A late writer: keep the TTL, mark stale, keep a handed-out lease.
                                 let bits = ItemMeta::STALE | (old.meta.bits & ItemMeta::WIN_SENT);
@@ -401,7 +418,8 @@ impl<'a> Session<'a> {
                             } else if old.value.len() + req.data.len() > max_value {
                                 Err(StoreOutcome::NotStored)
                             } else {
-                                let mut v = BytesMut::with_capacity(old.value.len() + req.data.len());
+                                let mut v =
+                                    BytesMut::with_capacity(old.value.len() + req.data.len());
                                 if req.mode == MetaMode::Append {
                                     v.put_slice(&old.value);
                                     v.put_slice(&req.data);
@@ -412,14 +430,22 @@ impl<'a> Session<'a> {
                                 Ok((v.freeze(), old.meta.client_flags, old.expires_at, 0))
                             }
                         }
-                        _ => Ok((req.data.clone(), req.client_flags, req.expiry.expires_at(now), 0)),
+                        _ => Ok((
+                            req.data.clone(),
+                            req.client_flags,
+                            req.expiry.expires_at(now),
+                            0,
+                        )),
                     }
                 }
                 None if exists_other_type => match req.mode {
                     // A hash or sorted set under the key: only a plain set replaces it.
-                    MetaMode::Set if !upgrade_to_cas => {
-                        Ok((req.data.clone(), req.client_flags, req.expiry.expires_at(now), 0))
-                    }
+                    MetaMode::Set if !upgrade_to_cas => Ok((
+                        req.data.clone(),
+                        req.client_flags,
+                        req.expiry.expires_at(now),
+                        0,
+                    )),
                     _ if upgrade_to_cas => Err(StoreOutcome::Exists),
                     _ => Err(StoreOutcome::NotStored),
                 },
@@ -428,9 +454,12 @@ impl<'a> Session<'a> {
                         Err(StoreOutcome::NotFound)
                     } else {
                         match (req.mode, req.vivify) {
-                            (MetaMode::Set | MetaMode::Add, _) => {
-                                Ok((req.data.clone(), req.client_flags, req.expiry.expires_at(now), 0))
-                            }
+                            (MetaMode::Set | MetaMode::Add, _) => Ok((
+                                req.data.clone(),
+                                req.client_flags,
+                                req.expiry.expires_at(now),
+                                0,
+                            )),
                             (MetaMode::Append | MetaMode::Prepend, Some(viv)) => {
                                 Ok((req.data.clone(), req.client_flags, viv.expires_at(now), 0))
                             }
@@ -563,11 +592,17 @@ impl<'a> Session<'a> {
     fn flush_all(&mut self, delay: i64) -> Result<(), String> {
         match Expiry::from_exptime(delay, self.now_ms) {
             Expiry::At(due) => {
-                self.shared.memcache.flush_due_ms.store(due, Ordering::Relaxed);
+                self.shared
+                    .memcache
+                    .flush_due_ms
+                    .store(due, Ordering::Relaxed);
                 Ok(())
             }
             _ => {
-                self.shared.memcache.flush_due_ms.store(0, Ordering::Relaxed);
+                self.shared
+                    .memcache
+                    .flush_due_ms
+                    .store(0, Ordering::Relaxed);
                 flush_db(self.shared, self.client, self.db, self.now_ms)
             }
         }
@@ -578,7 +613,9 @@ impl<'a> Session<'a> {
         self.counters.bump(Counter::CmdGet);
         let ttl = f.ttl.map(|t| Expiry::from_exptime(t, now));
         let vivify = f.vivify.map(|t| Expiry::from_exptime(t, now));
-        let recache_at = f.recache.map(|t| Expiry::from_exptime(t, now).expires_at(now));
+        let recache_at = f
+            .recache
+            .map(|t| Expiry::from_exptime(t, now).expires_at(now));
         // What happened under the shard lock: the item (with its state before this request),
         // whether it was created now, whether this request won the recache right.
         let run = |ks: &Keyspace, now: u64| -> (Option<(Item, bool, bool)>, Effects) {
@@ -612,10 +649,7 @@ impl<'a> Session<'a> {
                         value: Bytes::new(),
                         cas,
                         expires_at,
-                        meta: ItemMeta {
-                            bits: 0,
-                            ..meta
-                        },
+                        meta: ItemMeta { bits: 0, ..meta },
                     }
                 }
             };
@@ -870,7 +904,9 @@ impl<'a> Session<'a> {
                     match c {
                         b'c' => reply::flag_num(out, b'c', cas),
                         b't' => reply::flag_num(out, b't', ttl_secs(expires_at, now)),
-                        b'O' => reply::flag_bytes(out, b'O', f.opaque.as_deref().unwrap_or_default()),
+                        b'O' => {
+                            reply::flag_bytes(out, b'O', f.opaque.as_deref().unwrap_or_default())
+                        }
                         b'k' => reply::flag_key(out, key, f.base64),
                         _ => {}
                     }
@@ -942,7 +978,14 @@ fn touch_locked(shard: &mut Shard, key: &Bytes, expiry: Expiry, now: u64) -> (bo
     }
     let expires_at = expiry.expires_at(now);
     let found = shard.set_expiry(key, expires_at, now);
-    (found, if found { vec![expiry_args(key, expires_at)] } else { vec![] })
+    (
+        found,
+        if found {
+            vec![expiry_args(key, expires_at)]
+        } else {
+            vec![]
+        },
+    )
 }
 
 /// ` O<opaque>` and ` k<key>` in request order, for replies that carry nothing else.
@@ -966,12 +1009,19 @@ fn server_error(out: &mut BytesMut, text: &str) -> Flow {
 
 /// Empty database `db` and log it as `FLUSHDB` (memcached's `flush_all`, scoped to the mapped
 /// database only).
-pub fn flush_db(shared: &Shared, client: &mut ClientState, db: usize, now_ms: u64) -> Result<(), String> {
+pub fn flush_db(
+    shared: &Shared,
+    client: &mut ClientState,
+    db: usize,
+    now_ms: u64,
+) -> Result<(), String> {
     let spec = crate::command::table()
         .get(b"flushdb")
         .expect("FLUSHDB is in the command table");
     let persist = &shared.persist;
-    let degree = persist.degree_for(client, spec).map_err(|e| e.to_string())?;
+    let degree = persist
+        .degree_for(client, spec)
+        .map_err(|e| e.to_string())?;
     persist.check_writable(degree).map_err(|e| e.to_string())?;
     let _gate = shared.store.shared(client.id);
     let _order = degree.is_logged().then(|| shared.write_order.lock());

@@ -45,7 +45,9 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 fn positive(arg: &[u8]) -> Option<u64> {
-    crate::args::parse_i64(arg).filter(|&n| n > 0).map(|n| n as u64)
+    crate::args::parse_i64(arg)
+        .filter(|&n| n > 0)
+        .map(|n| n as u64)
 }
 
 fn getlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -107,10 +109,14 @@ fn setlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         .ok_or(CmdError::NotInteger)? as u64;
     let ttl_ms = match &args[4..] {
         [] => None,
-        [unit, n] if unit.eq_ignore_ascii_case(b"ex") => {
-            Some(positive(n).ok_or(CmdError::NotInteger)?.saturating_mul(1000))
+        [unit, n] if unit.eq_ignore_ascii_case(b"ex") => Some(
+            positive(n)
+                .ok_or(CmdError::NotInteger)?
+                .saturating_mul(1000),
+        ),
+        [unit, n] if unit.eq_ignore_ascii_case(b"px") => {
+            Some(positive(n).ok_or(CmdError::NotInteger)?)
         }
-        [unit, n] if unit.eq_ignore_ascii_case(b"px") => Some(positive(n).ok_or(CmdError::NotInteger)?),
         _ => return Err(CmdError::Syntax),
     };
     let key = args[1].clone();
@@ -131,6 +137,9 @@ fn setlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ..ItemMeta::default()
         };
         shard.set_with_meta(&key, Value::Str(value.clone()), expires_at, meta, now);
-        Ok((Ok(Frame::ok()), vec![mcstore_args(&key, value, meta, expires_at)]))
+        Ok((
+            Ok(Frame::ok()),
+            vec![mcstore_args(&key, value, meta, expires_at)],
+        ))
     })
 }

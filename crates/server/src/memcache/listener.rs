@@ -90,7 +90,11 @@ pub async fn delayed_flush_loop(shared: Arc<Shared>) {
             continue;
         }
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
-        let handle = Arc::new(crate::client::ClientHandle::new(0, unspecified, unspecified));
+        let handle = Arc::new(crate::client::ClientHandle::new(
+            0,
+            unspecified,
+            unspecified,
+        ));
         let mut client = ClientState::new(handle, true);
         let db = shared.config.memcached_db;
         client.db = db;

@@ -54,7 +54,12 @@ fn mcstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// The MCSTORE arguments that recreate an item.
-pub fn mcstore_args(key: &Bytes, value: Bytes, meta: ItemMeta, expires_at: Option<u64>) -> Vec<Bytes> {
+pub fn mcstore_args(
+    key: &Bytes,
+    value: Bytes,
+    meta: ItemMeta,
+    expires_at: Option<u64>,
+) -> Vec<Bytes> {
     vec![
         Bytes::from_static(b"MCSTORE"),
         key.clone(),

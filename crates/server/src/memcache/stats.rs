@@ -98,9 +98,18 @@ fn stat(out: &mut BytesMut, name: &str, value: impl std::fmt::Display) {
 
 /// Write the reply to `stats <args>` for the keyspace `db`. Returns false for an unknown
 /// sub-command (the caller answers `ERROR`, as memcached does).
-pub fn write_stats(shared: &Shared, db: usize, args: &[Bytes], now_ms: u64, out: &mut BytesMut) -> bool {
+pub fn write_stats(
+    shared: &Shared,
+    db: usize,
+    args: &[Bytes],
+    now_ms: u64,
+    out: &mut BytesMut,
+) -> bool {
     let mc = &shared.memcache;
-    let ks = shared.store.db(db).expect("memcached-db validated at start");
+    let ks = shared
+        .store
+        .db(db)
+        .expect("memcached-db validated at start");
     match args.first().map(|a| a.as_ref()) {
         None => {
             let (items, _, bytes) = ks.stats();
@@ -111,8 +120,16 @@ pub fn write_stats(shared: &Shared, db: usize, args: &[Bytes], now_ms: u64, out:
             stat(out, "version", super::MEMCACHED_COMPAT_VERSION);
             stat(out, "gradus_version", crate::GRADUS_VERSION);
             stat(out, "pointer_size", usize::BITS);
-            stat(out, "curr_connections", mc.curr_connections.load(Ordering::Relaxed));
-            stat(out, "total_connections", mc.total_connections.load(Ordering::Relaxed));
+            stat(
+                out,
+                "curr_connections",
+                mc.curr_connections.load(Ordering::Relaxed),
+            );
+            stat(
+                out,
+                "total_connections",
+                mc.total_connections.load(Ordering::Relaxed),
+            );
             for (i, name) in NAMES.iter().enumerate() {
                 stat(out, name, mc.counters[i].load(Ordering::Relaxed));
             }
@@ -125,7 +142,11 @@ pub fn write_stats(shared: &Shared, db: usize, args: &[Bytes], now_ms: u64, out:
             stat(out, "gradus_db", db);
         }
         Some(b"settings") => {
-            stat(out, "maxconns", shared.live.maxclients.load(Ordering::Relaxed));
+            stat(
+                out,
+                "maxconns",
+                shared.live.maxclients.load(Ordering::Relaxed),
+            );
             stat(out, "tcpport", shared.config.memcached_port);
             stat(out, "item_size_max", shared.config.memcached_item_size_max);
             stat(out, "cas_enabled", "yes");
@@ -152,7 +173,9 @@ pub fn write_stats(shared: &Shared, db: usize, args: &[Bytes], now_ms: u64, out:
         Some(b"cachedump") => {
             // memcached dumps one slab class; Gradus has one class (1) holding every item.
             // libmemcached's memcdump asks for classes 0..200 with limit 0 (= all).
-            let class = args.get(1).and_then(|a| std::str::from_utf8(a).ok()?.parse::<u32>().ok());
+            let class = args
+                .get(1)
+                .and_then(|a| std::str::from_utf8(a).ok()?.parse::<u32>().ok());
             let limit = args
                 .get(2)
                 .and_then(|a| std::str::from_utf8(a).ok()?.parse::<usize>().ok())
@@ -161,6 +184,11 @@ pub fn write_stats(shared: &Shared, db: usize, args: &[Bytes], now_ms: u64, out:
                 out.put_slice(b"CLIENT_ERROR bad command line format\r\n");
                 return true;
             };
+            if class >= 64 {
+                // memcached's MAX_NUMBER_OF_SLAB_CLASSES.
+                out.put_slice(b"CLIENT_ERROR Illegal slab id\r\n");
+                return true;
+            }
             if class == 1 {
                 let mut written = 0;
                 ks.for_each_shard(|shard| {

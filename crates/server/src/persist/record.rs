@@ -322,7 +322,9 @@ mod tests {
         let payload = encode_item(1, b"m", shard.get(b"m", 0).unwrap());
         assert_eq!(payload[1 + 2 + 4 + 1 + 8], 3, "kind 3 is used");
         match decode(&payload).unwrap() {
-            Record::Item { meta: got, value, .. } => {
+            Record::Item {
+                meta: got, value, ..
+            } => {
                 assert_eq!(got.client_flags, 0xdead_beef);
                 assert!(got.has(ItemMeta::STALE));
                 assert_eq!(value, Value::Str(Bytes::from("v")));
@@ -334,7 +336,8 @@ mod tests {
     #[test]
     fn kind_0_items_written_before_kind_3_still_load() {
         // A string item as the earlier format wrote it: db 2, key "k", no TTL, kind 0, "v".
-        let old = b"\x02\x02\x00\x01\x00\x00\x00k\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00v";
+        let old =
+            b"\x02\x02\x00\x01\x00\x00\x00k\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00v";
         assert_eq!(
             decode(&Bytes::from_static(old)).unwrap(),
             Record::Item {
