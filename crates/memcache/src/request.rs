@@ -293,7 +293,7 @@ impl Decoder {
         if name.as_ref() != b"ms" {
             if let Err(refusal) = parse_store_header(&tokens, noreply) {
                 buf.advance(consumed_line);
-                return Ok(Some(refusal));
+                return Ok(Some(refusal.reply()));
             }
         }
         if data_len > self.limits.max_value {
@@ -541,10 +541,22 @@ fn parse_store_header(
     Ok((mode, flags, exptime, cas))
 }
 
+/// A malformed storage command line (the flag says whether it asked for no reply).
+struct Refusal(bool);
+
+impl Refusal {
+    fn reply(self) -> Decoded {
+        Decoded::Reply {
+            line: BAD_FORMAT,
+            noreply: self.0,
+        }
+    }
+}
+
 fn parse_store(tokens: &[Bytes], data: Bytes, noreply: bool) -> Decoded {
     let (mode, flags, exptime, cas) = match parse_store_header(tokens, noreply) {
         Ok(header) => header,
-        Err(refusal) => return refusal,
+        Err(refusal) => return refusal.reply(),
     };
     Decoded::Command(Command::Store {
         mode,
