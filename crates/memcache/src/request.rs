@@ -511,11 +511,8 @@ fn meta_key(raw: &Bytes, base64: bool) -> Result<Bytes, &'static str> {
 fn parse_store_header(
     tokens: &[Bytes],
     noreply: bool,
-) -> Result<(StoreMode, u32, i64, u64), Decoded> {
-    let bad = Decoded::Reply {
-        line: BAD_FORMAT,
-        noreply,
-    };
+) -> Result<(StoreMode, u32, i64, u64), Refusal> {
+    let bad = Refusal(noreply);
     let mode = match tokens[0].as_ref() {
         b"set" => StoreMode::Set,
         b"add" => StoreMode::Add,
