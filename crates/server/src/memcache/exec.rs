@@ -12,6 +12,7 @@ use super::records::{del_args, expiry_args, mcstore_args};
 use super::stats::{Counter, LocalCounters};
 use super::{ttl_secs, Expiry, MEMCACHED_COMPAT_VERSION};
 use crate::client::ClientState;
+use crate::error::CmdError;
 use crate::persist::record::LoggedCommand;
 use crate::state::Shared;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -51,7 +52,8 @@ enum StoreOutcome {
     NotFound,
 }
 
-/// A store request in one form for `set`…`cas` and `ms`.
+/// A store request in one form for `set`…`cas` and `ms`. `data` still points into the read
+/// buffer; it is copied when stored, so a stored value never pins a whole read buffer.
 struct StoreReq {
     mode: MetaMode,
     compare_cas: Option<u64>,
@@ -108,16 +110,14 @@ impl<'a> Session<'a> {
             .expect("memcached-db validated at start")
     }
 
-    /// Run `f` as a write (see the module docs). Err is the text of a `SERVER_ERROR` line.
-    fn write<R>(&mut self, f: impl FnOnce(&Keyspace, u64) -> (R, Effects)) -> Result<R, String> {
+    /// Run `f` as a write (see the module docs). An Err is answered with a `SERVER_ERROR` line.
+    fn write<R>(&mut self, f: impl FnOnce(&Keyspace, u64) -> (R, Effects)) -> Result<R, CmdError> {
         let spec = super::records::COMMANDS
             .first()
             .expect("MCSTORE is the records table's row");
         let persist = &self.shared.persist;
-        let degree = persist
-            .degree_for(self.client, spec)
-            .map_err(|e| e.to_string())?;
-        persist.check_writable(degree).map_err(|e| e.to_string())?;
+        let degree = persist.degree_for(self.client, spec)?;
+        persist.check_writable(degree)?;
         let shared = self.shared;
         let ks = shared
             .store
@@ -133,7 +133,9 @@ impl<'a> Session<'a> {
                 .collect();
             persist
                 .append(self.client, self.now_ms, &logged, degree)
-                .map_err(|e| format!("write applied in memory but not logged: {e}"))?;
+                .map_err(|e| {
+                    CmdError::Other(format!("write applied in memory but not logged: {e}"))
+                })?;
         }
         Ok(result)
     }
@@ -380,7 +382,7 @@ impl<'a> Session<'a> {
     }
 
     /// The storage commands' common core (memcached's `do_store_item`).
-    fn store(&mut self, key: &Bytes, req: StoreReq) -> Result<StoreOutcome, String> {
+    fn store(&mut self, key: &Bytes, req: StoreReq) -> Result<StoreOutcome, CmdError> {
         self.counters.bump(Counter::CmdSet);
         let max_value = self.max_value;
         let stored = self.write(|ks, now| {
@@ -399,7 +401,7 @@ impl<'a> Session<'a> {
                         _ if upgrade_to_cas => {
                             if cas_match == Some(true) {
                                 Ok((
-                                    req.data.clone(),
+                                    Bytes::copy_from_slice(&req.data),
                                     req.client_flags,
                                     req.expiry.expires_at(now),
                                     0,
@@ -407,7 +409,12 @@ impl<'a> Session<'a> {
                             } else if stale_ok {
                                 // A late writer: keep the TTL, mark stale, keep a handed-out lease.
                                 let bits = ItemMeta::STALE | (old.meta.bits & ItemMeta::WIN_SENT);
-                                Ok((req.data.clone(), req.client_flags, old.expires_at, bits))
+                                Ok((
+                                    Bytes::copy_from_slice(&req.data),
+                                    req.client_flags,
+                                    old.expires_at,
+                                    bits,
+                                ))
                             } else {
                                 Err(StoreOutcome::Exists)
                             }
@@ -431,7 +438,7 @@ impl<'a> Session<'a> {
                             }
                         }
                         _ => Ok((
-                            req.data.clone(),
+                            Bytes::copy_from_slice(&req.data),
                             req.client_flags,
                             req.expiry.expires_at(now),
                             0,
@@ -441,7 +448,7 @@ impl<'a> Session<'a> {
                 None if exists_other_type => match req.mode {
                     // A hash or sorted set under the key: only a plain set replaces it.
                     MetaMode::Set if !upgrade_to_cas => Ok((
-                        req.data.clone(),
+                        Bytes::copy_from_slice(&req.data),
                         req.client_flags,
                         req.expiry.expires_at(now),
                         0,
@@ -455,14 +462,17 @@ impl<'a> Session<'a> {
                     } else {
                         match (req.mode, req.vivify) {
                             (MetaMode::Set | MetaMode::Add, _) => Ok((
-                                req.data.clone(),
+                                Bytes::copy_from_slice(&req.data),
                                 req.client_flags,
                                 req.expiry.expires_at(now),
                                 0,
                             )),
-                            (MetaMode::Append | MetaMode::Prepend, Some(viv)) => {
-                                Ok((req.data.clone(), req.client_flags, viv.expires_at(now), 0))
-                            }
+                            (MetaMode::Append | MetaMode::Prepend, Some(viv)) => Ok((
+                                Bytes::copy_from_slice(&req.data),
+                                req.client_flags,
+                                viv.expires_at(now),
+                                0,
+                            )),
                             _ => Err(StoreOutcome::NotStored),
                         }
                     }
@@ -515,7 +525,7 @@ impl<'a> Session<'a> {
         compare_cas: Option<u64>,
         vivify: Option<(Expiry, u64)>,
         new_ttl: Option<Expiry>,
-    ) -> Result<ArithResult, String> {
+    ) -> Result<ArithResult, CmdError> {
         let result = self.write(|ks, now| {
             let mut shard = ks.lock(key);
             let Some(item) = fetch(&mut shard, key, now, false) else {
@@ -589,7 +599,7 @@ impl<'a> Session<'a> {
     }
 
     /// flush_all: now, or after `delay` seconds (memcached exptime rules for the delay).
-    fn flush_all(&mut self, delay: i64) -> Result<(), String> {
+    fn flush_all(&mut self, delay: i64) -> Result<(), CmdError> {
         match Expiry::from_exptime(delay, self.now_ms) {
             Expiry::At(due) => {
                 self.shared
@@ -1001,8 +1011,9 @@ fn opaque_and_key(out: &mut BytesMut, f: &MetaFlags, key: &[u8]) {
 
 /// A `SERVER_ERROR` line; the connection carries on (the write was refused, or applied but not
 /// logged, which the text says).
-fn server_error(out: &mut BytesMut, text: &str) -> Flow {
-    let text = text.strip_prefix("ERR ").unwrap_or(text);
+fn server_error(out: &mut BytesMut, error: &CmdError) -> Flow {
+    let text = error.to_string();
+    let text = text.strip_prefix("ERR ").unwrap_or(&text);
     reply::line(out, format!("SERVER_ERROR {text}").as_bytes());
     Flow::Continue
 }
@@ -1014,15 +1025,13 @@ pub fn flush_db(
     client: &mut ClientState,
     db: usize,
     now_ms: u64,
-) -> Result<(), String> {
+) -> Result<(), CmdError> {
     let spec = crate::command::table()
         .get(b"flushdb")
         .expect("FLUSHDB is in the command table");
     let persist = &shared.persist;
-    let degree = persist
-        .degree_for(client, spec)
-        .map_err(|e| e.to_string())?;
-    persist.check_writable(degree).map_err(|e| e.to_string())?;
+    let degree = persist.degree_for(client, spec)?;
+    persist.check_writable(degree)?;
     let _gate = shared.store.shared(client.id);
     let _order = degree.is_logged().then(|| shared.write_order.lock());
     let old = shared
@@ -1037,7 +1046,7 @@ pub fn flush_db(
         }];
         persist
             .append(client, now_ms, &logged, degree)
-            .map_err(|e| format!("flush applied in memory but not logged: {e}"))?;
+            .map_err(|e| CmdError::Other(format!("flush applied in memory but not logged: {e}")))?;
     }
     drop(old);
     Ok(())

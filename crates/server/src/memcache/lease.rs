@@ -120,7 +120,8 @@ fn setlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         _ => return Err(CmdError::Syntax),
     };
     let key = args[1].clone();
-    let value = args[3].clone();
+    // Copied: a stored value must not pin the request buffer it arrived in.
+    let value = Bytes::copy_from_slice(&args[3]);
     crate::persist::apply_with_effects(ctx, |ctx| {
         let now = ctx.now_ms;
         let mut shard = ctx.db().lock(&key);

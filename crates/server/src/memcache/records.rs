@@ -45,7 +45,8 @@ fn mcstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let now = ctx.now_ms;
     ctx.db().lock(&args[1]).set_with_meta(
         &args[1],
-        Value::Str(args[2].clone()),
+        // Copied: a stored value must not pin the request or log buffer it arrived in.
+        Value::Str(Bytes::copy_from_slice(&args[2])),
         expires_at,
         meta,
         now,
