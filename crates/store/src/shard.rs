@@ -276,6 +276,18 @@ impl Shard {
         expires_at: Option<u64>,
         now_ms: u64,
     ) -> Option<Entry> {
+        self.set_with_meta(key, value, expires_at, ItemMeta::fresh(now_ms), now_ms)
+    }
+
+    /// [`Shard::set`] with memcached client flags and meta state (one hash lookup).
+    pub fn set_with_meta(
+        &mut self,
+        key: &[u8],
+        value: Value,
+        expires_at: Option<u64>,
+        meta: ItemMeta,
+        now_ms: u64,
+    ) -> Option<Entry> {
         let version = self.next_version + 1;
         self.next_version = version;
         // Overwrite in place when the key exists: one hash lookup, no key copy.
@@ -296,7 +308,7 @@ impl Shard {
                     value,
                     expires_at,
                     version,
-                    meta: ItemMeta::fresh(now_ms),
+                    meta,
                 },
             );
             if was_expired {
@@ -316,26 +328,15 @@ impl Shard {
                 value,
                 expires_at,
                 version,
-                meta: ItemMeta::fresh(now_ms),
+                meta,
             },
         );
         None
     }
 
-    /// [`Shard::set`] with memcached client flags and meta state.
-    pub fn set_with_meta(
-        &mut self,
-        key: &[u8],
-        value: Value,
-        expires_at: Option<u64>,
-        meta: ItemMeta,
-        now_ms: u64,
-    ) -> Option<Entry> {
-        let old = self.set(key, value, expires_at, now_ms);
-        if let Some(entry) = self.map.get_mut(key) {
-            entry.meta = meta;
-        }
-        old
+    /// The version given to the latest write in this shard (after `set`: the new entry's).
+    pub fn last_version(&self) -> u64 {
+        self.next_version
     }
 
     /// The memcached meta state of a live key, for changes that are not writes of the value

@@ -9,6 +9,7 @@
 //! CAS values are entry versions, so any write — over RESP too — changes an item's CAS.
 
 use super::records::{del_args, expiry_args, mcstore_args};
+
 use super::stats::{Counter, LocalCounters};
 use super::{ttl_secs, Expiry, MEMCACHED_COMPAT_VERSION};
 use crate::client::ClientState;
@@ -100,7 +101,47 @@ fn parse_counter(value: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
-type Effects = Vec<Vec<Bytes>>;
+/// What a write changed, for the log. Turned into command arguments only when the database is
+/// logged, so a `none` database pays nothing for it.
+enum Effect {
+    /// The item as it now is (`MCSTORE`).
+    Store {
+        key: Bytes,
+        value: Bytes,
+        meta: ItemMeta,
+        expires_at: Option<u64>,
+    },
+    /// Gone (`DEL`).
+    Del(Bytes),
+    /// New TTL (`PEXPIREAT`/`PERSIST`).
+    Expire(Bytes, Option<u64>),
+}
+
+impl Effect {
+    fn into_args(self) -> Vec<Bytes> {
+        match self {
+            Effect::Store {
+                key,
+                value,
+                meta,
+                expires_at,
+            } => mcstore_args(&key, value, meta, expires_at),
+            Effect::Del(key) => del_args(&key),
+            Effect::Expire(key, at) => expiry_args(&key, at),
+        }
+    }
+}
+
+fn store_effect(key: &Bytes, value: Bytes, meta: ItemMeta, expires_at: Option<u64>) -> Effect {
+    Effect::Store {
+        key: key.clone(),
+        value,
+        meta,
+        expires_at,
+    }
+}
+
+type Effects = Vec<Effect>;
 
 impl<'a> Session<'a> {
     fn keyspace(&self) -> &'a Keyspace {
@@ -129,7 +170,10 @@ impl<'a> Session<'a> {
         if degree.is_logged() && !effects.is_empty() {
             let logged: Vec<LoggedCommand> = effects
                 .into_iter()
-                .map(|args| LoggedCommand { db: self.db, args })
+                .map(|effect| LoggedCommand {
+                    db: self.db,
+                    args: effect.into_args(),
+                })
                 .collect();
             persist
                 .append(self.client, self.now_ms, &logged, degree)
@@ -200,7 +244,7 @@ impl<'a> Session<'a> {
                     (
                         removed,
                         if removed {
-                            vec![del_args(&key)]
+                            vec![Effect::Del(key.clone())]
                         } else {
                             vec![]
                         },
@@ -339,8 +383,12 @@ impl<'a> Session<'a> {
                         };
                         let (_, mut e) = touch_locked(&mut shard, key, expiry, now);
                         effects.append(&mut e);
-                        // Touching changes the CAS, as in memcached.
-                        let cas = shard.version_of(key, now);
+                        // Touching changes the CAS, as in memcached (unless it deleted the item).
+                        let cas = if expiry == Expiry::Expired {
+                            item.cas
+                        } else {
+                            shard.last_version()
+                        };
                         found.push(Some((item, cas)));
                     }
                     (found, effects)
@@ -361,7 +409,6 @@ impl<'a> Session<'a> {
                         Some((item, cas)) => {
                             self.counters.bump(Counter::TouchHits);
                             self.counters.bump(Counter::GetHits);
-                            let cas = if cas == 0 { item.cas } else { cas };
                             reply::value(
                                 out,
                                 key,
@@ -485,7 +532,11 @@ impl<'a> Session<'a> {
                     if expires_at.is_some_and(|t| t <= now) {
                         // Stored already expired (negative exptime): the key is gone.
                         let removed = shard.remove(key, now).is_some();
-                        let effects = if removed { vec![del_args(key)] } else { vec![] };
+                        let effects = if removed {
+                            vec![Effect::Del(key.clone())]
+                        } else {
+                            vec![]
+                        };
                         return (StoreOutcome::Yes { cas: 0, size }, effects);
                     }
                     let meta = ItemMeta {
@@ -497,11 +548,11 @@ impl<'a> Session<'a> {
                     let cas = if req.new_cas.is_some() {
                         shard.renew_version(key, req.new_cas, now).unwrap_or(0)
                     } else {
-                        shard.version_of(key, now)
+                        shard.last_version()
                     };
                     (
                         StoreOutcome::Yes { cas, size },
-                        vec![mcstore_args(key, value, meta, expires_at)],
+                        vec![store_effect(key, value, meta, expires_at)],
                     )
                 }
             }
@@ -542,7 +593,7 @@ impl<'a> Session<'a> {
                     ..ItemMeta::default()
                 };
                 shard.set_with_meta(key, Value::Str(value.clone()), expires_at, meta, now);
-                let cas = shard.version_of(key, now);
+                let cas = shard.last_version();
                 return (
                     ArithResult::Done {
                         value: initial,
@@ -550,7 +601,7 @@ impl<'a> Session<'a> {
                         expires_at,
                         created: true,
                     },
-                    vec![mcstore_args(key, value, meta, expires_at)],
+                    vec![store_effect(key, value, meta, expires_at)],
                 );
             };
             if compare_cas.is_some_and(|c| c != item.cas) {
@@ -574,7 +625,7 @@ impl<'a> Session<'a> {
                 ..item.meta
             };
             shard.set_with_meta(key, Value::Str(text.clone()), expires_at, meta, now);
-            let cas = shard.version_of(key, now);
+            let cas = shard.last_version();
             (
                 ArithResult::Done {
                     value,
@@ -582,7 +633,7 @@ impl<'a> Session<'a> {
                     expires_at,
                     created: false,
                 },
-                vec![mcstore_args(key, text, meta, expires_at)],
+                vec![store_effect(key, text, meta, expires_at)],
             )
         })?;
         let (hits, misses) = if incr {
@@ -651,9 +702,9 @@ impl<'a> Session<'a> {
                     shard.set_with_meta(key, Value::Str(Bytes::new()), expires_at, meta, now);
                     let cas = match f.new_cas {
                         Some(_) => shard.renew_version(key, f.new_cas, now).unwrap_or(0),
-                        None => shard.version_of(key, now),
+                        None => shard.last_version(),
                     };
-                    effects.push(mcstore_args(key, Bytes::new(), meta, expires_at));
+                    effects.push(store_effect(key, Bytes::new(), meta, expires_at));
                     created = true;
                     Item {
                         value: Bytes::new(),
@@ -806,7 +857,7 @@ impl<'a> Session<'a> {
             let Some(item) = fetch(&mut shard, key, now, false) else {
                 if shard.contains_live(key, now) && f.compare_cas.is_none() && !f.invalidate {
                     shard.remove(key, now);
-                    return (b"HD", vec![del_args(key)]);
+                    return (b"HD", vec![Effect::Del(key.clone())]);
                 }
                 return (b"NF", vec![]);
             };
@@ -815,7 +866,7 @@ impl<'a> Session<'a> {
             }
             if !f.invalidate && !f.remove_value {
                 shard.remove(key, now);
-                return (b"HD", vec![del_args(key)]);
+                return (b"HD", vec![Effect::Del(key.clone())]);
             }
             let (value, mut meta, mut expires_at) = if f.remove_value {
                 let meta = ItemMeta {
@@ -838,7 +889,7 @@ impl<'a> Session<'a> {
             if f.new_cas.is_some() {
                 shard.renew_version(key, f.new_cas, now);
             }
-            (b"HD", vec![mcstore_args(key, value, meta, expires_at)])
+            (b"HD", vec![store_effect(key, value, meta, expires_at)])
         });
         let code: &[u8; 2] = match result {
             Ok(c) => c,
@@ -984,14 +1035,21 @@ enum ArithResult {
 fn touch_locked(shard: &mut Shard, key: &Bytes, expiry: Expiry, now: u64) -> (bool, Effects) {
     if expiry == Expiry::Expired {
         let found = shard.remove(key, now).is_some();
-        return (found, if found { vec![del_args(key)] } else { vec![] });
+        return (
+            found,
+            if found {
+                vec![Effect::Del(key.clone())]
+            } else {
+                vec![]
+            },
+        );
     }
     let expires_at = expiry.expires_at(now);
     let found = shard.set_expiry(key, expires_at, now);
     (
         found,
         if found {
-            vec![expiry_args(key, expires_at)]
+            vec![Effect::Expire(key.clone(), expires_at)]
         } else {
             vec![]
         },
