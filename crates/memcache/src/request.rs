@@ -180,6 +180,26 @@ fn exptime(token: &[u8]) -> Option<i64> {
     num::<i32>(token).map(i64::from)
 }
 
+/// (start, end) of each space-separated token of `line`.
+fn token_ranges(line: &[u8]) -> Vec<(usize, usize)> {
+    let mut out = Vec::with_capacity(8);
+    let mut start = None;
+    for (i, &c) in line.iter().enumerate() {
+        match (c == b' ', start) {
+            (true, Some(s)) => {
+                out.push((s, i));
+                start = None;
+            }
+            (false, None) => start = Some(i),
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        out.push((s, line.len()));
+    }
+    out
+}
+
 fn is_retrieval(line: &[u8]) -> bool {
     let line = line.trim_ascii_start();
     [&b"get "[..], b"gets ", b"gat ", b"gats "]
@@ -241,26 +261,25 @@ impl Decoder {
         if line_end > self.limits.max_line && !is_retrieval(&buf[..line_end.min(128)]) {
             return Err(McError::LineTooLong);
         }
-        // Tokenize without consuming: a storage command may still be waiting for its data.
-        let line = Bytes::copy_from_slice(&buf[..line_end]);
-        let tokens: Vec<Bytes> = line
-            .split(|&c| c == b' ')
-            .filter(|t| !t.is_empty())
-            .map(|t| line.slice_ref(t))
-            .collect();
+        // Tokenize without copying or consuming (a storage command may still be waiting for its
+        // data); the tokens become slices of the request's bytes once it is complete.
+        let ranges: Vec<(usize, usize)> = token_ranges(&buf[..line_end]);
+        let token = |i: usize| &buf[ranges[i].0..ranges[i].1];
         let consumed_line = nl + 1;
-        let Some(name) = tokens.first() else {
+        if ranges.is_empty() {
             buf.advance(consumed_line);
             return Ok(Some(reply("ERROR")));
-        };
-        let data_len = match name.as_ref() {
+        }
+        let name = token(0);
+        let is_meta_set = name == b"ms";
+        let data_len = match name {
             b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
-                let want = if name.as_ref() == b"cas" { 6 } else { 5 };
-                if tokens.len() != want && tokens.len() != want + 1 {
+                let want = if name == b"cas" { 6 } else { 5 };
+                if ranges.len() != want && ranges.len() != want + 1 {
                     buf.advance(consumed_line);
                     return Ok(Some(reply("ERROR")));
                 }
-                match num::<i64>(&tokens[4]) {
+                match num::<i64>(token(4)) {
                     Some(n) if n >= 0 => Some(n as usize),
                     _ => {
                         buf.advance(consumed_line);
@@ -269,11 +288,11 @@ impl Decoder {
                 }
             }
             b"ms" => {
-                if tokens.len() < 3 {
+                if ranges.len() < 3 {
                     buf.advance(consumed_line);
                     return Ok(Some(reply(BAD_FORMAT)));
                 }
-                match num::<i64>(&tokens[2]) {
+                match num::<i64>(token(2)) {
                     Some(n) if n >= 0 => Some(n as usize),
                     _ => {
                         buf.advance(consumed_line);
@@ -284,14 +303,16 @@ impl Decoder {
             _ => None,
         };
         let Some(data_len) = data_len else {
-            buf.advance(consumed_line);
+            let line = buf.split_to(consumed_line).freeze();
+            let tokens: Vec<Bytes> = ranges.iter().map(|&(a, b)| line.slice(a..b)).collect();
             return Ok(Some(self.parse_line(&tokens)));
         };
-        let noreply = name.as_ref() != b"ms" && tokens.last().is_some_and(|t| t == "noreply");
+        let noreply = !is_meta_set && token(ranges.len() - 1) == b"noreply";
         // A bad header of a classic storage command is refused before its data block, which
         // memcached then reads as a command line of its own (ms swallows the block instead).
-        if name.as_ref() != b"ms" {
-            if let Err(refusal) = parse_store_header(&tokens, noreply) {
+        if !is_meta_set {
+            let header: Vec<&[u8]> = (0..ranges.len()).map(token).collect();
+            if let Err(refusal) = parse_store_header(&header, noreply) {
                 buf.advance(consumed_line);
                 return Ok(Some(refusal.reply()));
             }
@@ -307,20 +328,21 @@ impl Decoder {
                 noreply,
             }));
         }
-        if buf.len() < consumed_line + data_len + 2 {
-            buf.reserve(consumed_line + data_len + 2 - buf.len());
+        let total = consumed_line + data_len + 2;
+        if buf.len() < total {
+            buf.reserve(total - buf.len());
             return Ok(None);
         }
-        buf.advance(consumed_line);
-        let block = buf.split_to(data_len + 2).freeze();
-        if &block[data_len..] != b"\r\n" {
+        let request = buf.split_to(total).freeze();
+        if &request[total - 2..] != b"\r\n" {
             return Ok(Some(Decoded::Reply {
                 line: "CLIENT_ERROR bad data chunk",
                 noreply,
             }));
         }
-        let data = block.slice(..data_len);
-        Ok(Some(if name.as_ref() == b"ms" {
+        let tokens: Vec<Bytes> = ranges.iter().map(|&(a, b)| request.slice(a..b)).collect();
+        let data = request.slice(consumed_line..consumed_line + data_len);
+        Ok(Some(if is_meta_set {
             parse_meta_set(&tokens, data)
         } else {
             parse_store(&tokens, data, noreply)
@@ -508,8 +530,8 @@ fn meta_key(raw: &Bytes, base64: bool) -> Result<Bytes, &'static str> {
 }
 
 /// (mode, flags, exptime, cas) of a classic storage command line, or the refusal.
-fn parse_store_header(
-    tokens: &[Bytes],
+fn parse_store_header<T: AsRef<[u8]>>(
+    tokens: &[T],
     noreply: bool,
 ) -> Result<(StoreMode, u32, i64, u64), Refusal> {
     let bad = Refusal(noreply);
@@ -521,14 +543,16 @@ fn parse_store_header(
         b"prepend" => StoreMode::Prepend,
         _ => StoreMode::Cas,
     };
-    if !key_ok(&tokens[1]) {
+    if !key_ok(tokens[1].as_ref()) {
         return Err(bad);
     }
-    let (Some(flags), Some(exptime)) = (num::<u32>(&tokens[2]), exptime(&tokens[3])) else {
+    let (Some(flags), Some(exptime)) =
+        (num::<u32>(tokens[2].as_ref()), exptime(tokens[3].as_ref()))
+    else {
         return Err(bad);
     };
     let cas = if mode == StoreMode::Cas {
-        match num::<u64>(&tokens[5]) {
+        match num::<u64>(tokens[5].as_ref()) {
             Some(c) => c,
             None => return Err(bad),
         }
