@@ -163,11 +163,7 @@ impl Shard {
     /// The live entry for `key` as a memcached read sees it, with its meta state *before* this
     /// read; `bump` marks it fetched and accessed now (meta `u` skips that). One hash lookup.
     pub fn fetch(&mut self, key: &[u8], now_ms: u64, bump: bool) -> Option<(&Entry, ItemMeta)> {
-        let expired = match self.map.get(key) {
-            None => return None,
-            Some(e) => e.is_expired(now_ms),
-        };
-        if expired {
+        if self.map.get(key)?.is_expired(now_ms) {
             self.expire_if_needed(key, now_ms);
             return None;
         }

@@ -55,6 +55,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
 
     'conn: loop {
         let now_ms = gradus_store::now_ms();
+        let mut touched = false;
         loop {
             let decoded = match decoder.decode(&mut rbuf) {
                 Ok(Some(d)) => d,
@@ -80,7 +81,11 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                     }
                 }
                 Decoded::Command(command) => {
-                    client.handle.touch("memcached", now_ms);
+                    if !touched {
+                        // Once per batch: CLIENT LIST's idle time and last command.
+                        client.handle.touch("memcached", now_ms);
+                        touched = true;
+                    }
                     let mut session = Session {
                         shared: &shared,
                         client: &mut client,
