@@ -267,6 +267,38 @@ def test_items_flags_and_stale_marks_survive_restart(gradus_factory):
     c.close()
 
 
+def test_strict_writes_acknowledged_over_memcached_survive_kill_9(gradus_factory):
+    server = gradus_factory("--durability", "strict")
+    writers = 8
+    acked = [dict() for _ in range(writers)]
+
+    def write(w):
+        c = McConn(HOST, server.memcached_port)
+        for i in range(60):
+            key = b"w%d:%d" % (w, i)
+            if i % 3 == 0:
+                line, _ = c.meta(b"ms " + key + b" 3 F%d T0\r\nv%02d\r\n" % (w, i % 100))
+                ok = line == b"HD"
+            else:
+                ok = c.cmd(b"set " + key + b" %d 0 3\r\nv%02d\r\n" % (w, i % 100)) == b"STORED"
+            if ok:
+                acked[w][key] = (w, b"v%02d" % (i % 100))
+        c.close()
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sum(len(a) for a in acked) == writers * 60
+    server.crash_restart()
+    c = McConn(HOST, server.memcached_port)
+    for a in acked:
+        for key, (flags, value) in a.items():
+            assert c.get(b"get " + key + b"\r\n") == [(key, flags, value, None)], key
+    c.close()
+
+
 def test_none_database_is_memory_only(gradus_factory):
     server = gradus_factory("--durability", "none")
     c = McConn(HOST, server.memcached_port)

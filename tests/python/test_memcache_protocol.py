@@ -453,3 +453,25 @@ def test_stats_cachedump_lists_keys(mc):
 def test_visible_in_client_list(gradus, mc, r2):
     mc.cmd(b"mn\r\n")
     assert any(c.get("cmd") == "memcached" for c in r2.client_list())
+
+
+# --- authentication (memcached -Y style, with requirepass) -----------------
+
+
+def test_requirepass_needs_a_text_protocol_login(gradus_factory):
+    from memcache_raw import McRaw
+
+    server = gradus_factory("--requirepass", "s3cret")
+    mc = McRaw(server.host, server.memcached_port)
+    try:
+        assert mc.cmd(b"get k\r\n") == b"CLIENT_ERROR unauthenticated"
+        assert mc.cmd(b"set auth 0 0 12\r\ndefault nope\r\n") == b"CLIENT_ERROR authentication failure"
+        assert mc.cmd(b"set auth 0 0 7\r\nnospace\r\n") == b"CLIENT_ERROR bad authentication token format"
+        assert mc.cmd(b"set auth 0 0 9000\r\n" + b"x" * 9000 + b"\r\n").startswith(b"SERVER_ERROR")
+        assert mc.cmd(b"set auth 0 0 14\r\ndefault s3cret\r\n") == b"STORED"
+        assert mc.cmd(b"set k 0 0 1\r\nv\r\n") == b"STORED"
+        assert mc.get(b"get k auth\r\n") == [(b"k", 0, b"v", None)], "the login stored nothing"
+        other = mc.new()
+        assert other.cmd(b"mg k v\r\n") == b"CLIENT_ERROR unauthenticated"
+    finally:
+        mc.close_all()

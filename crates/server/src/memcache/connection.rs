@@ -7,6 +7,11 @@
 //! them. Limits are the decoder's (2048-byte lines, `memcached-item-size-max` values); a decoder
 //! error (overlong line: silent close, as memcached; binary-protocol bytes: one error line, then
 //! close) ends the connection.
+//!
+//! Authentication: when `requirepass` is set, the port requires memcached's `-Y` text-protocol
+//! login before anything else — a `set` of any key whose data is `default <password>` (answered
+//! `STORED`, or `CLIENT_ERROR authentication failure`); every other command gets
+//! `CLIENT_ERROR unauthenticated`. Until then values are capped at `MAX_AUTH_REQ_LEN` bytes.
 
 use super::exec::{Flow, Session};
 use super::stats::LocalCounters;
@@ -18,6 +23,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// Longest login payload accepted before authentication (memcached's limit).
+const MAX_AUTH_REQ_LEN: usize = 8192;
 
 /// Pending replies are written out once they reach this size, even mid-pipeline.
 const MAX_PENDING_OUTPUT: usize = 64 * 1024;
@@ -39,11 +47,18 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
     client.db = db;
     handle.db.store(db, Ordering::Relaxed);
     let mut shutdown = shared.shutdown.subscribe();
+    let mut authenticated = !shared.auth_required();
     let mut decoder = Decoder::new(limits(&shared));
+    let max_value = decoder.limits().max_value;
+    if !authenticated {
+        decoder.set_limits(Limits {
+            max_value: MAX_AUTH_REQ_LEN,
+            ..decoder.limits()
+        });
+    }
     let mut counters = LocalCounters::default();
     let mut rbuf = BytesMut::with_capacity(READ_BUFFER);
     let mut wbuf = BytesMut::with_capacity(READ_BUFFER);
-    let max_value = decoder.limits().max_value;
     shared
         .memcache
         .curr_connections
@@ -78,6 +93,12 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                     }
                     if !noreply {
                         gradus_memcache::reply::line(&mut wbuf, line.as_bytes());
+                    }
+                }
+                Decoded::Command(command) if !authenticated => {
+                    authenticated = login(&shared, command, &mut wbuf);
+                    if authenticated {
+                        decoder.set_limits(limits(&shared));
                     }
                 }
                 Decoded::Command(command) => {
@@ -139,6 +160,35 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
         .fetch_sub(1, Ordering::Relaxed);
     let _ = stream.shutdown().await;
     shared.clients.unregister(client.id);
+}
+
+/// memcached's `-Y` login: a `set` whose data is `user password`; the user is `default` and the
+/// password `requirepass`. Writes the reply; true when the connection is now authenticated.
+fn login(shared: &Shared, command: gradus_memcache::Command, out: &mut BytesMut) -> bool {
+    use gradus_memcache::{Command, StoreMode};
+    let reply = |out: &mut BytesMut, text: &[u8]| gradus_memcache::reply::line(out, text);
+    let Command::Store {
+        mode: StoreMode::Set,
+        data,
+        ..
+    } = command
+    else {
+        reply(out, b"CLIENT_ERROR unauthenticated");
+        return false;
+    };
+    let Some(space) = data.iter().position(|&c| c == b' ') else {
+        reply(out, b"CLIENT_ERROR bad authentication token format");
+        return false;
+    };
+    let (user, password) = (&data[..space], &data[space + 1..]);
+    let expected = shared.live.requirepass.lock().clone();
+    if user == b"default" && password == expected.as_bytes() {
+        reply(out, b"STORED");
+        true
+    } else {
+        reply(out, b"CLIENT_ERROR authentication failure");
+        false
+    }
 }
 
 /// Write pending replies after the fsync covering any strict write among them. False when the

@@ -64,7 +64,8 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
         }
         let laddr = stream.local_addr().unwrap_or(addr);
         let handle = shared.clients.register(addr, laddr);
-        // The text protocol has no login: the port itself is the grant (bind it accordingly).
+        // The connection does its own (memcached -Y style) login when requirepass is set; this
+        // flag is the RESP dispatcher's, which memcached connections never go through.
         let client = ClientState::new(handle, true);
         tokio::spawn(super::connection::serve(shared.clone(), stream, client));
     }
