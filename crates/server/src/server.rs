@@ -55,7 +55,6 @@ impl Server {
             port = listener.local_addr()?.port();
             listeners.push(listener);
         }
-        let memcached_listeners = crate::memcache::listener::bind(&config).await?;
         let degrees = config
             .database_degrees()
             .map_err(|e| ServerError::Config(e.to_string()))?;
@@ -83,6 +82,8 @@ impl Server {
         } else {
             (None, None)
         };
+        // After the data-directory lock, so a second server on the same directory reports that.
+        let memcached_listeners = crate::memcache::listener::bind(&config).await?;
         let (log, dir_lock) = match log {
             Some((log, lock)) => (Some(log), Some(lock)),
             None => (None, None),

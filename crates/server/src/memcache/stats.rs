@@ -137,7 +137,11 @@ pub fn write_stats(
             stat(out, "total_items", items);
             stat(out, "bytes", bytes);
             stat(out, "limit_maxbytes", 0);
-            stat(out, "threads", shared.config.threads);
+            let threads = match shared.config.threads {
+                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                n => n,
+            };
+            stat(out, "threads", threads);
             stat(out, "evictions", 0);
             stat(out, "gradus_db", db);
         }
