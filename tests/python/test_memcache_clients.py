@@ -422,6 +422,8 @@ SCRIPT = [
     b"ma c v v\r\n", b"mg k v v\r\n", b"mg k Y\r\n", b"mg k Tx\r\n", b"mg k O" + b"o" * 33 + b"\r\n",
     b"ms Zm9vIGJhcg== 1 b\r\nx\r\n", b"mg Zm9vIGJhcg== b v k\r\n", b"mg viv R30\r\n",
     b"mg viv R90\r\n", b"mg viv R90\r\n", b"me nope\r\n", b"stats cachedump 250 0\r\n",
+    b"set text 0 0 1\r\nx\r\n", b"incr text 1 noreply\r\nmn\r\n", b"incr nope 1 noreply\r\nmn\r\n",
+    b"add text 0 0 1 noreply\r\ny\r\nmn\r\n", b"cas text 0 0 1 1 noreply\r\ny\r\nmn\r\n",
     b"flush_all\r\n", b"get viv\r\n", b"quit\r\n",
 ]
 

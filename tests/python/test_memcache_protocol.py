@@ -103,6 +103,8 @@ def test_noreply_everywhere(mc):
             b"append q 0 0 1 noreply\r\n4\r\n"
             b"prepend q 0 0 1 noreply\r\n5\r\n"
             b"incr nonnum 1 noreply\r\n"
+            b"set text 0 0 1 noreply\r\nx\r\n"
+            b"incr text 1 noreply\r\n"
             b"touch q 10 noreply\r\n"
             b"cas q 0 0 1 1 noreply\r\n6\r\n"
             b"delete nope noreply\r\n"

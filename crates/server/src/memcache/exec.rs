@@ -196,6 +196,25 @@ impl<'a> Session<'a> {
     /// Execute one command, appending its reply (if any) to `out`.
     pub fn execute(&mut self, command: Command, out: &mut BytesMut) -> Flow {
         crate::client::LocalCounters::bump(&self.client.counters.commands);
+        // memcached's noreply silences every reply of the command, errors included.
+        let noreply = matches!(
+            command,
+            Command::Store { noreply: true, .. }
+                | Command::Delete { noreply: true, .. }
+                | Command::Arith { noreply: true, .. }
+                | Command::Touch { noreply: true, .. }
+                | Command::FlushAll { noreply: true, .. }
+                | Command::Verbosity { noreply: true }
+        );
+        let mark = out.len();
+        let flow = self.run(command, out);
+        if noreply {
+            out.truncate(mark);
+        }
+        flow
+    }
+
+    fn run(&mut self, command: Command, out: &mut BytesMut) -> Flow {
         match command {
             Command::Get {
                 keys,
