@@ -406,6 +406,12 @@ def test_memcached_db_setting(gradus_factory):
         db3.close()
 
 
+def test_config_get_shows_the_memcached_settings(gradus, r2):
+    got = r2.config_get("memcached-*")
+    assert got == {"memcached-port": str(gradus.memcached_port), "memcached-db": "0",
+                   "memcached-item-size-max": "1048576"}
+
+
 def test_memcached_port_zero_disables(gradus_factory):
     import socket
 
