@@ -299,6 +299,21 @@ def test_strict_writes_acknowledged_over_memcached_survive_kill_9(gradus_factory
     c.close()
 
 
+def test_cas_values_from_before_a_restart_do_not_match_after_it(gradus_factory):
+    server = gradus_factory("--durability", "strict")
+    c = McConn(HOST, server.memcached_port)
+    c.cmd(b"set k 0 0 1\r\na\r\n")
+    [(_, _, _, old_cas)] = c.get(b"gets k\r\n")
+    c.close()
+    server.restart()
+    c = McConn(HOST, server.memcached_port)
+    [(_, _, _, new_cas)] = c.get(b"gets k\r\n")
+    assert new_cas > old_cas
+    assert c.cmd(b"cas k 0 0 1 %d\r\nb\r\n" % old_cas) == b"EXISTS"
+    assert c.cmd(b"cas k 0 0 1 %d\r\nb\r\n" % new_cas) == b"STORED"
+    c.close()
+
+
 def test_none_database_is_memory_only(gradus_factory):
     server = gradus_factory("--durability", "none")
     c = McConn(HOST, server.memcached_port)

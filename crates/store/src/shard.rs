@@ -94,8 +94,14 @@ pub struct Shard {
 }
 
 impl Shard {
+    /// An empty shard. Versions start from the clock (Unix ms × 1024), not from 0, so a version
+    /// handed out before a restart (a memcached CAS value a client still holds) is never handed
+    /// out again after it: a stale `cas` fails instead of matching a different write.
     pub fn new() -> Self {
-        Self::default()
+        Shard {
+            next_version: crate::now_ms() << 10,
+            ..Self::default()
+        }
     }
 
     fn bump(&mut self) -> u64 {
