@@ -1128,3 +1128,148 @@ pub fn flush_db(
     drop(old);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use gradus_memcache::{Decoded, Decoder, Limits};
+
+    /// A server state with no log (every database `none`) and one memcached session on it.
+    struct Fixture {
+        shared: Shared,
+        client: ClientState,
+        counters: LocalCounters,
+        now_ms: u64,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let config = crate::Config::embedded();
+            let degrees = vec![gradus_log::Durability::None; config.databases];
+            let unspecified = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+            let handle = std::sync::Arc::new(crate::client::ClientHandle::new(
+                1,
+                unspecified,
+                unspecified,
+            ));
+            Fixture {
+                shared: Shared::new(config, None, None, degrees),
+                client: ClientState::new(handle, true),
+                counters: LocalCounters::default(),
+                now_ms: 1_800_000_000_000,
+            }
+        }
+
+        /// Run every request in `input`; return everything the session replied.
+        fn run(&mut self, input: &[u8]) -> String {
+            let mut decoder = Decoder::new(Limits::default());
+            let mut buf = BytesMut::from(input);
+            let mut out = BytesMut::new();
+            while let Some(decoded) = decoder.decode(&mut buf).expect("valid input") {
+                match decoded {
+                    Decoded::Command(command) => {
+                        let mut session = Session {
+                            shared: &self.shared,
+                            client: &mut self.client,
+                            db: 0,
+                            now_ms: self.now_ms,
+                            counters: &mut self.counters,
+                            max_value: 1024,
+                        };
+                        session.execute(command, &mut out);
+                    }
+                    Decoded::Reply { line, .. } => {
+                        gradus_memcache::reply::line(&mut out, line.as_bytes())
+                    }
+                }
+            }
+            String::from_utf8_lossy(&out).into_owned()
+        }
+    }
+
+    #[test]
+    fn storage_command_matrix() {
+        let mut f = Fixture::new();
+        assert_eq!(
+            f.run(b"add k 1 0 1\r\na\r\nadd k 1 0 1\r\nb\r\n"),
+            "STORED\r\nNOT_STORED\r\n"
+        );
+        assert_eq!(
+            f.run(b"replace x 0 0 1\r\na\r\nappend x 0 0 1\r\na\r\n"),
+            "NOT_STORED\r\nNOT_STORED\r\n"
+        );
+        assert_eq!(
+            f.run(b"append k 9 0 2\r\n>>\r\nprepend k 9 0 2\r\n<<\r\n"),
+            "STORED\r\nSTORED\r\n"
+        );
+        assert_eq!(f.run(b"get k\r\n"), "VALUE k 1 5\r\n<<a>>\r\nEND\r\n");
+        assert_eq!(f.run(b"cas nope 0 0 1 7\r\na\r\n"), "NOT_FOUND\r\n");
+        let cas = f
+            .shared
+            .store
+            .db(0)
+            .unwrap()
+            .lock(b"k")
+            .version_of(b"k", f.now_ms);
+        let stale = format!("cas k 0 0 1 {}\r\nz\r\n", cas + 1);
+        assert_eq!(f.run(stale.as_bytes()), "EXISTS\r\n");
+        let fresh = format!("cas k 0 0 1 {cas}\r\nz\r\n");
+        assert_eq!(f.run(fresh.as_bytes()), "STORED\r\n");
+        // Append past the item size limit is refused; a negative exptime deletes.
+        assert_eq!(
+            f.run(&[&b"append k 0 0 1024\r\n"[..], &[b'x'; 1024], b"\r\n"].concat()),
+            "NOT_STORED\r\n"
+        );
+        assert_eq!(
+            f.run(b"set k 0 -1 1\r\nq\r\nget k\r\n"),
+            "STORED\r\nEND\r\n"
+        );
+    }
+
+    #[test]
+    fn arithmetic_wraps_and_floors() {
+        let mut f = Fixture::new();
+        f.run(b"set n 3 0 20\r\n18446744073709551615\r\n");
+        assert_eq!(f.run(b"incr n 2\r\ndecr n 5\r\n"), "1\r\n0\r\n");
+        assert_eq!(
+            f.run(b"get n\r\n"),
+            "VALUE n 3 1\r\n0\r\nEND\r\n",
+            "flags are kept"
+        );
+        assert_eq!(
+            f.run(b"ma m N0 J7 v\r\nma m MD D10 v\r\n"),
+            "VA 1\r\n7\r\nVA 1\r\n0\r\n"
+        );
+    }
+
+    #[test]
+    fn vivify_win_then_stale_win() {
+        let mut f = Fixture::new();
+        assert_eq!(f.run(b"mg k v N30 t\r\n"), "VA 0 t30 W\r\n\r\n");
+        assert_eq!(f.run(b"mg k v N30 t\r\n"), "VA 0 t30 Z\r\n\r\n");
+        assert_eq!(
+            f.run(b"ms k 2 T60\r\nhi\r\nmg k v\r\n"),
+            "HD\r\nVA 2\r\nhi\r\n"
+        );
+        assert_eq!(
+            f.run(b"md k I\r\nmg k v\r\nmg k v\r\n"),
+            "HD\r\nVA 2 X W\r\nhi\r\nVA 2 Z X\r\nhi\r\n"
+        );
+        f.now_ms += 61_000;
+        assert_eq!(f.run(b"mg k v\r\n"), "EN\r\n", "expired");
+    }
+
+    #[test]
+    fn stats_count_hits_and_misses() {
+        let mut f = Fixture::new();
+        f.run(b"set a 0 0 1\r\n1\r\nget a b\r\n");
+        f.shared.memcache.absorb(&mut f.counters);
+        let stats = f.run(b"stats\r\n");
+        assert!(
+            stats.contains("STAT get_hits 1\r\n") && stats.contains("STAT get_misses 1\r\n"),
+            "{stats}"
+        );
+        assert!(stats.ends_with("END\r\n"));
+    }
+}
