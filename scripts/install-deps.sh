@@ -3,7 +3,8 @@
 # or as a user with passwordless sudo; no stdin needed):
 #   - redis-server, redis-cli, redis-benchmark (the reference server and real clients);
 #   - php-cli and php-redis (phpredis, for the PHP session-handler tests);
-#   - the Python packages in tests/python/requirements.txt (redis-py, pytest, hypothesis);
+#   - php-memcached, libmemcached-tools and memcached (memcached-port tests and benchmark);
+#   - the Python packages in tests/python/requirements.txt (redis-py, pymemcache, pytest, hypothesis);
 #   - rustup's cargo on PATH (for this script's checks; scripts/test.sh does the same).
 # Nothing is installed when it is already there.  A distro Redis service that the
 # package starts is stopped again: the tests start their own servers on free ports.
@@ -89,11 +90,38 @@ if ! command -v php >/dev/null 2>&1 || ! php -m 2>/dev/null | grep -qi '^redis$'
     apt_install php-cli php-redis
 fi
 
+# --- memcached clients and reference server (memcached-port tests) ------------------------------
+# php-memcached (php-memcached sessions with sess_locking against the memcached port),
+# libmemcached-tools (memcdump/memcstat) and memcached itself (the differential test and
+# docs/benchmarks/memcached.md). The memcached service the package may start is stopped again.
+if ! php -m 2>/dev/null | grep -qi '^memcached$' || ! command -v memcdump >/dev/null 2>&1 \
+    || ! command -v memcached >/dev/null 2>&1; then
+    log "installing php-memcached, libmemcached-tools and memcached"
+    created_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ] && [ -w /usr/sbin ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod +x /usr/sbin/policy-rc.d
+        created_policy=1
+    fi
+    install_status=0
+    apt_install php-memcached libmemcached-tools memcached || install_status=$?
+    if [ "$created_policy" -eq 1 ]; then
+        rm -f /usr/sbin/policy-rc.d
+    fi
+    [ "$install_status" -eq 0 ] || exit "$install_status"
+fi
+if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ] \
+    && systemctl is-active --quiet memcached 2>/dev/null; then
+    log "stopping the distro memcached service"
+    "${SUDO[@]}" systemctl stop memcached 2>/dev/null || true
+    "${SUDO[@]}" systemctl disable memcached 2>/dev/null || true
+fi
+
 # --- Python packages ----------------------------------------------------------------------
 python_ok() {
     python3 - <<'EOF' 2>/dev/null
 import importlib.metadata as md
-import hypothesis, pytest, redis  # noqa: F401
+import hypothesis, pymemcache, pytest, redis  # noqa: F401
 major, minor = (int(x) for x in md.version("redis").split(".")[:2])
 raise SystemExit(0 if (major, minor) >= (5, 2) else 1)
 EOF

@@ -7,6 +7,8 @@
 - `r`: a redis-py client speaking the test module's PROTOCOL (2 or 3); `protocol` is that number.
 - `raw`: raw-socket RESP client to `gradus` (see resp.RawClient).
 - `redis_server`: a real redis-server (no persistence) for differential tests.
+- `mc`: raw-socket memcached client to `gradus`'s memcached port (see memcache_raw.McRaw);
+  every gradus started here listens for memcached on its own free port (`.memcached_port`).
 
 Environment:
 - GRADUS_BIN: the gradus binary (default <repo>/target/debug/gradus, built if missing).
@@ -76,8 +78,10 @@ def _per_test_timeout():
 # --- servers ----------------------------------------------------------------
 
 
-def _gradus_argv(binary: str, port: int, dir: Path, extra: List[str]) -> List[str]:
-    return [binary, "--bind", HOST, "--port", str(port), "--dir", str(dir)] + extra
+def _gradus_argv(binary: str, port: int, dir: Path, extra: List[str], memcached_port: int) -> List[str]:
+    # Every gradus gets its own free memcached port too (the default, 11211, would collide).
+    return [binary, "--bind", HOST, "--port", str(port), "--dir", str(dir),
+            "--memcached-port", str(memcached_port)] + extra
 
 
 def _redis_emulation_argv(binary: str, port: int, dir: Path, extra: List[str]) -> List[str]:
@@ -118,6 +122,12 @@ class _Servers:
     def start_gradus(self, *extra_args: str, name: str = "gradus") -> ServerProcess:
         extra = [str(a) for a in extra_args]
         port = free_port(HOST)
+        if "--memcached-port" in extra:
+            memcached_port = int(extra[extra.index("--memcached-port") + 1])
+            extra = [a for i, a in enumerate(extra)
+                     if a != "--memcached-port" and (i == 0 or extra[i - 1] != "--memcached-port")]
+        else:
+            memcached_port = free_port(HOST)
         dir = self.new_dir(name)
         if target_is_redis():
             binary = os.environ.get("GRADUS_TARGET_REDIS_BIN") or redis_server_binary()
@@ -129,8 +139,9 @@ class _Servers:
                 binary = str(gradus_binary())
             except RuntimeError as exc:
                 pytest.fail(str(exc), pytrace=False)
-            argv = _gradus_argv(binary, port, dir, extra)
+            argv = _gradus_argv(binary, port, dir, extra, memcached_port)
         server = ServerProcess(name, argv, HOST, port, dir, password=_password_of(extra))
+        server.memcached_port = memcached_port
         self.started.append(server)
         try:
             server.start()
@@ -221,6 +232,15 @@ def r(gradus, protocol) -> redis.Redis:
 @pytest.fixture
 def raw(gradus) -> RawClient:
     client = RawClient(gradus.host, gradus.port)
+    yield client
+    client.close_all()
+
+
+@pytest.fixture
+def mc(gradus):
+    from memcache_raw import McRaw
+
+    client = McRaw(gradus.host, gradus.memcached_port)
     yield client
     client.close_all()
 

@@ -27,6 +27,12 @@ pub struct Config {
     pub hz: u32,
     pub threads: usize,
     pub loglevel: String,
+    pub memcached_port: u16,
+    pub memcached_db: usize,
+    /// The tenant whose keyspace `memcached-db` names (empty: the first; with no tenants, `default`).
+    #[serde(default)]
+    pub memcached_tenant: String,
+    pub memcached_item_size_max: usize,
     pub durability: DurabilityConfig,
     /// `[[tenants]]`: when present, every connection authenticates as a tenant's user.
     #[serde(default)]
@@ -137,6 +143,10 @@ struct PartialConfig {
     hz: Option<u32>,
     threads: Option<usize>,
     loglevel: Option<String>,
+    memcached_port: Option<u16>,
+    memcached_db: Option<usize>,
+    memcached_tenant: Option<String>,
+    memcached_item_size_max: Option<usize>,
     durability: Option<PartialDurability>,
     tenants: Option<Vec<TenantConfig>>,
     users: Option<Vec<UserConfig>>,
@@ -196,6 +206,15 @@ pub struct Cli {
     /// Default durability degree of every database: none, lazy, background or strict (default background).
     #[arg(long, value_name = "DEGREE")]
     pub durability: Option<String>,
+    /// TCP port for the memcached-protocol listener (default 11211; 0 disables it).
+    #[arg(long, value_name = "PORT")]
+    pub memcached_port: Option<u16>,
+    /// Database (SELECT index) that the memcached port reads and writes (default 0).
+    #[arg(long, value_name = "N")]
+    pub memcached_db: Option<usize>,
+    /// Largest value accepted over the memcached port, in bytes (default 1 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub memcached_item_size_max: Option<usize>,
     /// Start even if the log is corrupt in the middle: keep the valid prefix and report what was dropped.
     #[arg(long)]
     pub repair: bool,
@@ -258,7 +277,11 @@ impl Config {
             threads,
             loglevel,
             tenants,
-            users
+            users,
+            memcached_port,
+            memcached_db,
+            memcached_tenant,
+            memcached_item_size_max
         );
         if let Some(d) = p.durability {
             let t = &mut self.durability;
@@ -296,7 +319,10 @@ impl Config {
             max_inline_len,
             hz,
             threads,
-            loglevel
+            loglevel,
+            memcached_port,
+            memcached_db,
+            memcached_item_size_max
         );
         if let Some(d) = &cli.durability {
             self.durability.default = d.clone();
@@ -338,6 +364,12 @@ impl Config {
         }
         if self.max_multibulk_len == 0 || self.max_inline_len < 64 {
             return bad("max-multibulk-len must be >= 1 and max-inline-len >= 64");
+        }
+        if self.tenants.is_empty() && self.memcached_db >= self.databases {
+            return bad("memcached-db must be below databases");
+        }
+        if self.memcached_item_size_max < 1024 || self.memcached_item_size_max > 1 << 30 {
+            return bad("memcached-item-size-max must be between 1024 and 1073741824");
         }
         if self.hz == 0 || self.hz > 500 {
             return bad("hz must be between 1 and 500");

@@ -9,6 +9,7 @@
 //! - [`tenancy`]: tenants, users and permissions, keyspace layout, AUTH throttling;
 //! - [`quota`]: memory limits per keyspace and tenant: LRU eviction for caches, OOM for the rest;
 //! - [`persist`]: durability degrees, log records, snapshots, recovery (the log itself is `gradus-log`);
+//! - [`memcache`]: the memcached text/meta protocol listener over the same keyspaces;
 //! - [`config`]: embedded defaults, TOML file, flags; [`info`]: the INFO text;
 //! - [`args`]: argument parsing with Redis' rules; [`long_double`]: Redis' float arithmetic for
 //!   INCRBYFLOAT/HINCRBYFLOAT; [`error`]: this layer's error type.
@@ -25,6 +26,7 @@ pub mod dispatch;
 pub mod error;
 pub mod info;
 pub mod long_double;
+pub mod memcache;
 pub mod persist;
 pub mod quota;
 pub mod server;

@@ -26,6 +26,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub struct Server {
     shared: Arc<Shared>,
     listeners: Vec<TcpListener>,
+    memcached_listeners: Vec<TcpListener>,
 }
 
 impl Server {
@@ -85,6 +86,8 @@ impl Server {
         } else {
             (None, None)
         };
+        // After the data-directory lock, so a second server on the same directory reports that.
+        let memcached_listeners = crate::memcache::listener::bind(&config).await?;
         let (log, dir_lock) = match log {
             Some((log, lock)) => (Some(log), Some(lock)),
             None => (None, None),
@@ -121,7 +124,11 @@ impl Server {
         if let Some((path, previous)) = layout_path {
             write_layout(&path, &previous, &shared.tenancy)?;
         }
-        Ok(Self { shared, listeners })
+        Ok(Self {
+            shared,
+            listeners,
+            memcached_listeners,
+        })
     }
 
     pub fn shared(&self) -> Arc<Shared> {
@@ -140,6 +147,16 @@ impl Server {
             tracing::info!(addr = %listener.local_addr()?, "listening (RESP)");
             tasks.spawn(accept_loop(shared.clone(), listener));
         }
+        for listener in self.memcached_listeners {
+            tracing::info!(addr = %listener.local_addr()?, "listening (memcached)");
+            tasks.spawn(crate::memcache::listener::accept_loop(
+                shared.clone(),
+                listener,
+            ));
+        }
+        tasks.spawn(crate::memcache::listener::delayed_flush_loop(
+            shared.clone(),
+        ));
         tasks.spawn(expiry_loop(shared.clone()));
         tasks.spawn(snapshot_loop(shared.clone()));
         tasks.spawn(lock_lease_loop(shared.clone()));

@@ -94,6 +94,8 @@ pub struct Shared {
     pub snapshot_request: tokio::sync::Notify,
     /// Flips to true once shutdown begins; connections and the acceptor watch it.
     pub shutdown: watch::Sender<bool>,
+    /// memcached-protocol statistics and the pending delayed `flush_all`.
+    pub memcache: crate::memcache::stats::McShared,
 }
 
 impl Shared {
@@ -145,6 +147,7 @@ impl Shared {
             locks: gradus_store::locks::LockTable::new(),
             snapshot_request: tokio::sync::Notify::new(),
             shutdown,
+            memcache: Default::default(),
         }
     }
 

@@ -241,6 +241,8 @@ pub struct Tenancy {
     users: HashMap<String, User>,
     /// True when the configuration declares tenants (then every connection must authenticate).
     pub multi_tenant: bool,
+    /// (tenant, global keyspace) the memcached port serves.
+    pub memcached: (usize, usize),
 }
 
 /// Parse a size such as `67108864`, `"64mb"`, `"64MiB"` or `"1g"` into bytes.
@@ -460,7 +462,7 @@ impl Tenancy {
         if keyspaces.len() > 65536 {
             return Err(ServerError::Config("more than 65536 keyspaces".into()));
         }
-        let tenants = tenants
+        let tenants: Vec<TenantDef> = tenants
             .into_iter()
             .enumerate()
             .map(|(t, (name, memory_limit))| {
@@ -482,11 +484,38 @@ impl Tenancy {
                 }
             })
             .collect();
+        let memcached = {
+            let t = if config.memcached_tenant.is_empty() {
+                0
+            } else {
+                tenants
+                    .iter()
+                    .position(|t| t.name == config.memcached_tenant)
+                    .ok_or_else(|| {
+                        ServerError::Config(format!(
+                            "memcached-tenant: no tenant named {:?}",
+                            config.memcached_tenant
+                        ))
+                    })?
+            };
+            let g = tenants[t]
+                .by_select
+                .get(&config.memcached_db)
+                .copied()
+                .ok_or_else(|| {
+                    ServerError::Config(format!(
+                        "memcached-db: tenant {:?} has no keyspace with select = {}",
+                        tenants[t].name, config.memcached_db
+                    ))
+                })?;
+            (t, g)
+        };
         Ok(Tenancy {
             tenants,
             keyspaces,
             users,
             multi_tenant,
+            memcached,
         })
     }
 

@@ -23,12 +23,52 @@ pub struct Entry {
     version: u64,
     /// Last access, in 10 ms ticks of the Unix clock (wrapping; see [`access_tick`]).
     atime: u32,
+    meta: ItemMeta,
 }
 
 /// The access clock: Unix time in 10 ms ticks, truncated to 32 bits (wraps every ~497 days; ages
 /// are computed with wrapping arithmetic).
 pub fn access_tick(now_ms: u64) -> u32 {
     (now_ms / 10) as u32
+}
+
+/// What the memcached protocol keeps beside a value: the client's 32-bit flags and the meta
+/// protocol's per-item state. Every whole-value write (SET, memcached `set`) resets it; in-place
+/// changes (APPEND, INCR) keep it. 12 bytes, so entries written over RESP pay almost nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ItemMeta {
+    /// Opaque flags stored by memcached clients (php-memcached keeps its serializer here).
+    pub client_flags: u32,
+    /// Unix seconds of the last store or fetch (meta `l`).
+    pub last_access_s: u32,
+    /// `STALE` | `WIN_SENT` | `FETCHED`.
+    pub bits: u8,
+}
+
+impl ItemMeta {
+    /// Marked stale by `md key I` (or a stale `ms … I` store): readers see `X`.
+    pub const STALE: u8 = 1;
+    /// A client already received the recache win (`W`); later readers see `Z`.
+    pub const WIN_SENT: u8 = 2;
+    /// Fetched at least once since stored (meta `h`).
+    pub const FETCHED: u8 = 4;
+    /// The bits that snapshots and log records carry (a restart keeps a stale mark and a
+    /// pending recache lease; "fetched" is access history, not data).
+    pub const PERSISTED_BITS: u8 = Self::STALE | Self::WIN_SENT;
+
+    pub fn has(&self, bit: u8) -> bool {
+        self.bits & bit != 0
+    }
+}
+
+impl ItemMeta {
+    /// The state of a freshly stored item.
+    fn fresh(now_ms: u64) -> Self {
+        ItemMeta {
+            last_access_s: (now_ms / 1000) as u32,
+            ..ItemMeta::default()
+        }
+    }
 }
 
 impl Entry {
@@ -43,6 +83,10 @@ impl Entry {
     /// Ticks since the last access at `now_ms`.
     pub fn idle_ticks(&self, now_ms: u64) -> u32 {
         access_tick(now_ms).wrapping_sub(self.atime)
+    }
+    /// memcached client flags and meta state.
+    pub fn meta(&self) -> ItemMeta {
+        self.meta
     }
     fn is_expired(&self, now_ms: u64) -> bool {
         matches!(self.expires_at, Some(t) if t <= now_ms)
@@ -78,15 +122,21 @@ pub struct Shard {
 }
 
 impl Shard {
+    /// An empty shard. Versions start from the clock (Unix ms × 1024), not from 0, so a version
+    /// handed out before a restart (a memcached CAS value a client still holds) is never handed
+    /// out again after it: a stale `cas` fails instead of matching a different write.
     pub fn new() -> Self {
-        Self::default()
+        Shard {
+            next_version: crate::now_ms() << 10,
+            ..Self::default()
+        }
     }
 
     /// A shard that keeps a sampling list for eviction.
     pub fn with_sampling() -> Self {
         Self {
             sampling: true,
-            ..Self::default()
+            ..Self::new()
         }
     }
 
@@ -190,6 +240,22 @@ impl Shard {
         Some(entry)
     }
 
+    /// The live entry for `key` as a memcached read sees it, with its meta state *before* this
+    /// read; `bump` marks it fetched and accessed now (meta `u` skips that). One hash lookup.
+    pub fn fetch(&mut self, key: &[u8], now_ms: u64, bump: bool) -> Option<(&Entry, ItemMeta)> {
+        if self.map.get(key)?.is_expired(now_ms) {
+            self.expire_if_needed(key, now_ms);
+            return None;
+        }
+        let entry = self.map.get_mut(key)?;
+        let before = entry.meta;
+        if bump {
+            entry.meta.bits |= ItemMeta::FETCHED;
+            entry.meta.last_access_s = (now_ms / 1000) as u32;
+        }
+        Some((&*entry, before))
+    }
+
     /// Version of `key` for WATCH: 0 when absent or expired.
     pub fn version_of(&mut self, key: &[u8], now_ms: u64) -> u64 {
         self.get(key, now_ms).map_or(0, |e| e.version)
@@ -255,6 +321,7 @@ impl Shard {
                     expires_at: None,
                     version,
                     atime: access_tick(now_ms),
+                    meta: ItemMeta::fresh(now_ms),
                 },
             );
         }
@@ -290,6 +357,18 @@ impl Shard {
         expires_at: Option<u64>,
         now_ms: u64,
     ) -> Option<Entry> {
+        self.set_with_meta(key, value, expires_at, ItemMeta::fresh(now_ms), now_ms)
+    }
+
+    /// [`Shard::set`] with memcached client flags and meta state (one hash lookup).
+    pub fn set_with_meta(
+        &mut self,
+        key: &[u8],
+        value: Value,
+        expires_at: Option<u64>,
+        meta: ItemMeta,
+        now_ms: u64,
+    ) -> Option<Entry> {
         let version = self.next_version + 1;
         self.next_version = version;
         // Overwrite in place when the key exists: one hash lookup, no key copy.
@@ -311,6 +390,7 @@ impl Shard {
                     expires_at,
                     version,
                     atime: access_tick(now_ms),
+                    meta,
                 },
             );
             if was_expired {
@@ -332,9 +412,33 @@ impl Shard {
                 expires_at,
                 version,
                 atime: access_tick(now_ms),
+                meta,
             },
         );
         None
+    }
+
+    /// The version given to the latest write in this shard (after `set`: the new entry's).
+    pub fn last_version(&self) -> u64 {
+        self.next_version
+    }
+
+    /// The memcached meta state of a live key, for changes that are not writes of the value
+    /// (fetched/last-access marks, the recache win): the version is not bumped.
+    pub fn meta_mut(&mut self, key: &[u8], now_ms: u64) -> Option<&mut ItemMeta> {
+        self.expire_if_needed(key, now_ms);
+        self.map.get_mut(key).map(|e| &mut e.meta)
+    }
+
+    /// Give a live key a new version (memcached: a new CAS value), `explicit` when the client
+    /// chose it (meta `E`); later versions of this shard stay above it. Returns the version.
+    pub fn renew_version(&mut self, key: &[u8], explicit: Option<u64>, now_ms: u64) -> Option<u64> {
+        self.expire_if_needed(key, now_ms);
+        let version = explicit.unwrap_or(self.next_version + 1);
+        let entry = self.map.get_mut(key)?;
+        entry.version = version;
+        self.next_version = self.next_version.max(version);
+        Some(version)
     }
 
     /// Delete `key`; returns the entry if it was live.

@@ -175,6 +175,8 @@ pub fn table() -> &'static CommandTable {
             transactions::COMMANDS,
             locks::COMMANDS,
             scripting::COMMANDS,
+            crate::memcache::records::COMMANDS,
+            crate::memcache::lease::COMMANDS,
         ])
     })
 }

@@ -333,6 +333,7 @@ fn load_items(shared: &crate::state::Shared, items: &[bytes::Bytes]) -> Result<(
                 key,
                 expires_at,
                 value,
+                meta,
             } => {
                 if !shared.persist.db_logged(db) {
                     // The database is `none` now (the config changed): it starts empty.
@@ -342,7 +343,8 @@ fn load_items(shared: &crate::state::Shared, items: &[bytes::Bytes]) -> Result<(
                     .store
                     .db(db)
                     .ok_or_else(|| format!("snapshot names database {db}, which does not exist"))?;
-                ks.lock(&key).set(&key, value, expires_at, 0);
+                ks.lock(&key)
+                    .set_with_meta(&key, value, expires_at, meta, 0);
             }
             Record::Commands { .. } => return Err("command record inside a snapshot".into()),
         }

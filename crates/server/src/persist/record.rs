@@ -13,6 +13,9 @@
 //! +------+--------+------------------+--------------+------+-------------------------+
 //!   expires: Unix ms, 0 = no TTL.   kind 0 string: (len|bytes)
 //!   kind 1 hash: n u32, n × (field, value)     kind 2 zset: n u32, n × (member, score f64 bits u64)
+//!   kind 3 string with memcached state: client_flags u32, bits u8 (1 stale, 2 recache win sent),
+//!          (len|bytes)
+//!          (written only when the flags or the stale bit are set; kinds 0–2 read as before)
 //! ```
 //! All integers little-endian. Replay re-executes each command with the clock set to `now_ms`, so
 //! relative TTLs and expiry decisions come out exactly as they did the first time.
@@ -20,7 +23,7 @@
 //! of a kind the checksum cannot see, i.e. a bug, but recovery still reports it instead of crashing).
 
 use bytes::{BufMut, Bytes, BytesMut};
-use gradus_store::{Entry, HashValue, Value, ZSetValue};
+use gradus_store::{Entry, HashValue, ItemMeta, Value, ZSetValue};
 
 const TAG_COMMANDS: u8 = 1;
 const TAG_SNAPSHOT_ITEM: u8 = 2;
@@ -44,6 +47,8 @@ pub enum Record {
         key: Bytes,
         expires_at: Option<u64>,
         value: Value,
+        /// memcached client flags and the stale bit (default for kinds 0–2).
+        meta: ItemMeta,
     },
 }
 
@@ -84,7 +89,15 @@ pub fn encode_item(db: usize, key: &[u8], entry: &Entry) -> Bytes {
     out.put_u16_le(db as u16);
     put_bytes(&mut out, key);
     out.put_u64_le(entry.expires_at().unwrap_or(0));
+    let meta = entry.meta();
+    let stale = meta.bits & ItemMeta::PERSISTED_BITS;
     match &entry.value {
+        Value::Str(b) if meta.client_flags != 0 || stale != 0 => {
+            out.put_u8(3);
+            out.put_u32_le(meta.client_flags);
+            out.put_u8(stale);
+            put_bytes(&mut out, b);
+        }
         Value::Str(b) => {
             out.put_u8(0);
             put_bytes(&mut out, b);
@@ -191,8 +204,14 @@ pub fn decode(payload: &Bytes) -> Result<Record, RecordError> {
             // Stored values are copied so they do not pin the whole snapshot buffer.
             let key = Bytes::copy_from_slice(&r.bytes()?);
             let expires_at = Some(r.u64()?).filter(|&t| t != 0);
+            let mut meta = ItemMeta::default();
             let value = match r.u8()? {
                 0 => Value::Str(Bytes::copy_from_slice(&r.bytes()?)),
+                3 => {
+                    meta.client_flags = r.u32()?;
+                    meta.bits = r.u8()? & ItemMeta::PERSISTED_BITS;
+                    Value::Str(Bytes::copy_from_slice(&r.bytes()?))
+                }
                 1 => {
                     let n = r.count(8)?;
                     let mut h = HashValue::new();
@@ -223,6 +242,7 @@ pub fn decode(payload: &Bytes) -> Result<Record, RecordError> {
                 key,
                 expires_at,
                 value,
+                meta,
             }
         }
         _ => return Err(RecordError("unknown record tag")),
@@ -283,10 +303,51 @@ mod tests {
                     db: 7,
                     key: Bytes::from(key),
                     expires_at: ttl,
-                    value
+                    value,
+                    meta: ItemMeta::default(),
                 }
             );
         }
+    }
+
+    #[test]
+    fn memcached_flags_and_stale_bit_roundtrip() {
+        let mut shard = Shard::new();
+        let meta = ItemMeta {
+            client_flags: 0xdead_beef,
+            last_access_s: 0,
+            bits: ItemMeta::STALE,
+        };
+        shard.set_with_meta(b"m", Value::Str(Bytes::from("v")), Some(5), meta, 0);
+        let payload = encode_item(1, b"m", shard.get(b"m", 0).unwrap());
+        assert_eq!(payload[1 + 2 + 4 + 1 + 8], 3, "kind 3 is used");
+        match decode(&payload).unwrap() {
+            Record::Item {
+                meta: got, value, ..
+            } => {
+                assert_eq!(got.client_flags, 0xdead_beef);
+                assert!(got.has(ItemMeta::STALE));
+                assert_eq!(value, Value::Str(Bytes::from("v")));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn kind_0_items_written_before_kind_3_still_load() {
+        // A string item as the earlier format wrote it: db 2, key "k", no TTL, kind 0, "v".
+        let old =
+            b"\x02\x02\x00\x01\x00\x00\x00k\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00v";
+        assert_eq!(
+            decode(&Bytes::from_static(old)).unwrap(),
+            Record::Item {
+                db: 2,
+                key: Bytes::from("k"),
+                expires_at: None,
+                value: Value::Str(Bytes::from("v")),
+                meta: ItemMeta::default(),
+            }
+        );
     }
 
     #[test]

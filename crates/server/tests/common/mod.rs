@@ -15,6 +15,8 @@ use std::sync::Arc;
 pub fn test_config() -> Config {
     let mut config = Config::embedded();
     config.port = 0;
+    // No fixed memcached port: tests run in parallel.
+    config.memcached_port = 0;
     config.threads = 2;
     config
 }

@@ -1,0 +1,261 @@
+//! One memcached connection: bytes in → `gradus_memcache::Decoder` → [`super::exec`] → replies
+//! out, with the same batching as the RESP connection: every complete request in the read buffer
+//! runs (one clock reading per batch), then the replies go out in one write.
+//!
+//! Durability: before replies are written, the connection waits until the log is durable up to
+//! the highest `strict` write among them; if that fails the connection closes without sending
+//! them. Limits are the decoder's (2048-byte lines, `memcached-item-size-max` values); a decoder
+//! error (overlong line: silent close, as memcached; binary-protocol bytes: one error line, then
+//! close) ends the connection.
+//!
+//! Authentication: when `requirepass` is set, the port requires memcached's `-Y` text-protocol
+//! login before anything else — a `set` of any key whose data is `default <password>` (answered
+//! `STORED`, or `CLIENT_ERROR authentication failure`); every other command gets
+//! `CLIENT_ERROR unauthenticated`. Until then values are capped at `MAX_AUTH_REQ_LEN` bytes.
+
+use super::exec::{Flow, Session};
+use super::stats::LocalCounters;
+use crate::client::ClientState;
+use crate::state::Shared;
+use crate::tenancy::Perms;
+use bytes::BytesMut;
+use gradus_memcache::{Decoded, Decoder, Limits, McError};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Longest login payload accepted before authentication (memcached's limit).
+const MAX_AUTH_REQ_LEN: usize = 8192;
+
+/// Pending replies are written out once they reach this size, even mid-pipeline.
+const MAX_PENDING_OUTPUT: usize = 64 * 1024;
+const READ_BUFFER: usize = 16 * 1024;
+
+/// The decoder limits for this server.
+pub fn limits(shared: &Shared) -> Limits {
+    Limits {
+        max_value: shared.config.memcached_item_size_max,
+        ..Limits::default()
+    }
+}
+
+/// Serve one accepted memcached connection until the client leaves or the server shuts down.
+pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: ClientState) {
+    let _ = stream.set_nodelay(true);
+    let handle = client.handle.clone();
+    let (tenant, db) = shared.tenancy.memcached;
+    client.db = db;
+    client.tenant = tenant;
+    handle
+        .db
+        .store(shared.tenancy.select_of(db), Ordering::Relaxed);
+    handle.tenant.store(tenant, Ordering::Relaxed);
+    let mut shutdown = shared.shutdown.subscribe();
+    let mut authenticated = !shared.auth_required();
+    let mut decoder = Decoder::new(limits(&shared));
+    let max_value = decoder.limits().max_value;
+    if !authenticated {
+        decoder.set_limits(Limits {
+            max_value: MAX_AUTH_REQ_LEN,
+            ..decoder.limits()
+        });
+    }
+    let mut counters = LocalCounters::default();
+    let mut rbuf = BytesMut::with_capacity(READ_BUFFER);
+    let mut wbuf = BytesMut::with_capacity(READ_BUFFER);
+    shared
+        .memcache
+        .curr_connections
+        .fetch_add(1, Ordering::Relaxed);
+    shared
+        .memcache
+        .total_connections
+        .fetch_add(1, Ordering::Relaxed);
+
+    'conn: loop {
+        let now_ms = gradus_store::now_ms();
+        let mut touched = false;
+        loop {
+            let decoded = match decoder.decode(&mut rbuf) {
+                Ok(Some(d)) => d,
+                Ok(None) => break,
+                Err(e) => {
+                    flush(&shared, &mut stream, &mut wbuf, &mut client).await;
+                    if e == McError::BinaryProtocol {
+                        let _ = stream
+                            .write_all(b"CLIENT_ERROR binary protocol is not supported\r\n")
+                            .await;
+                    }
+                    tracing::debug!(client = client.id, error = %e, "memcached protocol error, closing");
+                    break 'conn;
+                }
+            };
+            match decoded {
+                Decoded::Reply { line, noreply } => {
+                    if line.starts_with("SERVER_ERROR object too large") {
+                        counters.bump(super::stats::Counter::StoreTooLarge);
+                    }
+                    if !noreply {
+                        gradus_memcache::reply::line(&mut wbuf, line.as_bytes());
+                    }
+                }
+                Decoded::Command(command) if !authenticated => {
+                    let delay = shared.auth_throttle.delay(handle.addr.ip());
+                    if !delay.is_zero() {
+                        // Guessing from one address stays slow, as for AUTH on the RESP port.
+                        if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
+                            break 'conn;
+                        }
+                        tokio::time::sleep(delay).await;
+                    }
+                    authenticated = login(&shared, &mut client, command, &mut wbuf);
+                    if authenticated {
+                        decoder.set_limits(limits(&shared));
+                    }
+                }
+                Decoded::Command(command) => {
+                    if !touched {
+                        // Once per batch: CLIENT LIST's idle time and last command.
+                        client.handle.touch("memcached", now_ms);
+                        touched = true;
+                    }
+                    let mut session = Session {
+                        shared: &shared,
+                        client: &mut client,
+                        db,
+                        now_ms,
+                        counters: &mut counters,
+                        max_value,
+                    };
+                    if session.execute(command, &mut wbuf) == Flow::Close {
+                        flush(&shared, &mut stream, &mut wbuf, &mut client).await;
+                        break 'conn;
+                    }
+                }
+            }
+            if handle.is_killed() {
+                break 'conn;
+            }
+            if wbuf.len() >= MAX_PENDING_OUTPUT
+                && !flush(&shared, &mut stream, &mut wbuf, &mut client).await
+            {
+                break 'conn;
+            }
+        }
+        shared
+            .stats
+            .absorb(&client.counters, &shared.tenancy.tenants[tenant].ops);
+        shared.memcache.absorb(&mut counters);
+        if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
+            break;
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+        if rbuf.capacity() - rbuf.len() < 4096 {
+            rbuf.reserve(READ_BUFFER);
+        }
+        tokio::select! {
+            read = stream.read_buf(&mut rbuf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            },
+            _ = handle.killed() => break,
+            _ = shutdown.changed() => break,
+        }
+    }
+    shared
+        .stats
+        .absorb(&client.counters, &shared.tenancy.tenants[tenant].ops);
+    shared.memcache.absorb(&mut counters);
+    shared
+        .memcache
+        .curr_connections
+        .fetch_sub(1, Ordering::Relaxed);
+    let _ = stream.shutdown().await;
+    shared.clients.unregister(client.id);
+}
+
+/// memcached's `-Y` login: a `set` whose data is `user password` — `default` and `requirepass`, or
+/// a user of the port's tenant with the `read` and `write` rights. Writes the reply; true when the
+/// connection is now authenticated (and bound to the user's rights).
+fn login(
+    shared: &Shared,
+    client: &mut ClientState,
+    command: gradus_memcache::Command,
+    out: &mut BytesMut,
+) -> bool {
+    use gradus_memcache::{Command, StoreMode};
+    let reply = |out: &mut BytesMut, text: &[u8]| gradus_memcache::reply::line(out, text);
+    let Command::Store {
+        mode: StoreMode::Set,
+        data,
+        ..
+    } = command
+    else {
+        reply(out, b"CLIENT_ERROR unauthenticated");
+        return false;
+    };
+    let Some(space) = data.iter().position(|&c| c == b' ') else {
+        reply(out, b"CLIENT_ERROR bad authentication token format");
+        return false;
+    };
+    let (user, password) = (&data[..space], &data[space + 1..]);
+    let requirepass = shared.live.requirepass.lock().clone();
+    let ip = client.handle.addr.ip();
+    let found = shared.tenancy.user(user).filter(|u| {
+        (u.tenant == shared.tenancy.memcached.0 || u.perms.contains(Perms::ADMIN))
+            && u.perms.contains(Perms::READ.union(Perms::WRITE))
+            && u.verify(password, &requirepass)
+    });
+    match found {
+        Some(u) => {
+            shared.auth_throttle.succeeded(ip);
+            client.perms = u.perms;
+            client.user = Arc::from(u.name.as_str());
+            *client.handle.user.lock() = client.user.clone();
+            reply(out, b"STORED");
+            true
+        }
+        None => {
+            shared.auth_throttle.failed(ip);
+            reply(out, b"CLIENT_ERROR authentication failure");
+            false
+        }
+    }
+}
+
+/// Write pending replies after the fsync covering any strict write among them. False when the
+/// connection must close.
+async fn flush(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    wbuf: &mut BytesMut,
+    client: &mut ClientState,
+) -> bool {
+    if client.strict_lsn > 0 {
+        let lsn = std::mem::take(&mut client.strict_lsn);
+        if let Some(log) = &shared.persist.log {
+            if let Err(e) = log.wait_durable(lsn).await {
+                tracing::error!(client = client.id, error = %e, "strict write not durable; closing without acknowledging");
+                wbuf.clear();
+                return false;
+            }
+        }
+    }
+    if wbuf.is_empty() {
+        return true;
+    }
+    if stream.write_all(wbuf).await.is_err() {
+        return false;
+    }
+    shared
+        .stats
+        .net_output_bytes
+        .fetch_add(wbuf.len() as u64, Ordering::Relaxed);
+    wbuf.clear();
+    true
+}
