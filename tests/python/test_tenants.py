@@ -445,3 +445,29 @@ def test_config_rejects_clear_text_passwords(tmp_path):
                           stdin=subprocess.DEVNULL)
     assert proc.returncode != 0
     assert "never stored in clear" in proc.stderr
+
+
+def test_memcached_port_serves_one_tenants_keyspace(gradus_factory, tmp_path):
+    """The memcached port maps to alpha's cache keyspace; its `-Y` logins are alpha's users."""
+    from memcache_raw import McRaw
+
+    # Top-level settings go before the first table in TOML: put them at the top of the file.
+    body = 'memcached-tenant = "alpha"\nmemcached-db = 1\n' + EXAMPLE.read_text()
+    server = gradus_factory("--config", config_with(tmp_path, "", base=body))
+    mc = McRaw(server.host, server.memcached_port)
+    anon = mc.new()
+    assert anon.cmd(b"get k\r\n").startswith(b"CLIENT_ERROR unauthenticated")
+    intruder = mc.new()
+    assert intruder.cmd(b"set auth 0 0 14\r\nbeta beta-pass\r\n") == b"CLIENT_ERROR authentication failure"
+    conn = mc.new()
+    assert conn.cmd(b"set auth 0 0 16\r\nalpha alpha-pass\r\n") == b"STORED"
+    assert conn.cmd(b"set page:1 5 0 4\r\nhtml\r\n") == b"STORED"
+    alpha = connect(server, "alpha", db=1)
+    assert alpha.get("page:1") == b"html"
+    beta = connect(server, "beta", db=1)
+    assert beta.get("page:1") is None
+    beta.set("page:1", "beta")
+    assert conn.cmd(b"flush_all\r\n") == b"OK"
+    assert alpha.get("page:1") is None
+    assert beta.get("page:1") == b"beta", "flush_all empties the mapped keyspace only"
+    mc.close_all()
