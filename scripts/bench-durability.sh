@@ -31,7 +31,7 @@ for target in gradus:none gradus:lazy gradus:background gradus:strict redis:no r
   kind=${target%%:*}; mode=${target#*:}
   dir="$TMP/$kind-$mode"; mkdir -p "$dir"
   if [ "$kind" = gradus ]; then
-    "$GRADUS" --port 7401 --dir "$dir" --durability "$mode" --loglevel warn >"$dir.log" 2>&1 &
+    "$GRADUS" --port 7401 --memcached-port 0 --dir "$dir" --durability "$mode" --loglevel warn >"$dir.log" 2>&1 &
   else
     redis-server --port 7401 --bind 127.0.0.1 --dir "$dir" --save '' --appendonly yes --appendfsync "$mode" >"$dir.log" 2>&1 &
   fi
@@ -56,7 +56,7 @@ echo
 
 # Recovery: load RECOVERY_KEYS distinct keys of 1 KiB at background, kill -9, time the restart.
 dir="$TMP/recovery"; mkdir -p "$dir"
-"$GRADUS" --port 7402 --dir "$dir" --loglevel info >"$dir.log" 2>&1 &
+"$GRADUS" --port 7402 --memcached-port 0 --dir "$dir" --loglevel info >"$dir.log" 2>&1 &
 pid=$!; PIDS+=("$pid")
 wait_port 7402
 python3 - "$RECOVERY_KEYS" <<'PY' | redis-cli -p 7402 --pipe >/dev/null
@@ -74,7 +74,7 @@ kill -9 "$pid"; wait "$pid" 2>/dev/null || true
 measure_restart() { # label
   local start end
   start=$(date +%s.%N)
-  "$GRADUS" --port 7402 --dir "$dir" --loglevel info >"$dir.$1.log" 2>&1 &
+  "$GRADUS" --port 7402 --memcached-port 0 --dir "$dir" --loglevel info >"$dir.$1.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
   wait_port 7402
   end=$(date +%s.%N)

@@ -32,7 +32,7 @@ for round in $(seq "$ROUNDS"); do
       redis-server --port 7301 --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" --daemonize no >"$TMP/redis.log" 2>&1 &
       port=7301
     else
-      "$GRADUS" --port 7302 --dir "$TMP/gdata" --durability none ${GRADUS_THREADS:+--threads $GRADUS_THREADS} --loglevel warn >"$TMP/gradus.log" 2>&1 &
+      "$GRADUS" --port 7302 --memcached-port 0 --dir "$TMP/gdata" --durability none ${GRADUS_THREADS:+--threads $GRADUS_THREADS} --loglevel warn >"$TMP/gradus.log" 2>&1 &
       echo $! >"$TMP/gradus.pid"
       port=7302
     fi

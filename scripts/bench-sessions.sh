@@ -14,7 +14,7 @@ TMP=$(mktemp -d)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$TMP"' EXIT
 wait_port() { for _ in $(seq 200); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "no server on $1" >&2; exit 1; }
-target/release/gradus --port 7501 --dir "$TMP/gradus" --durability background ${GRADUS_THREADS:+--threads $GRADUS_THREADS} --loglevel warn >"$TMP/gradus.log" 2>&1 &
+target/release/gradus --port 7501 --memcached-port 0 --dir "$TMP/gradus" --durability background ${GRADUS_THREADS:+--threads $GRADUS_THREADS} --loglevel warn >"$TMP/gradus.log" 2>&1 &
 PIDS+=($!)
 mkdir -p "$TMP/redis"
 redis-server --port 7502 --bind 127.0.0.1 --dir "$TMP/redis" --save '' --appendonly yes --appendfsync everysec >"$TMP/redis.log" 2>&1 &
