@@ -89,10 +89,12 @@ impl TargetSpec {
             "gradus" => TargetKind::Gradus,
             "redis" => TargetKind::Redis,
             "memcached" => TargetKind::Memcached,
-            other => return Err(BenchError::Input(format!(
+            other => {
+                return Err(BenchError::Input(format!(
                 "unknown target {other:?} (known: gradus[:none|lazy|background|strict][+polling], \
                      redis[:no|everysec|always], memcached; append @host:port to attach)"
-            ))),
+            )))
+            }
         };
         let degree = match (kind, degree) {
             (TargetKind::Gradus, None) => Some("background".to_string()),
