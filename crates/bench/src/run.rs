@@ -96,6 +96,8 @@ pub struct RunCtx {
     finals: Mutex<Vec<(String, Bytes)>>,
     measured_until: Mutex<Option<Instant>>,
     reconnects: AtomicU64,
+    /// Open loop: arrivals started and not yet finished (what a cut drain leaves behind).
+    in_flight: AtomicU64,
 }
 
 impl RunCtx {
@@ -214,6 +216,7 @@ pub async fn run_point(
         finals: Mutex::new(Vec::new()),
         measured_until: Mutex::new(None),
         reconnects: AtomicU64::new(0),
+        in_flight: AtomicU64::new(0),
     });
     if let Err(e) = prepared {
         ctx.abort(format!("preparing the data set failed: {e}"));
@@ -303,7 +306,8 @@ async fn finish(
         let abort = h.abort_handle();
         if tokio::time::timeout(left, h).await.is_err() {
             abort.abort();
-            cut += 1;
+            // An open-loop dispatcher takes its unfinished arrivals with it.
+            cut += ctx.in_flight.swap(0, Ordering::Relaxed).max(1);
         }
     }
     Counters::add(&ctx.collector.counters.cut_at_end, cut);
@@ -347,7 +351,7 @@ async fn finish(
     let units = Counters::get(&c.units);
     let total_ops: u64 = ops
         .iter()
-        .filter(|(name, _)| workload.is_protocol_op(name))
+        .filter(|(name, _)| Workload::is_protocol_op(name))
         .map(|(_, s)| s.count)
         .sum();
     let per_s = |n: u64| {
@@ -521,6 +525,10 @@ async fn handle_outcome(
     }
 }
 
+fn in_flight_done(ctx: &RunCtx) {
+    ctx.in_flight.fetch_sub(1, Ordering::Relaxed);
+}
+
 /// Open loop: Poisson arrivals at `rate`, each unit on a pooled set of connections.
 async fn open_loop(ctx: Arc<RunCtx>, workload: Workload, rate: f64, connections: usize) {
     let pool: Arc<Mutex<Vec<Conns>>> = Arc::new(Mutex::new(Vec::new()));
@@ -548,6 +556,7 @@ async fn open_loop(ctx: Arc<RunCtx>, workload: Workload, rate: f64, connections:
             continue;
         }
         pending.fetch_add(1, Ordering::Relaxed);
+        ctx.in_flight.fetch_add(1, Ordering::Relaxed);
         let (ctx2, wl, pool, slots, pending) = (
             ctx.clone(),
             workload.clone(),
@@ -563,7 +572,8 @@ async fn open_loop(ctx: Arc<RunCtx>, workload: Workload, rate: f64, connections:
                 return;
             };
             pending.fetch_sub(1, Ordering::Relaxed);
-            if ctx2.stopping() && !ctx2.in_window(this_intended) {
+            if ctx2.aborted().is_some() {
+                in_flight_done(&ctx2);
                 return;
             }
             let pooled = pool.lock().pop();
@@ -573,6 +583,7 @@ async fn open_loop(ctx: Arc<RunCtx>, workload: Workload, rate: f64, connections:
                     Ok(c) => c,
                     Err(e) => {
                         ctx2.abort(format!("cannot connect: {e}"));
+                        in_flight_done(&ctx2);
                         return;
                     }
                 },

@@ -146,17 +146,7 @@ async fn student(ctx: Arc<RunCtx>, exam: Arc<Exam>, s: usize, students: usize) {
         let started = Instant::now();
         let in_window = ctx.in_window(started);
         steps.clear();
-        match write_session(
-            &ctx,
-            &mut client,
-            &tracker,
-            b"",
-            "login",
-            &mut steps,
-            in_window,
-        )
-        .await
-        {
+        match write_session(&ctx, &mut client, &tracker, b"", &mut steps, in_window).await {
             Ok(()) => {
                 ctx.collector.commit(&steps, None, in_window);
                 ctx.collector
@@ -219,22 +209,12 @@ async fn student(ctx: Arc<RunCtx>, exam: Arc<Exam>, s: usize, students: usize) {
             let mut a = format!("g{group}:").into_bytes();
             a.extend(tagged_value(&format!("answer{group}"), n));
             a.push(b';');
-            (("post_answer"), a)
+            ("post_answer", a)
         };
         let started = Instant::now();
         let in_window = ctx.in_window(started);
         steps.clear();
-        match write_session(
-            &ctx,
-            &mut client,
-            &tracker,
-            &answer,
-            op,
-            &mut steps,
-            in_window,
-        )
-        .await
-        {
+        match write_session(&ctx, &mut client, &tracker, &answer, &mut steps, in_window).await {
             Ok(()) => {
                 errors_in_row = 0;
                 let us = micros(started.elapsed());
@@ -267,7 +247,6 @@ async fn write_session(
     client: &mut Client,
     tracker: &SessionTracker,
     answer: &[u8],
-    _op: &'static str,
     steps: &mut Vec<Step>,
     in_window: bool,
 ) -> std::result::Result<(), UnitError> {

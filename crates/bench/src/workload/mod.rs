@@ -96,7 +96,7 @@ impl Workload {
     }
 
     /// Whether an op name is one request/response exchange with the server (for ops/s).
-    pub fn is_protocol_op(&self, name: &str) -> bool {
+    pub fn is_protocol_op(name: &str) -> bool {
         matches!(
             name,
             "session_open"
