@@ -54,7 +54,7 @@ fn nice_scale(max: f64) -> (f64, f64) {
 fn fmt_num(v: f64) -> String {
     if v == 0.0 {
         "0".into()
-    } else if v.abs() >= 100.0 {
+    } else if v.abs() >= 100.0 || (v.fract() == 0.0 && v.abs() < 1e15) {
         format!("{v:.0}")
     } else if v.abs() >= 1.0 {
         format!("{v:.1}")
@@ -270,6 +270,14 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[Bar]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_print_short() {
+        assert_eq!(fmt_num(20.0), "20");
+        assert_eq!(fmt_num(2.5), "2.5");
+        assert_eq!(fmt_num(0.125), "0.125");
+        assert_eq!(fmt_num(1234.4), "1234");
+    }
 
     #[test]
     fn nice_scales_cover_the_maximum() {

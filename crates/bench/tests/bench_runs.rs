@@ -575,3 +575,71 @@ fn server_dying_mid_run_gives_partial_result() {
     );
     assert_eq!(p["resources"]["available"], false);
 }
+
+#[test]
+fn unit_limit_ends_the_point_early() {
+    let started = Instant::now();
+    let json = complete(
+        "unit-limit",
+        &[
+            "run",
+            "kv",
+            "--mix",
+            "c",
+            "--users",
+            "2",
+            "--records",
+            "500",
+            "--units",
+            "300",
+            "--duration",
+            "30",
+            "--warmup",
+            "0.2",
+            "--ramp-up",
+            "0",
+        ],
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "stopped at the unit limit"
+    );
+    let p = point(&json, 0);
+    let units = u(&p["units"]);
+    // Both users may finish the unit they were running when the limit was reached.
+    assert!((300..=302).contains(&units), "{units} units");
+    assert!(p["measured_s"].as_f64().unwrap() < 20.0);
+}
+
+#[test]
+fn missing_server_binary_gives_partial_result() {
+    let (code, json, stderr) = bench(
+        "missing-binary",
+        &[
+            "compare",
+            "kv",
+            "--targets",
+            "redis,gradus:none",
+            "--redis-bin",
+            "/nonexistent/redis-server",
+            "--users",
+            "1",
+            "--duration",
+            "0.5",
+            "--warmup",
+            "0",
+        ],
+    );
+    assert_eq!(code, 3, "{stderr}");
+    let json = json.expect("partial result written");
+    assert_eq!(json["partial"], true);
+    let targets = json["targets"].as_array().unwrap();
+    assert!(targets[0]["partial_reason"]
+        .as_str()
+        .unwrap()
+        .contains("/nonexistent/redis-server"));
+    assert!(targets[0]["points"].as_array().unwrap().is_empty());
+    // The other target is still measured.
+    assert_eq!(targets[1]["partial"], false);
+    assert!(u(&targets[1]["points"][0]["units"]) > 0);
+}
