@@ -643,3 +643,84 @@ fn missing_server_binary_gives_partial_result() {
     assert_eq!(targets[1]["partial"], false);
     assert!(u(&targets[1]["points"][0]["units"]) > 0);
 }
+
+/// Child processes of `pid` (from `/proc/*/stat`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the command name: state, ppid, ...
+        let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+        if after.split_whitespace().nth(1) == Some(&pid.to_string()) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+#[test]
+fn managed_server_killed_mid_run_gives_partial_result() {
+    let dir = out_dir("killed-managed");
+    let json_path = dir.join("result.json");
+    let started = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_gradus-bench"))
+        .args([
+            "run",
+            "lms",
+            "--target",
+            "gradus:background",
+            "--users",
+            "2",
+            "--duration",
+            "20",
+            "--warmup",
+            "0.2",
+            "--ramp-up",
+            "0",
+            "--think-ms",
+            "5",
+            "--quiet",
+            "--json",
+        ])
+        .arg(&json_path)
+        .arg("--gradus-bin")
+        .arg(gradus_bin())
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run gradus-bench");
+    // Wait for the managed server (the bench's only child process), then kill it.
+    let server = loop {
+        if let Some(&pid) = children_of(child.id()).first() {
+            break pid;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no server started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signalling a process id read from /proc a moment ago; at worst it is gone already.
+    unsafe {
+        libc::kill(server as libc::pid_t, libc::SIGKILL);
+    }
+    let out = child.wait_with_output().expect("bench exits");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "ended promptly, not at --duration"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    assert_eq!(json["partial"], true);
+    let p = point(&json, 0);
+    assert_eq!(p["partial"], true);
+    let reason = p["partial_reason"].as_str().unwrap();
+    assert!(reason.contains("server process exited"), "{reason}");
+}
