@@ -167,6 +167,10 @@ pub struct Common {
     /// Session lock lease (lock key expiry), ms.
     #[arg(long, default_value_t = 30_000)]
     pub lock_lease_ms: u64,
+    /// Session locks for Gradus targets: native (SESSION.OPEN/CLOSE) or polling (the phpredis
+    /// SET NX PX sequence); the same as a `+polling` suffix on every gradus target.
+    #[arg(long, value_enum)]
+    pub lock_mode: Option<LockMode>,
     /// Polling interval of emulated locks, ms (phpredis and Gradus polling: 20).
     #[arg(long)]
     pub poll_ms: Option<u64>,
@@ -424,6 +428,21 @@ fn plan(cli: Cli) -> Result<Plan> {
             )
         }
     };
+    let mut targets = targets;
+    if let Some(mode) = common.lock_mode {
+        for t in &mut targets {
+            match (t.kind, mode) {
+                (TargetKind::Gradus, _) => t.lock_mode = mode,
+                (_, LockMode::Native) => {
+                    return Err(BenchError::Input(format!(
+                        "--lock-mode native: {} has no native session locks (a Gradus feature)",
+                        t.label()
+                    )))
+                }
+                (_, LockMode::Polling) => {}
+            }
+        }
+    }
     check(
         common.duration > 0.0
             && common.warmup >= 0.0
@@ -547,6 +566,11 @@ fn run_target(
     let open = plan.loads.iter().any(|l| matches!(l, Load::Open { .. }));
     let timing = timing(&plan.workload, &plan.common, open);
     for (i, load) in plan.loads.iter().enumerate() {
+        if crate::run::interrupted() {
+            result.partial = true;
+            result.partial_reason = Some("interrupted (SIGINT) before every point ran".into());
+            break;
+        }
         if !plan.common.quiet {
             eprintln!("== {} {}: {:?}", spec.label(), plan.workload.name(), load);
         }
@@ -604,10 +628,23 @@ pub fn execute(cli: Cli, argv: Vec<String>) -> Result<BenchResult> {
         builder.worker_threads(plan.common.client_threads);
     }
     let rt = builder.enable_all().build()?;
+    rt.block_on(async { crate::run::watch_for_interrupt() });
     let started = unix_now();
     let open = plan.loads.iter().any(|l| matches!(l, Load::Open { .. }));
     let mut targets = Vec::new();
     for (i, spec) in plan.targets.iter().enumerate() {
+        if crate::run::interrupted() {
+            targets.push(TargetResult {
+                label: spec.label(),
+                spec: spec.clone(),
+                server: None,
+                points: Vec::new(),
+                knee: None,
+                partial: true,
+                partial_reason: Some("not run: interrupted (SIGINT)".into()),
+            });
+            continue;
+        }
         let t = run_target(&rt, &plan, spec, i, &bins);
         if let (Some(reason), false) = (&t.partial_reason, plan.common.quiet) {
             eprintln!("gradus-bench: {}: {reason}", t.label);

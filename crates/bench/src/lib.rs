@@ -40,7 +40,8 @@
 //! `first_mismatch`}, `resources` {`available`, `reason`, `pid`, `window_s`, `cpu_user_s`,
 //! `cpu_sys_s`, `cpu_percent_of_one_core`, `rss_max_bytes`, `rss_avg_bytes`, `write_bytes`,
 //! `write_bytes_per_s`, `write_syscalls`, `write_syscalls_per_s`, `fsyncs` (always null),
-//! `fsync_note`, `sockets_max`, `sockets_avg`, `samples`[]}, `partial`, `partial_reason`.
+//! `fsync_note`, `sockets_max`, `sockets_avg`, `samples`[]}, `client_cpu_percent_of_one_core` (the bench itself),
+//! `partial`, `partial_reason`.
 //!
 //! A latency is {`count`, `errors`, `min_us`, `avg_us`, `p50_us`, `p90_us`, `p99_us`,
 //! `p999_us`, `max_us`, `stdev_us`} in microseconds. Only work that *started* after the warm-up

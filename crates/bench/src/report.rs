@@ -240,6 +240,9 @@ pub struct PointResult {
     pub verification: Verification,
     /// Server resource use over the measured window.
     pub resources: Resources,
+    /// CPU used by the bench itself over the measured window (it shares the machine with
+    /// managed servers), in percent of one core.
+    pub client_cpu_percent_of_one_core: Option<f64>,
     /// True when the point ended early.
     pub partial: bool,
     /// Why.
@@ -405,9 +408,9 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
     let _ = writeln!(md, "\n## {unit} latency (ms) and server resources\n");
     let _ = writeln!(
         md,
-        "| target | users/rate | {unit}s/s | ops/s | avg | p50 | p90 | p99 | max | errors | lock waits | polls | verified | mismatches | server CPU % | RSS MiB | disk write KiB/s | write calls/s | sockets |"
+        "| target | users/rate | {unit}s/s | ops/s | avg | p50 | p90 | p99 | max | errors | lock waits | polls | verified | mismatches | server CPU % | RSS MiB | disk write KiB/s | write calls/s | sockets | bench CPU % |"
     );
-    let _ = writeln!(md, "|{}", "---|".repeat(19));
+    let _ = writeln!(md, "|{}", "---|".repeat(20));
     for t in &result.targets {
         for p in &t.points {
             let x = p
@@ -432,7 +435,7 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
             let v = &p.verification;
             let _ = writeln!(
                 md,
-                "| {}{} | {x} | {:.1} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {res} |",
+                "| {}{} | {x} | {:.1} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {res} | {} |",
                 t.label,
                 if p.partial { " (partial)" } else { "" },
                 p.units_per_s,
@@ -447,6 +450,9 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
                 p.locks.polls,
                 v.sessions_verified + v.final_readback_checked,
                 v.session_mismatches + v.final_readback_mismatches + v.value_mismatches,
+                p.client_cpu_percent_of_one_core
+                    .map(|c| format!("{c:.0}"))
+                    .unwrap_or_else(|| "n/a".into()),
             );
         }
     }

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::BenchError;
 use crate::report::{LockReport, PointResult, Verification};
-use crate::sampler::{Resources, Sampler};
+use crate::sampler::{read_sample, Resources, Sampler};
 use crate::stats::{micros, Collector, Counters, Step};
 use crate::target::{Client, ClientConfig};
 use crate::workload::keys::{think_ms, ThinkDist};
@@ -236,6 +236,7 @@ pub async fn run_point(
     };
     // Monitor: progress once a second, window edges, the unit limit, server death.
     let mut window_start_sample = None;
+    let mut client_start = None;
     let mut took_start = false;
     let mut last_ops = 0u64;
     let mut last_tick = Instant::now();
@@ -243,6 +244,7 @@ pub async fn run_point(
         let now = Instant::now();
         if !took_start && now >= warmup_end {
             window_start_sample = sampler.as_ref().and_then(|s| s.now());
+            client_start = read_sample(std::process::id(), 0.0).map(|s| (now, s));
             took_start = true;
         }
         if now >= end {
@@ -252,6 +254,9 @@ pub async fn run_point(
             if s.process_gone() {
                 ctx.abort("the server process exited during the run".into());
             }
+        }
+        if interrupted() {
+            ctx.abort("interrupted (SIGINT)".into());
         }
         if ctx.stopping() {
             break;
@@ -285,8 +290,35 @@ pub async fn run_point(
         window_start_sample = sampler.as_ref().and_then(|s| s.now());
     }
     let window_end_sample = sampler.as_ref().and_then(|s| s.now());
+    let client_cpu = client_start.and_then(|(at, start)| {
+        let end = read_sample(std::process::id(), 0.0)?;
+        let secs = at.elapsed().as_secs_f64();
+        (secs > 0.0).then(|| {
+            (end.cpu_user_s + end.cpu_sys_s - start.cpu_user_s - start.cpu_sys_s) / secs * 100.0
+        })
+    });
     let resources = sampler.map(|s| s.finish(window_start_sample, window_end_sample));
-    finish(ctx, workload, load, resources, handles, prepare_s).await
+    let mut outcome = finish(ctx, workload, load, resources, handles, prepare_s).await;
+    outcome.result.client_cpu_percent_of_one_core = client_cpu;
+    outcome
+}
+
+/// Set once SIGINT arrives: running points end as partial and no further point starts.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// True after SIGINT.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// Listens for SIGINT on the current runtime for the rest of the process.
+pub fn watch_for_interrupt() {
+    tokio::spawn(async {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("gradus-bench: interrupted; finishing the current point as partial");
+            INTERRUPTED.store(true, Ordering::Relaxed);
+        }
+    });
 }
 
 async fn finish(
@@ -411,6 +443,7 @@ async fn finish(
         resources: resources.unwrap_or_else(|| {
             Resources::unavailable("no server process to sample (attached with an address)")
         }),
+        client_cpu_percent_of_one_core: None,
         partial: abort_reason.is_some(),
         partial_reason: abort_reason.clone(),
     };

@@ -6,6 +6,7 @@
 //! workloads or measurement.
 
 use std::fs::File;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,6 +65,12 @@ pub struct ManagedServer {
     log_path: PathBuf,
     /// What was started.
     pub launch: LaunchRecord,
+}
+
+/// Whether a failed start is worth another attempt on another port.
+enum Retry {
+    Yes,
+    No,
 }
 
 static DIR_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -127,7 +134,9 @@ impl ManagedServer {
         for _ in 0..3 {
             match Self::start_once(spec, bins, ready_timeout) {
                 Ok(s) => return Ok(s),
-                Err(e) => last = Some(e),
+                // The binary could not be run at all: trying another port will not help.
+                Err((e, Retry::No)) => return Err(e),
+                Err((e, Retry::Yes)) => last = Some(e),
             }
         }
         Err(last.unwrap_or_else(|| BenchError::ServerStart {
@@ -136,11 +145,16 @@ impl ManagedServer {
         }))
     }
 
-    fn start_once(spec: &TargetSpec, bins: &Binaries, ready_timeout: Duration) -> Result<Self> {
-        let dir = temp_dir(&spec.label())?;
-        let port = free_port()?.to_string();
+    fn start_once(
+        spec: &TargetSpec,
+        bins: &Binaries,
+        ready_timeout: Duration,
+    ) -> std::result::Result<Self, (BenchError, Retry)> {
+        let no_retry = |e: BenchError| (e, Retry::No);
+        let dir = temp_dir(&spec.label()).map_err(no_retry)?;
+        let port = free_port().map_err(no_retry)?.to_string();
         let data_dir = dir.join("data");
-        std::fs::create_dir_all(&data_dir)?;
+        std::fs::create_dir_all(&data_dir).map_err(|e| no_retry(e.into()))?;
         let data = data_dir.to_string_lossy().into_owned();
         let (binary, args, version_flag): (&Path, Vec<String>, &str) = match spec.kind {
             TargetKind::Gradus => {
@@ -212,18 +226,22 @@ impl ManagedServer {
             }
         };
         let log_path = dir.join("server.log");
-        let log = File::create(&log_path)?;
-        let child = Command::new(binary)
-            .args(&args)
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| BenchError::ServerStart {
-                what: binary.display().to_string(),
-                detail: format!("{e} (install it, or point the tool at it)"),
-            })?;
+        let spawned = File::create(&log_path)
+            .and_then(|log| Ok((log.try_clone()?, log)))
+            .map_err(BenchError::from)
+            .and_then(|(out, err)| {
+                Self::spawn(binary, &args, &dir, out, err).map_err(|e| BenchError::ServerStart {
+                    what: binary.display().to_string(),
+                    detail: format!("{e} (install it, or point the tool at it)"),
+                })
+            });
+        let child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err((e, Retry::No));
+            }
+        };
         let launch = LaunchRecord {
             binary: binary.display().to_string(),
             args,
@@ -237,8 +255,30 @@ impl ManagedServer {
             log_path,
             launch,
         };
-        server.wait_ready(spec, ready_timeout)?;
+        // A port taken by someone else in the meantime shows up here: worth another try.
+        server
+            .wait_ready(spec, ready_timeout)
+            .map_err(|e| (e, Retry::Yes))?;
         Ok(server)
+    }
+
+    fn spawn(
+        binary: &Path,
+        args: &[String],
+        dir: &Path,
+        out: File,
+        err: File,
+    ) -> std::io::Result<Child> {
+        // Its own process group: a Ctrl-C at the terminal reaches only the bench, which then
+        // stops the server itself (and removes its directory).
+        Command::new(binary)
+            .process_group(0)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
     }
 
     /// Polls until the port answers a ping (`PING` / `version`), or fails early if the process

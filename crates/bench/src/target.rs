@@ -46,7 +46,7 @@ pub enum TargetKind {
 }
 
 /// How session locks are taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum LockMode {
     /// Gradus' server-side `SESSION.OPEN`/`SESSION.CLOSE`.

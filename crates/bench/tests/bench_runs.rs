@@ -34,6 +34,15 @@ fn on_path(name: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Removes a test's output directory when the test ends, pass or fail.
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn out_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gradus-bench-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -64,6 +73,7 @@ fn bench(name: &str, args: &[&str]) -> (i32, Option<Value>, String) {
     let value = std::fs::read_to_string(&json)
         .ok()
         .map(|t| serde_json::from_str(&t).expect("valid JSON"));
+    let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     (out.status.code().unwrap_or(-1), value, stderr)
 }
@@ -225,7 +235,9 @@ fn lms_on_gradus_polling_locks() {
             "run",
             "lms",
             "--target",
-            "gradus:none+polling",
+            "gradus:none",
+            "--lock-mode",
+            "polling",
             "--users",
             "3",
             "--think-ms",
@@ -234,6 +246,7 @@ fn lms_on_gradus_polling_locks() {
             "1",
         ]),
     );
+    assert_eq!(json["targets"][0]["label"], "gradus:none+polling");
     let p = point(&json, 0);
     assert_lms_point(p);
     assert!(u(&p["locks"]["polls"]) > 0, "contended polling locks poll");
@@ -417,6 +430,7 @@ fn memcached_target_with_add_locks() {
 #[test]
 fn compare_writes_report_with_charts() {
     let dir = out_dir("compare-report");
+    let _cleanup = Cleanup(dir.clone());
     let report = dir.join("report.md");
     let json = complete(
         "compare",
@@ -474,6 +488,12 @@ fn unknown_target_is_a_clear_input_error() {
     assert_eq!(code, 2);
     assert!(json.is_none());
     assert!(stderr.contains("unknown target \"mongodb\""), "{stderr}");
+    let (code, _, stderr) = bench(
+        "native-on-redis",
+        &["run", "lms", "--target", "redis", "--lock-mode", "native"],
+    );
+    assert_eq!(code, 2);
+    assert!(stderr.contains("no native session locks"), "{stderr}");
 }
 
 #[test]
@@ -510,6 +530,7 @@ fn server_dying_mid_run_gives_partial_result() {
     let port = listener.local_addr().unwrap().port().to_string();
     drop(listener);
     let dir = out_dir("dying-server");
+    let _cleanup = Cleanup(dir.clone());
     let mut server = Command::new(gradus_bin())
         .args([
             "--port",
@@ -666,6 +687,7 @@ fn children_of(pid: u32) -> Vec<u32> {
 #[test]
 fn managed_server_killed_mid_run_gives_partial_result() {
     let dir = out_dir("killed-managed");
+    let _cleanup = Cleanup(dir.clone());
     let json_path = dir.join("result.json");
     let started = Instant::now();
     let child = Command::new(env!("CARGO_BIN_EXE_gradus-bench"))
