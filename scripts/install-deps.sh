@@ -2,6 +2,7 @@
 # Install what the test suite needs, idempotently, on Debian 12 (run as root,
 # or as a user with passwordless sudo; no stdin needed):
 #   - redis-server, redis-cli, redis-benchmark (the reference server and real clients);
+#   - memcached (a gradus-bench target);
 #   - php-cli and php-redis (phpredis, for the PHP session-handler tests);
 #   - php-memcached, libmemcached-tools and memcached (memcached-port tests and benchmark);
 #   - the Python packages in tests/python/requirements.txt (redis-py, pymemcache, pytest, hypothesis);
@@ -83,6 +84,45 @@ if [ "$missing_redis" -eq 1 ]; then
     [ "$install_status" -eq 0 ] || exit "$install_status"
 fi
 stop_distro_redis
+
+# --- memcached (a gradus-bench target) ------------------------------------------------------
+# Installed the same way as redis-server above: from the distro, with its service kept from
+# starting (policy-rc.d) and stopped again if it started anyway; the bench starts its own
+# memcached on a free loopback port.
+stop_distro_memcached() {
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+        if systemctl is-active --quiet memcached 2>/dev/null; then
+            log "stopping the distro memcached service"
+            "${SUDO[@]}" systemctl stop memcached 2>/dev/null || true
+            "${SUDO[@]}" systemctl disable memcached 2>/dev/null || true
+        fi
+    fi
+    if [ -x /etc/init.d/memcached ]; then
+        if [ -f /run/memcached/memcached.pid ]; then
+            log "stopping the distro memcached"
+            "${SUDO[@]}" /etc/init.d/memcached stop >/dev/null 2>&1 || true
+        fi
+        if command -v update-rc.d >/dev/null 2>&1; then
+            "${SUDO[@]}" update-rc.d memcached disable >/dev/null 2>&1 || true
+        fi
+    fi
+}
+if ! command -v memcached >/dev/null 2>&1; then
+    log "installing memcached"
+    created_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ] && [ -w /usr/sbin ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod +x /usr/sbin/policy-rc.d
+        created_policy=1
+    fi
+    install_status=0
+    apt_install memcached || install_status=$?
+    if [ "$created_policy" -eq 1 ]; then
+        rm -f /usr/sbin/policy-rc.d
+    fi
+    [ "$install_status" -eq 0 ] || exit "$install_status"
+fi
+stop_distro_memcached
 
 # --- PHP with phpredis (session-handler tests drive Gradus with phpredis itself) ---------------
 if ! command -v php >/dev/null 2>&1 || ! php -m 2>/dev/null | grep -qi '^redis$'; then

@@ -1,0 +1,729 @@
+//! The command line and the orchestration of a benchmark: parse the arguments (clap), start or
+//! attach to each target, run the points on a tokio runtime, collect a [`BenchResult`], write
+//! JSON and Markdown. Everything the `gradus-bench` binary does lives here so it can be tested;
+//! the binary only calls [`main_with_args`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::error::{BenchError, Result};
+use crate::report::{
+    attach_knee, rfc3339, unix_now, write_json, write_markdown, BenchResult, LoadInfo, Machine,
+    ServerInfo, TargetResult, WorkloadInfo, SCHEMA,
+};
+use crate::run::{run_point, Load, Timing};
+use crate::server::{Binaries, ManagedServer};
+use crate::target::{Client, ClientConfig, LockMode, TargetKind, TargetSpec};
+use crate::workload::exam::{Exam, ExamParams};
+use crate::workload::keys::{KeyDist, ThinkDist};
+use crate::workload::kv::{Kv, KvParams, Mix};
+use crate::workload::lms::{Lms, LmsParams};
+use crate::workload::{Workload, WorkloadKind};
+
+/// gradus-bench: reproduce the LMS cache/session-store studies on one machine.
+#[derive(Debug, Parser)]
+#[command(name = "gradus-bench", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// One workload against one target at one concurrency (or one arrival rate).
+    Run(RunArgs),
+    /// One workload against one target over a list of concurrencies (or rates).
+    Sweep(SweepArgs),
+    /// One workload against several targets, same load, one report.
+    Compare(CompareArgs),
+}
+
+/// `run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Workload.
+    #[arg(value_enum)]
+    pub workload: WorkloadKind,
+    /// Target: gradus[:none|lazy|background|strict][+polling], redis[:no|everysec|always], memcached.
+    #[arg(long, default_value = "gradus:background")]
+    pub target: String,
+    /// Attach to a running server at this address instead of starting one.
+    #[arg(long)]
+    pub addr: Option<String>,
+    /// Concurrent users (closed loop).
+    #[arg(long, default_value_t = 10)]
+    pub users: usize,
+    /// Arrivals per second (open loop; replaces --users).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// `sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Workload.
+    #[arg(value_enum)]
+    pub workload: WorkloadKind,
+    /// Target (see `run --help`).
+    #[arg(long, default_value = "gradus:background")]
+    pub target: String,
+    /// Attach to a running server at this address instead of starting one.
+    #[arg(long)]
+    pub addr: Option<String>,
+    /// Concurrent users, comma-separated (closed loop).
+    #[arg(long, value_delimiter = ',', default_value = "1,10,30,100")]
+    pub users: Vec<usize>,
+    /// Arrival rates, comma-separated (open loop; replaces --users).
+    #[arg(long, value_delimiter = ',')]
+    pub rate: Vec<f64>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// `compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Workload.
+    #[arg(value_enum)]
+    pub workload: WorkloadKind,
+    /// Targets, comma-separated (append @host:port to one to attach to it).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "gradus:none,gradus:background,gradus:strict,redis:no,redis:everysec,redis:always,memcached"
+    )]
+    pub targets: Vec<String>,
+    /// Concurrent users, comma-separated (closed loop).
+    #[arg(long, value_delimiter = ',', default_value = "1,30,100")]
+    pub users: Vec<usize>,
+    /// Arrival rates, comma-separated (open loop; replaces --users).
+    #[arg(long, value_delimiter = ',')]
+    pub rate: Vec<f64>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Options shared by every subcommand.
+#[derive(Debug, Args, Clone)]
+pub struct Common {
+    /// Measured seconds per point (after the warm-up).
+    #[arg(long, default_value_t = 20.0)]
+    pub duration: f64,
+    /// Seconds of warm-up per point, excluded from the results.
+    #[arg(long, default_value_t = 5.0)]
+    pub warmup: f64,
+    /// Seconds over which users start (closed loop).
+    #[arg(long, default_value_t = 2.0)]
+    pub ramp_up: f64,
+    /// Stop a point once this many units (journeys, ops) are measured.
+    #[arg(long)]
+    pub units: Option<u64>,
+    /// Longest wait for in-flight units at the end of a point, seconds.
+    #[arg(long, default_value_t = 15.0)]
+    pub drain: f64,
+    /// Mean think time in ms (defaults: lms 300, exam 1000, kv 0).
+    #[arg(long)]
+    pub think_ms: Option<f64>,
+    /// Think time distribution.
+    #[arg(long, value_enum, default_value_t = ThinkDist::Uniform)]
+    pub think_dist: ThinkDist,
+    /// Open loop: connection pool size.
+    #[arg(long, default_value_t = 100)]
+    pub connections: usize,
+    /// RNG seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the JSON result here ("-" for stdout).
+    #[arg(long, default_value = "-")]
+    pub json: PathBuf,
+    /// Write a Markdown report here (SVG charts go next to it).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+    /// The gradus binary (default: `gradus` next to this executable).
+    #[arg(long)]
+    pub gradus_bin: Option<PathBuf>,
+    /// The redis-server binary.
+    #[arg(long, default_value = "redis-server")]
+    pub redis_bin: PathBuf,
+    /// The memcached binary.
+    #[arg(long, default_value = "memcached")]
+    pub memcached_bin: PathBuf,
+    /// Bound on every reply wait, ms.
+    #[arg(long, default_value_t = 10_000)]
+    pub op_timeout_ms: u64,
+    /// Longest wait for a session lock, ms.
+    #[arg(long, default_value_t = 10_000)]
+    pub lock_wait_ms: u64,
+    /// Session lock lease (lock key expiry), ms.
+    #[arg(long, default_value_t = 30_000)]
+    pub lock_lease_ms: u64,
+    /// Session locks for Gradus targets: native (SESSION.OPEN/CLOSE) or polling (the phpredis
+    /// SET NX PX sequence); the same as a `+polling` suffix on every gradus target.
+    #[arg(long, value_enum)]
+    pub lock_mode: Option<LockMode>,
+    /// Polling interval of emulated locks, ms (phpredis and Gradus polling: 20).
+    #[arg(long)]
+    pub poll_ms: Option<u64>,
+    /// Polling interval of memcached `add` locks, ms (php-memcached's lock_wait_min: 150).
+    #[arg(long, default_value_t = 150)]
+    pub memcached_poll_ms: u64,
+    /// Session TTL, seconds.
+    #[arg(long, default_value_t = 1440)]
+    pub session_ttl: u32,
+    /// Client runtime worker threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub client_threads: usize,
+    #[command(flatten)]
+    pub lms: LmsArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+    #[command(flatten)]
+    pub exam: ExamArgs,
+}
+
+/// `lms` workload options.
+#[derive(Debug, Args, Clone)]
+pub struct LmsArgs {
+    /// lms: session size after login, bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub session_min: usize,
+    /// lms: session size at logout, bytes.
+    #[arg(long, default_value_t = 4096)]
+    pub session_max: usize,
+    /// lms: fewest cache reads per page.
+    #[arg(long, default_value_t = 20)]
+    pub cache_reads_min: usize,
+    /// lms: most cache reads per page.
+    #[arg(long, default_value_t = 150)]
+    pub cache_reads_max: usize,
+    /// lms: share of cache reads done as multi-gets.
+    #[arg(long, default_value_t = 0.3)]
+    pub multiget_share: f64,
+    /// lms: cache hit ratio.
+    #[arg(long, default_value_t = 0.98)]
+    pub hit_ratio: f64,
+    /// lms: CPU microseconds to regenerate a missed value.
+    #[arg(long, default_value_t = 500)]
+    pub regen_us: u64,
+    /// lms: bytes per cache value.
+    #[arg(long, default_value_t = 512)]
+    pub cache_value_size: usize,
+    /// lms: cached keys per definition.
+    #[arg(long, default_value_t = 1000)]
+    pub cache_keys: u64,
+    /// lms: probability that a page fires a concurrent AJAX request on the same session.
+    #[arg(long, default_value_t = 0.3)]
+    pub ajax_ratio: f64,
+    /// lms and kv: key popularity.
+    #[arg(long, value_enum, default_value_t = KeyDist::Zipfian)]
+    pub dist: KeyDist,
+}
+
+/// `kv` workload options.
+#[derive(Debug, Args, Clone)]
+pub struct KvArgs {
+    /// kv: YCSB mix.
+    #[arg(long, value_enum, default_value_t = Mix::A)]
+    pub mix: Mix,
+    /// kv: records loaded before the run.
+    #[arg(long, default_value_t = 10_000)]
+    pub records: u64,
+    /// kv: bytes per value (at least 64).
+    #[arg(long, default_value_t = 1000)]
+    pub value_size: usize,
+}
+
+/// `exam` workload options.
+#[derive(Debug, Args, Clone)]
+pub struct ExamArgs {
+    /// exam: question groups per attempt.
+    #[arg(long, default_value_t = 20)]
+    pub groups: usize,
+    /// exam: questions per group.
+    #[arg(long, default_value_t = 10)]
+    pub questions: usize,
+    /// exam: bytes per question.
+    #[arg(long, default_value_t = 800)]
+    pub question_size: usize,
+    /// exam: smallest answer, bytes.
+    #[arg(long, default_value_t = 200)]
+    pub answer_min: usize,
+    /// exam: largest answer, bytes.
+    #[arg(long, default_value_t = 600)]
+    pub answer_max: usize,
+    /// exam: students per proctor.
+    #[arg(long, default_value_t = 25)]
+    pub students_per_proctor: usize,
+    /// exam: seconds between two polls of a proctor.
+    #[arg(long, default_value_t = 3.0)]
+    pub poll_interval: f64,
+}
+
+/// What one invocation asks for, after validation.
+struct Plan {
+    subcommand: &'static str,
+    workload: Workload,
+    targets: Vec<TargetSpec>,
+    loads: Vec<Load>,
+    common: Common,
+}
+
+fn check(cond: bool, msg: &str) -> Result<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(BenchError::Input(msg.to_string()))
+    }
+}
+
+fn build_workload(kind: WorkloadKind, c: &Common) -> Result<Workload> {
+    Ok(match kind {
+        WorkloadKind::Kv => {
+            check(c.kv.value_size >= 64, "--value-size must be at least 64")?;
+            check(c.kv.records >= 1, "--records must be at least 1")?;
+            Workload::Kv(Arc::new(Kv::new(KvParams {
+                mix: c.kv.mix,
+                records: c.kv.records,
+                value_size: c.kv.value_size,
+                dist: c.lms.dist,
+            })))
+        }
+        WorkloadKind::Lms => {
+            let l = &c.lms;
+            check(
+                l.session_min >= 64 && l.session_min <= l.session_max,
+                "--session-min must be at least 64 and at most --session-max",
+            )?;
+            check(
+                l.cache_reads_min <= l.cache_reads_max,
+                "--cache-reads-min must not exceed --cache-reads-max",
+            )?;
+            for (v, name) in [
+                (l.multiget_share, "--multiget-share"),
+                (l.hit_ratio, "--hit-ratio"),
+                (l.ajax_ratio, "--ajax-ratio"),
+            ] {
+                check(
+                    (0.0..=1.0).contains(&v),
+                    &format!("{name} must be between 0 and 1"),
+                )?;
+            }
+            check(
+                l.cache_value_size >= 64,
+                "--cache-value-size must be at least 64",
+            )?;
+            Workload::Lms(Arc::new(Lms::new(LmsParams {
+                session_min: l.session_min,
+                session_max: l.session_max,
+                cache_reads_min: l.cache_reads_min,
+                cache_reads_max: l.cache_reads_max,
+                multiget_share: l.multiget_share,
+                hit_ratio: l.hit_ratio,
+                regen_us: l.regen_us,
+                cache_value_size: l.cache_value_size,
+                cache_keys: l.cache_keys.max(1),
+                key_dist: l.dist,
+                ajax_ratio: l.ajax_ratio,
+            })))
+        }
+        WorkloadKind::Exam => {
+            let e = &c.exam;
+            check(
+                e.groups >= 1 && e.questions >= 1,
+                "--groups and --questions must be at least 1",
+            )?;
+            check(
+                e.answer_min <= e.answer_max,
+                "--answer-min must not exceed --answer-max",
+            )?;
+            check(e.question_size >= 64, "--question-size must be at least 64")?;
+            Workload::Exam(Arc::new(Exam::new(ExamParams {
+                groups: e.groups,
+                questions_per_group: e.questions,
+                question_size: e.question_size,
+                answer_min: e.answer_min,
+                answer_max: e.answer_max,
+                students_per_proctor: e.students_per_proctor.max(1),
+                poll_interval_s: e.poll_interval,
+            })))
+        }
+    })
+}
+
+fn loads(users: &[usize], rates: &[f64], connections: usize) -> Result<Vec<Load>> {
+    if !rates.is_empty() {
+        check(
+            rates.iter().all(|r| r.is_finite() && *r > 0.0),
+            "--rate values must be positive",
+        )?;
+        check(connections >= 1, "--connections must be at least 1")?;
+        return Ok(rates
+            .iter()
+            .map(|&rate| Load::Open { rate, connections })
+            .collect());
+    }
+    check(!users.is_empty(), "give at least one --users value")?;
+    check(
+        users.iter().all(|&u| u >= 1),
+        "--users values must be at least 1",
+    )?;
+    Ok(users.iter().map(|&users| Load::Closed { users }).collect())
+}
+
+fn with_addr(spec: &str, addr: &Option<String>) -> Result<TargetSpec> {
+    let mut t = TargetSpec::parse(spec)?;
+    if let Some(a) = addr {
+        t.addr = Some(a.clone());
+    }
+    Ok(t)
+}
+
+fn plan(cli: Cli) -> Result<Plan> {
+    let (subcommand, workload, targets, loads, common) = match cli.command {
+        Command::Run(a) => {
+            let rates: Vec<f64> = a.rate.into_iter().collect();
+            let l = loads(&[a.users], &rates, a.common.connections)?;
+            (
+                "run",
+                build_workload(a.workload, &a.common)?,
+                vec![with_addr(&a.target, &a.addr)?],
+                l,
+                a.common,
+            )
+        }
+        Command::Sweep(a) => {
+            let l = loads(&a.users, &a.rate, a.common.connections)?;
+            (
+                "sweep",
+                build_workload(a.workload, &a.common)?,
+                vec![with_addr(&a.target, &a.addr)?],
+                l,
+                a.common,
+            )
+        }
+        Command::Compare(a) => {
+            let targets = a
+                .targets
+                .iter()
+                .map(|t| TargetSpec::parse(t))
+                .collect::<Result<Vec<_>>>()?;
+            check(!targets.is_empty(), "give at least one target")?;
+            let l = loads(&a.users, &a.rate, a.common.connections)?;
+            (
+                "compare",
+                build_workload(a.workload, &a.common)?,
+                targets,
+                l,
+                a.common,
+            )
+        }
+    };
+    let mut targets = targets;
+    if let Some(mode) = common.lock_mode {
+        for t in &mut targets {
+            match (t.kind, mode) {
+                (TargetKind::Gradus, _) => t.lock_mode = mode,
+                (_, LockMode::Native) => {
+                    return Err(BenchError::Input(format!(
+                        "--lock-mode native: {} has no native session locks (a Gradus feature)",
+                        t.label()
+                    )))
+                }
+                (_, LockMode::Polling) => {}
+            }
+        }
+    }
+    check(
+        common.duration > 0.0
+            && common.warmup >= 0.0
+            && common.ramp_up >= 0.0
+            && common.drain >= 0.0,
+        "--duration must be positive; --warmup, --ramp-up and --drain not negative",
+    )?;
+    if loads.iter().any(|l| matches!(l, Load::Open { .. })) {
+        check(
+            workload.supports_open_loop(),
+            "the exam workload is closed-loop only (students and proctors); use --users",
+        )?;
+    }
+    Ok(Plan {
+        subcommand,
+        workload,
+        targets,
+        loads,
+        common,
+    })
+}
+
+fn client_config(spec: &TargetSpec, c: &Common) -> ClientConfig {
+    let poll = match spec.kind {
+        TargetKind::Memcached => c.memcached_poll_ms,
+        _ => c.poll_ms.unwrap_or(20),
+    };
+    ClientConfig {
+        kind: spec.kind,
+        lock_mode: spec.lock_mode,
+        durability_command: match (spec.kind, &spec.addr) {
+            (TargetKind::Gradus, Some(_)) => spec.degree.clone(),
+            _ => None,
+        },
+        lock_wait: Duration::from_millis(c.lock_wait_ms),
+        lock_lease: Duration::from_millis(c.lock_lease_ms),
+        poll_interval: Duration::from_millis(poll.max(1)),
+        session_ttl_s: c.session_ttl.max(1),
+        op_timeout: Duration::from_millis(c.op_timeout_ms.max(1)),
+    }
+}
+
+fn timing(workload: &Workload, c: &Common, open: bool) -> Timing {
+    let default_think = match workload {
+        Workload::Kv(_) => 0.0,
+        Workload::Lms(_) if open => 0.0,
+        Workload::Lms(_) => 300.0,
+        Workload::Exam(_) => 1000.0,
+    };
+    Timing {
+        ramp_up_s: c.ramp_up,
+        warmup_s: c.warmup,
+        duration_s: c.duration,
+        units_limit: c.units,
+        drain_s: c.drain,
+        think_ms: c.think_ms.unwrap_or(default_think).max(0.0),
+        think_dist: c.think_dist,
+    }
+}
+
+/// Measures one target over every load; never panics, never hangs past its bounds.
+fn run_target(
+    rt: &tokio::runtime::Runtime,
+    plan: &Plan,
+    spec: &TargetSpec,
+    index: usize,
+    bins: &Binaries,
+) -> TargetResult {
+    let mut result = TargetResult {
+        label: spec.label(),
+        spec: spec.clone(),
+        server: None,
+        points: Vec::new(),
+        knee: None,
+        partial: false,
+        partial_reason: None,
+    };
+    let config = Arc::new(client_config(spec, &plan.common));
+    let mut managed = None;
+    let addr = match &spec.addr {
+        Some(a) => a.clone(),
+        None => match ManagedServer::start(spec, bins, Duration::from_secs(15)) {
+            Ok(s) => {
+                let a = s.addr.clone();
+                managed = Some(s);
+                a
+            }
+            Err(e) => {
+                result.partial = true;
+                result.partial_reason = Some(e.to_string());
+                return result;
+            }
+        },
+    };
+    let described = rt.block_on(async {
+        let mut c = Client::connect(&addr, config.clone()).await?;
+        c.describe_server().await
+    });
+    let reported = match described {
+        Ok(r) => r,
+        Err(e) => {
+            result.partial = true;
+            result.partial_reason = Some(format!("server at {addr} unusable: {e}"));
+            return result;
+        }
+    };
+    if spec.kind == TargetKind::Gradus
+        && spec.lock_mode == LockMode::Native
+        && reported.protocol_version.is_empty()
+    {
+        eprintln!("gradus-bench: warning: {addr} did not report a version in INFO");
+    }
+    result.server = Some(ServerInfo {
+        managed: managed.is_some(),
+        addr: addr.clone(),
+        launch: managed.as_ref().map(|m| m.launch.clone()),
+        reported,
+        client_durability: config.durability_command.clone(),
+    });
+    let pid = managed.as_ref().map(|m| m.pid());
+    let open = plan.loads.iter().any(|l| matches!(l, Load::Open { .. }));
+    let timing = timing(&plan.workload, &plan.common, open);
+    for (i, load) in plan.loads.iter().enumerate() {
+        if crate::run::interrupted() {
+            result.partial = true;
+            result.partial_reason = Some("interrupted (SIGINT) before every point ran".into());
+            break;
+        }
+        if !plan.common.quiet {
+            eprintln!("== {} {}: {:?}", spec.label(), plan.workload.name(), load);
+        }
+        let tag = format!("gb{:x}t{index}p{i}", unix_now() & 0xffff_ffff);
+        let outcome = rt.block_on(run_point(
+            plan.workload.clone(),
+            addr.clone(),
+            config.clone(),
+            *load,
+            timing,
+            plan.common.seed.wrapping_add(i as u64),
+            tag,
+            pid,
+            plan.common.quiet,
+        ));
+        let mut point = outcome.result;
+        if let Some(m) = managed.as_mut() {
+            if let Some(status) = m.exit_status() {
+                let reason = format!(
+                    "the server process exited ({status}); its last output: {}",
+                    m.log_tail()
+                );
+                point.partial = true;
+                point.partial_reason = Some(reason);
+            }
+        }
+        let stop = point.partial;
+        if stop && !result.partial {
+            result.partial = true;
+            result.partial_reason = point.partial_reason.clone();
+        }
+        result.points.push(point);
+        if stop {
+            break;
+        }
+    }
+    attach_knee(&mut result);
+    if let Some(mut m) = managed {
+        m.stop(Duration::from_secs(10));
+    }
+    result
+}
+
+/// Runs a parsed command line; returns the result (written already) or an input error.
+pub fn execute(cli: Cli, argv: Vec<String>) -> Result<BenchResult> {
+    let plan = plan(cli)?;
+    let mut bins = Binaries::defaults();
+    if let Some(g) = &plan.common.gradus_bin {
+        bins.gradus = g.clone();
+    }
+    bins.redis = plan.common.redis_bin.clone();
+    bins.memcached = plan.common.memcached_bin.clone();
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if plan.common.client_threads > 0 {
+        builder.worker_threads(plan.common.client_threads);
+    }
+    let rt = builder.enable_all().build()?;
+    rt.block_on(async { crate::run::watch_for_interrupt() });
+    let started = unix_now();
+    let open = plan.loads.iter().any(|l| matches!(l, Load::Open { .. }));
+    let mut targets = Vec::new();
+    for (i, spec) in plan.targets.iter().enumerate() {
+        if crate::run::interrupted() {
+            targets.push(TargetResult {
+                label: spec.label(),
+                spec: spec.clone(),
+                server: None,
+                points: Vec::new(),
+                knee: None,
+                partial: true,
+                partial_reason: Some("not run: interrupted (SIGINT)".into()),
+            });
+            continue;
+        }
+        let t = run_target(&rt, &plan, spec, i, &bins);
+        if let (Some(reason), false) = (&t.partial_reason, plan.common.quiet) {
+            eprintln!("gradus-bench: {}: {reason}", t.label);
+        }
+        targets.push(t);
+    }
+    rt.shutdown_timeout(Duration::from_secs(2));
+    let partial_reason = targets.iter().find_map(|t| {
+        t.partial_reason
+            .as_ref()
+            .map(|r| format!("{}: {r}", t.label))
+    });
+    let result = BenchResult {
+        schema: SCHEMA,
+        tool: format!("gradus-bench {}", env!("CARGO_PKG_VERSION")),
+        command: argv,
+        subcommand: plan.subcommand.to_string(),
+        started_at: rfc3339(started),
+        finished_at: rfc3339(unix_now()),
+        machine: Machine::detect(),
+        workload: WorkloadInfo {
+            name: plan.workload.name().to_string(),
+            params: plan.workload.params_json(),
+        },
+        load: LoadInfo {
+            model: if open { "open" } else { "closed" }.to_string(),
+            users: plan
+                .loads
+                .iter()
+                .filter_map(|l| match l {
+                    Load::Closed { users } => Some(*users),
+                    _ => None,
+                })
+                .collect(),
+            rates: plan
+                .loads
+                .iter()
+                .filter_map(|l| match l {
+                    Load::Open { rate, .. } => Some(*rate),
+                    _ => None,
+                })
+                .collect(),
+            connections: open.then_some(plan.common.connections),
+            timing: timing(&plan.workload, &plan.common, open),
+            seed: plan.common.seed,
+        },
+        partial: partial_reason.is_some(),
+        partial_reason,
+        targets,
+    };
+    write_json(&result, &plan.common.json)?;
+    if let Some(md) = &plan.common.report {
+        write_markdown(&result, md)?;
+    }
+    Ok(result)
+}
+
+/// The binary's entry point: exit status 0 for a complete result, 3 for a partial one (still
+/// written), 2 for bad input or an output error (nothing measured or written).
+pub fn main_with_args(argv: Vec<String>) -> std::process::ExitCode {
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return std::process::ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    match execute(cli, argv) {
+        Ok(r) if r.partial => {
+            eprintln!(
+                "gradus-bench: partial result: {}",
+                r.partial_reason.as_deref().unwrap_or("")
+            );
+            std::process::ExitCode::from(3)
+        }
+        Ok(_) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gradus-bench: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}

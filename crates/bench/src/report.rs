@@ -1,0 +1,723 @@
+//! The result of a benchmark and its two renderings: JSON with every figure (the schema is the
+//! set of `Serialize` types below, documented field by field, and summarised in the README), and a
+//! Markdown report for people with SVG charts from `svg`. Also the knee finder for latency
+//! curves. Pure data and formatting: no sockets, no processes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::run::{Load, Timing};
+use crate::sampler::Resources;
+use crate::server::LaunchRecord;
+use crate::stats::LatencySummary;
+use crate::target::{ServerReport, TargetSpec};
+
+/// Version of the JSON layout; bumped when a field changes meaning or disappears.
+pub const SCHEMA: &str = "gradus-bench/1";
+
+/// Everything one invocation measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    /// [`SCHEMA`].
+    pub schema: &'static str,
+    /// `gradus-bench` and its version.
+    pub tool: String,
+    /// The command line, one element per argument.
+    pub command: Vec<String>,
+    /// `run`, `sweep` or `compare`.
+    pub subcommand: String,
+    /// Start, UTC, RFC 3339.
+    pub started_at: String,
+    /// End, UTC, RFC 3339.
+    pub finished_at: String,
+    /// The machine the client (and managed servers) ran on.
+    pub machine: Machine,
+    /// Workload name and its parameters.
+    pub workload: WorkloadInfo,
+    /// Load model and timing.
+    pub load: LoadInfo,
+    /// True when anything ended early or failed; `partial_reason` says what.
+    pub partial: bool,
+    /// The first reason the result is incomplete.
+    pub partial_reason: Option<String>,
+    /// One entry per target, in command-line order.
+    pub targets: Vec<TargetResult>,
+}
+
+/// The machine.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// `MemTotal` from `/proc/meminfo`, bytes.
+    pub mem_total_bytes: u64,
+    /// `/proc/sys/kernel/osrelease`.
+    pub kernel: String,
+    /// CPU model name from `/proc/cpuinfo`.
+    pub cpu_model: String,
+}
+
+impl Machine {
+    /// Reads the machine description from `/proc`.
+    pub fn detect() -> Machine {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let mem_kib = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        Machine {
+            cpus: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            mem_total_bytes: mem_kib * 1024,
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+            cpu_model: cpuinfo
+                .lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .and_then(|v| v.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Which workload, with which parameters.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkloadInfo {
+    /// `kv`, `lms` or `exam`.
+    pub name: String,
+    /// Its parameters (see the workload modules).
+    pub params: serde_json::Value,
+}
+
+/// How load was applied.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadInfo {
+    /// `closed` or `open`.
+    pub model: String,
+    /// Closed loop: the user counts, one point each.
+    pub users: Vec<usize>,
+    /// Open loop: the arrival rates per second, one point each.
+    pub rates: Vec<f64>,
+    /// Open loop: connection pool size.
+    pub connections: Option<usize>,
+    /// Ramp-up, warm-up, duration, think time.
+    pub timing: Timing,
+    /// RNG seed.
+    pub seed: u64,
+}
+
+/// One target's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetResult {
+    /// Short label, e.g. `redis:everysec`.
+    pub label: String,
+    /// The parsed specification.
+    pub spec: TargetSpec,
+    /// The server, when it could be reached.
+    pub server: Option<ServerInfo>,
+    /// One per user count / rate, in order.
+    pub points: Vec<PointResult>,
+    /// The knee of the unit P90 curve, when there are at least three points.
+    pub knee: Option<Knee>,
+    /// True when this target's results are incomplete.
+    pub partial: bool,
+    /// Why.
+    pub partial_reason: Option<String>,
+}
+
+/// The server under test.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerInfo {
+    /// True when the tool started it.
+    pub managed: bool,
+    /// `127.0.0.1:port`.
+    pub addr: String,
+    /// Binary, arguments, `--version` output and pid, for managed servers.
+    pub launch: Option<LaunchRecord>,
+    /// What the server reports: version, `INFO` fields, full configuration.
+    pub reported: ServerReport,
+    /// For Gradus attached by address: the `CLIENT DURABILITY` sent on each connection.
+    pub client_durability: Option<String>,
+}
+
+/// Session-lock figures of one point.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct LockReport {
+    /// Locks acquired.
+    pub acquisitions: u64,
+    /// Acquisitions that waited for another request of the same session (or polled).
+    pub waits: u64,
+    /// Failed polling attempts (`SET NX` / `add` finding the lock taken).
+    pub polls: u64,
+    /// Lock waits that ran out (the page failed).
+    pub timeouts: u64,
+    /// Latency of the acquisitions that waited.
+    pub wait_latency: LatencySummary,
+}
+
+/// Data checks of one point.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Verification {
+    /// Sessions written.
+    pub sessions_written: u64,
+    /// Session reads (under the lock) whose content was exactly the last content written.
+    pub sessions_verified: u64,
+    /// Session reads with other content.
+    pub session_mismatches: u64,
+    /// Sessions read back after the run with the right content.
+    pub final_readback_checked: u64,
+    /// Sessions read back after the run with other content or missing.
+    pub final_readback_mismatches: u64,
+    /// Cache reads that found a value.
+    pub cache_hits: u64,
+    /// Cache reads that found nothing.
+    pub cache_misses: u64,
+    /// Values regenerated and written after a miss.
+    pub cache_regenerated: u64,
+    /// Cache/kv values whose content did not match the key.
+    pub value_mismatches: u64,
+    /// Sessions seen by proctors (exam).
+    pub proctor_sessions_seen: u64,
+    /// The first mismatch, verbatim.
+    pub first_mismatch: Option<String>,
+}
+
+/// One measurement point.
+#[derive(Debug, Clone, Serialize)]
+pub struct PointResult {
+    /// Closed loop: users.
+    pub users: Option<usize>,
+    /// Open loop: arrivals per second.
+    pub rate: Option<f64>,
+    /// The load model of this point.
+    pub load: Load,
+    /// Seconds spent loading data before the point.
+    pub prepare_s: f64,
+    /// Length of the measured window, seconds.
+    pub measured_s: f64,
+    /// The unit of work (`journey`, `op`, `post_answer`).
+    pub unit: String,
+    /// Units measured.
+    pub units: u64,
+    /// Units per second.
+    pub units_per_s: f64,
+    /// Request/response exchanges measured (all protocol ops).
+    pub protocol_ops: u64,
+    /// The same per second.
+    pub protocol_ops_per_s: f64,
+    /// Latency of the unit (open loop: service time, from the actual start).
+    pub unit_latency: LatencySummary,
+    /// Open loop: latency of the unit from its intended start.
+    pub response_time: Option<LatencySummary>,
+    /// `lms`: 13.
+    pub pages_per_journey: Option<usize>,
+    /// Every operation's latency, by name.
+    pub ops: BTreeMap<String, LatencySummary>,
+    /// Units abandoned after an error.
+    pub abandoned_units: u64,
+    /// Units cut off by the end of the drain period.
+    pub cut_at_end: u64,
+    /// Open loop: arrivals dropped because too many were waiting.
+    pub dropped_arrivals: u64,
+    /// Connections re-opened after an error.
+    pub reconnects: u64,
+    /// Errors by kind.
+    pub errors: BTreeMap<String, u64>,
+    /// Session-lock figures.
+    pub locks: LockReport,
+    /// Data checks.
+    pub verification: Verification,
+    /// Server resource use over the measured window.
+    pub resources: Resources,
+    /// CPU used by the bench itself over the measured window (it shares the machine with
+    /// managed servers), in percent of one core.
+    pub client_cpu_percent_of_one_core: Option<f64>,
+    /// True when the point ended early.
+    pub partial: bool,
+    /// Why.
+    pub partial_reason: Option<String>,
+}
+
+/// The knee of a latency curve.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Knee {
+    /// Index of the knee point.
+    pub index: usize,
+    /// Its users (or rate).
+    pub x: f64,
+    /// Its P90, ms.
+    pub p90_ms: f64,
+    /// How it was found.
+    pub method: &'static str,
+}
+
+/// Finds the knee of an increasing latency curve: after scaling both axes to 0..1, the point
+/// farthest below the straight line from the first to the last point (the "Kneedle" rule).
+/// `None` with fewer than three points, or when latency at the end is under 1.5 times the start
+/// (a flat curve has no knee).
+pub fn find_knee(xs: &[f64], ys: &[f64]) -> Option<usize> {
+    if xs.len() < 3 || xs.len() != ys.len() {
+        return None;
+    }
+    let (x0, x1) = (xs[0], xs[xs.len() - 1]);
+    let (y0, y1) = (ys[0], ys[ys.len() - 1]);
+    if x1 <= x0 || y1 < 1.5 * y0 || y1 <= y0 {
+        return None;
+    }
+    let mut best = None;
+    let mut best_gap = 0.0;
+    for i in 1..xs.len() - 1 {
+        let xn = (xs[i] - x0) / (x1 - x0);
+        let yn = (ys[i] - y0) / (y1 - y0);
+        let gap = xn - yn;
+        if gap > best_gap {
+            best_gap = gap;
+            best = Some(i);
+        }
+    }
+    best
+}
+
+/// Sets the knee of a target from its points' unit P90.
+pub fn attach_knee(target: &mut TargetResult) {
+    let xs: Vec<f64> = target
+        .points
+        .iter()
+        .map(|p| p.users.map(|u| u as f64).or(p.rate).unwrap_or(0.0))
+        .collect();
+    let ys: Vec<f64> = target
+        .points
+        .iter()
+        .map(|p| p.unit_latency.p90_us as f64 / 1000.0)
+        .collect();
+    target.knee = find_knee(&xs, &ys).map(|i| Knee {
+        index: i,
+        x: xs[i],
+        p90_ms: ys[i],
+        method: "largest gap below the chord of the normalised P90 curve (Kneedle)",
+    });
+}
+
+fn ms(us: f64) -> String {
+    format!("{:.2}", us / 1000.0)
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1}", b as f64 / (1024.0 * 1024.0))
+}
+
+/// Writes the JSON result.
+pub fn write_json(result: &BenchResult, path: &Path) -> Result<()> {
+    let text = serde_json::to_string_pretty(result)?;
+    if path.as_os_str() == "-" {
+        println!("{text}");
+    } else {
+        create_parent(path)?;
+        std::fs::write(path, text + "\n")?;
+    }
+    Ok(())
+}
+
+fn create_parent(path: &Path) -> Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => Ok(std::fs::create_dir_all(dir)?),
+        _ => Ok(()),
+    }
+}
+
+/// Writes the Markdown report to `path` and its SVG charts next to it.
+pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
+    create_parent(path)?;
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "report".into());
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let mut md = String::new();
+    let unit = result
+        .targets
+        .iter()
+        .flat_map(|t| t.points.first())
+        .map(|p| p.unit.clone())
+        .next()
+        .unwrap_or_else(|| "unit".into());
+    let _ = writeln!(
+        md,
+        "# gradus-bench {}: `{}`\n",
+        result.subcommand, result.workload.name
+    );
+    let _ = writeln!(md, "```sh\n{}\n```\n", shell_line(&result.command));
+    let _ = writeln!(
+        md,
+        "- date: {} → {}\n- machine: {} CPUs ({}), {:.1} GiB RAM, kernel {}\n- load: {} loop, timing {}\n- workload parameters: `{}`",
+        result.started_at,
+        result.finished_at,
+        result.machine.cpus,
+        result.machine.cpu_model,
+        result.machine.mem_total_bytes as f64 / (1u64 << 30) as f64,
+        result.machine.kernel,
+        result.load.model,
+        serde_json::to_string(&result.load.timing).unwrap_or_default(),
+        serde_json::to_string(&result.workload.params).unwrap_or_default(),
+    );
+    if result.partial {
+        let _ = writeln!(
+            md,
+            "\n**Partial result:** {}",
+            result.partial_reason.as_deref().unwrap_or("unknown reason")
+        );
+    }
+    let _ = writeln!(md, "\n## Servers\n");
+    for t in &result.targets {
+        match &t.server {
+            Some(s) => {
+                let version = s
+                    .launch
+                    .as_ref()
+                    .map(|l| l.version_output.clone())
+                    .filter(|v| !v.is_empty())
+                    .unwrap_or_else(|| s.reported.protocol_version.clone());
+                let args = s
+                    .launch
+                    .as_ref()
+                    .map(|l| format!("`{} {}`", l.binary, shell_line(&l.args)))
+                    .unwrap_or_else(|| format!("attached at {}", s.addr));
+                let _ = writeln!(md, "- **{}**: {version} — {args}", t.label);
+            }
+            None => {
+                let _ = writeln!(
+                    md,
+                    "- **{}**: not measured — {}",
+                    t.label,
+                    t.partial_reason.as_deref().unwrap_or("")
+                );
+            }
+        }
+    }
+    let _ = writeln!(md, "\n## {unit} latency (ms) and server resources\n");
+    let _ = writeln!(
+        md,
+        "| target | users/rate | {unit}s/s | ops/s | avg | p50 | p90 | p99 | max | errors | lock waits | polls | verified | mismatches | server CPU % | RSS MiB | disk write KiB/s | write calls/s | sockets | bench CPU % |"
+    );
+    let _ = writeln!(md, "|{}", "---|".repeat(20));
+    for t in &result.targets {
+        for p in &t.points {
+            let x = p
+                .users
+                .map(|u| u.to_string())
+                .or(p.rate.map(|r| format!("{r}/s")))
+                .unwrap_or_default();
+            let l = &p.unit_latency;
+            let r = &p.resources;
+            let res = if r.available {
+                format!(
+                    "{:.0} | {} | {:.0} | {:.0} | {}",
+                    r.cpu_percent_of_one_core,
+                    mib(r.rss_max_bytes),
+                    r.write_bytes_per_s / 1024.0,
+                    r.write_syscalls_per_s,
+                    r.sockets_max
+                )
+            } else {
+                "n/a | n/a | n/a | n/a | n/a".to_string()
+            };
+            let v = &p.verification;
+            let _ = writeln!(
+                md,
+                "| {}{} | {x} | {:.1} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {res} | {} |",
+                t.label,
+                if p.partial { " (partial)" } else { "" },
+                p.units_per_s,
+                p.protocol_ops_per_s,
+                ms(l.avg_us),
+                ms(l.p50_us as f64),
+                ms(l.p90_us as f64),
+                ms(l.p99_us as f64),
+                ms(l.max_us as f64),
+                p.errors.values().sum::<u64>(),
+                p.locks.waits,
+                p.locks.polls,
+                v.sessions_verified + v.final_readback_checked,
+                v.session_mismatches + v.final_readback_mismatches + v.value_mismatches,
+                p.client_cpu_percent_of_one_core
+                    .map(|c| format!("{c:.0}"))
+                    .unwrap_or_else(|| "n/a".into()),
+            );
+        }
+    }
+    if let Some(rt) = result
+        .targets
+        .iter()
+        .flat_map(|t| t.points.iter())
+        .find(|p| p.response_time.is_some())
+    {
+        let _ = rt;
+        let _ = writeln!(
+            md,
+            "\nOpen loop: response time measured from the intended start (includes queueing):\n"
+        );
+        let _ = writeln!(md, "| target | rate | service p90 | response avg | response p90 | response p99 | dropped |\n|---|---|---|---|---|---|---|");
+        for t in &result.targets {
+            for p in &t.points {
+                if let Some(r) = &p.response_time {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {}/s | {} | {} | {} | {} | {} |",
+                        t.label,
+                        p.rate.unwrap_or(0.0),
+                        ms(p.unit_latency.p90_us as f64),
+                        ms(r.avg_us),
+                        ms(r.p90_us as f64),
+                        ms(r.p99_us as f64),
+                        p.dropped_arrivals
+                    );
+                }
+            }
+        }
+    }
+    // Charts.
+    let xs_label = if result.load.model == "open" {
+        "arrivals per second"
+    } else {
+        "users"
+    };
+    let latency_svg = format!("{stem}-latency.svg");
+    let series: Vec<crate::svg::Series> = result
+        .targets
+        .iter()
+        .filter(|t| !t.points.is_empty())
+        .map(|t| crate::svg::Series {
+            label: t.label.clone(),
+            points: t
+                .points
+                .iter()
+                .map(|p| {
+                    (
+                        p.users.map(|u| u as f64).or(p.rate).unwrap_or(0.0),
+                        p.unit_latency.p90_us as f64 / 1000.0,
+                    )
+                })
+                .collect(),
+            knee: t.knee.as_ref().map(|k| k.index),
+        })
+        .collect();
+    if series.iter().any(|s| s.points.len() > 1) {
+        std::fs::write(
+            dir.join(&latency_svg),
+            crate::svg::line_chart(
+                &format!("{unit} P90 latency vs {xs_label}"),
+                xs_label,
+                "P90 ms",
+                &series,
+            ),
+        )?;
+        let _ = writeln!(
+            md,
+            "\n## Latency curve\n\n![{unit} P90 vs {xs_label}]({latency_svg})\n"
+        );
+        for t in &result.targets {
+            match &t.knee {
+                Some(k) => {
+                    let _ = writeln!(
+                        md,
+                        "- {}: knee at {} ({:.2} ms P90)",
+                        t.label, k.x, k.p90_ms
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        md,
+                        "- {}: no knee (fewer than three points, or a flat curve)",
+                        t.label
+                    );
+                }
+            }
+        }
+    }
+    // Bars of avg and P90 per target, one chart per user count / rate.
+    let mut xs: Vec<String> = Vec::new();
+    for t in &result.targets {
+        for p in &t.points {
+            let x = p
+                .users
+                .map(|u| u.to_string())
+                .or(p.rate.map(|r| r.to_string()))
+                .unwrap_or_default();
+            if !xs.contains(&x) {
+                xs.push(x);
+            }
+        }
+    }
+    if !xs.is_empty() {
+        let _ = writeln!(md, "\n## Average and P90 {unit} latency per target\n");
+    }
+    for x in xs {
+        let bars: Vec<crate::svg::Bar> = result
+            .targets
+            .iter()
+            .filter_map(|t| {
+                t.points
+                    .iter()
+                    .find(|p| {
+                        p.users
+                            .map(|u| u.to_string())
+                            .or(p.rate.map(|r| r.to_string()))
+                            .as_deref()
+                            == Some(x.as_str())
+                    })
+                    .map(|p| crate::svg::Bar {
+                        label: t.label.clone(),
+                        avg: p.unit_latency.avg_us / 1000.0,
+                        p90: p.unit_latency.p90_us as f64 / 1000.0,
+                    })
+            })
+            .collect();
+        let name = format!("{stem}-bars-{}.svg", x.replace(['.', '/'], "_"));
+        std::fs::write(
+            dir.join(&name),
+            crate::svg::bar_chart(&format!("{unit} latency at {x} {xs_label}"), "ms", &bars),
+        )?;
+        let _ = writeln!(md, "![avg and P90 at {x} {xs_label}]({name})\n");
+    }
+    // Per-operation detail.
+    let _ = writeln!(md, "\n## Operations (ms)\n");
+    let _ = writeln!(md, "| target | users/rate | op | count | errors | avg | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|---|---|---|");
+    for t in &result.targets {
+        for p in &t.points {
+            let x = p
+                .users
+                .map(|u| u.to_string())
+                .or(p.rate.map(|r| format!("{r}/s")))
+                .unwrap_or_default();
+            for (name, s) in &p.ops {
+                if name.starts_with("page.") {
+                    continue;
+                }
+                let _ = writeln!(
+                    md,
+                    "| {} | {x} | {name} | {} | {} | {} | {} | {} | {} | {} |",
+                    t.label,
+                    s.count,
+                    s.errors,
+                    ms(s.avg_us),
+                    ms(s.p50_us as f64),
+                    ms(s.p90_us as f64),
+                    ms(s.p99_us as f64),
+                    ms(s.max_us as f64)
+                );
+            }
+        }
+    }
+    let notes = result
+        .targets
+        .iter()
+        .flat_map(|t| t.points.iter().map(move |p| (t, p)))
+        .filter(|(_, p)| !p.resources.available)
+        .map(|(t, p)| {
+            format!(
+                "- {}: resources unavailable — {}",
+                t.label,
+                p.resources.reason.clone().unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>();
+    let _ = writeln!(
+        md,
+        "\nResource figures are for the server process only, sampled from /proc once a second over the measured window; fsync calls are not visible there (write calls are)."
+    );
+    for n in notes {
+        let _ = writeln!(md, "{n}");
+    }
+    std::fs::write(path, md)?;
+    Ok(())
+}
+
+/// The arguments as one shell line (single-quoting those that need it).
+pub fn shell_line(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:,=+@".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Seconds since the epoch as an RFC 3339 UTC timestamp.
+pub fn rfc3339(unix_s: u64) -> String {
+    let days = (unix_s / 86_400) as i64;
+    let secs = unix_s % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60
+    )
+}
+
+/// Now, as seconds since the epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knee_of_a_hockey_stick() {
+        let xs = [1.0, 10.0, 30.0, 50.0, 100.0];
+        let ys = [2.0, 2.1, 2.4, 3.0, 40.0];
+        assert_eq!(find_knee(&xs, &ys), Some(3));
+        assert_eq!(find_knee(&xs, &[2.0, 2.0, 2.1, 2.1, 2.2]), None);
+        assert_eq!(find_knee(&xs[..2], &ys[..2]), None);
+    }
+
+    #[test]
+    fn dates_are_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_795_000_000), "2026-11-18T11:06:40Z");
+    }
+
+    #[test]
+    fn shell_lines_quote_what_needs_it() {
+        let args = vec![
+            "gradus-bench".to_string(),
+            "--targets".into(),
+            "a b".into(),
+            "it's".into(),
+        ];
+        assert_eq!(shell_line(&args), "gradus-bench --targets 'a b' 'it'\\''s'");
+    }
+}

@@ -1,0 +1,292 @@
+//! Resource sampling of the server process from `/proc`, once a second: CPU user and system time
+//! (`/proc/pid/stat`), resident memory (`/proc/pid/status` `VmRSS`), bytes sent to the block layer
+//! and write system calls (`/proc/pid/io` `write_bytes`, `syscw`), and open sockets (entries of
+//! `/proc/pid/fd` that link to `socket:`). fsync calls are not visible in `/proc`; the summary says
+//! so rather than guessing. Linux only; no dependency on workloads or targets. A run attached
+//! with `--addr` has no pid and reports resources as unavailable.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+/// At most this many samples are kept per measurement (an hour at one a second); later ones
+/// are counted but dropped, so memory stays bounded.
+const MAX_SAMPLES: usize = 3600;
+
+/// One reading of the process' counters (cumulative since the process started, except RSS and
+/// sockets which are levels).
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct Sample {
+    /// Seconds since the sampler started.
+    pub t_s: f64,
+    /// CPU time in user mode, seconds.
+    pub cpu_user_s: f64,
+    /// CPU time in kernel mode, seconds.
+    pub cpu_sys_s: f64,
+    /// Resident set size, bytes.
+    pub rss_bytes: u64,
+    /// Bytes the process caused to be sent to storage (`write_bytes`).
+    pub write_bytes: u64,
+    /// Write-type system calls (`syscw`).
+    pub write_syscalls: u64,
+    /// Open socket file descriptors.
+    pub sockets: u64,
+}
+
+/// Reads one sample of `pid`, `None` when the process is gone (or a zombie).
+pub fn read_sample(pid: u32, t_s: f64) -> Option<Sample> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name (which may contain spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
+        return None;
+    }
+    // utime and stime are fields 14 and 15 of the full line: 12 and 13 after the name.
+    let ticks = clock_ticks();
+    let utime: f64 = fields.get(11)?.parse::<u64>().ok()? as f64 / ticks;
+    let stime: f64 = fields.get(12)?.parse::<u64>().ok()? as f64 / ticks;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    let io_field = |name: &str| {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let sockets = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .map(|t| t.to_string_lossy().starts_with("socket:"))
+                        .unwrap_or(false)
+                })
+                .count() as u64
+        })
+        .unwrap_or(0);
+    Some(Sample {
+        t_s,
+        cpu_user_s: utime,
+        cpu_sys_s: stime,
+        rss_bytes: rss_kib * 1024,
+        write_bytes: io_field("write_bytes:"),
+        write_syscalls: io_field("syscw:"),
+        sockets,
+    })
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// A background thread sampling one process every `interval`.
+pub struct Sampler {
+    pid: u32,
+    started: Instant,
+    stop: Arc<AtomicBool>,
+    gone: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    /// Starts sampling `pid`.
+    pub fn start(pid: u32, interval: Duration) -> Sampler {
+        let started = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let gone = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let thread = {
+            let (stop, gone, samples) = (stop.clone(), gone.clone(), samples.clone());
+            std::thread::Builder::new()
+                .name("proc-sampler".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        match read_sample(pid, started.elapsed().as_secs_f64()) {
+                            Some(s) => {
+                                let mut v = samples.lock();
+                                if v.len() < MAX_SAMPLES {
+                                    v.push(s);
+                                }
+                            }
+                            None => {
+                                gone.store(true, Ordering::Relaxed);
+                                return;
+                            }
+                        }
+                        // Sleep in small steps so stop() is quick.
+                        let until = Instant::now() + interval;
+                        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                    }
+                })
+                .ok()
+        };
+        Sampler {
+            pid,
+            started,
+            stop,
+            gone,
+            samples,
+            thread,
+        }
+    }
+
+    /// True once the sampled process has exited.
+    pub fn process_gone(&self) -> bool {
+        self.gone.load(Ordering::Relaxed)
+    }
+
+    /// A reading taken now (for exact window edges), `None` if the process is gone.
+    pub fn now(&self) -> Option<Sample> {
+        read_sample(self.pid, self.started.elapsed().as_secs_f64())
+    }
+
+    /// Stops the thread and summarises the window between the readings `start` and `end`
+    /// (taken with [`Sampler::now`]), using the periodic samples in between.
+    pub fn finish(mut self, start: Option<Sample>, end: Option<Sample>) -> Resources {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let all = std::mem::take(&mut *self.samples.lock());
+        let (Some(start), Some(end)) = (start, end) else {
+            return Resources::unavailable(
+                "the server process exited during the run; no complete resource window",
+            );
+        };
+        let mut window: Vec<Sample> = all
+            .into_iter()
+            .filter(|s| s.t_s > start.t_s && s.t_s < end.t_s)
+            .collect();
+        window.insert(0, start);
+        window.push(end);
+        let secs = (end.t_s - start.t_s).max(1e-9);
+        let user = end.cpu_user_s - start.cpu_user_s;
+        let sys = end.cpu_sys_s - start.cpu_sys_s;
+        let writes = end.write_bytes.saturating_sub(start.write_bytes);
+        let syscw = end.write_syscalls.saturating_sub(start.write_syscalls);
+        let n = window.len() as f64;
+        Resources {
+            available: true,
+            reason: None,
+            pid: Some(self.pid),
+            window_s: secs,
+            cpu_user_s: user,
+            cpu_sys_s: sys,
+            cpu_percent_of_one_core: (user + sys) / secs * 100.0,
+            rss_max_bytes: window.iter().map(|s| s.rss_bytes).max().unwrap_or(0),
+            rss_avg_bytes: (window.iter().map(|s| s.rss_bytes as f64).sum::<f64>() / n) as u64,
+            write_bytes: writes,
+            write_bytes_per_s: writes as f64 / secs,
+            write_syscalls: syscw,
+            write_syscalls_per_s: syscw as f64 / secs,
+            fsyncs: None,
+            fsync_note:
+                "fsync calls are not visible in /proc; write_syscalls counts write-type calls"
+                    .into(),
+            sockets_max: window.iter().map(|s| s.sockets).max().unwrap_or(0),
+            sockets_avg: window.iter().map(|s| s.sockets as f64).sum::<f64>() / n,
+            samples: window,
+        }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Resource use of the server over the measured window.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Resources {
+    /// False when there is no process to sample (`--addr`) or it vanished.
+    pub available: bool,
+    /// Why figures are missing, when they are.
+    pub reason: Option<String>,
+    /// The sampled process.
+    pub pid: Option<u32>,
+    /// Length of the window, seconds.
+    pub window_s: f64,
+    /// User CPU seconds spent in the window.
+    pub cpu_user_s: f64,
+    /// System CPU seconds spent in the window.
+    pub cpu_sys_s: f64,
+    /// (user + system) / window, in percent of one core.
+    pub cpu_percent_of_one_core: f64,
+    /// Highest RSS seen.
+    pub rss_max_bytes: u64,
+    /// Mean RSS over the samples.
+    pub rss_avg_bytes: u64,
+    /// Bytes written to storage in the window.
+    pub write_bytes: u64,
+    /// The same per second.
+    pub write_bytes_per_s: f64,
+    /// Write-type system calls in the window.
+    pub write_syscalls: u64,
+    /// The same per second.
+    pub write_syscalls_per_s: f64,
+    /// Always `null`: not observable from `/proc`.
+    pub fsyncs: Option<u64>,
+    /// Why `fsyncs` is null.
+    pub fsync_note: String,
+    /// Most open sockets seen.
+    pub sockets_max: u64,
+    /// Mean open sockets over the samples.
+    pub sockets_avg: f64,
+    /// The readings themselves (window start, one a second, window end).
+    pub samples: Vec<Sample>,
+}
+
+impl Resources {
+    /// Figures that could not be taken, with the reason.
+    pub fn unavailable(reason: &str) -> Resources {
+        Resources {
+            available: false,
+            reason: Some(reason.to_string()),
+            ..Resources::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_this_process() {
+        let s = read_sample(std::process::id(), 0.0).expect("own /proc entry");
+        assert!(s.rss_bytes > 0);
+        assert!(s.cpu_user_s + s.cpu_sys_s >= 0.0);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let with_socket = read_sample(std::process::id(), 0.0).unwrap();
+        assert!(with_socket.sockets >= 1);
+        drop(listener);
+    }
+
+    #[test]
+    fn missing_process_gives_none() {
+        assert!(read_sample(u32::MAX - 1, 0.0).is_none());
+    }
+}

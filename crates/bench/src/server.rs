@@ -1,0 +1,384 @@
+//! Starting and stopping the servers under test. Each managed server runs as a child process in a
+//! fresh temporary directory, with a known configuration given on its command line, listening on
+//! a free loopback port; it is stopped with SIGTERM (SIGKILL after a grace period) and its
+//! directory removed when the [`ManagedServer`] is stopped or dropped, so no run leaves a process
+//! behind. Knows the command lines of `gradus`, `redis-server` and `memcached`; nothing about
+//! workloads or measurement.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::{BenchError, Result};
+use crate::target::{TargetKind, TargetSpec};
+
+/// Where to find the server binaries.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// The `gradus` binary.
+    pub gradus: PathBuf,
+    /// `redis-server` (looked up on `PATH` when bare).
+    pub redis: PathBuf,
+    /// `memcached` (looked up on `PATH` when bare).
+    pub memcached: PathBuf,
+}
+
+impl Binaries {
+    /// Defaults: `gradus` next to the running executable, the others from `PATH`.
+    pub fn defaults() -> Binaries {
+        let gradus = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join("gradus")))
+            .unwrap_or_else(|| PathBuf::from("gradus"));
+        Binaries {
+            gradus,
+            redis: PathBuf::from("redis-server"),
+            memcached: PathBuf::from("memcached"),
+        }
+    }
+}
+
+/// How a managed server was started (recorded in the result).
+#[derive(Debug, Clone, Serialize)]
+pub struct LaunchRecord {
+    /// The executable's path.
+    pub binary: String,
+    /// Its full argument list.
+    pub args: Vec<String>,
+    /// The first line of `binary --version` (or `-V`).
+    pub version_output: String,
+    /// Process id.
+    pub pid: u32,
+}
+
+/// A server process owned by the benchmark.
+pub struct ManagedServer {
+    child: Option<Child>,
+    /// `127.0.0.1:port`.
+    pub addr: String,
+    dir: PathBuf,
+    log_path: PathBuf,
+    /// What was started.
+    pub launch: LaunchRecord,
+}
+
+/// Whether a failed start is worth another attempt on another port.
+enum Retry {
+    Yes,
+    No,
+}
+
+static DIR_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A new empty directory under the system temp dir.
+fn temp_dir(label: &str) -> Result<PathBuf> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!(
+        "gradus-bench-{}-{}-{}-{nanos}",
+        label.replace([':', '+', '@', '/'], "_"),
+        std::process::id(),
+        DIR_SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// A loopback port nobody listens on right now (the OS picks it; the server binds it moments
+/// later — a rare collision shows up as a start failure and is retried).
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+fn version_line(binary: &Path, flag: &str) -> String {
+    match Command::new(binary)
+        .arg(flag)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+    {
+        Ok(out) => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(8)..].join(" | ");
+    if tail.is_empty() {
+        "(no output)".to_string()
+    } else {
+        tail
+    }
+}
+
+impl ManagedServer {
+    /// Starts the server for `spec` and waits (at most `ready_timeout`) until it accepts
+    /// connections. Tries a few ports if the first one is taken in the meantime.
+    pub fn start(spec: &TargetSpec, bins: &Binaries, ready_timeout: Duration) -> Result<Self> {
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::start_once(spec, bins, ready_timeout) {
+                Ok(s) => return Ok(s),
+                // The binary could not be run at all: trying another port will not help.
+                Err((e, Retry::No)) => return Err(e),
+                Err((e, Retry::Yes)) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| BenchError::ServerStart {
+            what: spec.label(),
+            detail: "no attempt made".into(),
+        }))
+    }
+
+    fn start_once(
+        spec: &TargetSpec,
+        bins: &Binaries,
+        ready_timeout: Duration,
+    ) -> std::result::Result<Self, (BenchError, Retry)> {
+        let no_retry = |e: BenchError| (e, Retry::No);
+        let dir = temp_dir(&spec.label()).map_err(no_retry)?;
+        let port = free_port().map_err(no_retry)?.to_string();
+        let data_dir = dir.join("data");
+        std::fs::create_dir_all(&data_dir).map_err(|e| no_retry(e.into()))?;
+        let data = data_dir.to_string_lossy().into_owned();
+        let (binary, args, version_flag): (&Path, Vec<String>, &str) = match spec.kind {
+            TargetKind::Gradus => {
+                let degree = spec.degree.clone().unwrap_or_else(|| "background".into());
+                let args = [
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    &port,
+                    // RESP only: a memcached listener on the default 11211 could clash.
+                    "--memcached-port",
+                    "0",
+                    "--dir",
+                    &data,
+                    "--durability",
+                    &degree,
+                    "--loglevel",
+                    "warn",
+                ];
+                (&bins.gradus, args.map(String::from).to_vec(), "--version")
+            }
+            TargetKind::Redis => {
+                let fsync = spec.degree.clone().unwrap_or_else(|| "everysec".into());
+                let args = [
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    &port,
+                    "--dir",
+                    &data,
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    &fsync,
+                    "--daemonize",
+                    "no",
+                    "--protected-mode",
+                    "yes",
+                    "--maxclients",
+                    "10000",
+                    "--loglevel",
+                    "warning",
+                ];
+                (&bins.redis, args.map(String::from).to_vec(), "--version")
+            }
+            TargetKind::Memcached => {
+                let args = [
+                    "-l",
+                    "127.0.0.1",
+                    "-p",
+                    &port,
+                    "-U",
+                    "0",
+                    "-m",
+                    "1024",
+                    "-c",
+                    "10000",
+                    "-t",
+                    "4",
+                    "-u",
+                    "root",
+                ];
+                let mut args = args.map(String::from).to_vec();
+                // `-u` is only accepted (and needed) when running as root.
+                // SAFETY: getuid has no preconditions and cannot fail.
+                if unsafe { libc::getuid() } != 0 {
+                    args.truncate(args.len() - 2);
+                }
+                (&bins.memcached, args, "-V")
+            }
+        };
+        let log_path = dir.join("server.log");
+        let spawned = File::create(&log_path)
+            .and_then(|log| Ok((log.try_clone()?, log)))
+            .map_err(BenchError::from)
+            .and_then(|(out, err)| {
+                Self::spawn(binary, &args, &dir, out, err).map_err(|e| BenchError::ServerStart {
+                    what: binary.display().to_string(),
+                    detail: format!("{e} (install it, or point the tool at it)"),
+                })
+            });
+        let child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err((e, Retry::No));
+            }
+        };
+        let launch = LaunchRecord {
+            binary: binary.display().to_string(),
+            args,
+            version_output: version_line(binary, version_flag),
+            pid: child.id(),
+        };
+        let mut server = ManagedServer {
+            child: Some(child),
+            addr: format!("127.0.0.1:{port}"),
+            dir,
+            log_path,
+            launch,
+        };
+        // A port taken by someone else in the meantime shows up here: worth another try.
+        server
+            .wait_ready(spec, ready_timeout)
+            .map_err(|e| (e, Retry::Yes))?;
+        Ok(server)
+    }
+
+    fn spawn(
+        binary: &Path,
+        args: &[String],
+        dir: &Path,
+        out: File,
+        err: File,
+    ) -> std::io::Result<Child> {
+        // Its own process group: a Ctrl-C at the terminal reaches only the bench, which then
+        // stops the server itself (and removes its directory).
+        Command::new(binary)
+            .process_group(0)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+    }
+
+    /// Polls until the port answers a ping (`PING` / `version`), or fails early if the process
+    /// exits.
+    fn wait_ready(&mut self, spec: &TargetSpec, timeout: Duration) -> Result<()> {
+        use std::io::{Read, Write};
+        let deadline = Instant::now() + timeout;
+        let probe: &[u8] = match spec.kind {
+            TargetKind::Memcached => b"version\r\n",
+            _ => b"*1\r\n$4\r\nPING\r\n",
+        };
+        loop {
+            if let Some(status) = self.exit_status() {
+                return Err(BenchError::ServerStart {
+                    what: spec.label(),
+                    detail: format!("exited with {status}: {}", log_tail(&self.log_path)),
+                });
+            }
+            if let Ok(addr) = self.addr.parse() {
+                if let Ok(mut s) =
+                    std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+                {
+                    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+                    let mut buf = [0u8; 64];
+                    if s.write_all(probe).is_ok() && matches!(s.read(&mut buf), Ok(n) if n > 0) {
+                        return Ok(());
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::ServerStart {
+                    what: spec.label(),
+                    detail: format!(
+                        "not answering on {} after {timeout:?}: {}",
+                        self.addr,
+                        log_tail(&self.log_path)
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.launch.pid
+    }
+
+    /// `Some(description)` once the process has exited.
+    pub fn exit_status(&mut self) -> Option<String> {
+        let child = self.child.as_mut()?;
+        match child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            _ => None,
+        }
+    }
+
+    /// The last lines of the server's own output.
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.log_path)
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; reaps the process and removes its directory.
+    pub fn stop(&mut self, grace: Duration) {
+        if let Some(mut child) = self.child.take() {
+            if let Ok(None) = child.try_wait() {
+                let pid = child.id() as libc::pid_t;
+                // SAFETY: sending a signal to our own child, whose pid is valid until reaped.
+                unsafe {
+                    libc::kill(pid, libc::SIGTERM);
+                }
+                let deadline = Instant::now() + grace;
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                if let Ok(None) = child.try_wait() {
+                    let _ = child.kill();
+                }
+            }
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// Kills the server at once (for fault runs and tests of the partial-result path).
+    pub fn kill_now(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+        }
+    }
+}
+
+impl Drop for ManagedServer {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,742 @@
+//! Targets and how each one is driven — the way real applications drive it, because the session
+//! lock algorithm is part of what is measured:
+//!
+//! * `gradus` — native session locks: `SESSION.OPEN sid WAIT ms LEASE ms` (lock + read, one round
+//!   trip; the server parks waiters FIFO) and `SESSION.CLOSE sid token DATA bytes TTL s` (write +
+//!   unlock); or, with `+polling`, exactly the Redis sequence below. Cache as Redis hashes.
+//! * `redis` — the phpredis session handler: `SET sid_LOCK secret NX PX lease` retried every
+//!   poll interval (20 ms), `GET sid`, `SETEX sid ttl data`, then the compare-and-delete unlock
+//!   script (`EVALSHA`, falling back to `EVAL`). Application cache in one hash per cache definition
+//!   (`HGET`/`HMGET`/`HSET`), as Moodle's Redis cache store keeps it.
+//! * `memcached` — the php-memcached session handler: `add lock.sid` polled until it succeeds,
+//!   `get`, `set`, `delete lock.sid`; cache entries as `definition:key` items, multi-get with one
+//!   `get k1 k2 …`.
+//!
+//! This module parses target specifications and turns the workloads' logical operations (lock and
+//! read a session, read cache entries, …) into protocol requests. It does not start servers
+//! (`server`) nor measure anything (`stats`).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use gradus_proto::Frame;
+use rand::RngCore;
+use serde::Serialize;
+
+use crate::error::{BenchError, Result};
+use crate::memcache::MemcacheConn;
+use crate::resp::{self, RespConn};
+
+/// The compare-and-delete unlock script phpredis sends (same text, so the same SHA1).
+pub const UNLOCK_SCRIPT: &str =
+    "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"del\",KEYS[1]) else return 0 end";
+
+/// Which server family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetKind {
+    /// The Gradus server.
+    Gradus,
+    /// redis-server.
+    Redis,
+    /// memcached.
+    Memcached,
+}
+
+/// How session locks are taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LockMode {
+    /// Gradus' server-side `SESSION.OPEN`/`SESSION.CLOSE`.
+    Native,
+    /// `SET NX PX` (or memcached `add`) retried every poll interval.
+    Polling,
+}
+
+/// One target as written on the command line: `gradus[:degree][+polling][@addr]`,
+/// `redis[:no|everysec|always][@addr]`, `memcached[@addr]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TargetSpec {
+    /// Server family.
+    pub kind: TargetKind,
+    /// Gradus durability degree or Redis `appendfsync` policy; `None` for memcached.
+    pub degree: Option<String>,
+    /// Session lock algorithm.
+    pub lock_mode: LockMode,
+    /// Attach to this address instead of starting a server.
+    pub addr: Option<String>,
+}
+
+impl TargetSpec {
+    /// Parses `gradus:strict`, `gradus:background+polling`, `redis:everysec@127.0.0.1:6379`, ….
+    pub fn parse(text: &str) -> Result<TargetSpec> {
+        let (body, addr) = match text.split_once('@') {
+            Some((b, a)) if !a.is_empty() => (b, Some(a.to_string())),
+            Some(_) => return Err(BenchError::Input(format!("target {text:?}: empty address"))),
+            None => (text, None),
+        };
+        let (body, polling) = match body.strip_suffix("+polling") {
+            Some(b) => (b, true),
+            None => (body, false),
+        };
+        let (name, degree) = match body.split_once(':') {
+            Some((n, d)) => (n, Some(d.to_string())),
+            None => (body, None),
+        };
+        let kind = match name {
+            "gradus" => TargetKind::Gradus,
+            "redis" => TargetKind::Redis,
+            "memcached" => TargetKind::Memcached,
+            other => {
+                return Err(BenchError::Input(format!(
+                "unknown target {other:?} (known: gradus[:none|lazy|background|strict][+polling], \
+                     redis[:no|everysec|always], memcached; append @host:port to attach)"
+            )))
+            }
+        };
+        let degree = match (kind, degree) {
+            (TargetKind::Gradus, None) => Some("background".to_string()),
+            (TargetKind::Gradus, Some(d)) => {
+                if !["none", "lazy", "background", "strict"].contains(&d.as_str()) {
+                    return Err(BenchError::Input(format!(
+                        "gradus degree {d:?}: expected none, lazy, background or strict"
+                    )));
+                }
+                Some(d)
+            }
+            (TargetKind::Redis, None) => Some("everysec".to_string()),
+            (TargetKind::Redis, Some(d)) => {
+                if !["no", "everysec", "always"].contains(&d.as_str()) {
+                    return Err(BenchError::Input(format!(
+                        "redis appendfsync {d:?}: expected no, everysec or always"
+                    )));
+                }
+                Some(d)
+            }
+            (TargetKind::Memcached, None) => None,
+            (TargetKind::Memcached, Some(d)) => {
+                return Err(BenchError::Input(format!(
+                    "memcached has no durability setting (got {d:?})"
+                )))
+            }
+        };
+        let lock_mode = match (kind, polling) {
+            (TargetKind::Gradus, false) => LockMode::Native,
+            (TargetKind::Gradus, true) | (TargetKind::Redis, _) | (TargetKind::Memcached, _) => {
+                LockMode::Polling
+            }
+        };
+        Ok(TargetSpec {
+            kind,
+            degree,
+            lock_mode,
+            addr,
+        })
+    }
+
+    /// The short label used in reports: `gradus:strict`, `gradus:strict+polling`, `redis:always`.
+    pub fn label(&self) -> String {
+        let mut s = match self.kind {
+            TargetKind::Gradus => "gradus",
+            TargetKind::Redis => "redis",
+            TargetKind::Memcached => "memcached",
+        }
+        .to_string();
+        if let Some(d) = &self.degree {
+            s.push(':');
+            s.push_str(d);
+        }
+        if self.kind == TargetKind::Gradus && self.lock_mode == LockMode::Polling {
+            s.push_str("+polling");
+        }
+        s
+    }
+}
+
+impl fmt::Display for TargetSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label())
+    }
+}
+
+/// How clients of one target behave (shared by all its connections).
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Server family.
+    pub kind: TargetKind,
+    /// Session lock algorithm.
+    pub lock_mode: LockMode,
+    /// `CLIENT DURABILITY` to send on every new connection (Gradus attached with `--addr`).
+    pub durability_command: Option<String>,
+    /// Longest time a session lock is waited for before the page gives up.
+    pub lock_wait: Duration,
+    /// Lock lease / lock key expiry.
+    pub lock_lease: Duration,
+    /// Sleep between two polling attempts.
+    pub poll_interval: Duration,
+    /// Session TTL in seconds.
+    pub session_ttl_s: u32,
+    /// Bound on every reply wait.
+    pub op_timeout: Duration,
+}
+
+/// Proof of holding a session lock.
+#[derive(Debug, Clone)]
+pub enum LockToken {
+    /// Gradus fencing token.
+    Native(i64),
+    /// Random secret stored in the lock key (Redis, memcached, Gradus polling).
+    Secret(Bytes),
+}
+
+/// The result of locking and reading a session.
+#[derive(Debug)]
+pub struct OpenedSession {
+    /// What releases the lock.
+    pub token: LockToken,
+    /// The stored session, `None` for a new one.
+    pub data: Option<Bytes>,
+    /// Failed lock attempts before the one that succeeded (always 0 for native locks: they
+    /// wait server-side).
+    pub polls: u32,
+}
+
+enum Conn {
+    Resp(RespConn),
+    Memcache(MemcacheConn),
+}
+
+/// One connection to a target, speaking that target's idioms.
+pub struct Client {
+    conn: Conn,
+    config: Arc<ClientConfig>,
+    /// Whether `EVALSHA` of the unlock script may be tried first (false after a `NOSCRIPT`
+    /// until `EVAL` has loaded it again).
+    script_loaded: bool,
+}
+
+fn lock_key(kind: TargetKind, sid: &str) -> String {
+    match kind {
+        TargetKind::Memcached => format!("lock.{sid}"),
+        _ => format!("{sid}_LOCK"),
+    }
+}
+
+fn cache_hash(definition: &str) -> String {
+    format!("cache:{definition}")
+}
+
+fn memcache_key(definition: &str, key: &str) -> String {
+    format!("{definition}:{key}")
+}
+
+fn random_secret() -> Bytes {
+    let mut raw = [0u8; 16];
+    rand::thread_rng().fill_bytes(&mut raw);
+    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    Bytes::from(hex)
+}
+
+impl Client {
+    /// Opens a connection to `addr` and prepares it (e.g. `CLIENT DURABILITY`).
+    pub async fn connect(addr: &str, config: Arc<ClientConfig>) -> Result<Client> {
+        let conn = match config.kind {
+            TargetKind::Memcached => {
+                Conn::Memcache(MemcacheConn::connect(addr, config.op_timeout).await?)
+            }
+            _ => Conn::Resp(RespConn::connect(addr, config.op_timeout).await?),
+        };
+        let mut client = Client {
+            conn,
+            config,
+            script_loaded: true,
+        };
+        if let (Some(degree), Conn::Resp(c)) =
+            (client.config.durability_command.clone(), &mut client.conn)
+        {
+            resp::expect_ok(
+                c.call(&[b"CLIENT", b"DURABILITY", degree.as_bytes()])
+                    .await?,
+                "CLIENT DURABILITY",
+            )?;
+        }
+        Ok(client)
+    }
+
+    fn resp(&mut self) -> &mut RespConn {
+        match &mut self.conn {
+            Conn::Resp(c) => c,
+            Conn::Memcache(_) => unreachable!("RESP call on a memcached connection"),
+        }
+    }
+
+    /// Locks session `sid` and reads it.
+    pub async fn session_open(&mut self, sid: &str) -> Result<OpenedSession> {
+        let config = self.config.clone();
+        if config.kind == TargetKind::Gradus && config.lock_mode == LockMode::Native {
+            let wait = config.lock_wait.as_millis().to_string();
+            let lease = config.lock_lease.as_millis().to_string();
+            let reply = self
+                .resp()
+                .call_with_extra(
+                    &[
+                        b"SESSION.OPEN",
+                        sid.as_bytes(),
+                        b"WAIT",
+                        wait.as_bytes(),
+                        b"LEASE",
+                        lease.as_bytes(),
+                    ],
+                    config.lock_wait,
+                )
+                .await?;
+            return match reply {
+                Frame::Array(mut items) if items.len() == 2 => {
+                    let data = items.pop().unwrap_or(Frame::Null);
+                    let token = match items.pop() {
+                        Some(Frame::Integer(t)) => t,
+                        Some(Frame::Null) | Some(Frame::NullArray) => {
+                            return Err(BenchError::LockTimeout(config.lock_wait))
+                        }
+                        other => {
+                            return Err(BenchError::Unexpected {
+                                command: "SESSION.OPEN",
+                                reply: other.as_ref().map(resp::describe).unwrap_or_default(),
+                            })
+                        }
+                    };
+                    Ok(OpenedSession {
+                        token: LockToken::Native(token),
+                        data: resp::bulk_or_nil(data, "SESSION.OPEN")?,
+                        polls: 0,
+                    })
+                }
+                Frame::Null | Frame::NullArray => Err(BenchError::LockTimeout(config.lock_wait)),
+                Frame::Error(e) => Err(BenchError::Server(e)),
+                other => Err(BenchError::Unexpected {
+                    command: "SESSION.OPEN",
+                    reply: resp::describe(&other),
+                }),
+            };
+        }
+        let key = lock_key(config.kind, sid);
+        let secret = random_secret();
+        let started = Instant::now();
+        let mut polls = 0u32;
+        loop {
+            let acquired = match &mut self.conn {
+                Conn::Resp(c) => {
+                    let lease = config.lock_lease.as_millis().to_string();
+                    let reply = c
+                        .call(&[
+                            b"SET",
+                            key.as_bytes(),
+                            &secret,
+                            b"NX",
+                            b"PX",
+                            lease.as_bytes(),
+                        ])
+                        .await?;
+                    match reply {
+                        Frame::Simple(_) => true,
+                        Frame::Null | Frame::NullArray => false,
+                        Frame::Error(e) => return Err(BenchError::Server(e)),
+                        other => {
+                            return Err(BenchError::Unexpected {
+                                command: "SET NX PX",
+                                reply: resp::describe(&other),
+                            })
+                        }
+                    }
+                }
+                Conn::Memcache(c) => {
+                    let secs = config.lock_lease.as_secs().max(1) as u32;
+                    c.add(key.as_bytes(), &secret, secs).await?
+                }
+            };
+            if acquired {
+                break;
+            }
+            polls += 1;
+            if started.elapsed() + config.poll_interval > config.lock_wait {
+                return Err(BenchError::LockTimeout(config.lock_wait));
+            }
+            tokio::time::sleep(config.poll_interval).await;
+        }
+        let data = self.session_read(sid).await?;
+        Ok(OpenedSession {
+            token: LockToken::Secret(secret),
+            data,
+            polls,
+        })
+    }
+
+    /// Writes session `sid` and releases its lock.
+    pub async fn session_close(&mut self, sid: &str, token: &LockToken, data: &[u8]) -> Result<()> {
+        let config = self.config.clone();
+        let ttl = config.session_ttl_s.to_string();
+        match (token, &mut self.conn) {
+            (LockToken::Native(t), Conn::Resp(c)) => {
+                let t = t.to_string();
+                let reply = c
+                    .call(&[
+                        b"SESSION.CLOSE",
+                        sid.as_bytes(),
+                        t.as_bytes(),
+                        b"DATA",
+                        data,
+                        b"TTL",
+                        ttl.as_bytes(),
+                    ])
+                    .await?;
+                resp::expect_ok(reply, "SESSION.CLOSE")
+            }
+            (LockToken::Secret(secret), Conn::Resp(_)) => {
+                let secret = secret.clone();
+                resp::expect_ok(
+                    self.resp()
+                        .call(&[b"SETEX", sid.as_bytes(), ttl.as_bytes(), data])
+                        .await?,
+                    "SETEX",
+                )?;
+                self.redis_unlock(sid, &secret).await
+            }
+            (LockToken::Secret(_), Conn::Memcache(c)) => {
+                c.set(sid.as_bytes(), data, config.session_ttl_s).await?;
+                c.delete(lock_key(config.kind, sid).as_bytes()).await?;
+                Ok(())
+            }
+            (LockToken::Native(_), Conn::Memcache(_)) => Err(BenchError::Input(
+                "native session locks are a Gradus feature".into(),
+            )),
+        }
+    }
+
+    /// phpredis' unlock: `EVALSHA` of the compare-and-delete script, `EVAL` on `NOSCRIPT`.
+    async fn redis_unlock(&mut self, sid: &str, secret: &[u8]) -> Result<()> {
+        let key = lock_key(self.config.kind, sid);
+        if self.script_loaded {
+            let sha = script_sha();
+            let reply = self
+                .resp()
+                .call(&[b"EVALSHA", sha.as_bytes(), b"1", key.as_bytes(), secret])
+                .await?;
+            match reply {
+                Frame::Error(e) if e.starts_with("NOSCRIPT") => self.script_loaded = false,
+                other => return resp::integer(other, "EVALSHA unlock").map(|_| ()),
+            }
+        }
+        let reply = self
+            .resp()
+            .call(&[
+                b"EVAL",
+                UNLOCK_SCRIPT.as_bytes(),
+                b"1",
+                key.as_bytes(),
+                secret,
+            ])
+            .await?;
+        resp::integer(reply, "EVAL unlock")?;
+        self.script_loaded = true;
+        Ok(())
+    }
+
+    /// Reads session `sid` without locking it.
+    pub async fn session_read(&mut self, sid: &str) -> Result<Option<Bytes>> {
+        match &mut self.conn {
+            Conn::Resp(c) => resp::bulk_or_nil(c.call(&[b"GET", sid.as_bytes()]).await?, "GET"),
+            Conn::Memcache(c) => c.get(sid.as_bytes()).await,
+        }
+    }
+
+    /// Reads several sessions without locking them (one round trip).
+    pub async fn session_read_multi(&mut self, sids: &[String]) -> Result<Vec<Option<Bytes>>> {
+        match &mut self.conn {
+            Conn::Resp(c) => {
+                let mut args: Vec<&[u8]> = Vec::with_capacity(sids.len() + 1);
+                args.push(b"MGET");
+                args.extend(sids.iter().map(|s| s.as_bytes()));
+                aligned_array(c.call(&args).await?, sids.len(), "MGET")
+            }
+            Conn::Memcache(c) => {
+                let keys: Vec<&[u8]> = sids.iter().map(|s| s.as_bytes()).collect();
+                let found = c.get_multi(&keys).await?;
+                Ok(align_found(&keys, found))
+            }
+        }
+    }
+
+    /// Reads one application-cache entry.
+    pub async fn cache_get(&mut self, definition: &str, key: &str) -> Result<Option<Bytes>> {
+        match &mut self.conn {
+            Conn::Resp(c) => {
+                let hash = cache_hash(definition);
+                resp::bulk_or_nil(
+                    c.call(&[b"HGET", hash.as_bytes(), key.as_bytes()]).await?,
+                    "HGET",
+                )
+            }
+            Conn::Memcache(c) => c.get(memcache_key(definition, key).as_bytes()).await,
+        }
+    }
+
+    /// Reads several entries of one cache definition in one round trip.
+    pub async fn cache_get_multi(
+        &mut self,
+        definition: &str,
+        keys: &[String],
+    ) -> Result<Vec<Option<Bytes>>> {
+        match &mut self.conn {
+            Conn::Resp(c) => {
+                let hash = cache_hash(definition);
+                let mut args: Vec<&[u8]> = Vec::with_capacity(keys.len() + 2);
+                args.push(b"HMGET");
+                args.push(hash.as_bytes());
+                args.extend(keys.iter().map(|k| k.as_bytes()));
+                aligned_array(c.call(&args).await?, keys.len(), "HMGET")
+            }
+            Conn::Memcache(c) => {
+                let full: Vec<String> = keys.iter().map(|k| memcache_key(definition, k)).collect();
+                let refs: Vec<&[u8]> = full.iter().map(|k| k.as_bytes()).collect();
+                let found = c.get_multi(&refs).await?;
+                Ok(align_found(&refs, found))
+            }
+        }
+    }
+
+    /// Stores one application-cache entry.
+    pub async fn cache_set(&mut self, definition: &str, key: &str, value: &[u8]) -> Result<()> {
+        match &mut self.conn {
+            Conn::Resp(c) => {
+                let hash = cache_hash(definition);
+                resp::integer(
+                    c.call(&[b"HSET", hash.as_bytes(), key.as_bytes(), value])
+                        .await?,
+                    "HSET",
+                )
+                .map(|_| ())
+            }
+            Conn::Memcache(c) => {
+                c.set(memcache_key(definition, key).as_bytes(), value, 0)
+                    .await
+            }
+        }
+    }
+
+    /// Stores many entries of one definition (used to fill the cache before a run; batched
+    /// `HSET` on RESP targets).
+    pub async fn cache_fill(
+        &mut self,
+        definition: &str,
+        items: &[(String, Vec<u8>)],
+    ) -> Result<()> {
+        match &mut self.conn {
+            Conn::Resp(c) => {
+                let hash = cache_hash(definition);
+                for chunk in items.chunks(200) {
+                    let mut args: Vec<&[u8]> = Vec::with_capacity(2 + chunk.len() * 2);
+                    args.push(b"HSET");
+                    args.push(hash.as_bytes());
+                    for (k, v) in chunk {
+                        args.push(k.as_bytes());
+                        args.push(v);
+                    }
+                    resp::integer(c.call(&args).await?, "HSET")?;
+                }
+                Ok(())
+            }
+            Conn::Memcache(c) => {
+                for (k, v) in items {
+                    c.set(memcache_key(definition, k).as_bytes(), v, 0).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Stores many plain keys (loading the `kv` records: `MSET` batches on RESP targets).
+    pub async fn kv_fill(&mut self, items: &[(String, Vec<u8>)]) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        match &mut self.conn {
+            Conn::Resp(c) => {
+                let mut args: Vec<&[u8]> = Vec::with_capacity(1 + items.len() * 2);
+                args.push(b"MSET");
+                for (k, v) in items {
+                    args.push(k.as_bytes());
+                    args.push(v);
+                }
+                resp::expect_ok(c.call(&args).await?, "MSET")
+            }
+            Conn::Memcache(c) => {
+                for (k, v) in items {
+                    c.set(k.as_bytes(), v, 0).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Plain key read (the `kv` workload).
+    pub async fn kv_get(&mut self, key: &str) -> Result<Option<Bytes>> {
+        self.session_read(key).await
+    }
+
+    /// Plain key write (the `kv` workload).
+    pub async fn kv_set(&mut self, key: &str, value: &[u8]) -> Result<()> {
+        match &mut self.conn {
+            Conn::Resp(c) => {
+                resp::expect_ok(c.call(&[b"SET", key.as_bytes(), value]).await?, "SET")
+            }
+            Conn::Memcache(c) => c.set(key.as_bytes(), value, 0).await,
+        }
+    }
+
+    /// Server version and configuration, as the server itself reports them.
+    pub async fn describe_server(&mut self) -> Result<ServerReport> {
+        match &mut self.conn {
+            Conn::Resp(c) => {
+                let info = resp::bulk_or_nil(c.call(&[b"INFO", b"server"]).await?, "INFO")?
+                    .unwrap_or_default();
+                let info = String::from_utf8_lossy(&info).into_owned();
+                let field = |name: &str| {
+                    info.lines()
+                        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+                        .map(|v| v.trim().to_string())
+                };
+                let version = field("redis_version").unwrap_or_default();
+                let mut info_fields = Vec::new();
+                for name in [
+                    "redis_version",
+                    "gradus_version",
+                    "redis_mode",
+                    "os",
+                    "arch_bits",
+                ] {
+                    if let Some(v) = field(name) {
+                        info_fields.push((name.to_string(), v));
+                    }
+                }
+                let config = match c.call(&[b"CONFIG", b"GET", b"*"]).await? {
+                    Frame::Error(_) => Vec::new(),
+                    f => resp::pairs(f),
+                };
+                Ok(ServerReport {
+                    protocol_version: version,
+                    info: info_fields,
+                    config,
+                })
+            }
+            Conn::Memcache(c) => Ok(ServerReport {
+                protocol_version: c.version().await?,
+                info: Vec::new(),
+                config: c.stats_settings().await?,
+            }),
+        }
+    }
+}
+
+/// What a server says about itself.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ServerReport {
+    /// `redis_version` from `INFO` or memcached's `version`.
+    pub protocol_version: String,
+    /// Selected `INFO server` fields.
+    pub info: Vec<(String, String)>,
+    /// `CONFIG GET *` or `stats settings`, sorted by name.
+    pub config: Vec<(String, String)>,
+}
+
+/// SHA1 of [`UNLOCK_SCRIPT`], computed once.
+fn script_sha() -> &'static str {
+    static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SHA.get_or_init(|| {
+        sha1_smol::Sha1::from(UNLOCK_SCRIPT.as_bytes())
+            .digest()
+            .to_string()
+    })
+}
+
+fn aligned_array(frame: Frame, n: usize, command: &'static str) -> Result<Vec<Option<Bytes>>> {
+    match frame {
+        Frame::Array(items) if items.len() == n => items
+            .into_iter()
+            .map(|f| resp::bulk_or_nil(f, command))
+            .collect(),
+        Frame::Error(e) => Err(BenchError::Server(e)),
+        other => Err(BenchError::Unexpected {
+            command,
+            reply: resp::describe(&other),
+        }),
+    }
+}
+
+/// memcached omits misses from a multi-get: put the hits back in request order.
+fn align_found(keys: &[&[u8]], found: Vec<(Bytes, Bytes)>) -> Vec<Option<Bytes>> {
+    let mut out: Vec<Option<Bytes>> = vec![None; keys.len()];
+    let mut next = 0;
+    for (k, v) in found {
+        // Replies come in request order; scan forward from the last match.
+        if let Some(pos) = keys[next..].iter().position(|q| *q == k.as_ref()) {
+            out[next + pos] = Some(v);
+            next += pos + 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_specs_parse() {
+        let t = TargetSpec::parse("gradus:strict").unwrap();
+        assert_eq!(t.kind, TargetKind::Gradus);
+        assert_eq!(t.degree.as_deref(), Some("strict"));
+        assert_eq!(t.lock_mode, LockMode::Native);
+        let t = TargetSpec::parse("gradus:none+polling@127.0.0.1:7000").unwrap();
+        assert_eq!(t.lock_mode, LockMode::Polling);
+        assert_eq!(t.addr.as_deref(), Some("127.0.0.1:7000"));
+        assert_eq!(t.label(), "gradus:none+polling");
+        assert_eq!(
+            TargetSpec::parse("redis").unwrap().label(),
+            "redis:everysec"
+        );
+        assert_eq!(TargetSpec::parse("memcached").unwrap().label(), "memcached");
+        for bad in [
+            "postgres",
+            "gradus:fast",
+            "redis:sometimes",
+            "memcached:always",
+            "redis@",
+        ] {
+            assert!(
+                matches!(TargetSpec::parse(bad), Err(BenchError::Input(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn multi_get_misses_are_realigned() {
+        let keys: Vec<&[u8]> = vec![b"a", b"b", b"c"];
+        let found = vec![(Bytes::from_static(b"c"), Bytes::from_static(b"3"))];
+        assert_eq!(
+            align_found(&keys, found),
+            vec![None, None, Some(Bytes::from_static(b"3"))]
+        );
+    }
+
+    #[test]
+    fn unlock_script_digest_is_phpredis_text_digest() {
+        assert_eq!(script_sha().len(), 40);
+        assert_eq!(
+            sha1_smol::Sha1::from(b"abc").digest().to_string(),
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
+    }
+}

@@ -1,0 +1,184 @@
+//! The workloads: what one user does, expressed in the logical operations of `target::Client`.
+//!
+//! * [`kv`] — YCSB-style mixes (A, B, C, F) over a preloaded key set; unit: one operation.
+//! * [`lms`] — the simulated LMS user journey of 13 page views; unit: one journey.
+//! * [`exam`] — students answering question groups while proctors poll; per-operation results.
+//!
+//! [`session`] holds the lock/verify/write logic that `lms` and `exam` share, [`keys`] the key and
+//! think-time distributions and checkable values. Workloads measure into `stats` through the
+//! `run` module's context; they never touch sockets directly.
+
+pub mod exam;
+pub mod keys;
+pub mod kv;
+pub mod lms;
+pub mod session;
+
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use serde::Serialize;
+use tokio::task::JoinHandle;
+
+use crate::error::{BenchError, Result};
+use crate::run::{Conns, RunCtx};
+use crate::stats::Step;
+use crate::target::{Client, ClientConfig};
+
+/// A failed step: which operation, and why.
+#[derive(Debug)]
+pub struct UnitError {
+    /// The operation that failed (an op name as in the results).
+    pub op: &'static str,
+    /// What happened.
+    pub error: BenchError,
+}
+
+/// Which workload (command-line name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadKind {
+    /// YCSB-style key-value mixes.
+    Kv,
+    /// The 13-page LMS user journey.
+    Lms,
+    /// Online exam: students and proctors.
+    Exam,
+}
+
+/// A configured workload (cheap to clone: parameters are shared).
+#[derive(Debug, Clone)]
+pub enum Workload {
+    /// See [`kv`].
+    Kv(Arc<kv::Kv>),
+    /// See [`lms`].
+    Lms(Arc<lms::Lms>),
+    /// See [`exam`].
+    Exam(Arc<exam::Exam>),
+}
+
+impl Workload {
+    /// The workload's parameters as JSON (for the result file).
+    pub fn params_json(&self) -> serde_json::Value {
+        let v = match self {
+            Workload::Kv(w) => serde_json::to_value(&w.params),
+            Workload::Lms(w) => serde_json::to_value(&w.params),
+            Workload::Exam(w) => serde_json::to_value(&w.params),
+        };
+        v.unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Command-line name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Workload::Kv(_) => "kv",
+            Workload::Lms(_) => "lms",
+            Workload::Exam(_) => "exam",
+        }
+    }
+
+    /// The name of the unit whose latency is the headline figure.
+    pub fn unit_name(&self) -> &'static str {
+        match self {
+            Workload::Kv(_) => "op",
+            Workload::Lms(_) => "journey",
+            Workload::Exam(_) => "post_answer",
+        }
+    }
+
+    /// Name of the open-loop response-time histogram of the unit.
+    pub fn response_name(&self) -> &'static str {
+        match self {
+            Workload::Kv(_) => "op.response_time",
+            Workload::Lms(_) => "journey.response_time",
+            Workload::Exam(_) => "post_answer.response_time",
+        }
+    }
+
+    /// Whether an op name is one request/response exchange with the server (for ops/s).
+    pub fn is_protocol_op(name: &str) -> bool {
+        matches!(
+            name,
+            "session_open"
+                | "session_close"
+                | "cache_get"
+                | "cache_mget"
+                | "cache_set"
+                | "read"
+                | "update"
+                | "proctor_poll"
+        )
+    }
+
+    /// Pages in one journey (lms only).
+    pub fn pages_per_journey(&self) -> Option<usize> {
+        match self {
+            Workload::Lms(_) => Some(lms::PAGES.len()),
+            _ => None,
+        }
+    }
+
+    /// Connections each user (or open-loop slot) holds.
+    pub fn conns_per_user(&self) -> usize {
+        match self {
+            Workload::Lms(w) if w.params.ajax_ratio > 0.0 => 2,
+            _ => 1,
+        }
+    }
+
+    /// Whether the generic loop thinks between units (lms thinks between pages itself).
+    pub fn think_between_units(&self) -> bool {
+        matches!(self, Workload::Kv(_))
+    }
+
+    /// Whether the workload supports the open loop.
+    pub fn supports_open_loop(&self) -> bool {
+        !matches!(self, Workload::Exam(_))
+    }
+
+    /// Loads the data the workload reads (cache entries, records, questions).
+    pub async fn prepare(&self, addr: &str, config: Arc<ClientConfig>, tag: &str) -> Result<()> {
+        match self {
+            Workload::Kv(w) => w.prepare(addr, config, tag).await,
+            Workload::Lms(w) => w.prepare(&mut Client::connect(addr, config).await?).await,
+            Workload::Exam(w) => w.prepare(&mut Client::connect(addr, config).await?).await,
+        }
+    }
+
+    /// Starts the closed-loop users.
+    pub fn spawn_closed(&self, ctx: &Arc<RunCtx>, users: usize) -> Vec<JoinHandle<()>> {
+        match self {
+            Workload::Exam(w) => exam::spawn(ctx, w.clone(), users),
+            _ => (0..users)
+                .map(|u| tokio::spawn(crate::run::closed_user(ctx.clone(), self.clone(), u, users)))
+                .collect(),
+        }
+    }
+
+    /// Runs one unit; returns its latency in microseconds.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn run_unit(
+        &self,
+        ctx: &RunCtx,
+        conns: &mut Conns,
+        user: usize,
+        seq: u64,
+        rng: &mut SmallRng,
+        steps: &mut Vec<Step>,
+        in_window: bool,
+    ) -> std::result::Result<u64, UnitError> {
+        match self {
+            Workload::Kv(w) => w.unit(ctx, &mut conns[0], rng, steps, in_window).await,
+            Workload::Lms(w) => {
+                w.journey(ctx, conns, user, seq, rng, steps, in_window)
+                    .await
+            }
+            Workload::Exam(_) => Err(UnitError {
+                op: "unit",
+                error: BenchError::Input(
+                    "exam is a closed-loop workload with its own roles".into(),
+                ),
+            }),
+        }
+    }
+}
