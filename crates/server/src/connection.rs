@@ -136,7 +136,8 @@ fn limits_for(shared: &Shared, client: &ClientState) -> Limits {
 
 /// Write the pending replies, first waiting for the fsync that covers any strict write among
 /// them. Returns false when the connection must close (write error, or the log failed).
-async fn flush(
+/// (The memcached front end uses it too.)
+pub(crate) async fn flush(
     shared: &Shared,
     stream: &mut TcpStream,
     wbuf: &mut BytesMut,

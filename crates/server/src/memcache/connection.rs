@@ -16,6 +16,7 @@
 use super::exec::{Flow, Session};
 use super::stats::LocalCounters;
 use crate::client::ClientState;
+use crate::connection::flush;
 use crate::state::Shared;
 use crate::tenancy::Perms;
 use bytes::BytesMut;
@@ -226,36 +227,4 @@ fn login(
             false
         }
     }
-}
-
-/// Write pending replies after the fsync covering any strict write among them. False when the
-/// connection must close.
-async fn flush(
-    shared: &Shared,
-    stream: &mut TcpStream,
-    wbuf: &mut BytesMut,
-    client: &mut ClientState,
-) -> bool {
-    if client.strict_lsn > 0 {
-        let lsn = std::mem::take(&mut client.strict_lsn);
-        if let Some(log) = &shared.persist.log {
-            if let Err(e) = log.wait_durable(lsn).await {
-                tracing::error!(client = client.id, error = %e, "strict write not durable; closing without acknowledging");
-                wbuf.clear();
-                return false;
-            }
-        }
-    }
-    if wbuf.is_empty() {
-        return true;
-    }
-    if stream.write_all(wbuf).await.is_err() {
-        return false;
-    }
-    shared
-        .stats
-        .net_output_bytes
-        .fetch_add(wbuf.len() as u64, Ordering::Relaxed);
-    wbuf.clear();
-    true
 }
