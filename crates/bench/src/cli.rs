@@ -49,7 +49,8 @@ pub struct RunArgs {
     /// Workload.
     #[arg(value_enum)]
     pub workload: WorkloadKind,
-    /// Target: gradus[:none|lazy|background|strict][+polling], redis[:no|everysec|always], memcached.
+    /// Target: gradus:DEGREE (none, lazy, background, strict; append +polling for polling locks),
+    /// redis:APPENDFSYNC (no, everysec, always) or memcached; append @host:port to attach.
     #[arg(long, default_value = "gradus:background")]
     pub target: String,
     /// Attach to a running server at this address instead of starting one.
