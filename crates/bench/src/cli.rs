@@ -180,6 +180,11 @@ pub struct Common {
     /// Session TTL, seconds.
     #[arg(long, default_value_t = 1440)]
     pub session_ttl: u32,
+    /// Database memory scenarios: buffer pool / block cache / shared_buffers as percentages of
+    /// the estimated data, comma-separated (e.g. 100,50,10); each database target runs once per
+    /// value (a `/memPCT` suffix on a target sets one itself).
+    #[arg(long, value_delimiter = ',')]
+    pub db_memory: Vec<u32>,
     /// Client runtime worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub client_threads: usize,
@@ -450,6 +455,29 @@ fn plan(cli: Cli) -> Result<Plan> {
             && common.drain >= 0.0,
         "--duration must be positive; --warmup, --ramp-up and --drain not negative",
     )?;
+    check(
+        common.db_memory.iter().all(|p| (1..=1000).contains(p)),
+        "--db-memory values are percentages (1-1000)",
+    )?;
+    {
+        let open = loads.iter().any(|l| matches!(l, Load::Open { .. }));
+        let max_users = loads
+            .iter()
+            .map(|l| match l {
+                Load::Closed { users } => *users,
+                Load::Open { connections, .. } => *connections,
+            })
+            .max()
+            .unwrap_or(1);
+        let t = timing(&workload, &common, open);
+        let data = crate::db::sizing::estimate_data_bytes(
+            &workload,
+            max_users,
+            t.warmup_s + t.duration_s,
+            t.think_ms,
+        );
+        crate::db::sizing::apply_scenarios(&mut targets, &common.db_memory, data);
+    }
     if loads.iter().any(|l| matches!(l, Load::Open { .. })) {
         check(
             workload.supports_open_loop(),
@@ -517,6 +545,7 @@ fn run_target(
         server: None,
         points: Vec::new(),
         knee: None,
+        disk_bytes: None,
         partial: false,
         partial_reason: None,
     };
@@ -562,7 +591,7 @@ fn run_target(
         reported,
         client_durability: config.durability_command.clone(),
     });
-    let pid = managed.as_ref().map(|m| m.pid());
+    let pid = managed.as_ref().and_then(|m| m.pid());
     let open = plan.loads.iter().any(|l| matches!(l, Load::Open { .. }));
     let timing = timing(&plan.workload, &plan.common, open);
     for (i, load) in plan.loads.iter().enumerate() {
@@ -608,6 +637,7 @@ fn run_target(
         }
     }
     attach_knee(&mut result);
+    result.disk_bytes = managed.as_ref().map(|m| m.disk_bytes());
     if let Some(mut m) = managed {
         m.stop(Duration::from_secs(10));
     }
@@ -640,6 +670,7 @@ pub fn execute(cli: Cli, argv: Vec<String>) -> Result<BenchResult> {
                 server: None,
                 points: Vec::new(),
                 knee: None,
+                disk_bytes: None,
                 partial: true,
                 partial_reason: Some("not run: interrupted (SIGINT)".into()),
             });

@@ -7,6 +7,8 @@
 //! * [`error`] — [`BenchError`], the crate's one error type.
 //! * [`resp`] — a small async RESP2 client (encoding here, parsing by `gradus-proto`).
 //! * [`memcache`] — a small async memcached text-protocol client.
+//! * [`db`] — PostgreSQL, MariaDB/MyRocks and file session stores, and how to start the
+//!   databases.
 //! * [`target`] — target specs and each target's idioms (native/polling session locks, cache
 //!   in hashes or items).
 //! * [`server`] — starting and stopping managed servers in temporary directories.
@@ -24,10 +26,12 @@
 //! `timing` {`ramp_up_s`, `warmup_s`, `duration_s`, `units_limit`, `drain_s`, `think_ms`,
 //! `think_dist`}, `seed`}, `partial`, `partial_reason`, `targets`[].
 //!
-//! Each target: `label`, `spec` {`kind`, `degree`, `lock_mode`, `addr`}, `server` {`managed`,
+//! Each target: `label`, `spec` {`kind`, `degree`, `lock_mode`, `addr`, `memory_pct`,
+//! `memory_bytes`}, `server` {`managed`,
 //! `addr`, `launch` {`binary`, `args`, `version_output`, `pid`}, `reported`
 //! {`protocol_version`, `info`, `config`}, `client_durability`}, `points`[], `knee`
-//! {`index`, `x`, `p90_ms`, `method`} or null, `partial`, `partial_reason`.
+//! {`index`, `x`, `p90_ms`, `method`} or null, `disk_bytes` (the managed server's data
+//! directory after the last point), `partial`, `partial_reason`.
 //!
 //! Each point: `users` or `rate`, `load`, `prepare_s`, `measured_s`, `unit` (journey | op |
 //! post_answer), `units`, `units_per_s`, `protocol_ops`, `protocol_ops_per_s`,
@@ -50,6 +54,7 @@
 //! ops["ajax"].count`.
 
 pub mod cli;
+pub mod db;
 pub mod error;
 pub mod memcache;
 pub mod report;

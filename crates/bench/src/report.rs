@@ -130,6 +130,9 @@ pub struct TargetResult {
     pub points: Vec<PointResult>,
     /// The knee of the unit P90 curve, when there are at least three points.
     pub knee: Option<Knee>,
+    /// Bytes the managed server's data directory takes on disk after the last point
+    /// (allocated blocks; logs, snapshots, tablespaces, binary logs).
+    pub disk_bytes: Option<u64>,
     /// True when this target's results are incomplete.
     pub partial: bool,
     /// Why.
