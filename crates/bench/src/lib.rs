@@ -15,6 +15,8 @@
 //! * [`sampler`] — `/proc` sampling of the server process.
 //! * [`stats`] — histograms and counters.
 //! * [`workload`] — what users do (`kv`, `lms`, `exam`).
+//! * [`fault`] — restart and `kill -9` mid-run: sessions lost, users logged out, cold-cache
+//!   penalty, time to accept connections again.
 //! * [`run`] — one measurement point: load models, warm-up, drain, progress, aborts.
 //! * [`report`] and [`svg`] — the result types (the JSON schema), Markdown and charts.
 //! * [`cli`] — the command line and orchestration; the binary only calls it.
@@ -56,6 +58,7 @@
 pub mod cli;
 pub mod db;
 pub mod error;
+pub mod fault;
 pub mod memcache;
 pub mod report;
 pub mod resp;

@@ -246,6 +246,8 @@ pub struct PointResult {
     /// CPU used by the bench itself over the measured window (it shares the machine with
     /// managed servers), in percent of one core.
     pub client_cpu_percent_of_one_core: Option<f64>,
+    /// Fault runs: what the restart or kill cost (see `fault`).
+    pub fault: Option<crate::fault::FaultReport>,
     /// True when the point ended early.
     pub partial: bool,
     /// Why.

@@ -22,7 +22,6 @@ fn gradus_bin() -> PathBuf {
     target.join("debug").join("gradus")
 }
 
-#[allow(dead_code)]
 fn on_path(name: &str) -> bool {
     std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).any(|d| d.join(name).is_file()))
@@ -170,5 +169,167 @@ fn database_and_file_stores_keep_sessions_and_cache() {
                 other => unreachable!("{other}"),
             }
         }
+    }
+}
+
+/// The fault report of a target's only point, with its internal sums checked.
+fn fault_of<'a>(t: &'a Value, label: &str) -> &'a Value {
+    let f = &t["points"][0]["fault"];
+    assert_eq!(f["applicable"], true, "{label}: {f}");
+    assert!(f["note"].is_null(), "{label}: {f}");
+    let checked = u(&f["sessions_checked"]);
+    assert!(checked > 0, "{label}: no session to check: {f}");
+    assert_eq!(
+        checked,
+        u(&f["sessions_intact"]) + u(&f["sessions_missing"]) + u(&f["sessions_stale"]),
+        "{label}: {f}"
+    );
+    assert_eq!(
+        u(&f["sessions_lost"]),
+        u(&f["sessions_missing"]) + u(&f["sessions_stale"]),
+        "{label}"
+    );
+    assert!(
+        u(&f["users_logged_out"]) <= u(&f["users_active"]),
+        "{label}: {f}"
+    );
+    let unavailable = f["unavailable_s"].as_f64().unwrap();
+    assert!(unavailable > 0.0 && unavailable < 60.0, "{label}: {f}");
+    assert!(
+        f["penalty_window_s"].as_f64().unwrap() > 0.0,
+        "{label}: {f}"
+    );
+    assert_eq!(
+        f["penalty_window_scaled"], true,
+        "{label}: a short run scales the window"
+    );
+    assert!(u(&f["pages_before"]["count"]) > 0, "{label}: {f}");
+    assert!(
+        u(&f["pages_after"]["count"]) > 0,
+        "{label}: users carried on: {f}"
+    );
+    f
+}
+
+#[test]
+fn kill_mid_run_loses_exactly_what_the_store_did_not_keep() {
+    let mut candidates = Vec::new();
+    let gradus = gradus_bin();
+    if gradus.exists() {
+        candidates.push("gradus:strict");
+    } else {
+        eprintln!(
+            "SKIP gradus:strict: no gradus binary at {}",
+            gradus.display()
+        );
+    }
+    if on_path("memcached") {
+        candidates.push("memcached");
+    } else {
+        eprintln!("SKIP memcached: not on PATH");
+    }
+    candidates.extend(installed(&[("mariadb:durable", TargetKind::Mariadb)]));
+    assert!(!candidates.is_empty(), "no target to run");
+    let list = candidates.join(",");
+    let (code, json, stderr) = bench(
+        "kill",
+        &[
+            "compare",
+            "lms",
+            "--targets",
+            &list,
+            "--users",
+            "6",
+            "--duration",
+            "4",
+            "--warmup",
+            "0.5",
+            "--ramp-up",
+            "0.2",
+            "--think-ms",
+            "30",
+            "--cache-keys",
+            "200",
+            "--kill-at",
+            "50%",
+        ],
+    );
+    assert_eq!(code, 0, "exit {code}: {stderr}");
+    let json = json.expect("a result file");
+    assert_eq!(json["partial"], false, "{}", json["partial_reason"]);
+    for (t, label) in json["targets"].as_array().unwrap().iter().zip(&candidates) {
+        let f = fault_of(t, label);
+        assert_eq!(f["kind"], "kill");
+        match *label {
+            // Every acknowledged write was fsynced before its reply: nothing lost.
+            "gradus:strict" | "mariadb:durable" => {
+                assert_eq!(u(&f["sessions_lost"]), 0, "{label}: {f}");
+                assert_eq!(u(&f["users_logged_out"]), 0, "{label}: {f}");
+            }
+            // Memory only: every session the bench knew is gone, every active user logged out.
+            "memcached" => {
+                assert_eq!(u(&f["sessions_missing"]), u(&f["sessions_checked"]), "{f}");
+                assert_eq!(u(&f["users_logged_out"]), u(&f["users_active"]), "{f}");
+                // The final read-back sees the loss too (finished journeys from before the kill).
+                assert!(
+                    u(&t["points"][0]["verification"]["final_readback_mismatches"]) > 0,
+                    "{}",
+                    t["points"][0]["verification"]
+                );
+            }
+            other => unreachable!("{other}"),
+        }
+    }
+}
+
+#[test]
+fn clean_restart_keeps_durable_sessions() {
+    let mut candidates = Vec::new();
+    if on_path("redis-server") {
+        candidates.push("redis:always");
+    } else {
+        eprintln!("SKIP redis:always: redis-server not on PATH");
+    }
+    candidates.extend(installed(&[("postgres:on", TargetKind::Postgres)]));
+    candidates.push("files");
+    let list = candidates.join(",");
+    let (code, json, stderr) = bench(
+        "restart",
+        &[
+            "compare",
+            "lms",
+            "--targets",
+            &list,
+            "--users",
+            "6",
+            "--duration",
+            "4",
+            "--warmup",
+            "0.5",
+            "--ramp-up",
+            "0.2",
+            "--think-ms",
+            "30",
+            "--cache-keys",
+            "200",
+            "--restart-at",
+            "50%",
+        ],
+    );
+    assert_eq!(code, 0, "exit {code}: {stderr}");
+    let json = json.expect("a result file");
+    assert_eq!(json["partial"], false, "{}", json["partial_reason"]);
+    for (t, label) in json["targets"].as_array().unwrap().iter().zip(&candidates) {
+        if *label == "files" {
+            let f = &t["points"][0]["fault"];
+            assert_eq!(f["applicable"], false, "{f}");
+            assert!(f["note"].as_str().unwrap().contains("no server process"));
+            continue;
+        }
+        let f = fault_of(t, label);
+        assert_eq!(f["kind"], "restart");
+        assert_eq!(u(&f["sessions_lost"]), 0, "{label}: {f}");
+        // The server's pid changed and the point still finished its journeys.
+        assert!(u(&t["points"][0]["units"]) > 0, "{label}");
     }
 }

@@ -83,7 +83,10 @@ impl PgConn {
             .map_err(|_| BenchError::Timeout(config.op_timeout, "postgres connect"))?
             .map_err(|e| BenchError::Connect {
                 addr: addr.to_string(),
-                detail: e.to_string(),
+                detail: match e.as_db_error() {
+                    Some(db) => format!("postgres {}: {}", db.code().code(), db.message()),
+                    None => e.to_string(),
+                },
             })?;
         let driver = tokio::spawn(async move {
             let _ = connection.await;
