@@ -329,6 +329,103 @@ pub fn finish_report(
     }
 }
 
+/// The report's sections on memory scenarios and space (when any target has a managed data
+/// directory) and on faults (when any point has one), in Markdown.
+pub fn markdown(result: &crate::report::BenchResult) -> String {
+    use std::fmt::Write;
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let mut md = String::new();
+    if result.targets.iter().any(|t| t.disk_bytes.is_some()) {
+        let _ = writeln!(
+            md,
+            "\n## Memory and space\n\nBuffer pool / block cache / shared_buffers (as a share of \
+             the estimated data, see `db::sizing`), and the server's data directory on disk after \
+             the last point.\n\n| target | memory share | buffer MiB | estimated data MiB | on disk MiB | knee |\n|---|---|---|---|---|---|"
+        );
+        for t in &result.targets {
+            let knee = t
+                .knee
+                .as_ref()
+                .map(|k| format!("{} users ({:.1} ms P90)", k.x, k.p90_ms))
+                .unwrap_or_else(|| "none".into());
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {knee} |",
+                t.label,
+                t.spec
+                    .memory_pct
+                    .map(|p| format!("{p}%"))
+                    .unwrap_or_else(|| "-".into()),
+                t.spec
+                    .memory_bytes
+                    .map(|b| format!("{:.1}", mib(b)))
+                    .unwrap_or_else(|| "default".into()),
+                t.spec
+                    .data_estimate_bytes
+                    .map(|b| format!("{:.1}", mib(b)))
+                    .unwrap_or_else(|| "-".into()),
+                t.disk_bytes
+                    .map(|b| format!("{:.1}", mib(b)))
+                    .unwrap_or_else(|| "-".into()),
+            );
+        }
+    }
+    let faults: Vec<_> = result
+        .targets
+        .iter()
+        .flat_map(|t| t.points.iter().map(move |p| (t, p)))
+        .filter_map(|(t, p)| p.fault.as_ref().map(|f| (t, p, f)))
+        .collect();
+    if !faults.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Faults\n\nSessions the bench knew at the fault (running journeys and the last \
+             finished ones), read back once the server was up again; users logged out = running \
+             journeys whose session was gone. Page P90 in equal windows before the fault and after \
+             the server was back (30 s, shorter when the run is).\n\n| target | users | fault | at s | unavailable s | sessions checked | lost (missing + stale) | users logged out / active | window s | page P90 before ms | after ms | ratio | note |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
+        for (t, p, f) in faults {
+            let kind = match f.kind {
+                Some(FaultKind::Kill) => "kill -9",
+                Some(FaultKind::Restart) => "restart",
+                None => "-",
+            };
+            if !f.applicable {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {kind} | - | - | - | - | - | - | - | - | - | {} |",
+                    t.label,
+                    p.users.unwrap_or(0),
+                    f.note.clone().unwrap_or_default()
+                );
+                continue;
+            }
+            let _ = writeln!(
+                md,
+                "| {} | {} | {kind} | {:.1} | {:.2} | {} | {} ({} + {}) | {} / {} | {:.1} | {:.1} | {:.1} | {} | {} |",
+                t.label,
+                p.users.unwrap_or(0),
+                f.at_s,
+                f.unavailable_s,
+                f.sessions_checked,
+                f.sessions_lost,
+                f.sessions_missing,
+                f.sessions_stale,
+                f.users_logged_out,
+                f.users_active,
+                f.penalty_window_s,
+                f.pages_before.p90_us as f64 / 1000.0,
+                f.pages_after.p90_us as f64 / 1000.0,
+                f.p90_ratio
+                    .map(|r| format!("{r:.2}"))
+                    .unwrap_or_else(|| "-".into()),
+                f.note.clone().unwrap_or_default()
+            );
+        }
+    }
+    md
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

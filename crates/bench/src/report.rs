@@ -595,6 +595,7 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
         )?;
         let _ = writeln!(md, "![avg and P90 at {x} {xs_label}]({name})\n");
     }
+    md.push_str(&crate::fault::markdown(result));
     // Per-operation detail.
     let _ = writeln!(md, "\n## Operations (ms)\n");
     let _ = writeln!(md, "| target | users/rate | op | count | errors | avg | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|---|---|---|");
