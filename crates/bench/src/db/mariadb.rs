@@ -158,11 +158,15 @@ impl MyConn {
         let params = Params::Positional(keys.iter().map(|k| Value::from(k.as_str())).collect());
         let rows: Vec<(Vec<u8>, Option<Vec<u8>>)> =
             self.conn.exec(sql, params).await.map_err(map_err)?;
-        let mut found: std::collections::HashMap<Vec<u8>, Bytes> = rows
+        // A multi-get may name a key twice (popular keys): every occurrence gets the value.
+        let found: std::collections::HashMap<Vec<u8>, Bytes> = rows
             .into_iter()
             .filter_map(|(k, v)| v.map(|v| (k, Bytes::from(v))))
             .collect();
-        Ok(keys.iter().map(|k| found.remove(k.as_bytes())).collect())
+        Ok(keys
+            .iter()
+            .map(|k| found.get(k.as_bytes()).cloned())
+            .collect())
     }
 
     /// Multi-row upsert.

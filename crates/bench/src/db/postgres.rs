@@ -211,7 +211,8 @@ impl PgConn {
             .query(&stmt, &[&keys])
             .await
             .map_err(|e| self.err(e))?;
-        let mut found: std::collections::HashMap<String, Bytes> = rows
+        // A multi-get may name a key twice (popular keys): every occurrence gets the value.
+        let found: std::collections::HashMap<String, Bytes> = rows
             .into_iter()
             .filter_map(|r| {
                 let k: String = r.get(0);
@@ -219,7 +220,7 @@ impl PgConn {
                 v.map(|v| (k, Bytes::from(v)))
             })
             .collect();
-        Ok(keys.iter().map(|k| found.remove(k)).collect())
+        Ok(keys.iter().map(|k| found.get(k).cloned()).collect())
     }
 
     /// Multi-row upsert into `cache`.
