@@ -3,6 +3,7 @@
 # or as a user with passwordless sudo; no stdin needed):
 #   - redis-server, redis-cli, redis-benchmark (the reference server and real clients);
 #   - memcached (a gradus-bench target);
+#   - mariadb-server, mariadb-plugin-rocksdb and postgresql (gradus-bench database targets);
 #   - php-cli and php-redis (phpredis, for the PHP session-handler tests);
 #   - php-memcached, libmemcached-tools and memcached (memcached-port tests and benchmark);
 #   - the Python packages in tests/python/requirements.txt (redis-py, pymemcache, pytest, hypothesis);
@@ -123,6 +124,52 @@ if ! command -v memcached >/dev/null 2>&1; then
     [ "$install_status" -eq 0 ] || exit "$install_status"
 fi
 stop_distro_memcached
+
+# --- MariaDB (InnoDB and MyRocks) and PostgreSQL (gradus-bench database targets) ---------------
+# gradus-bench starts its own mariadbd and postgres in temporary directories on free loopback
+# ports (as the `postgres` system user when run as root), so the distro services must not run:
+# policy-rc.d keeps the packages from starting them, and any that started anyway are stopped
+# and disabled. mariadb-plugin-rocksdb provides ha_rocksdb.so for the `myrocks` target.
+stop_distro_databases() {
+    local svc
+    for svc in mariadb postgresql; do
+        if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+            if systemctl is-active --quiet "$svc" 2>/dev/null; then
+                log "stopping the distro $svc service"
+                "${SUDO[@]}" systemctl stop "$svc" 2>/dev/null || true
+                "${SUDO[@]}" systemctl disable "$svc" 2>/dev/null || true
+            fi
+        fi
+        if [ -x "/etc/init.d/$svc" ]; then
+            "${SUDO[@]}" "/etc/init.d/$svc" stop >/dev/null 2>&1 || true
+            if command -v update-rc.d >/dev/null 2>&1; then
+                "${SUDO[@]}" update-rc.d "$svc" disable >/dev/null 2>&1 || true
+            fi
+        fi
+    done
+}
+db_packages=()
+command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || db_packages+=(mariadb-server)
+[ -e /usr/lib/mysql/plugin/ha_rocksdb.so ] || db_packages+=(mariadb-plugin-rocksdb)
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    db_packages+=(postgresql)
+fi
+if [ "${#db_packages[@]}" -gt 0 ]; then
+    log "installing ${db_packages[*]}"
+    created_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ] && [ -w /usr/sbin ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod +x /usr/sbin/policy-rc.d
+        created_policy=1
+    fi
+    install_status=0
+    apt_install "${db_packages[@]}" || install_status=$?
+    if [ "$created_policy" -eq 1 ]; then
+        rm -f /usr/sbin/policy-rc.d
+    fi
+    [ "$install_status" -eq 0 ] || exit "$install_status"
+    stop_distro_databases
+fi
 
 # --- PHP with phpredis (session-handler tests drive Gradus with phpredis itself) ---------------
 if ! command -v php >/dev/null 2>&1 || ! php -m 2>/dev/null | grep -qi '^redis$'; then

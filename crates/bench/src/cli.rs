@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::error::{BenchError, Result};
+use crate::fault::{FaultKind, FaultPlan};
 use crate::report::{
     attach_knee, rfc3339, unix_now, write_json, write_markdown, BenchResult, LoadInfo, Machine,
     ServerInfo, TargetResult, WorkloadInfo, SCHEMA,
@@ -181,6 +182,19 @@ pub struct Common {
     /// Session TTL, seconds.
     #[arg(long, default_value_t = 1440)]
     pub session_ttl: u32,
+    /// Database memory scenarios: buffer pool / block cache / shared_buffers as percentages of
+    /// the estimated data, comma-separated (e.g. 100,50,10); each database target runs once per
+    /// value (a `/memPCT` suffix on a target sets one itself).
+    #[arg(long, value_delimiter = ',')]
+    pub db_memory: Vec<u32>,
+    /// Fault run: restart the managed server cleanly at this share of the measured window
+    /// (e.g. 50%), on the same port with the same data; the users carry on.
+    #[arg(long)]
+    pub restart_at: Option<String>,
+    /// Fault run: `kill -9` the managed server at this share of the measured window (e.g. 50%),
+    /// then start it again on the same port with the same data; the users carry on.
+    #[arg(long)]
+    pub kill_at: Option<String>,
     /// Client runtime worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub client_threads: usize,
@@ -273,6 +287,7 @@ pub struct ExamArgs {
 /// What one invocation asks for, after validation.
 struct Plan {
     subcommand: &'static str,
+    fault: Option<FaultPlan>,
     workload: Workload,
     targets: Vec<TargetSpec>,
     loads: Vec<Load>,
@@ -451,14 +466,59 @@ fn plan(cli: Cli) -> Result<Plan> {
             && common.drain >= 0.0,
         "--duration must be positive; --warmup, --ramp-up and --drain not negative",
     )?;
+    check(
+        common.db_memory.iter().all(|p| (1..=1000).contains(p)),
+        "--db-memory values are percentages (1-1000)",
+    )?;
+    {
+        let open = loads.iter().any(|l| matches!(l, Load::Open { .. }));
+        let max_users = loads
+            .iter()
+            .map(|l| match l {
+                Load::Closed { users } => *users,
+                Load::Open { connections, .. } => *connections,
+            })
+            .max()
+            .unwrap_or(1);
+        let t = timing(&workload, &common, open);
+        let data = crate::db::sizing::estimate_data_bytes(
+            &workload,
+            max_users,
+            t.warmup_s + t.duration_s,
+            t.think_ms,
+        );
+        crate::db::sizing::apply_scenarios(&mut targets, &common.db_memory, data);
+    }
     if loads.iter().any(|l| matches!(l, Load::Open { .. })) {
         check(
             workload.supports_open_loop(),
             "the exam workload is closed-loop only (students and proctors); use --users",
         )?;
     }
+    let fault = match (&common.restart_at, &common.kill_at) {
+        (Some(_), Some(_)) => {
+            return Err(BenchError::Input(
+                "give --restart-at or --kill-at, not both".into(),
+            ))
+        }
+        (Some(t), None) => Some(FaultPlan::parse(FaultKind::Restart, t)?),
+        (None, Some(t)) => Some(FaultPlan::parse(FaultKind::Kill, t)?),
+        (None, None) => None,
+    };
+    if fault.is_some() {
+        check(
+            !loads.iter().any(|l| matches!(l, Load::Open { .. }))
+                && !matches!(workload, Workload::Exam(_)),
+            "fault runs use the closed loop with the lms or kv workload",
+        )?;
+        check(
+            targets.iter().all(|t| t.addr.is_none()),
+            "fault runs restart the server, so the tool must start it (no @address)",
+        )?;
+    }
     Ok(Plan {
         subcommand,
+        fault,
         workload,
         targets,
         loads,
@@ -518,6 +578,7 @@ fn run_target(
         server: None,
         points: Vec::new(),
         knee: None,
+        disk_bytes: None,
         partial: false,
         partial_reason: None,
     };
@@ -525,7 +586,7 @@ fn run_target(
     let mut managed = None;
     let addr = match &spec.addr {
         Some(a) => a.clone(),
-        None => match ManagedServer::start(spec, bins, Duration::from_secs(15)) {
+        None => match ManagedServer::start(spec, bins, Duration::from_secs(60)) {
             Ok(s) => {
                 let a = s.addr.clone();
                 managed = Some(s);
@@ -556,14 +617,14 @@ fn run_target(
     {
         eprintln!("gradus-bench: warning: {addr} did not report a version in INFO");
     }
+    let managed = managed.map(|m| Arc::new(parking_lot::Mutex::new(m)));
     result.server = Some(ServerInfo {
         managed: managed.is_some(),
         addr: addr.clone(),
-        launch: managed.as_ref().map(|m| m.launch.clone()),
+        launch: managed.as_ref().map(|m| m.lock().launch.clone()),
         reported,
         client_durability: config.durability_command.clone(),
     });
-    let pid = managed.as_ref().map(|m| m.pid());
     let open = plan.loads.iter().any(|l| matches!(l, Load::Open { .. }));
     let timing = timing(&plan.workload, &plan.common, open);
     for (i, load) in plan.loads.iter().enumerate() {
@@ -576,6 +637,9 @@ fn run_target(
             eprintln!("== {} {}: {:?}", spec.label(), plan.workload.name(), load);
         }
         let tag = format!("gb{:x}t{index}p{i}", unix_now() & 0xffff_ffff);
+        // The pid changes when a fault run restarts the server.
+        let pid = managed.as_ref().and_then(|m| m.lock().pid());
+        let fault = plan.fault.zip(managed.clone());
         let outcome = rt.block_on(run_point(
             plan.workload.clone(),
             addr.clone(),
@@ -586,9 +650,11 @@ fn run_target(
             tag,
             pid,
             plan.common.quiet,
+            fault,
         ));
         let mut point = outcome.result;
-        if let Some(m) = managed.as_mut() {
+        if let Some(m) = managed.as_ref() {
+            let mut m = m.lock();
             if let Some(status) = m.exit_status() {
                 let reason = format!(
                     "the server process exited ({status}); its last output: {}",
@@ -609,8 +675,9 @@ fn run_target(
         }
     }
     attach_knee(&mut result);
-    if let Some(mut m) = managed {
-        m.stop(Duration::from_secs(10));
+    result.disk_bytes = managed.as_ref().map(|m| m.lock().disk_bytes());
+    if let Some(m) = managed {
+        m.lock().stop(Duration::from_secs(10));
     }
     result
 }
@@ -641,6 +708,7 @@ pub fn execute(cli: Cli, argv: Vec<String>) -> Result<BenchResult> {
                 server: None,
                 points: Vec::new(),
                 knee: None,
+                disk_bytes: None,
                 partial: true,
                 partial_reason: Some("not run: interrupted (SIGINT)".into()),
             });

@@ -7,12 +7,16 @@
 //! * [`error`] — [`BenchError`], the crate's one error type.
 //! * [`resp`] — a small async RESP2 client (encoding here, parsing by `gradus-proto`).
 //! * [`memcache`] — a small async memcached text-protocol client.
+//! * [`db`] — PostgreSQL, MariaDB/MyRocks and file session stores, and how to start the
+//!   databases.
 //! * [`target`] — target specs and each target's idioms (native/polling session locks, cache
 //!   in hashes or items).
 //! * [`server`] — starting and stopping managed servers in temporary directories.
 //! * [`sampler`] — `/proc` sampling of the server process.
 //! * [`stats`] — histograms and counters.
 //! * [`workload`] — what users do (`kv`, `lms`, `exam`).
+//! * [`fault`] — restart and `kill -9` mid-run: sessions lost, users logged out, cold-cache
+//!   penalty, time to accept connections again.
 //! * [`run`] — one measurement point: load models, warm-up, drain, progress, aborts.
 //! * [`report`] and [`svg`] — the result types (the JSON schema), Markdown and charts.
 //! * [`cli`] — the command line and orchestration; the binary only calls it.
@@ -24,10 +28,12 @@
 //! `timing` {`ramp_up_s`, `warmup_s`, `duration_s`, `units_limit`, `drain_s`, `think_ms`,
 //! `think_dist`}, `seed`}, `partial`, `partial_reason`, `targets`[].
 //!
-//! Each target: `label`, `spec` {`kind`, `degree`, `lock_mode`, `addr`}, `server` {`managed`,
+//! Each target: `label`, `spec` {`kind`, `degree`, `lock_mode`, `addr`, `memory_pct`,
+//! `memory_bytes`}, `server` {`managed`,
 //! `addr`, `launch` {`binary`, `args`, `version_output`, `pid`}, `reported`
 //! {`protocol_version`, `info`, `config`}, `client_durability`}, `points`[], `knee`
-//! {`index`, `x`, `p90_ms`, `method`} or null, `partial`, `partial_reason`.
+//! {`index`, `x`, `p90_ms`, `method`} or null, `disk_bytes` (the managed server's data
+//! directory after the last point), `partial`, `partial_reason`.
 //!
 //! Each point: `users` or `rate`, `load`, `prepare_s`, `measured_s`, `unit` (journey | op |
 //! post_answer), `units`, `units_per_s`, `protocol_ops`, `protocol_ops_per_s`,
@@ -50,7 +56,9 @@
 //! ops["ajax"].count`.
 
 pub mod cli;
+pub mod db;
 pub mod error;
+pub mod fault;
 pub mod memcache;
 pub mod report;
 pub mod resp;

@@ -130,6 +130,9 @@ pub struct TargetResult {
     pub points: Vec<PointResult>,
     /// The knee of the unit P90 curve, when there are at least three points.
     pub knee: Option<Knee>,
+    /// Bytes the managed server's data directory takes on disk after the last point
+    /// (allocated blocks; logs, snapshots, tablespaces, binary logs).
+    pub disk_bytes: Option<u64>,
     /// True when this target's results are incomplete.
     pub partial: bool,
     /// Why.
@@ -243,6 +246,8 @@ pub struct PointResult {
     /// CPU used by the bench itself over the measured window (it shares the machine with
     /// managed servers), in percent of one core.
     pub client_cpu_percent_of_one_core: Option<f64>,
+    /// Fault runs: what the restart or kill cost (see `fault`).
+    pub fault: Option<crate::fault::FaultReport>,
     /// True when the point ended early.
     pub partial: bool,
     /// Why.
@@ -590,6 +595,7 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
         )?;
         let _ = writeln!(md, "![avg and P90 at {x} {xs_label}]({name})\n");
     }
+    md.push_str(&crate::fault::markdown(result));
     // Per-operation detail.
     let _ = writeln!(md, "\n## Operations (ms)\n");
     let _ = writeln!(md, "| target | users/rate | op | count | errors | avg | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|---|---|---|");

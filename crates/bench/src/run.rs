@@ -4,8 +4,9 @@
 //! the *intended* start so a slow server cannot hide its queueing — both service time and
 //! response time are reported). Handles ramp-up, the warm-up that is excluded from the results,
 //! the end by duration or unit count, a bounded drain, progress lines on stderr, resource
-//! sampling, and aborting with a reason when the server becomes unreachable or dies. Knows no
-//! protocol details (those are in `target`) and writes no files (`report` does).
+//! sampling, and aborting with a reason when the server becomes unreachable or dies — unless
+//! the bench itself restarted it for a fault run (`fault`), when users wait for it to return.
+//! Knows no protocol details (those are in `target`) and writes no files (`report` does).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,8 +20,10 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use crate::error::BenchError;
+use crate::fault::FaultPlan;
 use crate::report::{LockReport, PointResult, Verification};
 use crate::sampler::{read_sample, Resources, Sampler};
+use crate::server::ManagedServer;
 use crate::stats::{micros, Collector, Counters, Step};
 use crate::target::{Client, ClientConfig};
 use crate::workload::keys::{think_ms, ThinkDist};
@@ -98,6 +101,8 @@ pub struct RunCtx {
     reconnects: AtomicU64,
     /// Open loop: arrivals started and not yet finished (what a cut drain leaves behind).
     in_flight: AtomicU64,
+    /// Fault-run bookkeeping (page timeline, running journeys' sessions, fault in progress).
+    pub fault: crate::fault::FaultState,
 }
 
 impl RunCtx {
@@ -153,6 +158,11 @@ impl RunCtx {
         }
     }
 
+    /// The sessions remembered for the final read-back so far.
+    pub fn finals_snapshot(&self) -> Vec<(String, Bytes)> {
+        self.finals.lock().clone()
+    }
+
     /// Called after each measured unit: stops once the unit limit is reached.
     fn unit_done(&self) {
         if let Some(limit) = self.timing.units_limit {
@@ -194,6 +204,7 @@ pub async fn run_point(
     tag: String,
     pid: Option<u32>,
     quiet: bool,
+    fault: Option<(FaultPlan, Arc<Mutex<ManagedServer>>)>,
 ) -> PointOutcome {
     let prepare_started = Instant::now();
     let prepared = workload.prepare(&addr, client_config.clone(), &tag).await;
@@ -217,12 +228,22 @@ pub async fn run_point(
         measured_until: Mutex::new(None),
         reconnects: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
+        fault: crate::fault::FaultState::default(),
     });
+    if fault.is_some() {
+        ctx.fault.enable();
+    }
     if let Err(e) = prepared {
         ctx.abort(format!("preparing the data set failed: {e}"));
         return finish(ctx, workload, load, None, Vec::new(), prepare_s).await;
     }
-    let sampler = pid.map(|p| Sampler::start(p, Duration::from_secs(1)));
+    let mut sampler = pid.map(|p| Sampler::start(p, Duration::from_secs(1)));
+    let fault_at = fault
+        .as_ref()
+        .map(|(plan, _)| warmup_end + Duration::from_secs_f64(timing.duration_s * plan.at));
+    let mut fault_task = None;
+    // A fault replaces the server process: resources cover the window up to the fault.
+    let mut early_resources = None;
     let handles = match load {
         Load::Closed { users } => workload.spawn_closed(&ctx, users),
         Load::Open { rate, connections } => {
@@ -249,6 +270,19 @@ pub async fn run_point(
         }
         if now >= end {
             ctx.stop();
+        }
+        if let (Some(at), None, Some((plan, server))) = (fault_at, &fault_task, &fault) {
+            if now >= at && took_start {
+                if let Some(s) = sampler.take() {
+                    let end_sample = s.now();
+                    early_resources = Some(s.finish(window_start_sample, end_sample));
+                }
+                fault_task = Some(tokio::spawn(crate::fault::execute(
+                    ctx.clone(),
+                    server.clone(),
+                    *plan,
+                )));
+            }
         }
         if let Some(s) = &sampler {
             if s.process_gone() {
@@ -297,9 +331,41 @@ pub async fn run_point(
             (end.cpu_user_s + end.cpu_sys_s - start.cpu_user_s - start.cpu_sys_s) / secs * 100.0
         })
     });
-    let resources = sampler.map(|s| s.finish(window_start_sample, window_end_sample));
+    let resources = sampler
+        .map(|s| s.finish(window_start_sample, window_end_sample))
+        .or(early_resources);
+    let fault_result = match fault_task {
+        Some(task) => match task.await {
+            Ok(r) => Some(r),
+            Err(e) => Some((
+                crate::fault::FaultReport {
+                    note: Some(format!("fault task failed: {e}")),
+                    ..Default::default()
+                },
+                None,
+            )),
+        },
+        None => None,
+    };
+    let measured_end_s = ctx
+        .measured_until
+        .lock()
+        .unwrap_or_else(Instant::now)
+        .duration_since(t0)
+        .as_secs_f64();
+    let fault_report = fault_result.map(|(mut report, edges)| {
+        crate::fault::finish_report(
+            &ctx.fault,
+            &mut report,
+            edges,
+            warmup_end.duration_since(t0).as_secs_f64(),
+            measured_end_s,
+        );
+        report
+    });
     let mut outcome = finish(ctx, workload, load, resources, handles, prepare_s).await;
     outcome.result.client_cpu_percent_of_one_core = client_cpu;
+    outcome.result.fault = fault_report;
     outcome
 }
 
@@ -444,6 +510,7 @@ async fn finish(
             Resources::unavailable("no server process to sample (attached with an address)")
         }),
         client_cpu_percent_of_one_core: None,
+        fault: None,
         partial: abort_reason.is_some(),
         partial_reason: abort_reason.clone(),
     };
@@ -543,7 +610,22 @@ async fn handle_outcome(
                     return false;
                 }
                 ctx.reconnects.fetch_add(1, Ordering::Relaxed);
-                match connect_all(ctx, conns.len()).await {
+                let mut attempt = connect_all(ctx, conns.len()).await;
+                // The bench restarted the server itself: wait for it instead of giving up.
+                let give_up = Instant::now() + Duration::from_secs(150);
+                while attempt.is_err()
+                    && ctx.fault.active()
+                    && !ctx.stopping()
+                    && Instant::now() < give_up
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    attempt = connect_all(ctx, conns.len()).await;
+                }
+                if attempt.is_err() && ctx.stopping() {
+                    // The run ended while the server was away: nothing lost but this unit.
+                    return false;
+                }
+                match attempt {
                     Ok(fresh) => *conns = fresh,
                     Err(e) => {
                         ctx.abort(format!(

@@ -2,7 +2,10 @@
 //! (`/proc/pid/stat`), resident memory (`/proc/pid/status` `VmRSS`), bytes sent to the block layer
 //! and write system calls (`/proc/pid/io` `write_bytes`, `syscw`), and open sockets (entries of
 //! `/proc/pid/fd` that link to `socket:`). fsync calls are not visible in `/proc`; the summary says
-//! so rather than guessing. Linux only; no dependency on workloads or targets. A run attached
+//! so rather than guessing. A server made of several processes (PostgreSQL's postmaster and its
+//! backends) is summed over the process and its live descendants, plus the CPU time of children
+//! that have exited (`cutime`, `cstime`); RSS is then a sum and counts shared memory once per
+//! process. Linux only; no dependency on workloads or targets. A run attached
 //! with `--addr` has no pid and reports resources as unavailable.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,8 +39,48 @@ pub struct Sample {
     pub sockets: u64,
 }
 
-/// Reads one sample of `pid`, `None` when the process is gone (or a zombie).
+/// Reads one sample of `pid` and its descendants, `None` when the process is gone (or a
+/// zombie).
 pub fn read_sample(pid: u32, t_s: f64) -> Option<Sample> {
+    let mut total = read_one(pid, t_s, true)?;
+    let mut stack = children(pid);
+    let mut seen = 0;
+    while let Some(child) = stack.pop() {
+        seen += 1;
+        if seen > 10_000 {
+            break;
+        }
+        if let Some(s) = read_one(child, t_s, false) {
+            total.cpu_user_s += s.cpu_user_s;
+            total.cpu_sys_s += s.cpu_sys_s;
+            total.rss_bytes += s.rss_bytes;
+            total.write_bytes += s.write_bytes;
+            total.write_syscalls += s.write_syscalls;
+            total.sockets += s.sockets;
+        }
+        stack.extend(children(child));
+    }
+    Some(total)
+}
+
+/// Child processes of `pid` (from every thread's `children` list).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for task in tasks.filter_map(|t| t.ok()) {
+            if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+                out.extend(
+                    list.split_whitespace()
+                        .filter_map(|p| p.parse::<u32>().ok()),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// One process; with `with_reaped_children`, the CPU time of its exited children is included.
+fn read_one(pid: u32, t_s: f64, with_reaped_children: bool) -> Option<Sample> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the parenthesised command name (which may contain spaces).
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -47,8 +90,20 @@ pub fn read_sample(pid: u32, t_s: f64) -> Option<Sample> {
     }
     // utime and stime are fields 14 and 15 of the full line: 12 and 13 after the name.
     let ticks = clock_ticks();
-    let utime: f64 = fields.get(11)?.parse::<u64>().ok()? as f64 / ticks;
-    let stime: f64 = fields.get(12)?.parse::<u64>().ok()? as f64 / ticks;
+    let mut utime: f64 = fields.get(11)?.parse::<u64>().ok()? as f64 / ticks;
+    let mut stime: f64 = fields.get(12)?.parse::<u64>().ok()? as f64 / ticks;
+    if with_reaped_children {
+        // cutime and cstime: fields 16 and 17 of the full line.
+        let field = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0) as f64
+                / ticks
+        };
+        utime += field(13);
+        stime += field(14);
+    }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let rss_kib = status
         .lines()

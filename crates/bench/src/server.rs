@@ -2,7 +2,9 @@
 //! fresh temporary directory, with a known configuration given on its command line, listening on
 //! a free loopback port; it is stopped with SIGTERM (SIGKILL after a grace period) and its
 //! directory removed when the [`ManagedServer`] is stopped or dropped, so no run leaves a process
-//! behind. Knows the command lines of `gradus`, `redis-server` and `memcached`; nothing about
+//! behind. Knows the command lines of `gradus`, `redis-server` and `memcached` (the databases'
+//! come from `db::launch`; the `files` store is a directory with no process); can restart a
+//! server in place (clean stop or `kill -9`, same port and data) for fault runs. Nothing about
 //! workloads or measurement.
 
 use std::fs::File;
@@ -59,12 +61,29 @@ pub struct LaunchRecord {
 /// A server process owned by the benchmark.
 pub struct ManagedServer {
     child: Option<Child>,
-    /// `127.0.0.1:port`.
+    /// `127.0.0.1:port` (for `files`: the store's directory).
     pub addr: String,
     dir: PathBuf,
     log_path: PathBuf,
     /// What was started.
     pub launch: LaunchRecord,
+    /// Run the process as this (uid, gid) (PostgreSQL when the tool runs as root).
+    run_as: Option<(u32, u32)>,
+    /// A file that must say `ready` before the server counts as up (PostgreSQL).
+    ready_file: Option<PathBuf>,
+    /// The signal of a clean shutdown.
+    stop_signal: i32,
+    /// What the ready probe sends (memcached `version`, RESP `PING`); `None`: connect only.
+    probe: Option<&'static [u8]>,
+}
+
+/// How long a restart took (fault runs).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RestartTiming {
+    /// From the signal to the process having exited, seconds.
+    pub stop_s: f64,
+    /// From the new process's start until it accepted connections, seconds.
+    pub start_s: f64,
 }
 
 /// Whether a failed start is worth another attempt on another port.
@@ -156,6 +175,50 @@ impl ManagedServer {
         let data_dir = dir.join("data");
         std::fs::create_dir_all(&data_dir).map_err(|e| no_retry(e.into()))?;
         let data = data_dir.to_string_lossy().into_owned();
+        if spec.kind == TargetKind::Files {
+            return Ok(ManagedServer {
+                child: None,
+                addr: data,
+                log_path: dir.join("server.log"),
+                dir,
+                launch: LaunchRecord {
+                    binary: String::new(),
+                    args: Vec::new(),
+                    version_output: "files (in-process, no server)".into(),
+                    pid: 0,
+                },
+                run_as: None,
+                ready_file: None,
+                stop_signal: libc::SIGTERM,
+                probe: None,
+            });
+        }
+        if spec.kind.is_database() {
+            let memory = spec
+                .memory_bytes
+                .unwrap_or(crate::db::launch::DEFAULT_MEMORY);
+            let port_num = port.parse::<u16>().unwrap_or(0);
+            let launch = match crate::db::launch::prepare(spec, &dir, port_num, memory) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err((e, Retry::No));
+                }
+            };
+            return Self::spawn_and_wait(
+                spec,
+                dir,
+                port,
+                launch.binary,
+                launch.args,
+                launch.version_output,
+                launch.run_as,
+                launch.ready_file,
+                launch.stop_signal,
+                None,
+                ready_timeout,
+            );
+        }
         let (binary, args, version_flag): (&Path, Vec<String>, &str) = match spec.kind {
             TargetKind::Gradus => {
                 let degree = spec.degree.clone().unwrap_or_else(|| "background".into());
@@ -227,15 +290,59 @@ impl ManagedServer {
                 }
                 (&bins.memcached, args, "-V")
             }
+            other => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err((
+                    BenchError::Input(format!("{other:?} is started elsewhere")),
+                    Retry::No,
+                ));
+            }
         };
+        let version = version_line(binary, version_flag);
+        let probe: &'static [u8] = match spec.kind {
+            TargetKind::Memcached => b"version\r\n",
+            _ => b"*1\r\n$4\r\nPING\r\n",
+        };
+        Self::spawn_and_wait(
+            spec,
+            dir,
+            port,
+            binary.to_path_buf(),
+            args,
+            version,
+            None,
+            None,
+            libc::SIGTERM,
+            Some(probe),
+            ready_timeout,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn spawn_and_wait(
+        spec: &TargetSpec,
+        dir: PathBuf,
+        port: String,
+        binary: PathBuf,
+        args: Vec<String>,
+        version_output: String,
+        run_as: Option<(u32, u32)>,
+        ready_file: Option<PathBuf>,
+        stop_signal: i32,
+        probe: Option<&'static [u8]>,
+        ready_timeout: Duration,
+    ) -> std::result::Result<Self, (BenchError, Retry)> {
+        let binary = binary.as_path();
         let log_path = dir.join("server.log");
         let spawned = File::create(&log_path)
             .and_then(|log| Ok((log.try_clone()?, log)))
             .map_err(BenchError::from)
             .and_then(|(out, err)| {
-                Self::spawn(binary, &args, &dir, out, err).map_err(|e| BenchError::ServerStart {
-                    what: binary.display().to_string(),
-                    detail: format!("{e} (install it, or point the tool at it)"),
+                Self::spawn(binary, &args, &dir, run_as, out, err).map_err(|e| {
+                    BenchError::ServerStart {
+                        what: binary.display().to_string(),
+                        detail: format!("{e} (install it, or point the tool at it)"),
+                    }
                 })
             });
         let child = match spawned {
@@ -248,7 +355,7 @@ impl ManagedServer {
         let launch = LaunchRecord {
             binary: binary.display().to_string(),
             args,
-            version_output: version_line(binary, version_flag),
+            version_output,
             pid: child.id(),
         };
         let mut server = ManagedServer {
@@ -257,10 +364,14 @@ impl ManagedServer {
             dir,
             log_path,
             launch,
+            run_as,
+            ready_file,
+            stop_signal,
+            probe,
         };
         // A port taken by someone else in the meantime shows up here: worth another try.
         server
-            .wait_ready(spec, ready_timeout)
+            .wait_ready(&spec.label(), ready_timeout)
             .map_err(|e| (e, Retry::Yes))?;
         Ok(server)
     }
@@ -269,51 +380,64 @@ impl ManagedServer {
         binary: &Path,
         args: &[String],
         dir: &Path,
+        run_as: Option<(u32, u32)>,
         out: File,
         err: File,
     ) -> std::io::Result<Child> {
         // Its own process group: a Ctrl-C at the terminal reaches only the bench, which then
         // stops the server itself (and removes its directory).
-        Command::new(binary)
-            .process_group(0)
+        let mut cmd = Command::new(binary);
+        cmd.process_group(0)
             .args(args)
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(out)
-            .stderr(err)
-            .spawn()
+            .stderr(err);
+        if let Some((uid, gid)) = run_as {
+            cmd.uid(uid).gid(gid).env("HOME", "/tmp");
+        }
+        cmd.spawn()
     }
 
     /// Polls until the port answers a ping (`PING` / `version`), or fails early if the process
     /// exits.
-    fn wait_ready(&mut self, spec: &TargetSpec, timeout: Duration) -> Result<()> {
+    fn wait_ready(&mut self, what: &str, timeout: Duration) -> Result<()> {
         use std::io::{Read, Write};
         let deadline = Instant::now() + timeout;
-        let probe: &[u8] = match spec.kind {
-            TargetKind::Memcached => b"version\r\n",
-            _ => b"*1\r\n$4\r\nPING\r\n",
-        };
         loop {
             if let Some(status) = self.exit_status() {
                 return Err(BenchError::ServerStart {
-                    what: spec.label(),
+                    what: what.to_string(),
                     detail: format!("exited with {status}: {}", log_tail(&self.log_path)),
                 });
             }
-            if let Ok(addr) = self.addr.parse() {
+            let file_ready = self
+                .ready_file
+                .as_deref()
+                .is_none_or(crate::db::launch::ready_file_says_ready);
+            if let (true, Ok(addr)) = (file_ready, self.addr.parse()) {
                 if let Ok(mut s) =
                     std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200))
                 {
                     let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
                     let mut buf = [0u8; 64];
-                    if s.write_all(probe).is_ok() && matches!(s.read(&mut buf), Ok(n) if n > 0) {
-                        return Ok(());
+                    match self.probe {
+                        // Databases greet first (MariaDB) or need a startup packet
+                        // (PostgreSQL, whose readiness the pid file tells): a connection is it.
+                        None => return Ok(()),
+                        Some(probe) => {
+                            if s.write_all(probe).is_ok()
+                                && matches!(s.read(&mut buf), Ok(n) if n > 0)
+                            {
+                                return Ok(());
+                            }
+                        }
                     }
                 }
             }
             if Instant::now() > deadline {
                 return Err(BenchError::ServerStart {
-                    what: spec.label(),
+                    what: what.to_string(),
                     detail: format!(
                         "not answering on {} after {timeout:?}: {}",
                         self.addr,
@@ -325,9 +449,90 @@ impl ManagedServer {
         }
     }
 
-    /// The process id.
-    pub fn pid(&self) -> u32 {
-        self.launch.pid
+    /// The process id, `None` for a store without a process (`files`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|_| self.launch.pid)
+    }
+
+    /// Bytes the server's directory takes on disk (allocated blocks), for the space report.
+    pub fn disk_bytes(&self) -> u64 {
+        fn walk(p: &Path) -> u64 {
+            use std::os::unix::fs::MetadataExt;
+            let Ok(meta) = std::fs::symlink_metadata(p) else {
+                return 0;
+            };
+            let own = meta.blocks() * 512;
+            if meta.is_dir() {
+                own + std::fs::read_dir(p)
+                    .map(|rd| rd.filter_map(|e| e.ok()).map(|e| walk(&e.path())).sum())
+                    .unwrap_or(0)
+            } else {
+                own
+            }
+        }
+        walk(&self.dir.join("data"))
+    }
+
+    /// Stops the server (`kill -9` of its process group when `kill`, else its clean shutdown
+    /// signal) and starts it again with the same command line, port and data; returns how long
+    /// each half took. Errors when the server cannot be restarted (e.g. `files`).
+    pub fn restart(&mut self, kill: bool, ready_timeout: Duration) -> Result<RestartTiming> {
+        let Some(mut child) = self.child.take() else {
+            return Err(BenchError::Input(
+                "no server process to restart (files store)".into(),
+            ));
+        };
+        let pid = child.id() as libc::pid_t;
+        let started = Instant::now();
+        // SAFETY: signalling our own child (and its process group, which it leads).
+        unsafe {
+            if kill {
+                libc::kill(-pid, libc::SIGKILL);
+                libc::kill(pid, libc::SIGKILL);
+            } else {
+                libc::kill(pid, self.stop_signal);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while let Ok(None) = child.try_wait() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.wait();
+        if kill {
+            // Whatever was left of the group (PostgreSQL backends) goes too.
+            // SAFETY: as above; the group may be empty, then this fails harmlessly.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
+        let stop_s = started.elapsed().as_secs_f64();
+        if let Some(f) = &self.ready_file {
+            let _ = std::fs::remove_file(f);
+        }
+        let restarted = Instant::now();
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.log_path)?;
+        let child = Self::spawn(
+            Path::new(&self.launch.binary),
+            &self.launch.args,
+            &self.dir,
+            self.run_as,
+            log.try_clone()?,
+            log,
+        )?;
+        self.launch.pid = child.id();
+        self.child = Some(child);
+        let what = format!("{} (restarted)", self.launch.binary);
+        self.wait_ready(&what, ready_timeout)?;
+        Ok(RestartTiming {
+            stop_s,
+            start_s: restarted.elapsed().as_secs_f64(),
+        })
     }
 
     /// `Some(description)` once the process has exited.
@@ -351,7 +556,7 @@ impl ManagedServer {
                 let pid = child.id() as libc::pid_t;
                 // SAFETY: sending a signal to our own child, whose pid is valid until reaped.
                 unsafe {
-                    libc::kill(pid, libc::SIGTERM);
+                    libc::kill(pid, self.stop_signal);
                 }
                 let deadline = Instant::now() + grace;
                 while Instant::now() < deadline {
@@ -361,6 +566,10 @@ impl ManagedServer {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 if let Ok(None) = child.try_wait() {
+                    // SAFETY: as above; the whole group, so no database backend outlives it.
+                    unsafe {
+                        libc::kill(-pid, libc::SIGKILL);
+                    }
                     let _ = child.kill();
                 }
             }

@@ -12,6 +12,9 @@
 //!   `get`, `set`, `delete lock.sid`; cache entries as `definition:key` items, multi-get with one
 //!   `get k1 k2 …`.
 //!
+//! * `postgres`, `mariadb`, `myrocks`, `files` — the database and file session stores of
+//!   [`crate::db`] (named locks on the page's connection, cache table).
+//!
 //! This module parses target specifications and turns the workloads' logical operations (lock and
 //! read a session, read cache entries, …) into protocol requests. It does not start servers
 //! (`server`) nor measure anything (`stats`).
@@ -25,6 +28,7 @@ use gradus_proto::Frame;
 use rand::RngCore;
 use serde::Serialize;
 
+use crate::db::DbConn;
 use crate::error::{BenchError, Result};
 use crate::memcache::MemcacheConn;
 use crate::resp::{self, RespConn};
@@ -43,6 +47,36 @@ pub enum TargetKind {
     Redis,
     /// memcached.
     Memcached,
+    /// PostgreSQL (`synchronous_commit` on/off).
+    Postgres,
+    /// MariaDB with InnoDB (durable/relaxed).
+    Mariadb,
+    /// MariaDB with the RocksDB engine (durable/relaxed).
+    Myrocks,
+    /// One file per session under a directory, `flock` locks.
+    Files,
+}
+
+impl TargetKind {
+    /// True for the database targets (memory scenarios apply to them).
+    pub fn is_database(self) -> bool {
+        matches!(
+            self,
+            TargetKind::Postgres | TargetKind::Mariadb | TargetKind::Myrocks
+        )
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            TargetKind::Gradus => "gradus",
+            TargetKind::Redis => "redis",
+            TargetKind::Memcached => "memcached",
+            TargetKind::Postgres => "postgres",
+            TargetKind::Mariadb => "mariadb",
+            TargetKind::Myrocks => "myrocks",
+            TargetKind::Files => "files",
+        }
+    }
 }
 
 /// How session locks are taken.
@@ -67,6 +101,13 @@ pub struct TargetSpec {
     pub lock_mode: LockMode,
     /// Attach to this address instead of starting a server.
     pub addr: Option<String>,
+    /// Database memory scenario: buffer pool / block cache / shared_buffers as a share (percent)
+    /// of the estimated data (`/mem50` suffix or `--db-memory`).
+    pub memory_pct: Option<u32>,
+    /// The size that share came to, bytes (set when the run is planned).
+    pub memory_bytes: Option<u64>,
+    /// The data size the share was taken of (see `db::sizing`), bytes.
+    pub data_estimate_bytes: Option<u64>,
 }
 
 impl TargetSpec {
@@ -76,6 +117,17 @@ impl TargetSpec {
             Some((b, a)) if !a.is_empty() => (b, Some(a.to_string())),
             Some(_) => return Err(BenchError::Input(format!("target {text:?}: empty address"))),
             None => (text, None),
+        };
+        let (body, memory_pct) = match body.split_once("/mem") {
+            Some((b, pct)) => match pct.parse::<u32>() {
+                Ok(p) if (1..=1000).contains(&p) => (b, Some(p)),
+                _ => {
+                    return Err(BenchError::Input(format!(
+                        "target {text:?}: /mem takes a percentage (1-1000)"
+                    )))
+                }
+            },
+            None => (body, None),
         };
         let (body, polling) = match body.strip_suffix("+polling") {
             Some(b) => (b, true),
@@ -89,10 +141,16 @@ impl TargetSpec {
             "gradus" => TargetKind::Gradus,
             "redis" => TargetKind::Redis,
             "memcached" => TargetKind::Memcached,
+            "postgres" => TargetKind::Postgres,
+            "mariadb" => TargetKind::Mariadb,
+            "myrocks" => TargetKind::Myrocks,
+            "files" => TargetKind::Files,
             other => {
                 return Err(BenchError::Input(format!(
                 "unknown target {other:?} (known: gradus[:none|lazy|background|strict][+polling], \
-                     redis[:no|everysec|always], memcached; append @host:port to attach)"
+                     redis[:no|everysec|always], memcached, postgres[:on|off], \
+                     mariadb[:durable|relaxed], myrocks[:durable|relaxed], files; append \
+                     /memPCT to a database for a memory scenario, @host:port to attach)"
             )))
             }
         };
@@ -115,41 +173,67 @@ impl TargetSpec {
                 }
                 Some(d)
             }
-            (TargetKind::Memcached, None) => None,
-            (TargetKind::Memcached, Some(d)) => {
+            (TargetKind::Memcached | TargetKind::Files, None) => None,
+            (TargetKind::Memcached | TargetKind::Files, Some(d)) => {
                 return Err(BenchError::Input(format!(
-                    "memcached has no durability setting (got {d:?})"
+                    "{name} has no durability setting (got {d:?})"
                 )))
             }
+            (TargetKind::Postgres, None) => Some("on".to_string()),
+            (TargetKind::Postgres, Some(d)) => {
+                if !["on", "off"].contains(&d.as_str()) {
+                    return Err(BenchError::Input(format!(
+                        "postgres synchronous_commit {d:?}: expected on or off"
+                    )));
+                }
+                Some(d)
+            }
+            (TargetKind::Mariadb | TargetKind::Myrocks, None) => Some("durable".to_string()),
+            (TargetKind::Mariadb | TargetKind::Myrocks, Some(d)) => {
+                if !["durable", "relaxed"].contains(&d.as_str()) {
+                    return Err(BenchError::Input(format!(
+                        "{name} durability {d:?}: expected durable or relaxed"
+                    )));
+                }
+                Some(d)
+            }
         };
+        if memory_pct.is_some() && !kind.is_database() {
+            return Err(BenchError::Input(format!(
+                "target {text:?}: memory scenarios apply to postgres, mariadb and myrocks"
+            )));
+        }
         let lock_mode = match (kind, polling) {
             (TargetKind::Gradus, false) => LockMode::Native,
             (TargetKind::Gradus, true) | (TargetKind::Redis, _) | (TargetKind::Memcached, _) => {
                 LockMode::Polling
             }
+            // Named locks the server parks waiters on (GET_LOCK, pg_advisory_lock), or flock.
+            (_, _) => LockMode::Native,
         };
         Ok(TargetSpec {
             kind,
             degree,
             lock_mode,
             addr,
+            memory_pct,
+            memory_bytes: None,
+            data_estimate_bytes: None,
         })
     }
 
     /// The short label used in reports: `gradus:strict`, `gradus:strict+polling`, `redis:always`.
     pub fn label(&self) -> String {
-        let mut s = match self.kind {
-            TargetKind::Gradus => "gradus",
-            TargetKind::Redis => "redis",
-            TargetKind::Memcached => "memcached",
-        }
-        .to_string();
+        let mut s = self.kind.name().to_string();
         if let Some(d) = &self.degree {
             s.push(':');
             s.push_str(d);
         }
         if self.kind == TargetKind::Gradus && self.lock_mode == LockMode::Polling {
             s.push_str("+polling");
+        }
+        if let Some(p) = self.memory_pct {
+            s.push_str(&format!("/mem{p}"));
         }
         s
     }
@@ -206,6 +290,7 @@ pub struct OpenedSession {
 enum Conn {
     Resp(RespConn),
     Memcache(MemcacheConn),
+    Db(Box<DbConn>),
 }
 
 /// One connection to a target, speaking that target's idioms.
@@ -246,6 +331,9 @@ impl Client {
             TargetKind::Memcached => {
                 Conn::Memcache(MemcacheConn::connect(addr, config.op_timeout).await?)
             }
+            k if k.is_database() || k == TargetKind::Files => {
+                Conn::Db(Box::new(DbConn::connect(addr, &config).await?))
+            }
             _ => Conn::Resp(RespConn::connect(addr, config.op_timeout).await?),
         };
         let mut client = Client {
@@ -268,13 +356,23 @@ impl Client {
     fn resp(&mut self) -> &mut RespConn {
         match &mut self.conn {
             Conn::Resp(c) => c,
-            Conn::Memcache(_) => unreachable!("RESP call on a memcached connection"),
+            Conn::Memcache(_) | Conn::Db(_) => {
+                unreachable!("RESP call on a memcached or database connection")
+            }
         }
     }
 
     /// Locks session `sid` and reads it.
     pub async fn session_open(&mut self, sid: &str) -> Result<OpenedSession> {
         let config = self.config.clone();
+        if let Conn::Db(c) = &mut self.conn {
+            let data = c.session_open(sid).await?;
+            return Ok(OpenedSession {
+                token: LockToken::Native(0),
+                data,
+                polls: 0,
+            });
+        }
         if config.kind == TargetKind::Gradus && config.lock_mode == LockMode::Native {
             let wait = config.lock_wait.as_millis().to_string();
             let lease = config.lock_lease.as_millis().to_string();
@@ -355,6 +453,7 @@ impl Client {
                     let secs = config.lock_lease.as_secs().max(1) as u32;
                     c.add(key.as_bytes(), &secret, secs).await?
                 }
+                Conn::Db(_) => unreachable!("database locks are taken above"),
             };
             if acquired {
                 break;
@@ -378,6 +477,7 @@ impl Client {
         let config = self.config.clone();
         let ttl = config.session_ttl_s.to_string();
         match (token, &mut self.conn) {
+            (_, Conn::Db(c)) => c.session_close(sid, data).await,
             (LockToken::Native(t), Conn::Resp(c)) => {
                 let t = t.to_string();
                 let reply = c
@@ -448,6 +548,7 @@ impl Client {
         match &mut self.conn {
             Conn::Resp(c) => resp::bulk_or_nil(c.call(&[b"GET", sid.as_bytes()]).await?, "GET"),
             Conn::Memcache(c) => c.get(sid.as_bytes()).await,
+            Conn::Db(c) => c.session_read(sid).await,
         }
     }
 
@@ -465,6 +566,7 @@ impl Client {
                 let found = c.get_multi(&keys).await?;
                 Ok(align_found(&keys, found))
             }
+            Conn::Db(c) => c.session_read_multi(sids).await,
         }
     }
 
@@ -479,6 +581,11 @@ impl Client {
                 )
             }
             Conn::Memcache(c) => c.get(memcache_key(definition, key).as_bytes()).await,
+            Conn::Db(c) => Ok(c
+                .cache_get_multi(definition, &[key.to_string()])
+                .await?
+                .pop()
+                .flatten()),
         }
     }
 
@@ -503,6 +610,7 @@ impl Client {
                 let found = c.get_multi(&refs).await?;
                 Ok(align_found(&refs, found))
             }
+            Conn::Db(c) => c.cache_get_multi(definition, keys).await,
         }
     }
 
@@ -520,6 +628,10 @@ impl Client {
             }
             Conn::Memcache(c) => {
                 c.set(memcache_key(definition, key).as_bytes(), value, 0)
+                    .await
+            }
+            Conn::Db(c) => {
+                c.cache_put(definition, &[(key.to_string(), value.to_vec())])
                     .await
             }
         }
@@ -553,6 +665,7 @@ impl Client {
                 }
                 Ok(())
             }
+            Conn::Db(c) => c.cache_put(definition, items).await,
         }
     }
 
@@ -577,11 +690,15 @@ impl Client {
                 }
                 Ok(())
             }
+            Conn::Db(c) => c.kv_put(items).await,
         }
     }
 
     /// Plain key read (the `kv` workload).
     pub async fn kv_get(&mut self, key: &str) -> Result<Option<Bytes>> {
+        if let Conn::Db(c) = &mut self.conn {
+            return c.kv_get(key).await;
+        }
         self.session_read(key).await
     }
 
@@ -592,6 +709,7 @@ impl Client {
                 resp::expect_ok(c.call(&[b"SET", key.as_bytes(), value]).await?, "SET")
             }
             Conn::Memcache(c) => c.set(key.as_bytes(), value, 0).await,
+            Conn::Db(c) => c.kv_put(&[(key.to_string(), value.to_vec())]).await,
         }
     }
 
@@ -635,6 +753,11 @@ impl Client {
                 info: Vec::new(),
                 config: c.stats_settings().await?,
             }),
+            Conn::Db(c) => {
+                // The first contact with a database target: its tables are created here.
+                c.create_schema().await?;
+                c.describe().await
+            }
         }
     }
 }
@@ -707,8 +830,25 @@ mod tests {
             "redis:everysec"
         );
         assert_eq!(TargetSpec::parse("memcached").unwrap().label(), "memcached");
+        assert_eq!(
+            TargetSpec::parse("postgres").unwrap().label(),
+            "postgres:on"
+        );
+        assert_eq!(
+            TargetSpec::parse("mariadb:relaxed/mem50").unwrap().label(),
+            "mariadb:relaxed/mem50"
+        );
+        assert_eq!(
+            TargetSpec::parse("myrocks").unwrap().label(),
+            "myrocks:durable"
+        );
+        assert_eq!(TargetSpec::parse("files").unwrap().label(), "files");
         for bad in [
-            "postgres",
+            "postgres:maybe",
+            "files:durable",
+            "redis/mem50",
+            "mariadb/memx",
+            "sqlite",
             "gradus:fast",
             "redis:sometimes",
             "memcached:always",

@@ -156,6 +156,7 @@ impl Lms {
         in_window: bool,
     ) -> std::result::Result<u64, UnitError> {
         let tracker = SessionTracker::new(format!("{}:sess:u{user}:j{seq}", ctx.tag));
+        ctx.fault.set_live(user, tracker.clone());
         let mut journey_us = 0u64;
         let mut ajax_steps: Vec<Step> = Vec::with_capacity(64);
         let mut miss_seq = 0u64;
@@ -213,6 +214,7 @@ impl Lms {
             let us = micros(started.elapsed());
             steps.push(("page", us));
             steps.push((op, us));
+            ctx.fault.record_page(started.duration_since(ctx.t0), us);
             journey_us += us;
         }
         if let Some(Some(data)) = tracker.expected() {
