@@ -37,117 +37,62 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q --no-install-recommends "$@"
 }
 
-# Stop a Redis service that the Debian package may have started on 6379.
-# Errors are ignored: containers often have no init system at all.
-stop_distro_redis() {
+# Install packages without letting them start their services (policy-rc.d exit 101 = "not
+# allowed", unless a policy is already in place): the tests and the bench start their own servers
+# on free loopback ports.
+apt_install_quiet() {
+    local created_policy=0 install_status=0
+    if [ ! -e /usr/sbin/policy-rc.d ] && [ -w /usr/sbin ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod +x /usr/sbin/policy-rc.d
+        created_policy=1
+    fi
+    apt_install "$@" || install_status=$?
+    if [ "$created_policy" -eq 1 ]; then
+        rm -f /usr/sbin/policy-rc.d
+    fi
+    [ "$install_status" -eq 0 ] || exit "$install_status"
+}
+
+# Stop and disable distro services that started anyway (systemd or SysV init; a pid file is
+# checked too). Errors are ignored: containers often have no init system at all.
+#   stop_distro_service NAME [PIDFILE]
+stop_distro_service() {
+    local svc=$1 pidfile=${2:-}
     if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-        if systemctl is-active --quiet redis-server 2>/dev/null; then
-            log "stopping the distro redis-server service"
-            "${SUDO[@]}" systemctl stop redis-server 2>/dev/null || true
-            "${SUDO[@]}" systemctl disable redis-server 2>/dev/null || true
+        if systemctl is-active --quiet "$svc" 2>/dev/null; then
+            log "stopping the distro $svc service"
+            "${SUDO[@]}" systemctl stop "$svc" 2>/dev/null || true
+            "${SUDO[@]}" systemctl disable "$svc" 2>/dev/null || true
         fi
     fi
-    local pidfile=/run/redis/redis-server.pid
-    if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then
-        log "stopping the distro redis-server (pid $(cat "$pidfile"))"
-        if [ -x /etc/init.d/redis-server ]; then
-            "${SUDO[@]}" /etc/init.d/redis-server stop >/dev/null 2>&1 || true
-        fi
-        if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then
-            "${SUDO[@]}" kill "$(cat "$pidfile")" 2>/dev/null || true
+    if [ -x "/etc/init.d/$svc" ]; then
+        "${SUDO[@]}" "/etc/init.d/$svc" stop >/dev/null 2>&1 || true
+        if command -v update-rc.d >/dev/null 2>&1; then
+            "${SUDO[@]}" update-rc.d "$svc" disable >/dev/null 2>&1 || true
         fi
     fi
-    if command -v update-rc.d >/dev/null 2>&1 && [ -x /etc/init.d/redis-server ]; then
-        "${SUDO[@]}" update-rc.d redis-server disable >/dev/null 2>&1 || true
+    if [ -n "$pidfile" ] && [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then
+        log "stopping the distro $svc (pid $(cat "$pidfile"))"
+        "${SUDO[@]}" kill "$(cat "$pidfile")" 2>/dev/null || true
     fi
 }
 
-# --- Redis server and tools --------------------------------------------------------
+# --- Redis server and tools (reference server, real clients, redis-benchmark) ----------------
 missing_redis=0
 for tool in redis-server redis-cli redis-benchmark; do
     command -v "$tool" >/dev/null 2>&1 || missing_redis=1
 done
 if [ "$missing_redis" -eq 1 ]; then
     log "installing redis-server and redis-tools"
-    # Keep the package from starting its service (policy-rc.d exit 101 = "not
-    # allowed"), unless a policy is already in place.
-    created_policy=0
-    if [ ! -e /usr/sbin/policy-rc.d ] && [ -w /usr/sbin ]; then
-        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-        chmod +x /usr/sbin/policy-rc.d
-        created_policy=1
-    fi
-    install_status=0
-    apt_install redis-server redis-tools || install_status=$?
-    if [ "$created_policy" -eq 1 ]; then
-        rm -f /usr/sbin/policy-rc.d
-    fi
-    [ "$install_status" -eq 0 ] || exit "$install_status"
+    apt_install_quiet redis-server redis-tools
 fi
-stop_distro_redis
-
-# --- memcached (a gradus-bench target) ------------------------------------------------------
-# Installed the same way as redis-server above: from the distro, with its service kept from
-# starting (policy-rc.d) and stopped again if it started anyway; the bench starts its own
-# memcached on a free loopback port.
-stop_distro_memcached() {
-    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-        if systemctl is-active --quiet memcached 2>/dev/null; then
-            log "stopping the distro memcached service"
-            "${SUDO[@]}" systemctl stop memcached 2>/dev/null || true
-            "${SUDO[@]}" systemctl disable memcached 2>/dev/null || true
-        fi
-    fi
-    if [ -x /etc/init.d/memcached ]; then
-        if [ -f /run/memcached/memcached.pid ]; then
-            log "stopping the distro memcached"
-            "${SUDO[@]}" /etc/init.d/memcached stop >/dev/null 2>&1 || true
-        fi
-        if command -v update-rc.d >/dev/null 2>&1; then
-            "${SUDO[@]}" update-rc.d memcached disable >/dev/null 2>&1 || true
-        fi
-    fi
-}
-if ! command -v memcached >/dev/null 2>&1; then
-    log "installing memcached"
-    created_policy=0
-    if [ ! -e /usr/sbin/policy-rc.d ] && [ -w /usr/sbin ]; then
-        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-        chmod +x /usr/sbin/policy-rc.d
-        created_policy=1
-    fi
-    install_status=0
-    apt_install memcached || install_status=$?
-    if [ "$created_policy" -eq 1 ]; then
-        rm -f /usr/sbin/policy-rc.d
-    fi
-    [ "$install_status" -eq 0 ] || exit "$install_status"
-fi
-stop_distro_memcached
+stop_distro_service redis-server /run/redis/redis-server.pid
 
 # --- MariaDB (InnoDB and MyRocks) and PostgreSQL (gradus-bench database targets) ---------------
 # gradus-bench starts its own mariadbd and postgres in temporary directories on free loopback
-# ports (as the `postgres` system user when run as root), so the distro services must not run:
-# policy-rc.d keeps the packages from starting them, and any that started anyway are stopped
-# and disabled. mariadb-plugin-rocksdb provides ha_rocksdb.so for the `myrocks` target.
-stop_distro_databases() {
-    local svc
-    for svc in mariadb postgresql; do
-        if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-            if systemctl is-active --quiet "$svc" 2>/dev/null; then
-                log "stopping the distro $svc service"
-                "${SUDO[@]}" systemctl stop "$svc" 2>/dev/null || true
-                "${SUDO[@]}" systemctl disable "$svc" 2>/dev/null || true
-            fi
-        fi
-        if [ -x "/etc/init.d/$svc" ]; then
-            "${SUDO[@]}" "/etc/init.d/$svc" stop >/dev/null 2>&1 || true
-            if command -v update-rc.d >/dev/null 2>&1; then
-                "${SUDO[@]}" update-rc.d "$svc" disable >/dev/null 2>&1 || true
-            fi
-        fi
-    done
-}
+# ports (as the `postgres` system user when run as root), so the distro services must not run.
+# mariadb-plugin-rocksdb provides ha_rocksdb.so for the `myrocks` target.
 db_packages=()
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || db_packages+=(mariadb-server)
 [ -e /usr/lib/mysql/plugin/ha_rocksdb.so ] || db_packages+=(mariadb-plugin-rocksdb)
@@ -156,19 +101,9 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
 fi
 if [ "${#db_packages[@]}" -gt 0 ]; then
     log "installing ${db_packages[*]}"
-    created_policy=0
-    if [ ! -e /usr/sbin/policy-rc.d ] && [ -w /usr/sbin ]; then
-        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-        chmod +x /usr/sbin/policy-rc.d
-        created_policy=1
-    fi
-    install_status=0
-    apt_install "${db_packages[@]}" || install_status=$?
-    if [ "$created_policy" -eq 1 ]; then
-        rm -f /usr/sbin/policy-rc.d
-    fi
-    [ "$install_status" -eq 0 ] || exit "$install_status"
-    stop_distro_databases
+    apt_install_quiet "${db_packages[@]}"
+    stop_distro_service mariadb
+    stop_distro_service postgresql
 fi
 
 # --- PHP with phpredis (session-handler tests drive Gradus with phpredis itself) ---------------
@@ -177,32 +112,16 @@ if ! command -v php >/dev/null 2>&1 || ! php -m 2>/dev/null | grep -qi '^redis$'
     apt_install php-cli php-redis
 fi
 
-# --- memcached clients and reference server (memcached-port tests) ------------------------------
-# php-memcached (php-memcached sessions with sess_locking against the memcached port),
-# libmemcached-tools (memcdump/memcstat) and memcached itself (the differential test and
-# docs/benchmarks/memcached.md). The memcached service the package may start is stopped again.
+# --- memcached and its clients ----------------------------------------------------------------
+# memcached itself (a gradus-bench target, the differential test, docs/benchmarks/memcached.md),
+# php-memcached (sessions with sess_locking against the memcached port) and libmemcached-tools
+# (memcdump/memcstat).
 if ! php -m 2>/dev/null | grep -qi '^memcached$' || ! command -v memcdump >/dev/null 2>&1 \
     || ! command -v memcached >/dev/null 2>&1; then
     log "installing php-memcached, libmemcached-tools and memcached"
-    created_policy=0
-    if [ ! -e /usr/sbin/policy-rc.d ] && [ -w /usr/sbin ]; then
-        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-        chmod +x /usr/sbin/policy-rc.d
-        created_policy=1
-    fi
-    install_status=0
-    apt_install php-memcached libmemcached-tools memcached || install_status=$?
-    if [ "$created_policy" -eq 1 ]; then
-        rm -f /usr/sbin/policy-rc.d
-    fi
-    [ "$install_status" -eq 0 ] || exit "$install_status"
+    apt_install_quiet php-memcached libmemcached-tools memcached
 fi
-if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ] \
-    && systemctl is-active --quiet memcached 2>/dev/null; then
-    log "stopping the distro memcached service"
-    "${SUDO[@]}" systemctl stop memcached 2>/dev/null || true
-    "${SUDO[@]}" systemctl disable memcached 2>/dev/null || true
-fi
+stop_distro_service memcached /run/memcached/memcached.pid
 
 # --- Python packages ----------------------------------------------------------------------
 python_ok() {
