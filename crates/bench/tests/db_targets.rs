@@ -4,66 +4,18 @@
 //! bench wrote. A database target is skipped, with a message, only when its binaries are not
 //! installed (scripts/install-deps.sh installs them).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gradus_bench::db::launch::available;
 use gradus_bench::target::TargetKind;
 use serde_json::Value;
 
-fn gradus_bin() -> PathBuf {
-    if let Ok(p) = std::env::var("GRADUS_BIN") {
-        return PathBuf::from(p);
-    }
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    target.join("debug").join("gradus")
-}
+mod common;
+use common::{gradus_bin, on_path, u};
 
-fn on_path(name: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|d| d.join(name).is_file()))
-        .unwrap_or(false)
-}
-
-/// Runs the bench with `args`; returns the exit code, the JSON result and stderr.
+/// Runs the bench; database runs may take up to 90 s (start-up of the servers included).
 fn bench(name: &str, args: &[&str]) -> (i32, Option<Value>, String) {
-    let dir =
-        std::env::temp_dir().join(format!("gradus-bench-dbtest-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("result.json");
-    let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_gradus-bench"))
-        .args(args)
-        .arg("--json")
-        .arg(&json)
-        .arg("--gradus-bin")
-        .arg(gradus_bin())
-        .arg("--quiet")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run gradus-bench");
-    assert!(
-        started.elapsed() < Duration::from_secs(90),
-        "{name}: the bench took {:?}",
-        started.elapsed()
-    );
-    let value = std::fs::read_to_string(&json)
-        .ok()
-        .map(|t| serde_json::from_str(&t).expect("valid JSON"));
-    let _ = std::fs::remove_dir_all(&dir);
-    (
-        out.status.code().unwrap_or(-1),
-        value,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+    common::bench_within(name, args, Duration::from_secs(90))
 }
 
 /// The database targets whose binaries are installed; the others are named on stderr.
