@@ -67,9 +67,10 @@ out = sys.stdout.buffer
 for i in range(n):
     key = b"key:%d" % i
     out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$1024\r\n%s\r\n" % (len(key), key, value))
+# WAITAOF covers the writes of the connection that sends it: same connection as the SETs.
+out.write(b"*4\r\n$7\r\nWAITAOF\r\n$1\r\n1\r\n$1\r\n0\r\n$1\r\n0\r\n")
 PY
 keys=$(redis-cli -p 7402 dbsize)
-redis-cli -p 7402 waitaof 1 0 0 >/dev/null
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true
 measure_restart() { # label
   local start end

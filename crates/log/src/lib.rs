@@ -33,7 +33,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use error::LogError;
-pub use log::Log;
+pub use log::{Appended, Log};
 pub use options::LogOptions;
 pub use recovery::Recovered;
 pub use sim::{CrashMode, SimStorage};

@@ -34,6 +34,15 @@ use crate::{Durability, Lsn};
 /// Snapshot bytes are handed to the OS in chunks of about this size.
 const SNAPSHOT_CHUNK: usize = 1 << 20;
 
+/// What [`Log::append_bounded`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// The record's LSN.
+    pub lsn: Lsn,
+    /// The writer is behind a `background` fsync deadline: hold the reply until `lsn` is durable.
+    pub late: bool,
+}
+
 /// A handle to an open write-ahead log. Cloning is cheap (an `Arc`); every clone talks to the
 /// same writer thread. The writer stops (after a final flush and fsync) on [`Log::close`] or
 /// when the last clone is dropped.
@@ -121,6 +130,7 @@ impl Log {
                 sync_target: 0,
                 oldest: None,
                 background_deadline: None,
+                taken_background_deadline: None,
                 shutdown: false,
             }),
             writer_wakeup: Condvar::new(),
@@ -136,6 +146,7 @@ impl Log {
             stats: Mutex::new(stats),
             segments: AtomicU64::new(outcome.segments + 1),
             snapshot_lsn: AtomicU64::new(recovered.snapshot_lsn),
+            late_background: AtomicU64::new(0),
             snapshot_lock: Mutex::new(()),
         });
         let writer = Writer::new(Arc::clone(&shared), segment, last_lsn + 1, last_lsn);
@@ -170,6 +181,17 @@ impl Log {
     /// be `None` ([`LogError::NotLogged`]). Fails with [`LogError::Poisoned`] once an fsync
     /// failed, [`LogError::Closed`] after `close`, [`LogError::TooLarge`] over 64 MiB.
     pub fn append(&self, payload: Bytes, degree: Durability) -> Result<Lsn, LogError> {
+        self.append_bounded(payload, degree)
+            .map(|appended| appended.lsn)
+    }
+
+    /// [`Log::append`], also saying whether the writer is *late*: a `background` record appended
+    /// while an earlier background record is past its fsync deadline (the disk or the writer
+    /// fell behind, e.g. under a write burst or a slow fsync). A caller that acknowledges such a
+    /// record at once would let the loss window grow without bound, so it should hold the
+    /// reply until [`Log::wait_durable`] covers the LSN, as for `strict`: back-pressure in time,
+    /// next to the queue's back-pressure in bytes. Never late for other degrees.
+    pub fn append_bounded(&self, payload: Bytes, degree: Durability) -> Result<Appended, LogError> {
         if degree == Durability::None {
             return Err(LogError::NotLogged);
         }
@@ -202,10 +224,12 @@ impl Log {
         queue.next_lsn += 1;
         queue.records.push(payload);
         queue.bytes += record_len;
+        let now = Instant::now();
+        let mut late = false;
         // Wake the writer only when its plan changes; otherwise it is already due to wake.
         let mut wake = false;
         if queue.oldest.is_none() {
-            queue.oldest = Some(Instant::now());
+            queue.oldest = Some(now);
             wake = true;
         }
         match degree {
@@ -213,10 +237,16 @@ impl Log {
                 queue.sync_target = lsn;
                 wake = true;
             }
-            Durability::Background if queue.background_deadline.is_none() => {
-                queue.background_deadline =
-                    Some(Instant::now() + Duration::from_millis(opts.background_fsync_ms));
-                wake = true;
+            Durability::Background => {
+                late = [queue.background_deadline, queue.taken_background_deadline]
+                    .into_iter()
+                    .flatten()
+                    .any(|deadline| deadline < now);
+                if queue.background_deadline.is_none() {
+                    queue.background_deadline =
+                        Some(now + Duration::from_millis(opts.background_fsync_ms));
+                    wake = true;
+                }
             }
             _ => {}
         }
@@ -228,7 +258,10 @@ impl Log {
         if wake {
             shared.writer_wakeup.notify_one();
         }
-        Ok(lsn)
+        if late {
+            shared.late_background.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(Appended { lsn, late })
     }
 
     fn check_waitable(&self, lsn: Lsn) -> Result<(), LogError> {
@@ -361,6 +394,7 @@ impl Log {
         stats.segments = shared.segments.load(Ordering::Acquire);
         stats.snapshot_lsn = shared.snapshot_lsn.load(Ordering::Acquire);
         stats.poisoned = shared.poisoned();
+        stats.late_background = shared.late_background.load(Ordering::Relaxed);
         stats
     }
 

@@ -46,6 +46,9 @@ pub struct LogStats {
     pub snapshot_lsn: Lsn,
     /// Why the log is poisoned, if it is.
     pub poisoned: Option<String>,
+    /// `background` appends made while the writer was past an fsync deadline (their replies
+    /// are held until durable, so the loss window stays bounded).
+    pub late_background: u64,
 }
 
 impl LogStats {

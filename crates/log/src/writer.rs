@@ -56,6 +56,10 @@ pub(crate) struct Queue {
     pub oldest: Option<Instant>,
     /// Earliest fsync deadline of the queued `background` records.
     pub background_deadline: Option<Instant>,
+    /// Earliest fsync deadline of `background` records the writer has taken but not yet covered
+    /// by an fsync (a copy of the writer's own, for appenders: with `background_deadline` it
+    /// tells them whether the writer is late; see [`crate::Log::append_bounded`]).
+    pub taken_background_deadline: Option<Instant>,
     /// No more appends; the writer drains the queue, fsyncs and exits.
     pub shutdown: bool,
 }
@@ -97,6 +101,8 @@ pub(crate) struct Shared {
     pub segments: AtomicU64,
     /// LSN of the newest snapshot written or recovered.
     pub snapshot_lsn: AtomicU64,
+    /// `background` appends that found the writer late (see [`crate::Log::append_bounded`]).
+    pub late_background: AtomicU64,
     /// Serializes `write_snapshot` calls. Held across snapshot file I/O on the caller's thread
     /// (which must therefore not be an async task: use `spawn_blocking`), never by the writer.
     pub snapshot_lock: Mutex<()>,
@@ -286,6 +292,7 @@ impl Writer {
                             .map_or(deadline, |d| d.min(deadline)),
                     );
                 }
+                queue.taken_background_deadline = self.unsynced_background_deadline;
                 return Batch {
                     first_lsn,
                     sync: queue.shutdown || sync_requested || background_due,
@@ -368,6 +375,7 @@ impl Writer {
         self.last_commit_records = target - self.durable;
         self.durable = target;
         self.unsynced_background_deadline = None;
+        self.shared.queue.lock().taken_background_deadline = None;
         self.publish_durable();
         Ok(())
     }

@@ -35,3 +35,51 @@ fn appends_wait_for_a_slow_disk_once_the_queue_is_full() {
     let (_log, recovered) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
     assert_eq!(recovered.records.len(), 60);
 }
+
+/// Back-pressure in time: while the disk is slower than `background_fsync_ms`, a background
+/// append reports the writer as late (so the server holds its reply until it is durable);
+/// once the disk keeps up again, appends are not late.
+#[test]
+fn background_appends_report_a_late_writer() {
+    let disk = SimStorage::new(6);
+    let mut opts = LogOptions::new("/sim/late");
+    opts.background_fsync_ms = 5;
+    let (log, _) = Log::open(opts, Arc::new(disk.clone())).unwrap();
+    let payload = Bytes::from(vec![1u8; 100]);
+    // A quick disk: appends spread over 30 ms are never late.
+    for _ in 0..30 {
+        let appended = log
+            .append_bounded(payload.clone(), Durability::Background)
+            .unwrap();
+        assert!(!appended.late, "writer reported late with a fast disk");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Every fsync now takes 60 ms, twelve times the bound: within a few milliseconds of a
+    // background deadline passing unfsynced, appends must say so.
+    disk.set_sync_latency(Duration::from_millis(60));
+    let started = Instant::now();
+    let mut late = None;
+    while started.elapsed() < Duration::from_secs(2) {
+        let appended = log
+            .append_bounded(payload.clone(), Durability::Background)
+            .unwrap();
+        if appended.late {
+            late = Some(appended.lsn);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let lsn = late.expect("a background append behind a 60 ms fsync was never reported late");
+    assert!(log.stats().late_background >= 1);
+    // Holding the reply until durable is what the server does with it; it completes.
+    assert!(log
+        .wait_durable_blocking(lsn, Duration::from_secs(5))
+        .unwrap());
+    // Strict and lazy appends are never "late" (strict waits anyway; lazy promises no fsync).
+    let strict = log
+        .append_bounded(payload.clone(), Durability::Strict)
+        .unwrap();
+    assert!(!strict.late);
+    let lazy = log.append_bounded(payload, Durability::Lazy).unwrap();
+    assert!(!lazy.late);
+}

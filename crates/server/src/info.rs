@@ -235,6 +235,11 @@ fn persistence(shared: &Shared, out: &mut String) {
             .collect();
         line!(out, "gradus_log_group_commit_histogram:{}", hist.join(","));
         line!(out, "gradus_log_bytes_written:{}", s.bytes_written);
+        line!(
+            out,
+            "gradus_log_late_background_writes:{}",
+            s.late_background
+        );
         line!(out, "gradus_log_segments:{}", s.segments);
         let (log_bytes, snapshot_bytes) = data_dir_sizes(&shared.config.dir);
         line!(out, "gradus_log_size_bytes:{log_bytes}");

@@ -133,9 +133,12 @@ impl Persistence {
         let Some(log) = &self.log else {
             return Err(LogError::NotLogged);
         };
-        let lsn = log.append(payload, degree)?;
+        let appended = log.append_bounded(payload, degree)?;
+        let lsn = appended.lsn;
         client.last_write_lsn = lsn;
-        if degree == Durability::Strict {
+        // A background write made while the writer is late is held like a strict one, so an
+        // acknowledged write is never outside the loss window by more than one fsync.
+        if degree == Durability::Strict || appended.late {
             client.strict_lsn = client.strict_lsn.max(lsn);
         }
         Ok(lsn)
