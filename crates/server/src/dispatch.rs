@@ -8,7 +8,7 @@
 use crate::client::ClientState;
 use crate::command::{arity_error, flags, table, CommandSpec, Ctx};
 use crate::error::CmdError;
-use crate::persist::record::{self, LoggedCommand};
+use crate::persist::record;
 use crate::state::Shared;
 use bytes::Bytes;
 use gradus_proto::Frame;
@@ -77,15 +77,9 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     // Encode the record first (it depends only on the arguments and the clock), so the
     // write-order lock below covers just the in-memory apply and the queue push.
     let db = client.db;
-    let payload = degree.is_logged().then(|| {
-        record::encode_commands(
-            now_ms,
-            &[LoggedCommand {
-                db,
-                args: args.clone(),
-            }],
-        )
-    });
+    let payload = degree
+        .is_logged()
+        .then(|| record::encode_command(now_ms, db, &args));
     // Apply and append while holding the gate (shared), so a snapshot — armed under the exclusive
     // hold — sees a write either applied *and* appended or not at all; and under `write_order`, so
     // the log order is exactly the order in which writes were applied to memory.

@@ -64,18 +64,32 @@ fn put_bytes(out: &mut BytesMut, b: &[u8]) {
 
 /// Encode commands applied at `now_ms` as one record.
 pub fn encode_commands(now_ms: u64, commands: &[LoggedCommand]) -> Bytes {
-    let size: usize = commands
-        .iter()
-        .map(|c| 6 + c.args.iter().map(|a| 4 + a.len()).sum::<usize>())
-        .sum();
+    encode(now_ms, commands.iter().map(|c| (c.db, c.args.as_slice())))
+}
+
+/// Encode one command (database `db`, arguments `args`) applied at `now_ms` as one record:
+/// the same bytes as [`encode_commands`] with one command, without building a `LoggedCommand`.
+pub fn encode_command(now_ms: u64, db: usize, args: &[Bytes]) -> Bytes {
+    encode(now_ms, std::iter::once((db, args)))
+}
+
+fn encode<'a>(now_ms: u64, commands: impl Iterator<Item = (usize, &'a [Bytes])> + Clone) -> Bytes {
+    let (count, size) = commands
+        .clone()
+        .fold((0usize, 0usize), |(n, size), (_, args)| {
+            (
+                n + 1,
+                size + 6 + args.iter().map(|a| 4 + a.len()).sum::<usize>(),
+            )
+        });
     let mut out = BytesMut::with_capacity(13 + size);
     out.put_u8(TAG_COMMANDS);
     out.put_u64_le(now_ms);
-    out.put_u32_le(commands.len() as u32);
-    for c in commands {
-        out.put_u16_le(c.db as u16);
-        out.put_u32_le(c.args.len() as u32);
-        for a in &c.args {
+    out.put_u32_le(count as u32);
+    for (db, args) in commands {
+        out.put_u16_le(db as u16);
+        out.put_u32_le(args.len() as u32);
+        for a in args {
             put_bytes(&mut out, a);
         }
     }
@@ -275,8 +289,13 @@ mod tests {
             decode(&payload).unwrap(),
             Record::Commands {
                 now_ms: 1234,
-                commands: cmds
+                commands: cmds.clone()
             }
+        );
+        // One command: encode_command writes exactly what encode_commands writes for it.
+        assert_eq!(
+            encode_command(99, 3, &cmds[1].args),
+            encode_commands(99, &cmds[1..])
         );
     }
 
