@@ -3,14 +3,18 @@
 # appendonly yes + appendfsync no/everysec/always, SET of 1 KiB values at 1, 8 and 50 connections,
 # then Gradus recovery time for 1 M keys of 1 KiB (from the log, and from a snapshot).
 #
-#   scripts/bench-durability.sh [requests] [recovery_keys]    (defaults: 100000, 1000000)
+#   scripts/bench-durability.sh [requests] [recovery_keys] [rounds]   (defaults: 100000, 1000000, 3)
 #
 # Every server runs on loopback with a fresh data directory under $TMPDIR (on the same disk as
-# the project). Prints Markdown on stdout.
+# the project). The throughput part runs `rounds` rounds; each round runs every target once, in
+# the same order, so a slow minute of the shared machine hits all targets of one round rather
+# than one target of every round. The tables give the median of the rounds, the ratios are
+# computed per round and their median given with the range. Prints Markdown on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REQUESTS=${1:-100000}
 RECOVERY_KEYS=${2:-1000000}
+ROUNDS=${3:-3}
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
 cargo build --release -q -p gradus-server
 GRADUS=$PWD/target/release/gradus
@@ -20,39 +24,67 @@ cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm
 trap cleanup EXIT
 
 wait_port() { for _ in $(seq 300); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "server on $1 did not start" >&2; exit 1; }
-set_rps() { # port clients → ops/s
-  redis-benchmark -p "$1" -t set -d 1024 -c "$2" -n "$REQUESTS" -r 100000 --csv 2>/dev/null | tail -n 1 | tr -d '"' | cut -d, -f2
+set_rps() { # port clients → ops/s (one connection gets a fifth of the requests: it is slow at strict)
+  local n=$REQUESTS
+  [ "$2" = 1 ] && n=$((REQUESTS / 5))
+  redis-benchmark -p "$1" -t set -d 1024 -c "$2" -n "$n" -r 100000 --csv 2>/dev/null | tail -n 1 | tr -d '"' | cut -d, -f2
 }
 
-echo "| target | 1 conn ops/s | 8 conns ops/s | 50 conns ops/s |"
-echo "|---|---|---|---|"
-declare -A RESULT
-for target in gradus:none gradus:lazy gradus:background gradus:strict redis:no redis:everysec redis:always; do
-  kind=${target%%:*}; mode=${target#*:}
-  dir="$TMP/$kind-$mode"; mkdir -p "$dir"
-  if [ "$kind" = gradus ]; then
-    "$GRADUS" --port 7401 --memcached-port 0 --dir "$dir" --durability "$mode" --loglevel warn >"$dir.log" 2>&1 &
-  else
-    redis-server --port 7401 --bind 127.0.0.1 --dir "$dir" --save '' --appendonly yes --appendfsync "$mode" >"$dir.log" 2>&1 &
-  fi
-  pid=$!; PIDS+=("$pid")
-  wait_port 7401
-  row="| $kind $mode"
-  for c in 1 8 50; do
-    rps=$(set_rps 7401 "$c")
-    RESULT["$target,$c"]=$rps
-    row="$row | $rps"
+TARGETS="gradus:none gradus:lazy gradus:background gradus:strict redis:no redis:everysec redis:always"
+RAW=$TMP/raw.txt   # lines: round target conns ops/s
+for round in $(seq "$ROUNDS"); do
+  for target in $TARGETS; do
+    kind=${target%%:*}; mode=${target#*:}
+    dir="$TMP/$kind-$mode-$round"; mkdir -p "$dir"
+    if [ "$kind" = gradus ]; then
+      "$GRADUS" --port 7401 --memcached-port 0 --dir "$dir" --durability "$mode" --loglevel warn >"$dir.log" 2>&1 &
+    else
+      redis-server --port 7401 --bind 127.0.0.1 --dir "$dir" --save '' --appendonly yes --appendfsync "$mode" >"$dir.log" 2>&1 &
+    fi
+    pid=$!; PIDS+=("$pid")
+    wait_port 7401
+    for c in 1 8 50; do
+      echo "$round $target $c $(set_rps 7401 "$c")" >>"$RAW"
+    done
+    echo "round $round: $target done" >&2
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    rm -rf "$dir"
+    # Let write-back of the previous target's data finish so it does not slow the next one's fsyncs.
+    sync; sleep 2
   done
-  echo "$row |"
-  kill "$pid"; wait "$pid" 2>/dev/null || true
-  # Let write-back of the previous target's data finish so it does not slow the next one's fsyncs.
-  sync; sleep 2
 done
-echo
-echo "Ratios at 50 connections: background/none = $(python3 -c "print(f'{${RESULT[gradus:background,50]}/${RESULT[gradus:none,50]}:.2f}')"),"\
-" strict/none = $(python3 -c "print(f'{${RESULT[gradus:strict,50]}/${RESULT[gradus:none,50]}:.2f}')");"\
-" strict vs redis always at 1/8/50 = $(python3 -c "print(', '.join(f'{a/b:.2f}' for a,b in [(${RESULT[gradus:strict,1]},${RESULT[redis:always,1]}),(${RESULT[gradus:strict,8]},${RESULT[redis:always,8]}),(${RESULT[gradus:strict,50]},${RESULT[redis:always,50]})]))")"
-echo
+python3 - "$RAW" "$TARGETS" <<'PY'
+import sys, statistics
+raw, targets = sys.argv[1], sys.argv[2].split()
+ops = {}
+for line in open(raw):
+    r, t, c, v = line.split()
+    ops[(int(r), t, int(c))] = float(v)
+rounds = sorted({k[0] for k in ops})
+med = lambda xs: statistics.median(xs)
+print(f"| target | 1 conn ops/s | 8 conns ops/s | 50 conns ops/s |  (median of {len(rounds)} rounds)")
+print("|---|---|---|---|")
+for t in targets:
+    print(f"| {t.replace(':', ' ')} | " + " | ".join(f"{med([ops[(r, t, c)] for r in rounds]):.0f}" for c in (1, 8, 50)) + " |")
+print()
+def ratio(a, b, c):
+    xs = [ops[(r, a, c)] / ops[(r, b, c)] for r in rounds]
+    return f"{med(xs):.2f} ({min(xs):.2f}–{max(xs):.2f})"
+print("| ratio (per round; median, range) | 1 conn | 8 conns | 50 conns |")
+print("|---|---|---|---|")
+for a, b in [("gradus:background", "gradus:none"), ("gradus:strict", "gradus:none"),
+             ("gradus:strict", "redis:always"), ("gradus:background", "redis:everysec"),
+             ("gradus:lazy", "redis:no")]:
+    print(f"| {a.split(':')[1]} / {b.replace(':', ' ')} | " + " | ".join(ratio(a, b, c) for c in (1, 8, 50)) + " |")
+print()
+print("Per round (ops/s):")
+print()
+print("| round | " + " | ".join(t.replace(":", " ") + " 1/8/50" for t in targets) + " |")
+print("|---|" + "---|" * len(targets))
+for r in rounds:
+    print(f"| {r} | " + " | ".join("/".join(f"{ops[(r, t, c)]/1000:.1f}k" for c in (1, 8, 50)) for t in targets) + " |")
+print()
+PY
 
 # Recovery: load RECOVERY_KEYS distinct keys of 1 KiB at background, kill -9, time the restart.
 dir="$TMP/recovery"; mkdir -p "$dir"
