@@ -395,7 +395,14 @@ impl Writer {
         if self.written > self.durable {
             // The old segment must be durable before the new one gets records, or a crash
             // could keep records of the new segment and lose earlier ones of the old.
+            // Records of this batch after the rotation point are not covered by this fsync:
+            // they keep the batch's background deadline (no later append may come to set one).
+            let pending = self.unsynced_background_deadline;
             self.fsync()?;
+            if pending.is_some() {
+                self.unsynced_background_deadline = pending;
+                self.shared.queue.lock().taken_background_deadline = pending;
+            }
         }
         let dir = self.shared.opts.dir.clone();
         match create_segment(&*self.shared.storage, &dir, next_lsn) {

@@ -83,3 +83,32 @@ fn background_appends_report_a_late_writer() {
     let lazy = log.append_bounded(payload, Durability::Lazy).unwrap();
     assert!(!lazy.late);
 }
+
+/// A segment rotation in the middle of a batch fsyncs the old segment; the background records
+/// written after the rotation point are still owed an fsync within their bound, even when no
+/// further append comes to set a new deadline (a connection holding its replies for a late
+/// writer appends nothing more until those records are durable).
+#[test]
+fn background_records_after_a_mid_batch_rotation_still_get_their_fsync() {
+    let disk = SimStorage::new(7);
+    let mut opts = LogOptions::new("/sim/rotate");
+    opts.background_fsync_ms = 5;
+    opts.lazy_flush_ms = 60_000;
+    // Small buffer and segments: batches are taken because the buffer filled (no fsync of their
+    // own) and rotate in the middle.
+    opts.buffer_bytes = 2_000;
+    opts.segment_bytes = 3_000;
+    let (log, _) = Log::open(opts, Arc::new(disk.clone())).unwrap();
+    let payload = Bytes::from(vec![9u8; 300]);
+    let mut last = 0;
+    for _ in 0..200 {
+        last = log.append(payload.clone(), Durability::Background).unwrap();
+    }
+    // No more appends: the last records must still become durable within the bound.
+    assert!(
+        log.wait_durable_blocking(last, Duration::from_secs(2))
+            .unwrap(),
+        "background records were left unsynced after a rotation: durable {} < last {last}",
+        log.durable_lsn()
+    );
+}
