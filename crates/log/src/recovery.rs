@@ -550,6 +550,123 @@ mod tests {
         ));
     }
 
+    /// `content` followed by zeros up to `len` bytes: a zero-filled segment.
+    fn zero_fill(mut content: Vec<u8>, len: usize) -> Vec<u8> {
+        content.resize(len, 0);
+        content
+    }
+
+    #[test]
+    fn a_zero_filled_last_segment_after_a_clean_close_has_no_torn_bytes() {
+        let sim = SimStorage::new(1);
+        let records = segment(1, 5);
+        put_segment(&sim, 1, &zero_fill(records.clone(), 64 << 10));
+        let out = recover(&sim, &dir(), false).unwrap();
+        assert_eq!(lsns(&out.recovered), vec![1, 2, 3, 4, 5]);
+        assert_eq!(out.recovered.torn_tail_bytes, 0);
+        assert_eq!(out.segments, 1);
+        // Cut to its records (durably: `truncate` is), so new records never go into it.
+        let path = dir().join(format::segment_file_name(1));
+        assert_eq!(sim.file_contents(&path).unwrap(), records);
+        // A zero-filled last segment without records is removed.
+        put_segment(&sim, 6, &zero_fill(segment(6, 0), 4096));
+        let out = recover(&sim, &dir(), false).unwrap();
+        assert_eq!(
+            (out.recovered.last_lsn, out.recovered.torn_tail_bytes),
+            (5, 0)
+        );
+        assert_eq!(out.segments, 1);
+        assert_eq!(sim.file_names(&dir()), vec![format::segment_file_name(1)]);
+    }
+
+    #[test]
+    fn a_torn_record_in_zero_fill_counts_through_its_last_non_zero_byte() {
+        let sim = SimStorage::new(1);
+        let whole = segment(1, 4);
+        let valid = segment(1, 3).len();
+        // The first 13 bytes of record 4 (its lsn's low byte is its 9th), then zeros, then a
+        // stray non-zero byte further on.
+        let mut data = zero_fill(whole[..valid + 13].to_vec(), 10_000);
+        data[5_000] = 0xAB;
+        put_segment(&sim, 1, &data);
+        let out = recover(&sim, &dir(), false).unwrap();
+        assert_eq!(lsns(&out.recovered), vec![1, 2, 3]);
+        assert_eq!(out.recovered.torn_tail_bytes, (5_000 + 1 - valid) as u64);
+        let path = dir().join(format::segment_file_name(1));
+        assert_eq!(sim.file_contents(&path).unwrap().len(), valid);
+
+        // Without the stray byte, only the torn record's non-zero bytes count.
+        let sim = SimStorage::new(1);
+        put_segment(&sim, 1, &zero_fill(whole[..valid + 13].to_vec(), 10_000));
+        let out = recover(&sim, &dir(), false).unwrap();
+        assert_eq!(out.recovered.torn_tail_bytes, 9);
+    }
+
+    #[test]
+    fn a_zero_tail_in_a_middle_segment_is_unused_space() {
+        let sim = SimStorage::new(1);
+        let first = zero_fill(segment(1, 4), 8192);
+        put_segment(&sim, 1, &first);
+        put_segment(&sim, 5, &zero_fill(segment(5, 3), 8192));
+        put_segment(&sim, 8, &zero_fill(segment(8, 2), 8192));
+        let out = recover(&sim, &dir(), false).unwrap();
+        assert_eq!(lsns(&out.recovered), (1..=9).collect::<Vec<_>>());
+        assert_eq!(out.recovered.torn_tail_bytes, 0);
+        assert_eq!(out.segments, 3);
+        // Middle segments are left as they are; only the last one is cut.
+        let path = |first| dir().join(format::segment_file_name(first));
+        assert_eq!(sim.file_contents(&path(1)).unwrap(), first);
+        assert_eq!(sim.file_contents(&path(8)).unwrap(), segment(8, 2));
+    }
+
+    #[test]
+    fn records_lost_to_zeros_in_a_middle_segment_break_the_chain() {
+        let sim = SimStorage::new(1);
+        let mut first = zero_fill(segment(1, 4), 8192);
+        let record_3 = segment(1, 2).len();
+        first[record_3..].fill(0); // records 3 and 4 read as zero fill
+        put_segment(&sim, 1, &first);
+        put_segment(&sim, 5, &segment(5, 2));
+        match recover(&sim, &dir(), false) {
+            Err(LogError::Corrupt { file, .. }) => {
+                assert_eq!(file, dir().join(format::segment_file_name(5)))
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn junk_after_a_zero_gap_in_a_middle_segment_is_corrupt() {
+        let build = || {
+            let sim = SimStorage::new(1);
+            let mut first = zero_fill(segment(1, 4), 8192);
+            first[6000] = 1;
+            put_segment(&sim, 1, &first);
+            put_segment(&sim, 5, &zero_fill(segment(5, 2), 8192));
+            sim
+        };
+        let valid = segment(1, 4).len() as u64;
+        let sim = build();
+        match recover(&sim, &dir(), false) {
+            Err(LogError::Corrupt { file, offset, .. }) => {
+                assert_eq!(file, dir().join(format::segment_file_name(1)));
+                assert_eq!(offset, valid);
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        // Repair keeps the valid prefix and counts only non-zero bytes as set aside.
+        let out = recover(&sim, &dir(), true).unwrap();
+        assert_eq!(lsns(&out.recovered), vec![1, 2, 3, 4]);
+        let report = out.recovered.repaired.unwrap();
+        let set_aside = 6000 + 1 - valid + segment(5, 2).len() as u64;
+        assert!(
+            report.contains(&format!("set aside {set_aside} bytes")),
+            "{report}"
+        );
+        let path = dir().join(format::segment_file_name(1));
+        assert_eq!(sim.file_contents(&path).unwrap().len() as u64, valid);
+    }
+
     #[test]
     fn a_newer_format_version_is_refused() {
         let sim = SimStorage::new(1);

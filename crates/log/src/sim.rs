@@ -581,6 +581,122 @@ mod tests {
         assert_eq!(sim.file_contents(&path).unwrap(), b"\0\0\0def");
     }
 
+    /// A file with `durable|` synced and zero-filled to 64 bytes, then `unsynced` appended.
+    fn zero_filled(sim: &SimStorage, unsynced: &[&[u8]]) -> (PathBuf, Box<dyn StorageFile>) {
+        let path = dir().join("z");
+        let mut f = sim.create(&path).unwrap();
+        f.append(b"durable|").unwrap();
+        f.preallocate(64).unwrap();
+        assert_eq!(f.len(), 8, "preallocate leaves the logical length alone");
+        f.sync_data().unwrap();
+        sim.sync_dir(&dir()).unwrap();
+        for buf in unsynced {
+            f.append(buf).unwrap();
+        }
+        (path, f)
+    }
+
+    #[test]
+    fn appends_overwrite_zero_fill_in_place() {
+        let sim = setup();
+        let (path, mut f) = zero_filled(&sim, &[b"abc"]);
+        assert_eq!(f.len(), 11);
+        let mut want = b"durable|abc".to_vec();
+        want.resize(64, 0);
+        assert_eq!(sim.file_contents(&path).unwrap(), want);
+        // Smaller or equal sizes change nothing; a larger one zero-fills from the physical end.
+        f.preallocate(10).unwrap();
+        f.preallocate(64).unwrap();
+        assert_eq!(sim.file_contents(&path).unwrap().len(), 64);
+        f.preallocate(100).unwrap();
+        want.resize(100, 0);
+        assert_eq!(sim.file_contents(&path).unwrap(), want);
+        // An append past the zero fill extends the file.
+        f.append(&[b'x'; 95]).unwrap();
+        assert_eq!(sim.file_contents(&path).unwrap().len(), 11 + 95);
+        f.sync_data().unwrap();
+        sim.crash(CrashMode::TornWrite);
+        let got = sim.file_contents(&path).unwrap();
+        assert_eq!(&got[..11], b"durable|abc");
+        assert_eq!(got.len(), 106);
+    }
+
+    #[test]
+    fn unsynced_overwrites_of_zero_fill_are_lost() {
+        let sim = setup();
+        let (path, _f) = zero_filled(&sim, &[b"one|", b"two|"]);
+        sim.crash(CrashMode::DropUnsynced);
+        let mut want = b"durable|".to_vec();
+        want.resize(64, 0);
+        assert_eq!(sim.file_contents(&path).unwrap(), want);
+    }
+
+    #[test]
+    fn a_torn_overwrite_leaves_the_zero_fill_after_the_cut() {
+        for seed in 0..50 {
+            let sim = SimStorage::new(seed);
+            sim.create_dir_all(&dir()).unwrap();
+            let (path, _f) = zero_filled(&sim, &[b"first|", b"second-write"]);
+            sim.crash(CrashMode::TornWrite);
+            let got = sim.file_contents(&path).unwrap();
+            assert_eq!(got.len(), 64, "the zero fill was durable: the size stays");
+            let end = b"durable|first|".len();
+            assert_eq!(&got[..end], b"durable|first|");
+            let kept = got[end..]
+                .iter()
+                .rposition(|&b| b != 0)
+                .map_or(0, |i| i + 1);
+            assert!(kept < b"second-write".len(), "seed {seed}: {got:?}");
+            assert_eq!(&got[end..end + kept], &b"second-write"[..kept]);
+            assert!(got[end + kept..].iter().all(|&b| b == 0));
+        }
+    }
+
+    #[test]
+    fn garbage_after_a_torn_overwrite_overwrites_or_extends() {
+        let (mut overwrote, mut extended) = (0, 0);
+        for seed in 0..200 {
+            let sim = SimStorage::new(seed);
+            sim.create_dir_all(&dir()).unwrap();
+            // The last write ends 2 bytes before the end of the zero fill, so garbage after
+            // its cut mostly stays inside the file but may run past its end.
+            let (path, _f) = zero_filled(&sim, &[b"first|", &[b'L'; 42]]);
+            sim.crash(CrashMode::TornWriteWithGarbage);
+            let got = sim.file_contents(&path).unwrap();
+            assert!(got.starts_with(b"durable|first|"), "seed {seed}: {got:?}");
+            // (At or past the cut: garbage may start with an `L` too.)
+            let cut = 14 + got[14..].iter().take_while(|&&b| b == b'L').count();
+            // Garbage is 1-64 bytes right after the cut; the rest is untouched zero fill.
+            assert!(
+                got.len() >= 64 && got.len() <= cut + 64,
+                "seed {seed}: {got:?}"
+            );
+            let garbage_end = got.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+            assert!(garbage_end <= cut + 64);
+            if got.len() > 64 {
+                extended += 1;
+            } else {
+                overwrote += 1;
+            }
+        }
+        assert!(overwrote > 0 && extended > 0, "{overwrote} {extended}");
+    }
+
+    #[test]
+    fn a_failed_fsync_keeps_the_zero_fill_under_dropped_overwrites() {
+        let sim = setup();
+        let (path, mut f) = zero_filled(&sim, &[b"lost"]);
+        f.preallocate(80).unwrap();
+        sim.fail_next_sync();
+        assert!(f.sync_data().is_err());
+        f.append(b"kept").unwrap();
+        f.sync_data().unwrap();
+        sim.crash(CrashMode::DropUnsynced);
+        let mut want = b"durable|\0\0\0\0kept".to_vec();
+        want.resize(80, 0);
+        assert_eq!(sim.file_contents(&path).unwrap(), want);
+    }
+
     #[test]
     fn truncate_is_durable() {
         let sim = setup();
