@@ -340,11 +340,12 @@ impl StorageFile for SimFile {
             let inode = disk.inodes.get_mut(&self.inode).ok_or_else(stale_handle)?;
             if fail {
                 // Linux after a write-back error: the dirty pages are marked clean without
-                // reaching the disk, so the disk holds zeros where they were, and a later
-                // fsync would "succeed" without bringing them back.
-                if !inode.diverged {
-                    let len = inode.data.len().max(inode.durable.len());
-                    inode.durable.resize(len, 0);
+                // reaching the disk, so the disk keeps what it had under them (zeros where
+                // they extended the file), and a later fsync would "succeed" without bringing
+                // them back.
+                if !inode.diverged && inode.data.len() > inode.durable.len() {
+                    let end = inode.data.len();
+                    write_at(&mut inode.durable, end, &[]);
                 }
                 inode.unsynced_writes.clear();
                 return Err(io::Error::other("sim: injected fsync failure (EIO)"));

@@ -13,8 +13,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// Zero fill is written from a static buffer of this many zero bytes at a time.
-const ZERO_FILL_CHUNK: usize = 1 << 20;
-static ZEROS: [u8; ZERO_FILL_CHUNK] = [0; ZERO_FILL_CHUNK];
+const ZERO_BUF_LEN: usize = 1 << 20;
+static ZEROS: [u8; ZERO_BUF_LEN] = [0; ZERO_BUF_LEN];
 
 /// A file open for writing at its *logical end*.
 ///
@@ -29,8 +29,8 @@ static ZEROS: [u8; ZERO_FILL_CHUNK] = [0; ZERO_FILL_CHUNK];
 ///   up to the size asked for, and leaves the logical length alone;
 /// - neither is durable before `sync_data`; a crash may keep any part of what was written since
 ///   the last sync (in practice: earlier writes whole, the last one cut short, maybe garbage
-///   right after the cut), so the bytes past the last durable record may read as zeros, as a
-///   torn record, or as both;
+///   right after the cut), so what follows the durable bytes may read as zeros, as a torn
+///   write, or as both;
 /// - readers ([`Storage::open_read`], [`Storage::read_all`]) see the whole physical file,
 ///   zero fill included.
 pub trait StorageFile: Send {
@@ -109,7 +109,7 @@ impl StorageFile for OsFile {
         // Ordinary writes of zeros, not fallocate: on ext4, fallocate leaves unwritten extents
         // whose conversion on the first real write still costs a journal commit at fdatasync.
         while self.physical < physical_len {
-            let n = (physical_len - self.physical).min(ZERO_FILL_CHUNK as u64) as usize;
+            let n = (physical_len - self.physical).min(ZERO_BUF_LEN as u64) as usize;
             self.file.write_all_at(&ZEROS[..n], self.physical)?;
             self.physical += n as u64;
         }

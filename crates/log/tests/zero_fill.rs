@@ -329,3 +329,30 @@ fn segments_are_zero_filled_on_disk() {
     );
     log.close().unwrap();
 }
+
+#[test]
+fn os_files_append_at_the_logical_end_over_zero_fill() {
+    use gradus_log::Storage;
+    let dir = TempDir::new("osfile");
+    let path = dir.path().join("f");
+    let mut f = OsStorage.create(&path).unwrap();
+    f.append(b"head|").unwrap();
+    f.preallocate(3 << 20).unwrap(); // more than one zero buffer
+    assert_eq!(f.len(), 5);
+    f.append(b"body").unwrap();
+    f.preallocate(100).unwrap(); // smaller: nothing happens
+    f.sync_data().unwrap();
+    let data = std::fs::read(&path).unwrap();
+    assert_eq!(data.len(), 3 << 20);
+    assert_eq!(&data[..9], b"head|body");
+    assert!(data[9..].iter().all(|&b| b == 0));
+    // Past the zero fill, appends extend the file; a later zero fill starts at its end.
+    f.append(&vec![b'x'; 3 << 20]).unwrap();
+    f.preallocate((6 << 20) + 100).unwrap();
+    f.append(b"tail").unwrap();
+    assert_eq!(f.len(), (3 << 20) + 13);
+    let data = std::fs::read(&path).unwrap();
+    assert_eq!(data.len(), (6 << 20) + 100);
+    assert_eq!(&data[(3 << 20) + 9..(3 << 20) + 13], b"tail");
+    assert!(data[(3 << 20) + 13..].iter().all(|&b| b == 0));
+}
