@@ -34,6 +34,18 @@
 //! segment (see [`scan_segment`]); whether that is a torn tail or corruption is decided by the
 //! caller ([`crate::recovery`]): only the last segment may have one.
 //!
+//! The writer zero-fills a segment ahead of its records (see the crate docs), so a segment
+//! file is usually longer than its records:
+//! ```text
+//! | header | record | record | ... | record | 00 00 00 ... 00 00 (unused zero fill) | EOF
+//!                                           ^ valid_len = data_end
+//! ```
+//! Zero bytes from the end of the last valid record to the end of the file are unused space,
+//! not a record (an all-zero record header never passes its checksum) and not damage. Only
+//! what runs from the first invalid byte through the last non-zero byte
+//! ([`SegmentScan::junk_len`]) can be a torn tail or corruption. The format itself is
+//! unchanged: version-1 files without zero fill read exactly as before.
+//!
 //! # Snapshot file
 //! ```text
 //! +----------------+-------------+-------------+-----------+
@@ -318,8 +330,11 @@ pub struct SegmentScan {
     pub records: Vec<(Lsn, Bytes)>,
     /// Bytes from the file start through the last valid record.
     pub valid_len: u64,
-    /// `Some` if bytes follow the last valid record.
+    /// `Some` if bytes follow the last valid record (zero fill included).
     pub damage: Option<Damage>,
+    /// Offset just past the last non-zero byte after the last valid record, or `valid_len`
+    /// if every byte after it is zero (or there is none).
+    pub data_end: u64,
 }
 
 impl SegmentScan {
@@ -329,10 +344,36 @@ impl SegmentScan {
             .last()
             .map_or(self.first_lsn.saturating_sub(1), |(lsn, _)| *lsn)
     }
+
+    /// Bytes after the last valid record that are not unused zero fill: from the first
+    /// invalid byte through the last non-zero byte. `0` when the records end the file or are
+    /// followed by zeros only.
+    pub fn junk_len(&self) -> u64 {
+        self.data_end - self.valid_len
+    }
 }
 
-/// Reads a whole segment file: header, then records until the end or the first damage.
-/// Never panics; only a bad header is an `Err`.
+/// Offset just past the last non-zero byte of `data[from..]`, or `from` if there is none.
+pub fn nonzero_end(data: &[u8], from: usize) -> usize {
+    // Zero fill runs to megabytes: skip it a block at a time (a slice comparison, which is a
+    // memcmp), then look at single bytes only in the last block that is not all zeros.
+    const BLOCK: usize = 4096;
+    static ZERO_BLOCK: [u8; BLOCK] = [0; BLOCK];
+    let tail = data.get(from..).unwrap_or(&[]);
+    let mut end = tail.len();
+    while end >= BLOCK && tail[end - BLOCK..end] == ZERO_BLOCK[..] {
+        end -= BLOCK;
+    }
+    tail[..end]
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(from, |i| from + i + 1)
+}
+
+/// Reads a whole segment file: header, then records until the end or the first damage, and
+/// where the last non-zero byte after them is (zero fill is told apart from a torn tail by
+/// [`crate::recovery`], using [`SegmentScan::junk_len`]). Never panics; only a bad header is
+/// an `Err`.
 pub fn scan_segment(data: &Bytes) -> Result<SegmentScan, HeaderError> {
     let first_lsn = decode_segment_header(data)?;
     let mut records = Vec::new();
@@ -363,6 +404,7 @@ pub fn scan_segment(data: &Bytes) -> Result<SegmentScan, HeaderError> {
             offset: offset as u64,
             error,
         }),
+        data_end: nonzero_end(data, offset) as u64,
     })
 }
 
@@ -659,10 +701,49 @@ mod tests {
     #[test]
     fn zero_filled_tail_is_not_a_record() {
         let mut data = segment(1, &[b"one"]);
+        let valid = data.len() as u64;
         data.extend_from_slice(&[0u8; 40]);
-        let scan = scan_segment(&Bytes::from(data)).unwrap();
+        let scan = scan_segment(&Bytes::from(data.clone())).unwrap();
         assert_eq!(scan.records.len(), 1);
-        assert_eq!(scan.damage.map(|d| d.error), Some(RecordError::Checksum));
+        assert_eq!(
+            scan.damage.clone().map(|d| d.error),
+            Some(RecordError::Checksum)
+        );
+        // ... but it is zero fill, not junk.
+        assert_eq!(
+            (scan.valid_len, scan.data_end, scan.junk_len()),
+            (valid, valid, 0)
+        );
+        // Fewer zeros than a record header.
+        data.truncate(valid as usize + 7);
+        let scan = scan_segment(&Bytes::from(data.clone())).unwrap();
+        assert_eq!(
+            scan.damage.clone().map(|d| d.error),
+            Some(RecordError::TruncatedHeader)
+        );
+        assert_eq!(scan.junk_len(), 0);
+        // An all-zero record header can never pass its checksum.
+        assert_ne!(record_checksum(0, b""), 0);
+    }
+
+    #[test]
+    fn junk_runs_through_the_last_non_zero_byte() {
+        let mut data = segment(1, &[b"one", b"two"]);
+        let valid = data.len() as u64;
+        data.extend_from_slice(&[0u8; 100]);
+        data[valid as usize + 3] = 9; // a torn byte, then zeros
+        data[valid as usize + 50] = 1; // junk after a gap of zeros
+        let scan = scan_segment(&Bytes::from(data)).unwrap();
+        assert_eq!(scan.records.len(), 2);
+        assert_eq!(scan.valid_len, valid);
+        assert_eq!(scan.data_end, valid + 51);
+        assert_eq!(scan.junk_len(), 51);
+        // A clean segment.
+        let scan = scan_segment(&Bytes::from(segment(1, &[b"one"]))).unwrap();
+        assert_eq!((scan.damage.clone(), scan.junk_len()), (None, 0));
+        assert_eq!(nonzero_end(&[1, 0, 2, 0, 0], 0), 3);
+        assert_eq!(nonzero_end(&[1, 0, 2, 0, 0], 3), 3);
+        assert_eq!(nonzero_end(&[1], 5), 5);
     }
 
     fn unhex(s: &str) -> Vec<u8> {

@@ -18,6 +18,18 @@
 //! Ordering promise (the same one Redis writes down in `beforeSleep`): a record is appended to
 //! the log, the log is fsynced, and only then is a `strict` reply released — the server does
 //! the releasing, by awaiting [`Log::wait_durable`] before it writes the reply.
+//!
+//! Why segments are zero-filled: an `fdatasync` after *appending* to a file must also commit
+//! the file's new size and extents, which on ext4 means a journal commit; after *overwriting*
+//! bytes that were already written, it flushes the data alone. Measured on the development
+//! machine's ext4 virtio disk (a loop of write + `fdatasync`), appending cost about 150 µs per
+//! fsync for 1 KiB writes and 430 µs for 600 KB writes; overwriting a zero-filled file cost
+//! about 100 µs and 200 µs, with about half the CPU. `fallocate` does not help: on ext4 it
+//! leaves unwritten extents, and converting them on the first write still costs a journal
+//! commit for large writes. So, like PostgreSQL with its zero-filled WAL segments, the writer
+//! writes real zeros a few MiB ahead of the records ([`StorageFile::preallocate`]), the records
+//! overwrite them, and only one fsync per zero-filled chunk carries a size change. Recovery
+//! reads zeros after the last record as unused space, not as a torn tail ([`recovery`]).
 
 pub mod error;
 pub mod format;

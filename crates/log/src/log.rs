@@ -110,13 +110,14 @@ impl Log {
         let outcome = recovery::recover(&*storage, &dir, opts.repair)?;
         let recovered = outcome.recovered;
         let last_lsn = recovered.last_lsn;
-        let (segment, fsync_time) = writer::create_segment(&*storage, &dir, last_lsn + 1)?;
+        let segment = writer::create_segment(&*storage, &dir, last_lsn + 1, opts.segment_bytes)?;
 
         let mut stats = LogStats::default();
-        stats.record_fsync(fsync_time.as_micros() as u64, 0);
+        stats.record_fsync(segment.fsync_time.as_micros() as u64, 0);
         stats.dir_fsyncs = 1;
         stats.writes = 1;
         stats.bytes_written = format::SEGMENT_HEADER_LEN as u64;
+        stats.zero_fill_bytes = segment.zero_filled - format::SEGMENT_HEADER_LEN as u64;
 
         let (durable_tx, _) = watch::channel(last_lsn);
         let shared = Arc::new(Shared {

@@ -10,8 +10,10 @@ use std::path::PathBuf;
 pub struct LogOptions {
     /// Directory holding the segment and snapshot files (created if missing).
     pub dir: PathBuf,
-    /// A segment is closed and a new one started once it would grow past this many bytes
-    /// (a single record larger than this still goes whole into one segment). Default 64 MiB.
+    /// A segment is closed and a new one started once its records would grow past this many
+    /// bytes (a single record larger than this still goes whole into one segment). Segment
+    /// files are zero-filled ahead of their records, 4 MiB at a time, up to this size (see the
+    /// crate docs). Default 64 MiB.
     pub segment_bytes: u64,
     /// `lazy` records are handed to the OS at least this often, in milliseconds. Default 1000.
     pub lazy_flush_ms: u64,

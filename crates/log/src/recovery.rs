@@ -9,18 +9,32 @@
 //!    chain: the first one starts at or before `snapshot_lsn + 1`, and each next one starts
 //!    right after the last record of the previous one. A missing range is
 //!    [`LogError::Corrupt`] — never silently skipped.
-//! 4. Damage inside any segment but the last is [`LogError::Corrupt`] with file and offset.
-//! 5. Damage in the last segment is a torn tail (the writer fsyncs a segment before it starts
-//!    the next, so only the last one can hold unsynced bytes): the file is truncated to its
-//!    last valid record, durably, and the dropped bytes are reported. Because a bad record
-//!    ends the scan, a bit flip in the middle of the last segment also drops what follows it;
-//!    telling the two apart is not possible in general (a crash may persist later pages of an
-//!    unsynced write before earlier ones), so the log does what fjall and etcd do.
+//! 4. Zero bytes from the end of a segment's last valid record to the end of its file are
+//!    unused zero fill (the writer zero-fills segments ahead of their records), in any
+//!    segment: neither a torn tail nor corruption, and never counted as torn bytes. Records
+//!    lost to zeros in a segment but the last still show up, as a missing range (rule 3).
+//!    What follows is about *junk*: the bytes from the first invalid byte after the records
+//!    through the last non-zero byte of the file ([`format::SegmentScan::junk_len`]).
+//! 5. Junk in any segment but the last is [`LogError::Corrupt`] with file and offset, even
+//!    when zeros come before it.
+//! 6. Junk in the last segment is a torn tail (the writer fsyncs a segment before it starts
+//!    the next, so only the last one can hold unsynced bytes); its length is reported in
+//!    [`Recovered::torn_tail_bytes`]. Because a bad record ends the scan, a bit flip in the
+//!    middle of the last segment also drops what follows it; telling the two apart is not
+//!    possible in general (a crash may persist later pages of an unsynced write before
+//!    earlier ones), so the log does what fjall and etcd do.
 //!    A last segment whose header is bad and that holds no valid record after it is a
 //!    segment whose creation was torn (records are only written after the header is
-//!    durable): it is removed. With a valid record after a bad header, it is corruption.
-//! 6. A last segment left without records is removed, so [`crate::Log::open`] can start a
-//!    fresh segment named after the next LSN. New records never go into a recovered file.
+//!    durable): it is removed (its non-zero bytes count as torn). With a valid record after a
+//!    bad header, it is corruption.
+//! 7. The last segment is truncated to its last valid record, durably, whatever follows it
+//!    (zero fill, a torn tail or both). A last segment left without records is removed
+//!    instead, so [`crate::Log::open`] can start a fresh segment named after the next LSN.
+//!    New records never go into a recovered file.
+//!
+//! In repair mode (see [`crate::LogOptions::repair`]) the cases of rules 3 and 5 keep the valid
+//! prefix instead of failing; the bytes it reports as set aside are counted through the last
+//! non-zero byte of each file, like torn bytes.
 //!
 //! Depends on [`crate::format`] and [`crate::storage`] only.
 
@@ -45,7 +59,8 @@ pub struct Recovered {
     pub snapshot_items: Vec<Bytes>,
     /// Every record after the snapshot, in LSN order, gap-free from `snapshot_lsn + 1`.
     pub records: Vec<(Lsn, Bytes)>,
-    /// Bytes dropped from the end of the last segment (a torn or corrupt tail).
+    /// Bytes dropped from the end of the last segment (a torn or corrupt tail): from the first
+    /// invalid byte through the last non-zero one, so unused zero fill never counts.
     pub torn_tail_bytes: u64,
     /// The last LSN recovered (`max(snapshot_lsn, last record)`); new records continue after it.
     pub last_lsn: Lsn,
@@ -139,14 +154,18 @@ pub(crate) fn recover(
     // every later segment aside. Returns the description of what was dropped.
     let cut = |index: usize, valid_len: u64, why: &LogError| -> Result<String, LogError> {
         let path = dir.join(format::segment_file_name(segments[index]));
+        // Dropped bytes are counted through the last non-zero byte: unused zero fill is not
+        // log data.
         let mut dropped_bytes = 0u64;
         let mut set_aside = Vec::new();
-        let len = storage.read_all(&path).map(|d| d.len() as u64).unwrap_or(0);
+        let data = storage.read_all(&path).unwrap_or_default();
+        let len = data.len() as u64;
         if valid_len >= SEGMENT_HEADER_LEN as u64 && valid_len < len {
             storage
                 .truncate(&path, valid_len)
                 .map_err(LogError::io_at("truncate", &path))?;
-            dropped_bytes += len - valid_len;
+            dropped_bytes +=
+                (format::nonzero_end(&data, valid_len as usize) as u64).saturating_sub(valid_len);
         } else if valid_len < SEGMENT_HEADER_LEN as u64 {
             set_aside.push(index);
         }
@@ -157,7 +176,10 @@ pub(crate) fn recover(
                 "{}.corrupt",
                 format::segment_file_name(segments[i])
             ));
-            dropped_bytes += storage.read_all(&from).map(|d| d.len() as u64).unwrap_or(0);
+            dropped_bytes += storage
+                .read_all(&from)
+                .map(|d| format::nonzero_end(&d, 0) as u64)
+                .unwrap_or(0);
             storage
                 .rename(&from, &to)
                 .map_err(LogError::io_at("rename", &from))?;
@@ -201,9 +223,12 @@ pub(crate) fn recover(
                     remaining_segments = index as u64;
                     break;
                 }
+                // Zero fill written with the header is not torn data: count through the last
+                // non-zero byte.
+                let torn = format::nonzero_end(&data, 0) as u64;
                 tracing::warn!(
                     file = %path.display(),
-                    bytes = data.len(),
+                    bytes = torn,
                     reason = %header_error,
                     "removing a last segment whose creation was torn"
                 );
@@ -212,7 +237,7 @@ pub(crate) fn recover(
                     .map_err(LogError::io_at("remove", &path))?;
                 dir_dirty = true;
                 remaining_segments -= 1;
-                recovered.torn_tail_bytes += data.len() as u64;
+                recovered.torn_tail_bytes += torn;
                 continue;
             }
         };
@@ -255,7 +280,10 @@ pub(crate) fn recover(
             remaining_segments = index as u64;
             break;
         }
-        if let Some(damage) = &scan.damage {
+        // Only bytes through the last non-zero one after the records can be damage; zeros after
+        // them are unused zero fill, in any segment.
+        let junk = scan.junk_len();
+        if let (Some(damage), true) = (&scan.damage, junk > 0) {
             if !is_last {
                 let err = corrupt(&path, damage.offset, damage.error.to_string());
                 if !repair {
@@ -272,18 +300,22 @@ pub(crate) fn recover(
                 );
                 break;
             }
-            let dropped = data.len() as u64 - scan.valid_len;
             tracing::warn!(
                 file = %path.display(),
                 offset = damage.offset,
-                bytes = dropped,
+                bytes = junk,
                 reason = %damage.error,
                 "truncating the torn tail of the last segment"
             );
+            recovered.torn_tail_bytes += junk;
+        }
+        // The last segment is cut to its valid records, durably, whether zero fill, a torn
+        // tail or both follow them (new records go into a fresh segment, never into this one).
+        // One left without records is removed below instead.
+        if is_last && !scan.records.is_empty() && (data.len() as u64) > scan.valid_len {
             storage
                 .truncate(&path, scan.valid_len)
                 .map_err(LogError::io_at("truncate", &path))?;
-            recovered.torn_tail_bytes += dropped;
         }
         let segment_last = scan.last_lsn();
         expected_first = Some(segment_last.saturating_add(1));
@@ -407,7 +439,10 @@ mod tests {
         put_segment(&sim, 5, &last);
         let out = recover(&sim, &dir(), false).unwrap();
         assert_eq!(lsns(&out.recovered), vec![1, 2, 3, 4, 5, 6]);
-        assert_eq!(out.recovered.torn_tail_bytes, (16 + 2 - 2) as u64);
+        // What is left of record 7 is its 16-byte header, whose last 7 bytes (the high bytes
+        // of lsn 7) are zeros: torn bytes run through the last non-zero byte only, since
+        // zeros after the records cannot be told apart from unused zero fill.
+        assert_eq!(out.recovered.torn_tail_bytes, 9);
         let path = dir().join(format::segment_file_name(5));
         assert_eq!(
             sim.file_contents(&path).unwrap().len(),
@@ -488,8 +523,22 @@ mod tests {
         put_segment(&sim, 4, &encode_segment_header(4)[..10]);
         let out = recover(&sim, &dir(), false).unwrap();
         assert_eq!(out.recovered.last_lsn, 3);
-        assert_eq!(out.recovered.torn_tail_bytes, 10);
+        // Magic and the first version byte; the zero byte after them counts as zero fill.
+        assert_eq!(out.recovered.torn_tail_bytes, 9);
         assert_eq!(out.segments, 1);
+
+        // The same with the zero fill a segment is created with, or with zeros only.
+        for (head, torn) in [(10, 9), (0, 0)] {
+            let sim = SimStorage::new(1);
+            put_segment(&sim, 1, &segment(1, 3));
+            let mut created = encode_segment_header(4)[..head].to_vec();
+            created.resize(4096, 0);
+            put_segment(&sim, 4, &created);
+            let out = recover(&sim, &dir(), false).unwrap();
+            assert_eq!(out.recovered.last_lsn, 3);
+            assert_eq!(out.recovered.torn_tail_bytes, torn);
+            assert_eq!(out.segments, 1);
+        }
 
         let sim = SimStorage::new(1);
         let mut bad = segment(1, 3);
@@ -499,6 +548,123 @@ mod tests {
             recover(&sim, &dir(), false),
             Err(LogError::Corrupt { offset: 0, .. })
         ));
+    }
+
+    /// `content` followed by zeros up to `len` bytes: a zero-filled segment.
+    fn zero_fill(mut content: Vec<u8>, len: usize) -> Vec<u8> {
+        content.resize(len, 0);
+        content
+    }
+
+    #[test]
+    fn a_zero_filled_last_segment_after_a_clean_close_has_no_torn_bytes() {
+        let sim = SimStorage::new(1);
+        let records = segment(1, 5);
+        put_segment(&sim, 1, &zero_fill(records.clone(), 64 << 10));
+        let out = recover(&sim, &dir(), false).unwrap();
+        assert_eq!(lsns(&out.recovered), vec![1, 2, 3, 4, 5]);
+        assert_eq!(out.recovered.torn_tail_bytes, 0);
+        assert_eq!(out.segments, 1);
+        // Cut to its records (durably: `truncate` is), so new records never go into it.
+        let path = dir().join(format::segment_file_name(1));
+        assert_eq!(sim.file_contents(&path).unwrap(), records);
+        // A zero-filled last segment without records is removed.
+        put_segment(&sim, 6, &zero_fill(segment(6, 0), 4096));
+        let out = recover(&sim, &dir(), false).unwrap();
+        assert_eq!(
+            (out.recovered.last_lsn, out.recovered.torn_tail_bytes),
+            (5, 0)
+        );
+        assert_eq!(out.segments, 1);
+        assert_eq!(sim.file_names(&dir()), vec![format::segment_file_name(1)]);
+    }
+
+    #[test]
+    fn a_torn_record_in_zero_fill_counts_through_its_last_non_zero_byte() {
+        let sim = SimStorage::new(1);
+        let whole = segment(1, 4);
+        let valid = segment(1, 3).len();
+        // The first 13 bytes of record 4 (its lsn's low byte is its 9th), then zeros, then a
+        // stray non-zero byte further on.
+        let mut data = zero_fill(whole[..valid + 13].to_vec(), 10_000);
+        data[5_000] = 0xAB;
+        put_segment(&sim, 1, &data);
+        let out = recover(&sim, &dir(), false).unwrap();
+        assert_eq!(lsns(&out.recovered), vec![1, 2, 3]);
+        assert_eq!(out.recovered.torn_tail_bytes, (5_000 + 1 - valid) as u64);
+        let path = dir().join(format::segment_file_name(1));
+        assert_eq!(sim.file_contents(&path).unwrap().len(), valid);
+
+        // Without the stray byte, only the torn record's non-zero bytes count.
+        let sim = SimStorage::new(1);
+        put_segment(&sim, 1, &zero_fill(whole[..valid + 13].to_vec(), 10_000));
+        let out = recover(&sim, &dir(), false).unwrap();
+        assert_eq!(out.recovered.torn_tail_bytes, 9);
+    }
+
+    #[test]
+    fn a_zero_tail_in_a_middle_segment_is_unused_space() {
+        let sim = SimStorage::new(1);
+        let first = zero_fill(segment(1, 4), 8192);
+        put_segment(&sim, 1, &first);
+        put_segment(&sim, 5, &zero_fill(segment(5, 3), 8192));
+        put_segment(&sim, 8, &zero_fill(segment(8, 2), 8192));
+        let out = recover(&sim, &dir(), false).unwrap();
+        assert_eq!(lsns(&out.recovered), (1..=9).collect::<Vec<_>>());
+        assert_eq!(out.recovered.torn_tail_bytes, 0);
+        assert_eq!(out.segments, 3);
+        // Middle segments are left as they are; only the last one is cut.
+        let path = |first| dir().join(format::segment_file_name(first));
+        assert_eq!(sim.file_contents(&path(1)).unwrap(), first);
+        assert_eq!(sim.file_contents(&path(8)).unwrap(), segment(8, 2));
+    }
+
+    #[test]
+    fn records_lost_to_zeros_in_a_middle_segment_break_the_chain() {
+        let sim = SimStorage::new(1);
+        let mut first = zero_fill(segment(1, 4), 8192);
+        let record_3 = segment(1, 2).len();
+        first[record_3..].fill(0); // records 3 and 4 read as zero fill
+        put_segment(&sim, 1, &first);
+        put_segment(&sim, 5, &segment(5, 2));
+        match recover(&sim, &dir(), false) {
+            Err(LogError::Corrupt { file, .. }) => {
+                assert_eq!(file, dir().join(format::segment_file_name(5)))
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn junk_after_a_zero_gap_in_a_middle_segment_is_corrupt() {
+        let build = || {
+            let sim = SimStorage::new(1);
+            let mut first = zero_fill(segment(1, 4), 8192);
+            first[6000] = 1;
+            put_segment(&sim, 1, &first);
+            put_segment(&sim, 5, &zero_fill(segment(5, 2), 8192));
+            sim
+        };
+        let valid = segment(1, 4).len() as u64;
+        let sim = build();
+        match recover(&sim, &dir(), false) {
+            Err(LogError::Corrupt { file, offset, .. }) => {
+                assert_eq!(file, dir().join(format::segment_file_name(1)));
+                assert_eq!(offset, valid);
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        // Repair keeps the valid prefix and counts only non-zero bytes as set aside.
+        let out = recover(&sim, &dir(), true).unwrap();
+        assert_eq!(lsns(&out.recovered), vec![1, 2, 3, 4]);
+        let report = out.recovered.repaired.unwrap();
+        let set_aside = 6000 + 1 - valid + segment(5, 2).len() as u64;
+        assert!(
+            report.contains(&format!("set aside {set_aside} bytes")),
+            "{report}"
+        );
+        let path = dir().join(format::segment_file_name(1));
+        assert_eq!(sim.file_contents(&path).unwrap().len() as u64, valid);
     }
 
     #[test]

@@ -1,15 +1,21 @@
 //! [`SimStorage`]: an in-memory disk for crash tests, fuzzing and fault injection.
 //!
 //! It keeps two views of everything: what the running process sees, and what is durable.
-//! Appended bytes become durable at [`StorageFile::sync_data`]; a create, rename or remove
-//! becomes durable at [`Storage::sync_dir`] of its directory. [`SimStorage::crash`] throws the
-//! non-durable view away — files created or renamed without a directory fsync disappear or
-//! revert, unsynced bytes vanish — optionally tearing the last unsynced write at a random byte
-//! (and adding garbage after it), and ends the "boot": every handle from before the crash
-//! fails from then on, so a dead log cannot write into the next boot's disk.
+//! Every file write is positional — an append at the handle's logical end (which may overwrite
+//! zero fill) or a zero fill past the physical end — and each one is remembered, as (offset,
+//! bytes), until the file's next [`StorageFile::sync_data`], which makes them durable; a
+//! create, rename or remove becomes durable at [`Storage::sync_dir`] of its directory.
+//! [`SimStorage::crash`] throws the non-durable view away — files created or renamed without a
+//! directory fsync disappear or revert, and every file goes back to its durable content — then,
+//! per [`CrashMode`], replays the unsynced writes of each file onto it: none of them, or all
+//! but the last whole and the last cut at a random byte (and, for
+//! [`CrashMode::TornWriteWithGarbage`], 1–64 bytes of garbage right after the cut, overwriting
+//! what is there or extending the file). The crash ends the "boot": every handle from before
+//! it fails from then on, so a dead log cannot write into the next boot's disk.
 //! [`SimStorage::fail_next_sync`] makes the next file fsync fail the way Linux does after a
-//! write-back error: the dirty pages are dropped (they reach the disk as zeros) and the error
-//! is reported once. Directories themselves are durable as soon as they are created.
+//! write-back error: the dirty pages are dropped (the durable content keeps what it had where
+//! they overwrote it, and reads as zeros where they extended the file) and the error is
+//! reported once. Directories themselves are durable as soon as they are created.
 //!
 //! Random choices (where a write tears) come from a seeded RNG, so a failing seed replays.
 //! This module knows nothing about the log format.
@@ -32,10 +38,12 @@ pub enum CrashMode {
     /// Nothing: every file reverts to its last fsynced content.
     DropUnsynced,
     /// Every unsynced write but the last survives; the last one is cut at a random byte
-    /// (possibly keeping none of it).
+    /// (possibly keeping none of it). Where it overwrote durable bytes (zero fill), what lies
+    /// past the cut is the durable content.
     TornWrite,
-    /// Like `TornWrite`, then 1–64 bytes of garbage (random or zero) follow the cut, as when
-    /// the file size reached the disk but its data did not.
+    /// Like `TornWrite`, then 1–64 bytes of garbage (random or zero) follow the cut, overwriting
+    /// what is there or extending the file, as when the file size or some sectors reached the
+    /// disk but the right data did not.
     TornWriteWithGarbage,
 }
 
@@ -72,10 +80,24 @@ struct Inode {
     data: Vec<u8>,
     /// What survives a crash.
     durable: Vec<u8>,
-    /// Start offsets of the appends since the last sync (when `data` extends `durable`).
-    unsynced_writes: Vec<usize>,
-    /// `data` is no longer an extension of `durable` (it was truncated since the last sync).
+    /// The writes since the last sync, in order, as (offset, bytes written): replaying them
+    /// onto `durable` gives `data` (unless `diverged`).
+    unsynced_writes: Vec<(usize, Vec<u8>)>,
+    /// `data` is no longer `durable` plus the unsynced writes (the file was truncated or
+    /// re-created since the last sync).
     diverged: bool,
+}
+
+/// Writes `bytes` into `content` at `offset`, overwriting what is there and extending it
+/// (with zeros before `offset` if it starts past the end). Copies only, no per-byte loops:
+/// zero fill makes files megabytes long even in unoptimized test builds.
+fn write_at(content: &mut Vec<u8>, offset: usize, bytes: &[u8]) {
+    if content.len() < offset {
+        content.extend_from_slice(&vec![0; offset - content.len()]);
+    }
+    let overlap = (content.len() - offset).min(bytes.len());
+    content[offset..offset + overlap].copy_from_slice(&bytes[..overlap]);
+    content.extend_from_slice(&bytes[overlap..]);
 }
 
 /// The whole simulated disk, behind one mutex so every operation (and a crash) is atomic.
@@ -156,26 +178,26 @@ impl SimStorage {
         let live: HashSet<u64> = disk.durable_names.values().copied().collect();
         disk.inodes.retain(|id, _| live.contains(id));
         for inode in disk.inodes.values_mut() {
-            let mut content = inode.durable.clone();
-            let last_write = inode
-                .unsynced_writes
-                .last()
-                .copied()
-                .filter(|&start| start >= inode.durable.len() && start < inode.data.len());
-            if let (false, Some(last_start), false) =
-                (mode == CrashMode::DropUnsynced, last_write, inode.diverged)
-            {
-                content.extend_from_slice(&inode.data[inode.durable.len()..last_start]);
-                let last_len = inode.data.len() - last_start;
-                let keep = disk.rng.gen_range(0..last_len);
-                content.extend_from_slice(&inode.data[last_start..last_start + keep]);
+            let mut content = std::mem::take(&mut inode.durable);
+            let writes = std::mem::take(&mut inode.unsynced_writes);
+            if let (false, Some(((last_offset, last_bytes), earlier)), false) = (
+                mode == CrashMode::DropUnsynced,
+                writes.split_last(),
+                inode.diverged,
+            ) {
+                for (offset, bytes) in earlier {
+                    write_at(&mut content, *offset, bytes);
+                }
+                // Writes are never empty (see `SimFile`), so this range is too.
+                let keep = disk.rng.gen_range(0..last_bytes.len());
+                write_at(&mut content, *last_offset, &last_bytes[..keep]);
                 if mode == CrashMode::TornWriteWithGarbage {
-                    let garbage = disk.rng.gen_range(1..=64usize);
+                    let garbage_len = disk.rng.gen_range(1..=64usize);
                     let zeros = disk.rng.gen_bool(0.5);
-                    for _ in 0..garbage {
-                        let byte = if zeros { 0 } else { disk.rng.gen() };
-                        content.push(byte);
-                    }
+                    let garbage: Vec<u8> = (0..garbage_len)
+                        .map(|_| if zeros { 0 } else { disk.rng.gen() })
+                        .collect();
+                    write_at(&mut content, last_offset + keep, &garbage);
                 }
             }
             inode.data = content.clone();
@@ -265,6 +287,7 @@ struct SimFile {
     disk: Arc<Mutex<Disk>>,
     boot: u64,
     inode: u64,
+    /// Logical length: where the next append goes (the physical size is the inode's `data`).
     len: u64,
 }
 
@@ -282,16 +305,31 @@ impl StorageFile for SimFile {
     fn append(&mut self, buf: &[u8]) -> io::Result<()> {
         let mut disk = self.live_disk()?;
         let inode = disk.inodes.get_mut(&self.inode).ok_or_else(stale_handle)?;
-        inode.unsynced_writes.push(inode.data.len());
-        inode.data.extend_from_slice(buf);
-        let len = inode.data.len() as u64;
+        let offset = usize::try_from(self.len).map_err(io::Error::other)?;
+        write_at(&mut inode.data, offset, buf);
+        if !buf.is_empty() {
+            inode.unsynced_writes.push((offset, buf.to_vec()));
+        }
         drop(disk);
-        self.len = len;
+        self.len += buf.len() as u64;
+        Ok(())
+    }
+
+    fn preallocate(&mut self, physical_len: u64) -> io::Result<()> {
+        let mut disk = self.live_disk()?;
+        let inode = disk.inodes.get_mut(&self.inode).ok_or_else(stale_handle)?;
+        let target = usize::try_from(physical_len).map_err(io::Error::other)?;
+        let offset = inode.data.len();
+        if target > offset {
+            let zeros = vec![0; target - offset];
+            inode.data.extend_from_slice(&zeros);
+            inode.unsynced_writes.push((offset, zeros));
+        }
         Ok(())
     }
 
     fn sync_data(&mut self) -> io::Result<()> {
-        let (latency, len_at_call) = {
+        let (latency, writes_at_call) = {
             let mut disk = self.live_disk()?;
             disk.file_syncs += 1;
             let latency = disk.sync_latency;
@@ -302,16 +340,17 @@ impl StorageFile for SimFile {
             let inode = disk.inodes.get_mut(&self.inode).ok_or_else(stale_handle)?;
             if fail {
                 // Linux after a write-back error: the dirty pages are marked clean without
-                // reaching the disk, so the disk holds zeros where they were, and a later
-                // fsync would "succeed" without bringing them back.
-                if !inode.diverged {
-                    let len = inode.data.len();
-                    inode.durable.resize(len, 0);
+                // reaching the disk, so the disk keeps what it had under them (zeros where
+                // they extended the file), and a later fsync would "succeed" without bringing
+                // them back.
+                if !inode.diverged && inode.data.len() > inode.durable.len() {
+                    let end = inode.data.len();
+                    write_at(&mut inode.durable, end, &[]);
                 }
                 inode.unsynced_writes.clear();
                 return Err(io::Error::other("sim: injected fsync failure (EIO)"));
             }
-            (latency, inode.data.len())
+            (latency, inode.unsynced_writes.len())
         };
         if !latency.is_zero() {
             std::thread::sleep(latency);
@@ -322,12 +361,13 @@ impl StorageFile for SimFile {
             inode.durable = inode.data.clone();
             inode.diverged = false;
             inode.unsynced_writes.clear();
-        } else if len_at_call > inode.durable.len() {
-            let from = inode.durable.len();
-            inode
-                .durable
-                .extend_from_slice(&inode.data[from..len_at_call]);
-            inode.unsynced_writes.retain(|&start| start >= len_at_call);
+        } else {
+            // The writes made before the call are durable; any made during it (while the
+            // latency elapsed) are not yet.
+            let synced = writes_at_call.min(inode.unsynced_writes.len());
+            for (offset, bytes) in inode.unsynced_writes.drain(..synced) {
+                write_at(&mut inode.durable, offset, &bytes);
+            }
         }
         Ok(())
     }
@@ -540,6 +580,122 @@ mod tests {
         f.sync_data().unwrap(); // "succeeds", but abc never reached the disk
         sim.crash(CrashMode::DropUnsynced);
         assert_eq!(sim.file_contents(&path).unwrap(), b"\0\0\0def");
+    }
+
+    /// A file with `durable|` synced and zero-filled to 64 bytes, then `unsynced` appended.
+    fn zero_filled(sim: &SimStorage, unsynced: &[&[u8]]) -> (PathBuf, Box<dyn StorageFile>) {
+        let path = dir().join("z");
+        let mut f = sim.create(&path).unwrap();
+        f.append(b"durable|").unwrap();
+        f.preallocate(64).unwrap();
+        assert_eq!(f.len(), 8, "preallocate leaves the logical length alone");
+        f.sync_data().unwrap();
+        sim.sync_dir(&dir()).unwrap();
+        for buf in unsynced {
+            f.append(buf).unwrap();
+        }
+        (path, f)
+    }
+
+    #[test]
+    fn appends_overwrite_zero_fill_in_place() {
+        let sim = setup();
+        let (path, mut f) = zero_filled(&sim, &[b"abc"]);
+        assert_eq!(f.len(), 11);
+        let mut want = b"durable|abc".to_vec();
+        want.resize(64, 0);
+        assert_eq!(sim.file_contents(&path).unwrap(), want);
+        // Smaller or equal sizes change nothing; a larger one zero-fills from the physical end.
+        f.preallocate(10).unwrap();
+        f.preallocate(64).unwrap();
+        assert_eq!(sim.file_contents(&path).unwrap().len(), 64);
+        f.preallocate(100).unwrap();
+        want.resize(100, 0);
+        assert_eq!(sim.file_contents(&path).unwrap(), want);
+        // An append past the zero fill extends the file.
+        f.append(&[b'x'; 95]).unwrap();
+        assert_eq!(sim.file_contents(&path).unwrap().len(), 11 + 95);
+        f.sync_data().unwrap();
+        sim.crash(CrashMode::TornWrite);
+        let got = sim.file_contents(&path).unwrap();
+        assert_eq!(&got[..11], b"durable|abc");
+        assert_eq!(got.len(), 106);
+    }
+
+    #[test]
+    fn unsynced_overwrites_of_zero_fill_are_lost() {
+        let sim = setup();
+        let (path, _f) = zero_filled(&sim, &[b"one|", b"two|"]);
+        sim.crash(CrashMode::DropUnsynced);
+        let mut want = b"durable|".to_vec();
+        want.resize(64, 0);
+        assert_eq!(sim.file_contents(&path).unwrap(), want);
+    }
+
+    #[test]
+    fn a_torn_overwrite_leaves_the_zero_fill_after_the_cut() {
+        for seed in 0..50 {
+            let sim = SimStorage::new(seed);
+            sim.create_dir_all(&dir()).unwrap();
+            let (path, _f) = zero_filled(&sim, &[b"first|", b"second-write"]);
+            sim.crash(CrashMode::TornWrite);
+            let got = sim.file_contents(&path).unwrap();
+            assert_eq!(got.len(), 64, "the zero fill was durable: the size stays");
+            let end = b"durable|first|".len();
+            assert_eq!(&got[..end], b"durable|first|");
+            let kept = got[end..]
+                .iter()
+                .rposition(|&b| b != 0)
+                .map_or(0, |i| i + 1);
+            assert!(kept < b"second-write".len(), "seed {seed}: {got:?}");
+            assert_eq!(&got[end..end + kept], &b"second-write"[..kept]);
+            assert!(got[end + kept..].iter().all(|&b| b == 0));
+        }
+    }
+
+    #[test]
+    fn garbage_after_a_torn_overwrite_overwrites_or_extends() {
+        let (mut overwrote, mut extended) = (0, 0);
+        for seed in 0..200 {
+            let sim = SimStorage::new(seed);
+            sim.create_dir_all(&dir()).unwrap();
+            // The last write ends 2 bytes before the end of the zero fill, so garbage after
+            // its cut mostly stays inside the file but may run past its end.
+            let (path, _f) = zero_filled(&sim, &[b"first|", &[b'L'; 42]]);
+            sim.crash(CrashMode::TornWriteWithGarbage);
+            let got = sim.file_contents(&path).unwrap();
+            assert!(got.starts_with(b"durable|first|"), "seed {seed}: {got:?}");
+            // (At or past the cut: garbage may start with an `L` too.)
+            let cut = 14 + got[14..].iter().take_while(|&&b| b == b'L').count();
+            // Garbage is 1-64 bytes right after the cut; the rest is untouched zero fill.
+            assert!(
+                got.len() >= 64 && got.len() <= cut + 64,
+                "seed {seed}: {got:?}"
+            );
+            let garbage_end = got.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+            assert!(garbage_end <= cut + 64);
+            if got.len() > 64 {
+                extended += 1;
+            } else {
+                overwrote += 1;
+            }
+        }
+        assert!(overwrote > 0 && extended > 0, "{overwrote} {extended}");
+    }
+
+    #[test]
+    fn a_failed_fsync_keeps_the_zero_fill_under_dropped_overwrites() {
+        let sim = setup();
+        let (path, mut f) = zero_filled(&sim, &[b"lost"]);
+        f.preallocate(80).unwrap();
+        sim.fail_next_sync();
+        assert!(f.sync_data().is_err());
+        f.append(b"kept").unwrap();
+        f.sync_data().unwrap();
+        sim.crash(CrashMode::DropUnsynced);
+        let mut want = b"durable|\0\0\0\0kept".to_vec();
+        want.resize(80, 0);
+        assert_eq!(sim.file_contents(&path).unwrap(), want);
     }
 
     #[test]

@@ -38,8 +38,12 @@ pub struct LogStats {
     pub batch_histogram: [u64; BATCH_BUCKETS],
     /// `write` calls on segment files.
     pub writes: u64,
-    /// Bytes written to segment files (headers included).
+    /// Bytes of log written to segment files: records and segment headers. This is how much
+    /// the log grew, not the files' size on disk (see `zero_fill_bytes`).
     pub bytes_written: u64,
+    /// Zero bytes written ahead of the records to zero-fill segments (not in `bytes_written`,
+    /// not in `writes`); records later overwrite them in place.
+    pub zero_fill_bytes: u64,
     /// Segment files currently in the directory.
     pub segments: u64,
     /// LSN of the newest snapshot written or recovered (0 if none).

@@ -1,26 +1,54 @@
 //! The [`Storage`] trait, through which every file operation of the log goes, and
 //! [`OsStorage`], its implementation on real files.
 //!
-//! The trait is deliberately small and spells out durability: data appended to a file is
-//! durable only after [`StorageFile::sync_data`]; a file created, renamed or removed is durable
-//! only after [`Storage::sync_dir`] on its directory. The log follows those rules and
-//! [`crate::SimStorage`] enforces them, so a crash test can show that nothing the log called
-//! durable depended on anything else. Nothing here knows about records or LSNs.
+//! The trait is deliberately small and spells out durability: bytes written to a file (records
+//! or zero fill) are durable only after [`StorageFile::sync_data`]; a file created, renamed or
+//! removed is durable only after [`Storage::sync_dir`] on its directory. The log follows those
+//! rules and [`crate::SimStorage`] enforces them, so a crash test can show that nothing the log
+//! called durable depended on anything else. Nothing here knows about records or LSNs.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// A file open for appending.
+/// Zero fill is written from a static buffer of this many zero bytes at a time.
+const ZERO_BUF_LEN: usize = 1 << 20;
+static ZEROS: [u8; ZERO_BUF_LEN] = [0; ZERO_BUF_LEN];
+
+/// A file open for writing at its *logical end*.
+///
+/// A file has two lengths. Its *logical length* ([`StorageFile::len`]) is where the next
+/// [`StorageFile::append`] goes: the end of what was appended through this handle. Its
+/// *physical size* is what the file system holds and what readers see; it is at least the
+/// logical length, and larger once [`StorageFile::preallocate`] has zero-filled space ahead of
+/// the appends. The rules:
+/// - `append` writes at the logical length, overwriting zero fill where there is some and
+///   extending the file where there is not, and moves the logical length past what it wrote;
+/// - `preallocate` writes real zero bytes (not holes, not `fallocate`) from the physical end
+///   up to the size asked for, and leaves the logical length alone;
+/// - neither is durable before `sync_data`; a crash may keep any part of what was written since
+///   the last sync (in practice: earlier writes whole, the last one cut short, maybe garbage
+///   right after the cut), so what follows the durable bytes may read as zeros, as a torn
+///   write, or as both;
+/// - readers ([`Storage::open_read`], [`Storage::read_all`]) see the whole physical file,
+///   zero fill included.
 pub trait StorageFile: Send {
-    /// Appends all of `buf` at the end of the file (handed to the OS, not yet durable).
+    /// Writes all of `buf` at the logical end of the file (handed to the OS, not yet durable)
+    /// and moves the logical end past it.
     fn append(&mut self, buf: &[u8]) -> io::Result<()>;
-    /// Makes every byte appended so far durable (`fdatasync`). After an error the log never
-    /// retries: the OS may have dropped the dirty pages and a retry could falsely succeed.
+    /// Writes zero bytes from the current physical end of the file up to `physical_len` (does
+    /// nothing if the file is already that large), without changing [`StorageFile::len`].
+    /// Durable, like any written bytes, only after [`StorageFile::sync_data`].
+    fn preallocate(&mut self, physical_len: u64) -> io::Result<()>;
+    /// Makes every byte written so far (appended or zero-filled) durable (`fdatasync`). After
+    /// an error the log never retries: the OS may have dropped the dirty pages and a retry
+    /// could falsely succeed.
     fn sync_data(&mut self) -> io::Result<()>;
-    /// Current length of the file in bytes (including anything appended but not yet durable).
+    /// Logical length of the file in bytes: the end of what was appended (including anything
+    /// not yet durable), not counting zero fill past it.
     fn len(&self) -> u64;
-    /// Whether the file is empty.
+    /// Whether nothing was appended.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -32,8 +60,8 @@ pub trait Storage: Send + Sync + 'static {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Names (not paths) of the files directly in `dir`, in no particular order.
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
-    /// Creates `path` (truncating it if it exists) and opens it for appending. The new name is
-    /// durable only after [`Storage::sync_dir`].
+    /// Creates `path` (truncating it if it exists) and opens it for appending (logical length
+    /// and physical size 0). The new name is durable only after [`Storage::sync_dir`].
     fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>>;
     /// Opens `path` for reading from the start.
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>>;
@@ -61,13 +89,30 @@ pub struct OsStorage;
 
 struct OsFile {
     file: File,
+    /// Logical length: where the next append goes.
     len: u64,
+    /// Physical size as written through this handle (at least `len`).
+    physical: u64,
 }
 
 impl StorageFile for OsFile {
     fn append(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.file.write_all(buf)?;
+        // Positional: the file cursor plays no part, so zero fill ahead of the logical end is
+        // overwritten in place.
+        self.file.write_all_at(buf, self.len)?;
         self.len += buf.len() as u64;
+        self.physical = self.physical.max(self.len);
+        Ok(())
+    }
+
+    fn preallocate(&mut self, physical_len: u64) -> io::Result<()> {
+        // Ordinary writes of zeros, not fallocate: on ext4, fallocate leaves unwritten extents
+        // whose conversion on the first real write still costs a journal commit at fdatasync.
+        while self.physical < physical_len {
+            let n = (physical_len - self.physical).min(ZERO_BUF_LEN as u64) as usize;
+            self.file.write_all_at(&ZEROS[..n], self.physical)?;
+            self.physical += n as u64;
+        }
         Ok(())
     }
 
@@ -104,7 +149,11 @@ impl Storage for OsStorage {
             .create(true)
             .truncate(true)
             .open(path)?;
-        Ok(Box::new(OsFile { file, len: 0 }))
+        Ok(Box::new(OsFile {
+            file,
+            len: 0,
+            physical: 0,
+        }))
     }
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {

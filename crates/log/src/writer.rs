@@ -16,6 +16,14 @@
 //!   everything, no fsync of its own (a later fsync covers it: the log is ordered);
 //! - shutdown → write everything, fsync, exit.
 //!
+//! Segments are zero-filled ahead of their records (why: see the crate docs): creating a
+//! segment writes its header and the first [`ZERO_FILL_CHUNK`] of zeros before the fsyncs,
+//! and a write that would run past the zero-filled end first zero-fills up to the next chunk
+//! boundary (never past `segment_bytes`; a record larger than that extends the file as
+//! before). Records then overwrite zeros in place, so only the fsync after a new chunk carries
+//! a size change; the others are data-only. The zero fill counts in
+//! [`LogStats::zero_fill_bytes`], not in `bytes_written`.
+//!
 //! A segment is fsynced before the next one is started, so after any crash only the last
 //! segment can hold unsynced (torn) bytes — recovery relies on that. A failed fsync (or write)
 //! poisons the log: the reason is kept forever, the durable LSN never moves again, every
@@ -128,20 +136,46 @@ impl Shared {
     }
 }
 
-/// Creates the segment whose first record will be `first_lsn`: header, `fdatasync`, then a
-/// directory fsync — both before any record goes in, so a segment that holds records always
-/// has a durable header and a durable name. Returns the file and the fsync duration.
+/// A segment is zero-filled this many bytes at a time, ahead of its records.
+pub(crate) const ZERO_FILL_CHUNK: u64 = 4 << 20;
+
+/// How far a segment must be zero-filled for a write ending at `end` to land in zeros: `end`
+/// rounded up to a whole chunk, but never past `segment_bytes` (so a small segment is
+/// zero-filled to its size in one go, and a record that overflows it extends the file).
+pub(crate) fn zero_fill_target(end: u64, segment_bytes: u64) -> u64 {
+    end.div_ceil(ZERO_FILL_CHUNK)
+        .saturating_mul(ZERO_FILL_CHUNK)
+        .min(segment_bytes)
+}
+
+/// A segment [`create_segment`] made.
+pub(crate) struct NewSegment {
+    pub file: Box<dyn StorageFile>,
+    /// How long its `fdatasync` took.
+    pub fsync_time: Duration,
+    /// The file is zero-filled (or written) up to here.
+    pub zero_filled: u64,
+}
+
+/// Creates the segment whose first record will be `first_lsn`: header, zero fill of the first
+/// chunk, `fdatasync`, then a directory fsync — all before any record goes in, so a segment
+/// that holds records always has a durable header, durable zero fill and a durable name.
 pub(crate) fn create_segment(
     storage: &dyn Storage,
     dir: &Path,
     first_lsn: Lsn,
-) -> Result<(Box<dyn StorageFile>, Duration), LogError> {
+    segment_bytes: u64,
+) -> Result<NewSegment, LogError> {
     let path = dir.join(format::segment_file_name(first_lsn));
     let mut file = storage
         .create(&path)
         .map_err(LogError::io_at("create", &path))?;
     file.append(&format::encode_segment_header(first_lsn))
         .map_err(LogError::io_at("write", &path))?;
+    let header_end = format::SEGMENT_HEADER_LEN as u64;
+    let zero_filled = zero_fill_target(header_end + 1, segment_bytes).max(header_end);
+    file.preallocate(zero_filled)
+        .map_err(LogError::io_at("zero-fill", &path))?;
     let started = Instant::now();
     file.sync_data()
         .map_err(|e| LogError::Poisoned(format!("fsync failed: {}: {e}", path.display())))?;
@@ -149,7 +183,11 @@ pub(crate) fn create_segment(
     storage
         .sync_dir(dir)
         .map_err(LogError::io_at("sync_dir", dir))?;
-    Ok((file, fsync_time))
+    Ok(NewSegment {
+        file,
+        fsync_time,
+        zero_filled,
+    })
 }
 
 /// What the writer took from the queue in one go.
@@ -168,6 +206,8 @@ pub(crate) struct Writer {
     segment_path: PathBuf,
     /// Records in the active segment.
     segment_records: u64,
+    /// The active segment is zero-filled (or written) up to this offset.
+    segment_zero_filled: u64,
     /// Local copies of the published LSNs (only this thread changes them).
     written: Lsn,
     durable: Lsn,
@@ -193,7 +233,7 @@ struct Stop;
 impl Writer {
     pub fn new(
         shared: Arc<Shared>,
-        segment: Box<dyn StorageFile>,
+        segment: NewSegment,
         segment_first_lsn: Lsn,
         recovered_last: Lsn,
     ) -> Writer {
@@ -203,9 +243,10 @@ impl Writer {
             .join(format::segment_file_name(segment_first_lsn));
         Writer {
             shared,
-            segment,
+            segment: segment.file,
             segment_path,
             segment_records: 0,
+            segment_zero_filled: segment.zero_filled,
             written: recovered_last,
             durable: recovered_last,
             unsynced_background_deadline: None,
@@ -335,19 +376,36 @@ impl Writer {
         self.flush_buf()
     }
 
-    /// Hands the encoded buffer to the OS and publishes the written LSN.
+    /// Hands the encoded buffer to the OS (zero-filling the next chunk of the segment first if
+    /// the buffer would run past the zero fill) and publishes the written LSN.
     fn flush_buf(&mut self) -> Result<(), Stop> {
         if self.buf.is_empty() {
             return Ok(());
+        }
+        let end = self.segment.len() + self.buf.len() as u64;
+        let mut zero_filled = 0;
+        if end > self.segment_zero_filled {
+            let target = zero_fill_target(end, self.shared.opts.segment_bytes);
+            if target > self.segment_zero_filled {
+                if let Err(e) = self.segment.preallocate(target) {
+                    let reason = format!("zero fill failed: {}: {e}", self.segment_path.display());
+                    return Err(self.poison(reason));
+                }
+                zero_filled = target - self.segment_zero_filled;
+                self.segment_zero_filled = target;
+            }
         }
         if let Err(e) = self.segment.append(&self.buf) {
             let reason = format!("write failed: {}: {e}", self.segment_path.display());
             return Err(self.poison(reason));
         }
+        // A record larger than the segment limit extends the file past the zero fill.
+        self.segment_zero_filled = self.segment_zero_filled.max(self.segment.len());
         {
             let mut stats = self.shared.stats.lock();
             stats.writes += 1;
             stats.bytes_written += self.buf.len() as u64;
+            stats.zero_fill_bytes += zero_filled;
         }
         self.segment_records += self.buf_records;
         self.buf_records = 0;
@@ -405,19 +463,23 @@ impl Writer {
             }
         }
         let dir = self.shared.opts.dir.clone();
-        match create_segment(&*self.shared.storage, &dir, next_lsn) {
-            Ok((file, fsync_time)) => {
+        let segment_bytes = self.shared.opts.segment_bytes;
+        match create_segment(&*self.shared.storage, &dir, next_lsn, segment_bytes) {
+            Ok(segment) => {
                 {
                     let mut stats = self.shared.stats.lock();
-                    stats.record_fsync(fsync_time.as_micros() as u64, 0);
+                    stats.record_fsync(segment.fsync_time.as_micros() as u64, 0);
                     stats.dir_fsyncs += 1;
                     stats.writes += 1;
                     stats.bytes_written += format::SEGMENT_HEADER_LEN as u64;
+                    stats.zero_fill_bytes +=
+                        segment.zero_filled - format::SEGMENT_HEADER_LEN as u64;
                 }
                 self.shared.segments.fetch_add(1, Ordering::AcqRel);
-                self.segment = file;
+                self.segment = segment.file;
                 self.segment_path = dir.join(format::segment_file_name(next_lsn));
                 self.segment_records = 0;
+                self.segment_zero_filled = segment.zero_filled;
                 tracing::debug!(first_lsn = next_lsn, "started a new log segment");
                 Ok(())
             }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -192,13 +192,20 @@ fn a_torn_tail_is_truncated_and_reported() {
     }
     log.close().unwrap();
     let last = opts.dir.join(format::segment_file_name(1));
-    let clean_len = std::fs::metadata(&last).unwrap().len();
-    // Half a record header: what a crash in the middle of a write leaves.
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&last)
-        .unwrap();
-    f.write_all(&[7u8; 9]).unwrap();
+    // The segment is zero-filled past its records; they end at `clean_len`.
+    let data = Bytes::from(std::fs::read(&last).unwrap());
+    let scan = format::scan_segment(&data).unwrap();
+    assert_eq!(scan.records.len(), 10);
+    assert_eq!(scan.junk_len(), 0);
+    let clean_len = scan.valid_len;
+    assert!(
+        (data.len() as u64) > clean_len,
+        "the segment was not zero-filled"
+    );
+    // Half a record header right after the records, over the zero fill: what a crash in the
+    // middle of a write leaves.
+    let f = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
+    f.write_all_at(&[7u8; 9], clean_len).unwrap();
     drop(f);
 
     let (log, rec) = Log::open(opts.clone(), Arc::new(OsStorage)).unwrap();

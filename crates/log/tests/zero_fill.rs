@@ -1,0 +1,358 @@
+//! Zero-filled segments through the whole log: the writer zero-fills segments ahead of their
+//! records (a chunk at a time, never past `segment_bytes`), records overwrite the zeros, and
+//! recovery reads zeros after the last record as unused space — after a clean close, after
+//! crashes of every kind inside the zero fill, and across many small segments.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{check_prefix, payload, recovered_state, TempDir};
+use gradus_log::format::{self, FileKind, SEGMENT_HEADER_LEN};
+use gradus_log::{CrashMode, Durability, Log, LogOptions, Lsn, OsStorage, SimStorage};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// The writer's zero-fill chunk (`writer::ZERO_FILL_CHUNK`).
+const CHUNK: u64 = 4 << 20;
+
+fn sim_opts(dir: &str, segment_bytes: u64) -> LogOptions {
+    let mut opts = LogOptions::new(PathBuf::from(dir));
+    opts.segment_bytes = segment_bytes;
+    opts
+}
+
+/// First LSNs of the segments in `dir` of `disk`, sorted.
+fn segments(disk: &SimStorage, dir: &Path) -> Vec<Lsn> {
+    let mut firsts: Vec<Lsn> = disk
+        .file_names(dir)
+        .iter()
+        .filter_map(|n| match format::parse_file_name(n) {
+            Some(FileKind::Segment(first)) => Some(first),
+            _ => None,
+        })
+        .collect();
+    firsts.sort_unstable();
+    firsts
+}
+
+fn segment_file(disk: &SimStorage, dir: &Path, first: Lsn) -> Vec<u8> {
+    disk.file_contents(&dir.join(format::segment_file_name(first)))
+        .unwrap()
+}
+
+/// Junk (first invalid byte through the last non-zero byte) after the records of the last
+/// segment in `dir`, as it is on `disk` now.
+fn junk_in_last_segment(disk: &SimStorage, dir: &Path) -> u64 {
+    let Some(&last) = segments(disk, dir).last() else {
+        return 0;
+    };
+    let data = Bytes::from(segment_file(disk, dir, last));
+    match format::scan_segment(&data) {
+        Ok(scan) => scan.junk_len(),
+        Err(_) => format::nonzero_end(&data, 0) as u64,
+    }
+}
+
+#[test]
+fn a_preallocated_segment_recovers_after_a_clean_close_with_no_torn_bytes() {
+    let disk = SimStorage::new(1);
+    let opts = sim_opts("/sim/zf/clean", LogOptions::DEFAULT_SEGMENT_BYTES);
+    let dir = opts.dir.clone();
+    let (log, _) = Log::open(opts.clone(), Arc::new(disk.clone())).unwrap();
+    let stats = log.stats();
+    assert_eq!(stats.bytes_written, SEGMENT_HEADER_LEN as u64);
+    assert_eq!(stats.zero_fill_bytes, CHUNK - SEGMENT_HEADER_LEN as u64);
+    // The new segment is durable with its zero fill before any record goes in.
+    assert_eq!(segment_file(&disk, &dir, 1).len() as u64, CHUNK);
+
+    let model: Vec<Bytes> = (0..100).map(|i| payload("clean", i, 50)).collect();
+    for p in &model {
+        log.append(p.clone(), Durability::Background).unwrap();
+    }
+    log.sync_now().unwrap();
+    let stats = log.stats();
+    let record_bytes: u64 = model.iter().map(|p| 16 + p.len() as u64).sum();
+    assert_eq!(
+        stats.bytes_written,
+        SEGMENT_HEADER_LEN as u64 + record_bytes,
+        "bytes_written counts log bytes, not zero fill"
+    );
+    assert_eq!(stats.zero_fill_bytes, CHUNK - SEGMENT_HEADER_LEN as u64);
+    log.close().unwrap();
+    let file = segment_file(&disk, &dir, 1);
+    assert_eq!(file.len() as u64, CHUNK, "records overwrite the zero fill");
+    let valid = SEGMENT_HEADER_LEN + record_bytes as usize;
+    assert!(file[valid..].iter().all(|&b| b == 0));
+
+    let (log, rec) = Log::open(opts.clone(), Arc::new(disk.reboot())).unwrap();
+    assert_eq!(rec.torn_tail_bytes, 0);
+    assert_eq!(recovered_state(&rec), model);
+    // The recovered segment is cut to its records; the next one starts fresh.
+    assert_eq!(segment_file(&disk, &dir, 1).len(), valid);
+    assert_eq!(segments(&disk, &dir), vec![1, 101]);
+    log.close().unwrap();
+    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
+    assert_eq!(rec.torn_tail_bytes, 0);
+    assert_eq!(recovered_state(&rec), model);
+    // The empty zero-filled segment of the last run was removed, not reported as torn.
+    assert_eq!(segments(&disk, &dir), vec![1, 101]);
+}
+
+#[test]
+fn the_zero_fill_grows_a_chunk_at_a_time_up_to_segment_bytes() {
+    let disk = SimStorage::new(2);
+    // 10 MiB segments: chunks end at 4, 8 and (capped) 10 MiB.
+    let opts = sim_opts("/sim/zf/grow", 10 << 20);
+    let dir = opts.dir.clone();
+    let (log, _) = Log::open(opts.clone(), Arc::new(disk.clone())).unwrap();
+    let big = |i| payload("grow", i, 100 << 10);
+    let mut model = Vec::new();
+    let mut append = |n: u64| {
+        for _ in 0..n {
+            let p = big(model.len() as u64);
+            log.append(p.clone(), Durability::Strict).unwrap();
+            model.push(p);
+        }
+        log.sync_now().unwrap();
+        segment_file(&disk, &dir, 1).len() as u64
+    };
+    assert_eq!(append(10), CHUNK);
+    assert_eq!(append(40), 2 * CHUNK);
+    assert_eq!(append(40), 10 << 20);
+    let stats = log.stats();
+    assert_eq!(stats.segments, 1);
+    assert_eq!(
+        stats.zero_fill_bytes,
+        (10 << 20) - SEGMENT_HEADER_LEN as u64
+    );
+    // The next record does not fit: a new segment, zero-filled to its first chunk.
+    append(20);
+    assert_eq!(segments(&disk, &dir).len(), 2);
+    let second = *segments(&disk, &dir).last().unwrap();
+    assert_eq!(segment_file(&disk, &dir, second).len() as u64, CHUNK);
+    log.close().unwrap();
+    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
+    assert_eq!(rec.torn_tail_bytes, 0);
+    assert_eq!(recovered_state(&rec), model);
+}
+
+#[test]
+fn a_record_larger_than_a_segment_extends_the_file_past_the_zero_fill() {
+    let disk = SimStorage::new(3);
+    let opts = sim_opts("/sim/zf/huge", 1000);
+    let dir = opts.dir.clone();
+    let (log, _) = Log::open(opts.clone(), Arc::new(disk.clone())).unwrap();
+    assert_eq!(segment_file(&disk, &dir, 1).len(), 1000);
+    let model = vec![
+        payload("huge", 0, 10),
+        payload("huge", 1, 5000),
+        payload("huge", 2, 10),
+    ];
+    for p in &model {
+        log.append(p.clone(), Durability::Strict).unwrap();
+        log.sync_now().unwrap();
+    }
+    assert_eq!(segments(&disk, &dir), vec![1, 2, 3]);
+    assert_eq!(segment_file(&disk, &dir, 2).len(), 24 + 16 + 5000);
+    log.close().unwrap();
+    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
+    assert_eq!(rec.torn_tail_bytes, 0);
+    assert_eq!(recovered_state(&rec), model);
+}
+
+/// Appends at mixed degrees into a zero-filled segment, crashes with `mode`, and checks that
+/// every durable record comes back and torn bytes are reported exactly when non-zero junk
+/// follows the records.
+fn crash_inside_the_zero_fill(seed: u64, mode: CrashMode, segment_bytes: u64) -> u64 {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let disk = SimStorage::new(seed);
+    let mut opts = sim_opts("/sim/zf/crash", segment_bytes);
+    // Lazy records reach the OS at once and background ones wait a while for their fsync,
+    // so a crash usually finds written but unsynced records to drop or tear.
+    opts.lazy_flush_ms = 0;
+    opts.background_fsync_ms = 50;
+    let dir = opts.dir.clone();
+    let (mut log, _) = Log::open(opts.clone(), Arc::new(disk.clone())).unwrap();
+    let mut model: Vec<Bytes> = Vec::new();
+    let mut torn_seen = 0;
+    for round in 0..4 {
+        let mut acked = 0;
+        for i in 0..rng.gen_range(1..60) {
+            let degree =
+                [Durability::Lazy, Durability::Background, Durability::Strict][rng.gen_range(0..3)];
+            let p = payload(&format!("z{seed}r{round}"), i, rng.gen_range(0..300));
+            log.append(p.clone(), degree).unwrap();
+            model.push(p);
+            if rng.gen_bool(0.2) {
+                acked = log.sync_now().unwrap();
+            }
+        }
+        let p = payload(&format!("z{seed}r{round}"), 999, rng.gen_range(1..400));
+        log.append(p.clone(), Durability::Lazy).unwrap();
+        model.push(p);
+        std::thread::sleep(Duration::from_millis(rng.gen_range(0..3)));
+        let durable = log.durable_lsn().max(acked);
+        disk.crash(mode);
+        drop(log);
+        let junk = junk_in_last_segment(&disk.reboot(), &dir);
+        let (reopened, rec) = Log::open(opts.clone(), Arc::new(disk.reboot()))
+            .unwrap_or_else(|e| panic!("seed {seed} {mode:?}: reopen failed: {e}"));
+        assert_eq!(
+            rec.torn_tail_bytes, junk,
+            "seed {seed} {mode:?}: torn bytes must be the non-zero junk only"
+        );
+        if mode == CrashMode::DropUnsynced {
+            assert_eq!(
+                rec.torn_tail_bytes, 0,
+                "seed {seed}: synced data has no junk"
+            );
+        }
+        torn_seen += rec.torn_tail_bytes;
+        let kept = check_prefix(&rec, &model, durable);
+        model.truncate(kept);
+        log = reopened;
+    }
+    log.close().unwrap();
+    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
+    assert_eq!(rec.torn_tail_bytes, 0);
+    assert_eq!(recovered_state(&rec), model);
+    torn_seen
+}
+
+#[test]
+fn crashes_inside_the_zero_fill_keep_every_durable_record() {
+    for mode in CrashMode::ALL {
+        let mut torn = 0;
+        for seed in 0..12 {
+            torn += crash_inside_the_zero_fill(seed, mode, 64 << 10);
+        }
+        eprintln!("{mode:?}: {torn} torn bytes over 12 seeds");
+        if mode != CrashMode::DropUnsynced {
+            assert!(torn > 0, "{mode:?}: no crash tore a record");
+        }
+    }
+}
+
+#[test]
+fn crashes_with_many_small_segments_keep_every_durable_record() {
+    for (i, mode) in CrashMode::ALL.into_iter().enumerate() {
+        for seed in 0..6 {
+            crash_inside_the_zero_fill(100 + seed * 3 + i as u64, mode, 300);
+        }
+    }
+}
+
+#[test]
+fn small_segments_rotate_many_times_and_keep_their_zero_tails() {
+    let disk = SimStorage::new(5);
+    let opts = sim_opts("/sim/zf/rotate", 200);
+    let dir = opts.dir.clone();
+    let (log, _) = Log::open(opts.clone(), Arc::new(disk.clone())).unwrap();
+    let mut model = Vec::new();
+    for i in 0..400u64 {
+        let p = payload("rot", i, (i % 50) as usize);
+        let degree = if i % 7 == 0 {
+            Durability::Strict
+        } else {
+            Durability::Lazy
+        };
+        log.append(p.clone(), degree).unwrap();
+        model.push(p);
+    }
+    log.sync_now().unwrap();
+    let stats = log.stats();
+    assert!(stats.segments >= 60, "only {} segments", stats.segments);
+    log.close().unwrap();
+    let firsts = segments(&disk, &dir);
+    assert_eq!(firsts.len() as u64, stats.segments);
+    let mut zero_tails = 0;
+    for &first in &firsts {
+        let data = Bytes::from(segment_file(&disk, &dir, first));
+        assert_eq!(
+            data.len(),
+            200,
+            "segment {first}: zero-filled to segment_bytes"
+        );
+        let scan = format::scan_segment(&data).unwrap();
+        assert_eq!(scan.junk_len(), 0);
+        if scan.valid_len < 200 {
+            zero_tails += 1;
+        }
+    }
+    assert!(zero_tails > firsts.len() / 2, "{zero_tails}");
+    let (log, rec) = Log::open(opts.clone(), Arc::new(disk.reboot())).unwrap();
+    assert_eq!(rec.torn_tail_bytes, 0);
+    assert_eq!(recovered_state(&rec), model);
+    // A snapshot removes covered segments; what is left still chains.
+    log.write_snapshot(250, &mut model[..250].iter().cloned())
+        .unwrap();
+    log.close().unwrap();
+    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
+    assert_eq!(rec.snapshot_lsn, 250);
+    check_prefix(&rec, &model, 400);
+}
+
+#[test]
+fn segments_are_zero_filled_on_disk() {
+    let dir = TempDir::new("zerofill");
+    let mut opts = LogOptions::new(dir.path().join("log"));
+    opts.segment_bytes = 6 << 20;
+    let (log, _) = Log::open(opts.clone(), Arc::new(OsStorage)).unwrap();
+    let path = opts.dir.join(format::segment_file_name(1));
+    let size = || std::fs::metadata(&path).unwrap().len();
+    assert_eq!(size(), CHUNK);
+    let mut model = Vec::new();
+    for i in 0..50u64 {
+        let p = payload("os", i, 100 << 10);
+        log.append(p.clone(), Durability::Lazy).unwrap();
+        model.push(p);
+    }
+    log.sync_now().unwrap();
+    // 50 * 100 KiB runs past the first chunk: zero-filled up to the segment limit.
+    assert_eq!(size(), 6 << 20);
+    log.close().unwrap();
+    let data = std::fs::read(&path).unwrap();
+    let valid = SEGMENT_HEADER_LEN + model.iter().map(|p| 16 + p.len()).sum::<usize>();
+    assert!(data[valid..].iter().all(|&b| b == 0));
+
+    let (log, rec) = Log::open(opts.clone(), Arc::new(OsStorage)).unwrap();
+    assert_eq!(rec.torn_tail_bytes, 0);
+    assert_eq!(recovered_state(&rec), model);
+    assert_eq!(
+        size() as usize,
+        valid,
+        "the recovered segment is cut to its records"
+    );
+    log.close().unwrap();
+}
+
+#[test]
+fn os_files_append_at_the_logical_end_over_zero_fill() {
+    use gradus_log::Storage;
+    let dir = TempDir::new("osfile");
+    let path = dir.path().join("f");
+    let mut f = OsStorage.create(&path).unwrap();
+    f.append(b"head|").unwrap();
+    f.preallocate(3 << 20).unwrap(); // more than one zero buffer
+    assert_eq!(f.len(), 5);
+    f.append(b"body").unwrap();
+    f.preallocate(100).unwrap(); // smaller: nothing happens
+    f.sync_data().unwrap();
+    let data = std::fs::read(&path).unwrap();
+    assert_eq!(data.len(), 3 << 20);
+    assert_eq!(&data[..9], b"head|body");
+    assert!(data[9..].iter().all(|&b| b == 0));
+    // Past the zero fill, appends extend the file; a later zero fill starts at its end.
+    f.append(&vec![b'x'; 3 << 20]).unwrap();
+    f.preallocate((6 << 20) + 100).unwrap();
+    f.append(b"tail").unwrap();
+    assert_eq!(f.len(), (3 << 20) + 13);
+    let data = std::fs::read(&path).unwrap();
+    assert_eq!(data.len(), (6 << 20) + 100);
+    assert_eq!(&data[(3 << 20) + 9..(3 << 20) + 13], b"tail");
+    assert!(data[(3 << 20) + 13..].iter().all(|&b| b == 0));
+}
