@@ -38,7 +38,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use tokio::sync::watch;
 
 use crate::error::LogError;
@@ -218,6 +218,9 @@ pub(crate) struct Writer {
     /// Records made durable by the last commit fsync: how many strict writers tend to be in
     /// flight together (used to decide whether gathering a batch is worth a short wait).
     last_commit_records: u64,
+    /// The batch being written holds a strict record (or a sync request): after its commit,
+    /// linger for `strict_linger` before sleeping.
+    linger_after_commit: bool,
     /// The batch being written (swapped with the queue's `Vec` to reuse both allocations).
     batch: Vec<Bytes>,
     /// Encoding buffer, reused.
@@ -252,6 +255,7 @@ impl Writer {
             unsynced_background_deadline: None,
             last_fsync: Duration::ZERO,
             last_commit_records: 0,
+            linger_after_commit: false,
             batch: Vec::new(),
             buf: Vec::new(),
             buf_last_lsn: recovered_last,
@@ -334,11 +338,32 @@ impl Writer {
                     );
                 }
                 queue.taken_background_deadline = self.unsynced_background_deadline;
+                self.linger_after_commit = sync_requested;
                 return Batch {
                     first_lsn,
                     sync: queue.shutdown || sync_requested || background_due,
                     shutdown: queue.shutdown,
                 };
+            }
+            // Right after a strict commit, the writers it released usually send their next
+            // write within a network round trip: watch for it for a moment instead of going to
+            // sleep, so that write does not pay a thread wake-up (tens of microseconds on a VM)
+            // before its fsync can start. Once per commit; the lock is released meanwhile.
+            if std::mem::take(&mut self.linger_after_commit) {
+                let linger = self.shared.opts.strict_linger;
+                if !linger.is_zero() {
+                    let seen = queue.next_lsn;
+                    let until = now + linger;
+                    let shared = Arc::clone(&self.shared);
+                    MutexGuard::unlocked(&mut queue, || {
+                        while shared.last_lsn.load(Ordering::Acquire) < seen
+                            && Instant::now() < until
+                        {
+                            std::hint::spin_loop();
+                        }
+                    });
+                    continue;
+                }
             }
             let wake = match (background_wake, lazy_wake) {
                 (Some(a), Some(b)) => Some(a.min(b)),

@@ -109,6 +109,7 @@ pub struct DurabilityConfig {
     pub databases: std::collections::BTreeMap<String, String>,
     pub lazy_flush_ms: u64,
     pub background_fsync_ms: u64,
+    pub strict_linger_us: u64,
     pub segment_bytes: u64,
     pub snapshot_log_bytes: u64,
     pub snapshot_interval_s: u64,
@@ -122,6 +123,7 @@ struct PartialDurability {
     databases: Option<std::collections::BTreeMap<String, String>>,
     lazy_flush_ms: Option<u64>,
     background_fsync_ms: Option<u64>,
+    strict_linger_us: Option<u64>,
     segment_bytes: Option<u64>,
     snapshot_log_bytes: Option<u64>,
     snapshot_interval_s: Option<u64>,
@@ -293,6 +295,7 @@ impl Config {
                 databases,
                 lazy_flush_ms,
                 background_fsync_ms,
+                strict_linger_us,
                 segment_bytes,
                 snapshot_log_bytes,
                 snapshot_interval_s
@@ -390,6 +393,9 @@ impl Config {
         if self.durability.background_fsync_ms == 0 || self.durability.lazy_flush_ms == 0 {
             return bad("durability: background-fsync-ms and lazy-flush-ms must be at least 1");
         }
+        if self.durability.strict_linger_us > 10_000 {
+            return bad("durability: strict-linger-us must be at most 10000 (10 ms)");
+        }
         if self.durability.segment_bytes < 4096 {
             return bad("durability.segment-bytes must be at least 4096");
         }
@@ -431,6 +437,7 @@ impl Config {
         o.lazy_flush_ms = self.durability.lazy_flush_ms;
         o.background_fsync_ms = self.durability.background_fsync_ms;
         o.segment_bytes = self.durability.segment_bytes;
+        o.strict_linger = std::time::Duration::from_micros(self.durability.strict_linger_us);
         o
     }
 }
@@ -476,6 +483,7 @@ mod tests {
         assert_eq!(d[0], gradus_log::Durability::Strict);
         assert_eq!(d[1], gradus_log::Durability::None);
         assert_eq!(c.durability.background_fsync_ms, 10);
+        assert_eq!(c.durability.strict_linger_us, 100);
         c.merge_toml("[durability]\ndefault = \"sometimes\"\n")
             .unwrap();
         assert!(c.validate().is_err());
