@@ -187,8 +187,9 @@ impl Log {
     }
 
     /// [`Log::append`], also saying whether the writer is *late*: a `background` record appended
-    /// while an earlier background record is past its fsync deadline (the disk or the writer
-    /// fell behind, e.g. under a write burst or a slow fsync). A caller that acknowledges such a
+    /// while an earlier background record is unsynced for more than twice
+    /// `background_fsync_ms` (the disk or the writer fell behind, e.g. under a write burst or a
+    /// slow fsync). A caller that acknowledges such a
     /// record at once would let the loss window grow without bound, so it should hold the
     /// reply until [`Log::wait_durable`] covers the LSN, as for `strict`: back-pressure in time,
     /// next to the queue's back-pressure in bytes. Never late for other degrees.
@@ -239,10 +240,15 @@ impl Log {
                 wake = true;
             }
             Durability::Background => {
+                // Late = an unsynced background record is older than twice the bound: one
+                // bound of grace absorbs the writer thread being scheduled a few milliseconds
+                // late on a saturated machine (holding replies for that would only add latency
+                // spikes); past it the disk is really behind.
+                let grace = Duration::from_millis(opts.background_fsync_ms);
                 late = [queue.background_deadline, queue.taken_background_deadline]
                     .into_iter()
                     .flatten()
-                    .any(|deadline| deadline < now);
+                    .any(|deadline| deadline + grace < now);
                 if queue.background_deadline.is_none() {
                     queue.background_deadline =
                         Some(now + Duration::from_millis(opts.background_fsync_ms));

@@ -50,8 +50,8 @@ pub struct LogStats {
     pub snapshot_lsn: Lsn,
     /// Why the log is poisoned, if it is.
     pub poisoned: Option<String>,
-    /// `background` appends made while the writer was past an fsync deadline (their replies
-    /// are held until durable, so the loss window stays bounded).
+    /// `background` appends made while an unsynced background record was older than twice the
+    /// bound (their replies are held until durable, so the loss window stays bounded).
     pub late_background: u64,
 }
 
