@@ -107,11 +107,9 @@ pub(crate) fn recover(
     let mut recovered = Recovered::default();
     for lsn in snapshots {
         let path = dir.join(format::snapshot_file_name(lsn));
-        let data = Bytes::from(
-            storage
-                .read_all(&path)
-                .map_err(LogError::io_at("read", &path))?,
-        );
+        let data = storage
+            .map_all(&path)
+            .map_err(LogError::io_at("read", &path))?;
         match format::decode_snapshot(&data) {
             Ok(snapshot) if snapshot.lsn == lsn => {
                 recovered.snapshot_lsn = lsn;
@@ -197,11 +195,9 @@ pub(crate) fn recover(
         }
         let is_last = index == last_index;
         let path = dir.join(format::segment_file_name(name_lsn));
-        let data = Bytes::from(
-            storage
-                .read_all(&path)
-                .map_err(LogError::io_at("read", &path))?,
-        );
+        let data = storage
+            .map_all(&path)
+            .map_err(LogError::io_at("read", &path))?;
         let scan = match scan_segment(&data) {
             Ok(scan) => scan,
             Err(HeaderError::UnsupportedVersion(version)) => {
