@@ -12,6 +12,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
 
 /// Zero fill is written from a static buffer of this many zero bytes at a time.
 const ZERO_BUF_LEN: usize = 1 << 20;
@@ -42,6 +45,15 @@ pub trait StorageFile: Send {
     /// nothing if the file is already that large), without changing [`StorageFile::len`].
     /// Durable, like any written bytes, only after [`StorageFile::sync_data`].
     fn preallocate(&mut self, physical_len: u64) -> io::Result<()>;
+    /// Asks for zero fill up to `physical_len` ahead of need: an implementation may write it
+    /// (and fdatasync it) on another thread, so that the appends reaching it later find it
+    /// written and durable and their own fsyncs flush data only. Meanwhile appends below the
+    /// filled end proceed; one that would run into the fill still being written waits for it.
+    /// An error of a background fill is returned by a later call on this handle. The default
+    /// fills at once, like [`StorageFile::preallocate`].
+    fn preallocate_ahead(&mut self, physical_len: u64) -> io::Result<()> {
+        self.preallocate(physical_len)
+    }
     /// Makes every byte written so far (appended or zero-filled) durable (`fdatasync`). After
     /// an error the log never retries: the OS may have dropped the dirty pages and a retry
     /// could falsely succeed.
@@ -97,35 +109,137 @@ pub trait Storage: Send + Sync + 'static {
 pub struct OsStorage;
 
 struct OsFile {
-    file: File,
+    file: Arc<File>,
     /// Logical length: where the next append goes.
     len: u64,
-    /// Physical size as written through this handle (at least `len`).
+    /// Physical size and the background fill, shared with the fill thread.
+    fill: Arc<Fill>,
+}
+
+/// Zero fill state of one [`OsFile`], shared with at most one fill thread at a time.
+#[derive(Default)]
+struct Fill {
+    state: Mutex<FillState>,
+    /// Notified when a background fill ends.
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct FillState {
+    /// The file is written (records or durable zero fill) up to here; nothing at or past it is
+    /// touched by the handle while a fill thread runs.
     physical: u64,
+    /// A fill thread is writing zeros from `physical` onwards.
+    busy: bool,
+    /// The fill thread goes on up to here before it stops (asks made while it was busy).
+    wanted: u64,
+    /// What a background fill failed with, reported by the next call.
+    error: Option<io::Error>,
+}
+
+impl FillState {
+    fn take_error(&mut self) -> io::Result<()> {
+        match self.error.take() {
+            Some(e) => Err(io::Error::new(
+                e.kind(),
+                format!("background zero fill: {e}"),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Writes zeros over `from..to` of `file` (ordinary writes, not fallocate: on ext4, fallocate
+/// leaves unwritten extents whose conversion on the first real write still costs a journal
+/// commit at fdatasync).
+fn write_zeros(file: &File, mut from: u64, to: u64) -> io::Result<()> {
+    while from < to {
+        let n = (to - from).min(ZERO_BUF_LEN as u64) as usize;
+        file.write_all_at(&ZEROS[..n], from)?;
+        from += n as u64;
+    }
+    Ok(())
+}
+
+impl OsFile {
+    /// Waits for a running background fill, then claims `..end` for this handle (so no later
+    /// fill starts below it). Returns the physical end before the claim.
+    fn claim(&self, end: u64) -> io::Result<u64> {
+        let mut state = self.fill.state.lock();
+        while state.busy && end > state.physical {
+            self.fill.done.wait(&mut state);
+        }
+        state.take_error()?;
+        let before = state.physical;
+        state.physical = state.physical.max(end);
+        Ok(before)
+    }
 }
 
 impl StorageFile for OsFile {
     fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        let end = self.len + buf.len() as u64;
+        self.claim(end)?;
         // Positional: the file cursor plays no part, so zero fill ahead of the logical end is
         // overwritten in place.
         self.file.write_all_at(buf, self.len)?;
-        self.len += buf.len() as u64;
-        self.physical = self.physical.max(self.len);
+        self.len = end;
         Ok(())
     }
 
     fn preallocate(&mut self, physical_len: u64) -> io::Result<()> {
-        // Ordinary writes of zeros, not fallocate: on ext4, fallocate leaves unwritten extents
-        // whose conversion on the first real write still costs a journal commit at fdatasync.
-        while self.physical < physical_len {
-            let n = (physical_len - self.physical).min(ZERO_BUF_LEN as u64) as usize;
-            self.file.write_all_at(&ZEROS[..n], self.physical)?;
-            self.physical += n as u64;
+        let before = self.claim(physical_len)?;
+        write_zeros(&self.file, before, physical_len)
+    }
+
+    fn preallocate_ahead(&mut self, physical_len: u64) -> io::Result<()> {
+        let from = {
+            let mut state = self.fill.state.lock();
+            state.take_error()?;
+            state.wanted = state.wanted.max(physical_len);
+            if state.busy || physical_len <= state.physical {
+                return Ok(());
+            }
+            state.busy = true;
+            state.physical
+        };
+        let file = Arc::clone(&self.file);
+        let fill = Arc::clone(&self.fill);
+        let spawned = std::thread::Builder::new()
+            .name("gradus-log-fill".into())
+            .spawn(move || {
+                let mut from = from;
+                loop {
+                    let to = fill.state.lock().wanted;
+                    // Durable before anyone writes into it: the appends that land here later
+                    // then change neither the file size nor its extents.
+                    let result = write_zeros(&file, from, to).and_then(|()| file.sync_data());
+                    let mut state = fill.state.lock();
+                    match result {
+                        Ok(()) => state.physical = state.physical.max(to),
+                        Err(e) => state.error = Some(e),
+                    }
+                    if state.error.is_some() || state.wanted <= state.physical {
+                        state.busy = false;
+                        fill.done.notify_all();
+                        return;
+                    }
+                    from = state.physical;
+                    // Wake appenders waiting for the part already done.
+                    fill.done.notify_all();
+                }
+            });
+        if spawned.is_err() {
+            // No thread: fill here instead.
+            self.fill.state.lock().busy = false;
+            self.fill.done.notify_all();
+            return self.preallocate(physical_len);
         }
         Ok(())
     }
 
     fn sync_data(&mut self) -> io::Result<()> {
+        self.fill.state.lock().take_error()?;
         self.file.sync_data()
     }
 
@@ -159,9 +273,9 @@ impl Storage for OsStorage {
             .truncate(true)
             .open(path)?;
         Ok(Box::new(OsFile {
-            file,
+            file: Arc::new(file),
             len: 0,
-            physical: 0,
+            fill: Arc::new(Fill::default()),
         }))
     }
 

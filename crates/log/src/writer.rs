@@ -18,10 +18,12 @@
 //!
 //! Segments are zero-filled ahead of their records (why: see the crate docs): creating a
 //! segment writes its header and the first [`ZERO_FILL_CHUNK`] of zeros before the fsyncs,
-//! and a write that would run past the zero-filled end first zero-fills up to the next chunk
-//! boundary (never past `segment_bytes`; a record larger than that extends the file as
-//! before). Records then overwrite zeros in place, so only the fsync after a new chunk carries
-//! a size change; the others are data-only. The zero fill counts in
+//! and every write keeps the zero fill at least a chunk ahead of its end (chunk boundaries,
+//! never past `segment_bytes`; a record larger than that extends the file as before). On real
+//! files the fill ahead is written and fdatasynced by a short-lived `gradus-log-fill` thread
+//! ([`StorageFile::preallocate_ahead`]), so no batch waits for it unless the records catch up
+//! with a fill still in progress. Records then overwrite durable zeros in place, so the
+//! writer's fsyncs are data-only. The zero fill counts in
 //! [`LogStats::zero_fill_bytes`], not in `bytes_written`.
 //!
 //! A segment is fsynced before the next one is started, so after any crash only the last
@@ -409,16 +411,17 @@ impl Writer {
         }
         let end = self.segment.len() + self.buf.len() as u64;
         let mut zero_filled = 0;
-        if end > self.segment_zero_filled {
-            let target = zero_fill_target(end, self.shared.opts.segment_bytes);
-            if target > self.segment_zero_filled {
-                if let Err(e) = self.segment.preallocate(target) {
-                    let reason = format!("zero fill failed: {}: {e}", self.segment_path.display());
-                    return Err(self.poison(reason));
-                }
-                zero_filled = target - self.segment_zero_filled;
-                self.segment_zero_filled = target;
+        // Keep about a chunk of zero fill ahead of the records, written (and fsynced) off this
+        // thread where the storage can, so no batch waits for a fill; if the records catch up
+        // with a fill still being written, the append waits for it.
+        let ahead = zero_fill_target(end + ZERO_FILL_CHUNK, self.shared.opts.segment_bytes);
+        if ahead > self.segment_zero_filled {
+            if let Err(e) = self.segment.preallocate_ahead(ahead) {
+                let reason = format!("zero fill failed: {}: {e}", self.segment_path.display());
+                return Err(self.poison(reason));
             }
+            zero_filled = ahead - self.segment_zero_filled;
+            self.segment_zero_filled = ahead;
         }
         if let Err(e) = self.segment.append(&self.buf) {
             let reason = format!("write failed: {}: {e}", self.segment_path.display());

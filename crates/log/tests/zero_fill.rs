@@ -81,10 +81,15 @@ fn a_preallocated_segment_recovers_after_a_clean_close_with_no_torn_bytes() {
         SEGMENT_HEADER_LEN as u64 + record_bytes,
         "bytes_written counts log bytes, not zero fill"
     );
-    assert_eq!(stats.zero_fill_bytes, CHUNK - SEGMENT_HEADER_LEN as u64);
+    // The first write asked for one more chunk ahead of the records.
+    assert_eq!(stats.zero_fill_bytes, 2 * CHUNK - SEGMENT_HEADER_LEN as u64);
     log.close().unwrap();
     let file = segment_file(&disk, &dir, 1);
-    assert_eq!(file.len() as u64, CHUNK, "records overwrite the zero fill");
+    assert_eq!(
+        file.len() as u64,
+        2 * CHUNK,
+        "records overwrite the zero fill"
+    );
     let valid = SEGMENT_HEADER_LEN + record_bytes as usize;
     assert!(file[valid..].iter().all(|&b| b == 0));
 
@@ -105,7 +110,8 @@ fn a_preallocated_segment_recovers_after_a_clean_close_with_no_torn_bytes() {
 #[test]
 fn the_zero_fill_grows_a_chunk_at_a_time_up_to_segment_bytes() {
     let disk = SimStorage::new(2);
-    // 10 MiB segments: chunks end at 4, 8 and (capped) 10 MiB.
+    // 10 MiB segments: chunks end at 4, 8 and (capped) 10 MiB; each write keeps the fill at
+    // least a chunk ahead of its end.
     let opts = sim_opts("/sim/zf/grow", 10 << 20);
     let dir = opts.dir.clone();
     let (log, _) = Log::open(opts.clone(), Arc::new(disk.clone())).unwrap();
@@ -120,8 +126,8 @@ fn the_zero_fill_grows_a_chunk_at_a_time_up_to_segment_bytes() {
         log.sync_now().unwrap();
         segment_file(&disk, &dir, 1).len() as u64
     };
-    assert_eq!(append(10), CHUNK);
-    assert_eq!(append(40), 2 * CHUNK);
+    assert_eq!(append(10), 2 * CHUNK); // ~1 MiB of records, filled to 8 MiB
+    assert_eq!(append(40), 10 << 20); // ~5 MiB of records, filled to the cap
     assert_eq!(append(40), 10 << 20);
     let stats = log.stats();
     assert_eq!(stats.segments, 1);
@@ -129,11 +135,12 @@ fn the_zero_fill_grows_a_chunk_at_a_time_up_to_segment_bytes() {
         stats.zero_fill_bytes,
         (10 << 20) - SEGMENT_HEADER_LEN as u64
     );
-    // The next record does not fit: a new segment, zero-filled to its first chunk.
+    // The next record does not fit: a new segment, created with its first chunk of zeros and
+    // kept a chunk ahead of its records once they are written.
     append(20);
     assert_eq!(segments(&disk, &dir).len(), 2);
     let second = *segments(&disk, &dir).last().unwrap();
-    assert_eq!(segment_file(&disk, &dir, second).len() as u64, CHUNK);
+    assert_eq!(segment_file(&disk, &dir, second).len() as u64, 2 * CHUNK);
     log.close().unwrap();
     let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
     assert_eq!(rec.torn_tail_bytes, 0);
@@ -355,4 +362,57 @@ fn os_files_append_at_the_logical_end_over_zero_fill() {
     assert_eq!(data.len(), (6 << 20) + 100);
     assert_eq!(&data[(3 << 20) + 9..(3 << 20) + 13], b"tail");
     assert!(data[(3 << 20) + 13..].iter().all(|&b| b == 0));
+}
+
+/// On real files the fill ahead runs on another thread: appends racing it — below the filled
+/// end, and past it while the fill is still being written — must never lose a byte to zeros,
+/// and a later fill ask made while one runs is carried out too.
+#[test]
+fn os_files_fill_ahead_in_the_background_without_zeroing_appends() {
+    use gradus_log::Storage;
+    let dir = TempDir::new("osfill");
+    let path = dir.path().join("f");
+    let mut f = OsStorage.create(&path).unwrap();
+    let mut expected = Vec::new();
+    let mut rng = StdRng::seed_from_u64(11);
+    for round in 0..40u64 {
+        // Most rounds start with no fill running (so the new one starts right at the appends'
+        // end and the appends below race it); every third asks twice while one runs.
+        if round % 3 != 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        f.preallocate_ahead(f.len() + (2 << 20)).unwrap();
+        if round % 3 == 0 {
+            f.preallocate_ahead(f.len() + (3 << 20)).unwrap();
+        }
+        // Appends of up to 200 KiB: some land in filled space, some run past the fill still
+        // being written (they must wait for it rather than be overwritten by it).
+        for _ in 0..rng.gen_range(1..6) {
+            let chunk: Vec<u8> = (0..rng.gen_range(1..200 << 10))
+                .map(|i| (i as u8) | 1)
+                .collect();
+            f.append(&chunk).unwrap();
+            expected.extend_from_slice(&chunk);
+        }
+    }
+    f.sync_data().unwrap();
+    // Let the last fill finish, then check every appended byte and that the rest is zeros.
+    let mut data = Vec::new();
+    for _ in 0..100 {
+        data = std::fs::read(&path).unwrap();
+        if data.len() as u64 >= f.len() + (1 << 20) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(f.len(), expected.len() as u64);
+    assert!(
+        data.len() as u64 >= f.len() + (1 << 20),
+        "fill ahead never finished"
+    );
+    assert!(
+        data[..expected.len()] == expected[..],
+        "an append was overwritten"
+    );
+    assert!(data[expected.len()..].iter().all(|&b| b == 0));
 }
