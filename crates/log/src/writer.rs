@@ -351,17 +351,23 @@ impl Writer {
             // write within a network round trip: watch for it for a moment instead of going to
             // sleep, so that write does not pay a thread wake-up (tens of microseconds on a VM)
             // before its fsync can start. Once per commit; the lock is released meanwhile.
-            if std::mem::take(&mut self.linger_after_commit) {
+            // Only after small commits: with many concurrent writers the next records come
+            // soon anyway and one wake-up serves a whole batch, while spinning would take CPU
+            // from the threads producing them.
+            if std::mem::take(&mut self.linger_after_commit) && self.last_commit_records <= 2 {
                 let linger = self.shared.opts.strict_linger;
                 if !linger.is_zero() {
                     let seen = queue.next_lsn;
                     let until = now + linger;
                     let shared = Arc::clone(&self.shared);
                     MutexGuard::unlocked(&mut queue, || {
-                        while shared.last_lsn.load(Ordering::Acquire) < seen
-                            && Instant::now() < until
-                        {
+                        let mut spins = 0u32;
+                        while shared.last_lsn.load(Ordering::Acquire) < seen {
                             std::hint::spin_loop();
+                            spins = spins.wrapping_add(1);
+                            if spins % 64 == 0 && Instant::now() >= until {
+                                break;
+                            }
                         }
                     });
                     continue;
