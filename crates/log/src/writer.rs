@@ -365,7 +365,7 @@ impl Writer {
                         while shared.last_lsn.load(Ordering::Acquire) < seen {
                             std::hint::spin_loop();
                             spins = spins.wrapping_add(1);
-                            if spins % 64 == 0 && Instant::now() >= until {
+                            if spins.is_multiple_of(64) && Instant::now() >= until {
                                 break;
                             }
                         }
