@@ -146,7 +146,7 @@ pub(crate) async fn flush(
     if client.strict_lsn > 0 {
         let lsn = std::mem::take(&mut client.strict_lsn);
         if let Some(log) = &shared.persist.log {
-            if let Err(e) = log.wait_durable(lsn).await {
+            if let Err(e) = shared.persist.wait_strict(log, lsn).await {
                 tracing::error!(client = client.id, error = %e, "strict write not durable; closing without acknowledging");
                 wbuf.clear();
                 return false;

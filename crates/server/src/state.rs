@@ -126,6 +126,7 @@ impl Shared {
             last_snapshot_status: Mutex::new("ok".into()),
             recovery: Default::default(),
             dir_lock: Mutex::new(None),
+            strict_waiters: std::sync::atomic::AtomicUsize::new(0),
         };
         Self {
             store: Store::with_keyspaces(&tenancy.evicting()),
