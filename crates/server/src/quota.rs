@@ -66,9 +66,14 @@ pub fn make_room(shared: &Shared, client: &mut ClientState, now_ms: u64) -> Resu
         return Ok(());
     }
     // Evict under the gate (a snapshot sees an eviction and its DEL record together or neither)
-    // and in log order.
+    // and, when an eviction may be logged, in log order. A cache whose evicting keyspaces are
+    // all `none` (the usual case) does not touch the global write-order lock.
     let _gate = shared.store.shared(client.id);
-    let _order = shared.write_order.lock();
+    let may_log = tenancy.tenants[tenant]
+        .keyspaces
+        .iter()
+        .any(|&k| tenancy.keyspaces[k].evict && shared.persist.db_logged(k));
+    let _order = may_log.then(|| shared.write_order.lock());
     let mut evicted: Vec<LoggedCommand> = Vec::new();
     let mut count = 0;
     let result = loop {
