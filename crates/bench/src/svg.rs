@@ -63,19 +63,17 @@ fn fmt_num(v: f64) -> String {
     }
 }
 
-/// A line chart; the knee of each series is circled and labelled.
-pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
-    let (w, h) = (760.0, 420.0);
-    let (left, right, top, bottom) = (70.0, 190.0, 40.0, 50.0);
-    let plot_w = w - left - right;
-    let plot_h = h - top - bottom;
-    let all = series.iter().flat_map(|s| s.points.iter());
-    let x_max = all.clone().map(|p| p.0).fold(0.0, f64::max);
-    let y_max = all.map(|p| p.1).fold(0.0, f64::max);
-    let (x_top, x_step) = nice_scale(x_max);
-    let (y_top, y_step) = nice_scale(y_max);
-    let sx = |x: f64| left + x / x_top * plot_w;
-    let sy = |y: f64| top + plot_h - y / y_top * plot_h;
+/// Starts a chart: the `<svg>` element of size `(w, h)`, a white background, the title centred
+/// over the plot (which starts at `left` and is `plot_w` wide), and a horizontal grid line with
+/// its label at every `y_step` up to `y_top`, `sy` mapping a value to its y coordinate.
+fn open_chart(
+    title: &str,
+    (w, h): (f64, f64),
+    left: f64,
+    plot_w: f64,
+    (y_top, y_step): (f64, f64),
+    sy: impl Fn(f64) -> f64,
+) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -84,11 +82,10 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
     let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
     let _ = writeln!(
         s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
+        r#"<text x="{:.1}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
         left + plot_w / 2.0,
         escape(title)
     );
-    // Grid and ticks.
     let mut y = 0.0;
     while y <= y_top + 1e-9 {
         let py = sy(y);
@@ -102,6 +99,24 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
         );
         y += y_step;
     }
+    s
+}
+
+/// A line chart; the knee of each series is circled and labelled.
+pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
+    let (w, h) = (760.0, 420.0);
+    let (left, right, top, bottom) = (70.0, 190.0, 40.0, 50.0);
+    let plot_w = w - left - right;
+    let plot_h = h - top - bottom;
+    let all = series.iter().flat_map(|s| s.points.iter());
+    let x_max = all.clone().map(|p| p.0).fold(0.0, f64::max);
+    let y_max = all.map(|p| p.1).fold(0.0, f64::max);
+    let (x_top, x_step) = nice_scale(x_max);
+    let (y_top, y_step) = nice_scale(y_max);
+    let sx = |x: f64| left + x / x_top * plot_w;
+    let sy = |y: f64| top + plot_h - y / y_top * plot_h;
+    // Grid and ticks.
+    let mut s = open_chart(title, (w, h), left, plot_w, (y_top, y_step), sy);
     let mut x = 0.0;
     while x <= x_top + 1e-9 {
         let px = sx(x);
@@ -189,31 +204,7 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[Bar]) -> String {
     let y_max = bars.iter().map(|b| b.p90.max(b.avg)).fold(0.0, f64::max);
     let (y_top, y_step) = nice_scale(y_max);
     let sy = |y: f64| top + plot_h - y / y_top * plot_h;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{:.1}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
-        left + plot_w / 2.0,
-        escape(title)
-    );
-    let mut y = 0.0;
-    while y <= y_top + 1e-9 {
-        let py = sy(y);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{left}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="#e0e0e0"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            left + plot_w,
-            left - 6.0,
-            py + 4.0,
-            fmt_num(y)
-        );
-        y += y_step;
-    }
+    let mut s = open_chart(title, (w, h), left, plot_w, (y_top, y_step), sy);
     let _ = writeln!(
         s,
         r#"<text x="16" y="{:.1}" text-anchor="middle" transform="rotate(-90 16 {:.1})">{}</text>"#,

@@ -300,38 +300,17 @@ async fn fetch(
             error,
         })?;
     steps.push(("cache_mget", micros(t.elapsed())));
-    let counters = &ctx.collector.counters;
-    for (key, value) in keys.iter().zip(values) {
-        match value {
-            Some(v) => {
-                if in_window {
-                    Counters::add(&counters.cache_hits, 1);
-                    if v.as_ref() != exam.question(key).as_slice() {
-                        Counters::add(&counters.value_mismatches, 1);
-                        ctx.collector
-                            .mismatch(format!("question {key}: wrong content"));
-                    }
-                }
-            }
-            None => {
-                if in_window {
-                    Counters::add(&counters.cache_misses, 1);
-                }
-                let t = Instant::now();
-                client
-                    .cache_set(QUESTIONS, key, &exam.question(key))
-                    .await
-                    .map_err(|error| UnitError {
-                        op: "cache_set",
-                        error,
-                    })?;
-                steps.push(("cache_set", micros(t.elapsed())));
-                if in_window {
-                    Counters::add(&counters.cache_regenerated, 1);
-                }
-            }
-        }
-    }
+    super::use_cached(
+        ctx,
+        client,
+        steps,
+        in_window,
+        (QUESTIONS, &keys, values),
+        |key| exam.question(key),
+        |key| format!("question {key}"),
+        Duration::ZERO,
+    )
+    .await?;
     Ok(())
 }
 

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::error::Result;
 use crate::run::{Conns, RunCtx};
-use crate::stats::{micros, Counters, Step};
+use crate::stats::{micros, Step};
 use crate::target::Client;
 use crate::workload::keys::{tagged_value, KeyChooser, KeyDist};
 use crate::workload::session::{self, session_content, SessionTracker};
@@ -305,7 +305,6 @@ impl Lms {
         steps: &mut Vec<Step>,
         in_window: bool,
     ) -> std::result::Result<(), UnitError> {
-        let counters = &ctx.collector.counters;
         let mut done = 0;
         while done < reads {
             let def = DEFINITIONS[rng.gen_range(0..DEFINITIONS.len())];
@@ -352,54 +351,19 @@ impl Lms {
                 },
                 micros(t.elapsed()),
             ));
-            for (key, value) in keys.iter().zip(values) {
-                match value {
-                    Some(v) => {
-                        if in_window {
-                            Counters::add(&counters.cache_hits, 1);
-                            if v.as_ref() != self.cache_value(def, key).as_slice() {
-                                Counters::add(&counters.value_mismatches, 1);
-                                ctx.collector
-                                    .mismatch(format!("cache {def}/{key}: wrong content"));
-                            }
-                        }
-                    }
-                    None => {
-                        if in_window {
-                            Counters::add(&counters.cache_misses, 1);
-                        }
-                        burn_cpu(Duration::from_micros(self.params.regen_us));
-                        let value = self.cache_value(def, key);
-                        let t = Instant::now();
-                        client
-                            .cache_set(def, key, &value)
-                            .await
-                            .map_err(|error| UnitError {
-                                op: "cache_set",
-                                error,
-                            })?;
-                        steps.push(("cache_set", micros(t.elapsed())));
-                        if in_window {
-                            Counters::add(&counters.cache_regenerated, 1);
-                        }
-                    }
-                }
-            }
+            super::use_cached(
+                ctx,
+                client,
+                steps,
+                in_window,
+                (def, &keys, values),
+                |key| self.cache_value(def, key),
+                |key| format!("cache {def}/{key}"),
+                Duration::from_micros(self.params.regen_us),
+            )
+            .await?;
             done += batch;
         }
         Ok(())
-    }
-}
-
-/// Spins for `d` (the application's cost of rebuilding a cache value), deliberately on the
-/// worker thread like PHP would.
-fn burn_cpu(d: Duration) {
-    let until = Instant::now() + d;
-    let mut x = 0u64;
-    while Instant::now() < until {
-        for i in 0..64u64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
-        }
-        std::hint::black_box(x);
     }
 }

@@ -15,6 +15,7 @@ pub mod lms;
 pub mod session;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use serde::Serialize;
@@ -22,7 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::error::{BenchError, Result};
 use crate::run::{Conns, RunCtx};
-use crate::stats::Step;
+use crate::stats::{micros, Counters, Step};
 use crate::target::{Client, ClientConfig};
 
 /// A failed step: which operation, and why.
@@ -180,5 +181,70 @@ impl Workload {
                 ),
             }),
         }
+    }
+}
+
+/// What a page does with the values of a cache (multi-)get of `keys` in `definition`: inside
+/// the measuring window it counts hits and misses and checks each hit against `expected(key)`
+/// (a wrong value is counted and reported as "`describe(key)`: wrong content"); for each miss
+/// it spends `regen` of CPU rebuilding the value and stores it, as the application would.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn use_cached(
+    ctx: &RunCtx,
+    client: &mut Client,
+    steps: &mut Vec<Step>,
+    in_window: bool,
+    (definition, keys, values): (&str, &[String], Vec<Option<bytes::Bytes>>),
+    expected: impl Fn(&str) -> Vec<u8>,
+    describe: impl Fn(&str) -> String,
+    regen: Duration,
+) -> std::result::Result<(), UnitError> {
+    let counters = &ctx.collector.counters;
+    for (key, value) in keys.iter().zip(values) {
+        match value {
+            Some(v) => {
+                if in_window {
+                    Counters::add(&counters.cache_hits, 1);
+                    if v.as_ref() != expected(key).as_slice() {
+                        Counters::add(&counters.value_mismatches, 1);
+                        ctx.collector
+                            .mismatch(format!("{}: wrong content", describe(key)));
+                    }
+                }
+            }
+            None => {
+                if in_window {
+                    Counters::add(&counters.cache_misses, 1);
+                }
+                burn_cpu(regen);
+                let value = expected(key);
+                let t = Instant::now();
+                client
+                    .cache_set(definition, key, &value)
+                    .await
+                    .map_err(|error| UnitError {
+                        op: "cache_set",
+                        error,
+                    })?;
+                steps.push(("cache_set", micros(t.elapsed())));
+                if in_window {
+                    Counters::add(&counters.cache_regenerated, 1);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Spins for `d` (the application's cost of rebuilding a cache value), deliberately on the
+/// worker thread like PHP would.
+fn burn_cpu(d: Duration) {
+    let until = Instant::now() + d;
+    let mut x = 0u64;
+    while Instant::now() < until {
+        for i in 0..64u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
+        }
+        std::hint::black_box(x);
     }
 }
