@@ -224,12 +224,21 @@ pub fn encoded_record_len(payload_len: usize) -> usize {
 
 /// Appends one encoded record to `buf`. The caller has checked `payload.len() <= MAX_RECORD_LEN`.
 pub fn encode_record(buf: &mut Vec<u8>, lsn: Lsn, payload: &[u8]) {
-    debug_assert!(payload.len() <= MAX_RECORD_LEN);
     buf.reserve(encoded_record_len(payload.len()));
-    buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    buf.extend_from_slice(&record_checksum(lsn, payload).to_le_bytes());
-    buf.extend_from_slice(&lsn.to_le_bytes());
+    buf.extend_from_slice(&encode_record_header(lsn, payload));
     buf.extend_from_slice(payload);
+}
+
+/// The [`RECORD_HEADER_LEN`] bytes that precede `payload` in its record (length, checksum,
+/// LSN), for writers that send the payload from where it is. The caller has checked
+/// `payload.len() <= MAX_RECORD_LEN`.
+pub fn encode_record_header(lsn: Lsn, payload: &[u8]) -> [u8; RECORD_HEADER_LEN] {
+    debug_assert!(payload.len() <= MAX_RECORD_LEN);
+    let mut header = [0u8; RECORD_HEADER_LEN];
+    header[0..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    header[4..8].copy_from_slice(&record_checksum(lsn, payload).to_le_bytes());
+    header[8..16].copy_from_slice(&lsn.to_le_bytes());
+    header
 }
 
 /// Why the record at some offset is not a valid record.

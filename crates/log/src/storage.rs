@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read};
+use std::io::{self, IoSlice, Read};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -19,6 +19,9 @@ use parking_lot::{Condvar, Mutex};
 /// Zero fill is written from a static buffer of this many zero bytes at a time.
 const ZERO_BUF_LEN: usize = 1 << 20;
 static ZEROS: [u8; ZERO_BUF_LEN] = [0; ZERO_BUF_LEN];
+
+/// Slices per `pwritev` call (Linux's `IOV_MAX`).
+const IOV_MAX: usize = 1024;
 
 /// A file open for writing at its *logical end*.
 ///
@@ -41,6 +44,15 @@ pub trait StorageFile: Send {
     /// Writes all of `buf` at the logical end of the file (handed to the OS, not yet durable)
     /// and moves the logical end past it.
     fn append(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// Writes the concatenation of `bufs` at the logical end of the file, as [`StorageFile::append`]
+    /// would write it joined, without joining it first (one vectored write per up to 1024
+    /// slices where the implementation can). The default appends the slices one by one.
+    fn append_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        for buf in bufs {
+            self.append(buf)?;
+        }
+        Ok(())
+    }
     /// Writes zero bytes from the current physical end of the file up to `physical_len` (does
     /// nothing if the file is already that large), without changing [`StorageFile::len`].
     /// Durable, like any written bytes, only after [`StorageFile::sync_data`].
@@ -58,6 +70,15 @@ pub trait StorageFile: Send {
     /// an error the log never retries: the OS may have dropped the dirty pages and a retry
     /// could falsely succeed.
     fn sync_data(&mut self) -> io::Result<()>;
+    /// Advice: bytes `start..end` of the file are durable and will not be read or written
+    /// through this handle again (`end == u64::MAX`: through the end of the file), so the OS
+    /// may drop them from its page cache. The log is read back only by recovery, so keeping
+    /// what it wrote cached only crowds out data that is read. Changes nothing a reader sees;
+    /// the default does nothing.
+    fn forget_cached(&mut self, start: u64, end: u64) -> io::Result<()> {
+        let _ = (start, end);
+        Ok(())
+    }
     /// Logical length of the file in bytes: the end of what was appended (including anything
     /// not yet durable), not counting zero fill past it.
     fn len(&self) -> u64;
@@ -187,6 +208,29 @@ impl StorageFile for OsFile {
         Ok(())
     }
 
+    fn append_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        let end = self.len + total;
+        self.claim(end)?;
+        let mut owned = bufs.to_vec();
+        let mut rest = &mut owned[..];
+        IoSlice::advance_slices(&mut rest, 0);
+        let mut offset = self.len;
+        while !rest.is_empty() {
+            let n = rest.len().min(IOV_MAX);
+            let written = match rustix::io::pwritev(&*self.file, &rest[..n], offset) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(written) => written,
+                Err(e) if e == rustix::io::Errno::INTR => continue,
+                Err(e) => return Err(e.into()),
+            };
+            offset += written as u64;
+            IoSlice::advance_slices(&mut rest, written);
+        }
+        self.len = end;
+        Ok(())
+    }
+
     fn preallocate(&mut self, physical_len: u64) -> io::Result<()> {
         let before = self.claim(physical_len)?;
         write_zeros(&self.file, before, physical_len)
@@ -235,6 +279,16 @@ impl StorageFile for OsFile {
             self.fill.done.notify_all();
             return self.preallocate(physical_len);
         }
+        Ok(())
+    }
+
+    fn forget_cached(&mut self, start: u64, end: u64) -> io::Result<()> {
+        let len = match end {
+            u64::MAX => None,
+            end if end > start => std::num::NonZeroU64::new(end - start),
+            _ => return Ok(()),
+        };
+        rustix::fs::fadvise(&*self.file, start, len, rustix::fs::Advice::DontNeed)?;
         Ok(())
     }
 
