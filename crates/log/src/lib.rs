@@ -31,15 +31,9 @@
 //! overwrite them, and only one fsync per zero-filled chunk carries a size change. Recovery
 //! reads zeros after the last record as unused space, not as a torn tail ([`recovery`]).
 //!
-//! What the log writes, it does not keep in memory twice: a large payload (512 bytes or more)
-//! goes to the OS straight from the buffer the server handed over, in one vectored write with
-//! the record headers ([`StorageFile::append_vectored`]); and once bytes are durable, whole
-//! pages of them are offered back to the OS page cache ([`StorageFile::forget_cached`], a
-//! `POSIX_FADV_DONTNEED` on real files, as PostgreSQL does for its WAL), as are snapshots once
-//! written. Only recovery reads these files, so caching them would only push out data that is
-//! read, and growing the cache by every byte logged costs fresh memory pages (expensive on a
-//! VM: a 4 KiB session logged 30 000 times a second took ~20 % of the server's pages per
-//! second before, see `docs/benchmarks/sessions.md`).
+//! A large payload (512 bytes or more) goes to the OS straight from the buffer the server
+//! handed over, in one vectored write with the record headers
+//! ([`StorageFile::append_vectored`]), instead of being copied into a write buffer first.
 
 pub mod error;
 pub mod format;

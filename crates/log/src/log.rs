@@ -543,9 +543,5 @@ fn write_snapshot_file(
     let size = encoder.finish(&mut buf);
     file.append(&buf).map_err(LogError::io_at("write", temp))?;
     file.sync_data().map_err(LogError::io_at("fsync", temp))?;
-    // Read again only by recovery: do not let it crowd the page cache (see `forget_cached`).
-    if let Err(e) = file.forget_cached(0, u64::MAX) {
-        tracing::debug!(error = %e, "could not drop a snapshot from the cache");
-    }
     Ok(size)
 }

@@ -70,15 +70,6 @@ pub trait StorageFile: Send {
     /// an error the log never retries: the OS may have dropped the dirty pages and a retry
     /// could falsely succeed.
     fn sync_data(&mut self) -> io::Result<()>;
-    /// Advice: bytes `start..end` of the file are durable and will not be read or written
-    /// through this handle again (`end == u64::MAX`: through the end of the file), so the OS
-    /// may drop them from its page cache. The log is read back only by recovery, so keeping
-    /// what it wrote cached only crowds out data that is read. Changes nothing a reader sees;
-    /// the default does nothing.
-    fn forget_cached(&mut self, start: u64, end: u64) -> io::Result<()> {
-        let _ = (start, end);
-        Ok(())
-    }
     /// Logical length of the file in bytes: the end of what was appended (including anything
     /// not yet durable), not counting zero fill past it.
     fn len(&self) -> u64;
@@ -279,16 +270,6 @@ impl StorageFile for OsFile {
             self.fill.done.notify_all();
             return self.preallocate(physical_len);
         }
-        Ok(())
-    }
-
-    fn forget_cached(&mut self, start: u64, end: u64) -> io::Result<()> {
-        let len = match end {
-            u64::MAX => None,
-            end if end > start => std::num::NonZeroU64::new(end - start),
-            _ => return Ok(()),
-        };
-        rustix::fs::fadvise(&*self.file, start, len, rustix::fs::Advice::DontNeed)?;
         Ok(())
     }
 

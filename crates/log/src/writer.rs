@@ -211,9 +211,6 @@ pub(crate) struct Writer {
     segment_records: u64,
     /// The active segment is zero-filled (or written) up to this offset.
     segment_zero_filled: u64,
-    /// The active segment's durable bytes up to here were last offered back to the OS cache
-    /// ([`StorageFile::forget_cached`]).
-    segment_forgotten: u64,
     /// Local copies of the published LSNs (only this thread changes them).
     written: Lsn,
     durable: Lsn,
@@ -235,12 +232,6 @@ pub(crate) struct Writer {
     buf_last_lsn: Lsn,
     buf_records: u64,
 }
-
-/// Durable log bytes are handed back to the OS cache in steps of at least this much.
-const FORGET_STEP: u64 = 1 << 20;
-/// Page size assumed for [`Writer::forget_durable_pages`] (a larger real page only means a
-/// partial page is kept).
-const FORGET_PAGE: u64 = 4096;
 
 /// Payloads at least this large are written from where they are (a slice of a vectored write);
 /// smaller ones are copied next to their headers, which is cheaper than a slice each.
@@ -330,7 +321,6 @@ impl Writer {
             segment_path,
             segment_records: 0,
             segment_zero_filled: segment.zero_filled,
-            segment_forgotten: 0,
             written: recovered_last,
             durable: recovered_last,
             unsynced_background_deadline: None,
@@ -543,31 +533,10 @@ impl Writer {
             .record_fsync(self.last_fsync.as_micros() as u64, target - self.durable);
         self.last_commit_records = target - self.durable;
         self.durable = target;
-        self.forget_durable_pages();
         self.unsynced_background_deadline = None;
         self.shared.queue.lock().taken_background_deadline = None;
         self.publish_durable();
         Ok(())
-    }
-
-    /// Hands the active segment's durable whole pages back to the OS cache, a
-    /// [`FORGET_STEP`] at a time (the page the next record goes into stays cached: a write
-    /// into part of an uncached page would read it back first). The log's bytes are read only
-    /// by recovery, so this keeps the log from filling the page cache (each gigabyte logged
-    /// took a gigabyte of cache until memory ran short); and the pages come back to the free
-    /// lists already in use, which on a VM is much cheaper than memory the guest never touched.
-    fn forget_durable_pages(&mut self) {
-        let end = self.segment.len() / FORGET_PAGE * FORGET_PAGE;
-        if end < self.segment_forgotten + FORGET_STEP {
-            return;
-        }
-        // From the start each time: the kernel skips pages it cannot drop yet (still on a
-        // per-CPU list right after the write, for one), and about half were left cached when
-        // each range was advised only once.
-        if let Err(e) = self.segment.forget_cached(0, end) {
-            tracing::debug!(error = %e, "could not drop durable log pages from the cache");
-        }
-        self.segment_forgotten = end;
     }
 
     fn publish_durable(&self) {
@@ -608,12 +577,7 @@ impl Writer {
                         segment.zero_filled - format::SEGMENT_HEADER_LEN as u64;
                 }
                 self.shared.segments.fetch_add(1, Ordering::AcqRel);
-                // Everything in the old segment is durable; none of it is read again.
-                if let Err(e) = self.segment.forget_cached(0, u64::MAX) {
-                    tracing::debug!(error = %e, "could not drop a closed log segment from the cache");
-                }
                 self.segment = segment.file;
-                self.segment_forgotten = 0;
                 self.segment_path = dir.join(format::segment_file_name(next_lsn));
                 self.segment_records = 0;
                 self.segment_zero_filled = segment.zero_filled;

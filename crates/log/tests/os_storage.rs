@@ -395,8 +395,8 @@ fn dropping_the_last_handle_flushes() {
 
 /// One batch of thousands of records, small ones (copied next to their headers) mixed with
 /// large ones (written in place from their own buffers): more slices than one `pwritev` takes,
-/// across the zero-fill chunk boundary, and the durable pages dropped from the page cache as
-/// the log goes. Everything reads back byte for byte.
+/// across the zero-fill chunk boundary, then strict records one fsync each. Everything reads
+/// back byte for byte.
 #[test]
 fn mixed_payload_sizes_in_one_vectored_batch_read_back_exactly() {
     let dir = TempDir::new("vectored");
@@ -413,7 +413,7 @@ fn mixed_payload_sizes_in_one_vectored_batch_read_back_exactly() {
     }
     // One sync: the writer takes all 3000 queued records as one batch.
     assert_eq!(log.sync_now().unwrap(), 3000);
-    // Then strict records one fsync at a time, past several page-cache drop steps.
+    // Then strict records one fsync at a time.
     for i in 3000..3200u64 {
         let p = payload("s", i, 16 * 1024);
         let lsn = log.append(p.clone(), Durability::Strict).unwrap();
@@ -426,27 +426,4 @@ fn mixed_payload_sizes_in_one_vectored_batch_read_back_exactly() {
     let (_log, rec) = Log::open(opts, Arc::new(OsStorage)).unwrap();
     assert_eq!(rec.torn_tail_bytes, 0);
     assert_eq!(check_prefix(&rec, &model, 3200), 3200);
-}
-
-/// `forget_cached` is advice about the page cache only: what a reader sees, and where the next
-/// append goes, do not change.
-#[test]
-fn forgetting_cached_pages_changes_nothing_a_reader_sees() {
-    use gradus_log::Storage;
-    let dir = TempDir::new("forget");
-    let path = dir.path().join("file");
-    let storage = OsStorage;
-    let mut file = storage.create(&path).unwrap();
-    let first: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
-    file.append(&first).unwrap();
-    file.sync_data().unwrap();
-    file.forget_cached(0, 2 << 20).unwrap();
-    file.forget_cached(1 << 20, 1 << 20).unwrap(); // empty range
-    file.append(b"after").unwrap();
-    file.sync_data().unwrap();
-    file.forget_cached(0, u64::MAX).unwrap();
-    let mut expected = first.clone();
-    expected.extend_from_slice(b"after");
-    assert_eq!(storage.read_all(&path).unwrap(), expected);
-    assert_eq!(file.len(), expected.len() as u64);
 }
