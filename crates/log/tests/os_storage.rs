@@ -395,7 +395,7 @@ fn dropping_the_last_handle_flushes() {
 
 /// One batch of thousands of records, small ones (copied next to their headers) mixed with
 /// large ones (written in place from their own buffers): more slices than one `pwritev` takes,
-/// across the zero-fill chunk boundary, then strict records one fsync each. Everything reads
+/// across zero-fill chunk and segment boundaries, then strict records one fsync each. Everything reads
 /// back byte for byte.
 #[test]
 fn mixed_payload_sizes_in_one_vectored_batch_read_back_exactly() {
@@ -403,6 +403,8 @@ fn mixed_payload_sizes_in_one_vectored_batch_read_back_exactly() {
     let mut opts = opts(&dir);
     opts.buffer_bytes = 64 << 20;
     opts.lazy_flush_ms = 60_000;
+    // Small segments: the batch is cut at record boundaries into several segments.
+    opts.segment_bytes = 4 << 20;
     let (log, _) = Log::open(opts.clone(), Arc::new(OsStorage)).unwrap();
     let sizes = [0usize, 1, 100, 511, 512, 513, 1024, 4096, 70_000];
     let mut model = Vec::new();
@@ -423,6 +425,7 @@ fn mixed_payload_sizes_in_one_vectored_batch_read_back_exactly() {
         model.push(p);
     }
     log.close().unwrap();
+    assert!(segment_count(&opts) >= 6, "{:?}", files(&opts));
     let (_log, rec) = Log::open(opts, Arc::new(OsStorage)).unwrap();
     assert_eq!(rec.torn_tail_bytes, 0);
     assert_eq!(check_prefix(&rec, &model, 3200), 3200);
