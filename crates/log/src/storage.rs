@@ -190,19 +190,15 @@ impl OsFile {
 
 impl StorageFile for OsFile {
     fn append(&mut self, buf: &[u8]) -> io::Result<()> {
-        let end = self.len + buf.len() as u64;
-        self.claim(end)?;
-        // Positional: the file cursor plays no part, so zero fill ahead of the logical end is
-        // overwritten in place.
-        self.file.write_all_at(buf, self.len)?;
-        self.len = end;
-        Ok(())
+        self.append_vectored(&[IoSlice::new(buf)])
     }
 
     fn append_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
         let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         let end = self.len + total;
         self.claim(end)?;
+        // Positional: the file cursor plays no part, so zero fill ahead of the logical end is
+        // overwritten in place.
         let mut owned = bufs.to_vec();
         let mut rest = &mut owned[..];
         IoSlice::advance_slices(&mut rest, 0);
