@@ -110,7 +110,15 @@ impl Log {
         let outcome = recovery::recover(&*storage, &dir, opts.repair)?;
         let recovered = outcome.recovered;
         let last_lsn = recovered.last_lsn;
-        let segment = writer::create_segment(&*storage, &dir, last_lsn + 1, opts.segment_bytes)?;
+        // No commit has been waited for yet: zero fill starts with the first one (see
+        // `LogOptions::zero_fill_window`), unless it is always on.
+        let segment = writer::create_segment(
+            &*storage,
+            &dir,
+            last_lsn + 1,
+            opts.segment_bytes,
+            opts.zero_fill_window == Duration::MAX,
+        )?;
 
         let mut stats = LogStats::default();
         stats.record_fsync(segment.fsync_time.as_micros() as u64, 0);

@@ -12,9 +12,9 @@ pub struct LogOptions {
     /// Directory holding the segment and snapshot files (created if missing).
     pub dir: PathBuf,
     /// A segment is closed and a new one started once its records would grow past this many
-    /// bytes (a single record larger than this still goes whole into one segment). Segment
-    /// files are zero-filled ahead of their records, 4 MiB at a time, up to this size (see the
-    /// crate docs). Default 64 MiB.
+    /// bytes (a single record larger than this still goes whole into one segment). While
+    /// zero fill is on (see `zero_fill_window`), segment files are zero-filled ahead of their
+    /// records, 4 MiB at a time, up to this size (see the crate docs). Default 64 MiB.
     pub segment_bytes: u64,
     /// `lazy` records are handed to the OS at least this often, in milliseconds. Default 1000.
     pub lazy_flush_ms: u64,
@@ -33,6 +33,13 @@ pub struct LogOptions {
     /// their fsync can start. Spends up to this much CPU once per strict commit; zero turns it
     /// off. Default 100 µs.
     pub strict_linger: Duration,
+    /// Segments are zero-filled ahead of their records while a commit that someone waits for
+    /// (a `strict` record or a `sync_now`) happened within this window, and not otherwise: the
+    /// zero fill makes those waited-for fsyncs cheaper, but writes every log byte twice, which
+    /// `background` and `lazy` records, whose fsyncs nobody waits for, only pay for (see the
+    /// crate docs). `Duration::ZERO`: never; `Duration::MAX`: always, including the segment
+    /// started at open. Default 10 s.
+    pub zero_fill_window: Duration,
     /// Repair mode: where recovery would stop with [`crate::LogError::Corrupt`] (damage in a
     /// segment other than the last, or a missing range), keep the valid prefix instead: the
     /// damaged segment is cut at its last valid record and every later segment is renamed to
@@ -49,6 +56,8 @@ impl LogOptions {
     pub const DEFAULT_BACKGROUND_FSYNC_MS: u64 = 10;
     /// Default strict linger: 100 µs.
     pub const DEFAULT_STRICT_LINGER: Duration = Duration::from_micros(100);
+    /// Default zero fill window: 10 s.
+    pub const DEFAULT_ZERO_FILL_WINDOW: Duration = Duration::from_secs(10);
     /// Default lazy buffer: 1 MiB.
     pub const DEFAULT_BUFFER_BYTES: usize = 1 << 20;
 
@@ -62,6 +71,7 @@ impl LogOptions {
             buffer_bytes: Self::DEFAULT_BUFFER_BYTES,
             max_queue_bytes: 64 << 20,
             strict_linger: Self::DEFAULT_STRICT_LINGER,
+            zero_fill_window: Self::DEFAULT_ZERO_FILL_WINDOW,
             repair: false,
         }
     }

@@ -20,6 +20,9 @@ use parking_lot::{Condvar, Mutex};
 const ZERO_BUF_LEN: usize = 1 << 20;
 static ZEROS: [u8; ZERO_BUF_LEN] = [0; ZERO_BUF_LEN];
 
+/// A background fill publishes its progress every this many bytes (see `preallocate_ahead`).
+const FILL_STEP: u64 = 256 << 10;
+
 /// Slices per `pwritev` call (Linux's `IOV_MAX`).
 const IOV_MAX: usize = 1024;
 
@@ -60,7 +63,8 @@ pub trait StorageFile: Send {
     /// Asks for zero fill up to `physical_len` ahead of need: an implementation may write it
     /// (and fdatasync it) on another thread, so that the appends reaching it later find it
     /// written and durable and their own fsyncs flush data only. Meanwhile appends below the
-    /// filled end proceed; one that would run into the fill still being written waits for it.
+    /// filled end proceed; one that would run into the fill still being written waits until
+    /// the fill has written the part it needs (not for the fill's fsync).
     /// An error of a background fill is returned by a later call on this handle. The default
     /// fills at once, like [`StorageFile::preallocate`].
     fn preallocate_ahead(&mut self, physical_len: u64) -> io::Result<()> {
@@ -138,10 +142,11 @@ struct Fill {
 
 #[derive(Default)]
 struct FillState {
-    /// The file is written (records or durable zero fill) up to here; nothing at or past it is
-    /// touched by the handle while a fill thread runs.
+    /// The file is written (records or zero fill, not necessarily durable yet) up to here;
+    /// nothing at or past it is touched by the handle while a fill thread runs.
     physical: u64,
-    /// A fill thread is writing zeros from `physical` onwards.
+    /// A fill thread is writing zeros from `physical` onwards (and fdatasyncs them when it
+    /// has written all that is `wanted`).
     busy: bool,
     /// The fill thread goes on up to here before it stops (asks made while it was busy).
     wanted: u64,
@@ -241,23 +246,38 @@ impl StorageFile for OsFile {
             .spawn(move || {
                 let mut from = from;
                 loop {
-                    let to = fill.state.lock().wanted;
-                    // Durable before anyone writes into it: the appends that land here later
-                    // then change neither the file size nor its extents.
-                    let result = write_zeros(&file, from, to).and_then(|()| file.sync_data());
+                    // One step at a time, published as soon as it is written: an append
+                    // waiting at the fill's edge waits for one step, not for the whole fill
+                    // and its fsync (the zeros need not be durable for the append to go over
+                    // them; only the fill must never write over an append).
+                    let to = fill.state.lock().wanted.min(from + FILL_STEP);
+                    let written = write_zeros(&file, from, to);
                     let mut state = fill.state.lock();
-                    match result {
+                    match written {
                         Ok(()) => state.physical = state.physical.max(to),
                         Err(e) => state.error = Some(e),
                     }
-                    if state.error.is_some() || state.wanted <= state.physical {
-                        state.busy = false;
-                        fill.done.notify_all();
-                        return;
-                    }
-                    from = state.physical;
-                    // Wake appenders waiting for the part already done.
                     fill.done.notify_all();
+                    if state.error.is_none() && state.wanted > state.physical {
+                        from = state.physical;
+                        continue;
+                    }
+                    drop(state);
+                    // All that was asked for is written: make it durable here, so the size
+                    // change is committed by this fsync and the log's own fsyncs find data only.
+                    let synced = file.sync_data();
+                    let mut state = fill.state.lock();
+                    if let Err(e) = synced {
+                        state.error.get_or_insert(e);
+                    }
+                    if state.error.is_none() && state.wanted > state.physical {
+                        // Asked for more meanwhile.
+                        from = state.physical;
+                        continue;
+                    }
+                    state.busy = false;
+                    fill.done.notify_all();
+                    return;
                 }
             });
         if spawned.is_err() {

@@ -16,15 +16,19 @@
 //!   everything, no fsync of its own (a later fsync covers it: the log is ordered);
 //! - shutdown → write everything, fsync, exit.
 //!
-//! Segments are zero-filled ahead of their records (why: see the crate docs): creating a
-//! segment writes its header and the first [`ZERO_FILL_CHUNK`] of zeros before the fsyncs,
-//! and every write keeps the zero fill at least a chunk ahead of its end (chunk boundaries,
-//! never past `segment_bytes`; a record larger than that extends the file as before). On real
-//! files the fill ahead is written and fdatasynced by a short-lived `gradus-log-fill` thread
-//! ([`StorageFile::preallocate_ahead`]), so no batch waits for it unless the records catch up
-//! with a fill still in progress. Records then overwrite durable zeros in place, so the
-//! writer's fsyncs are data-only. The zero fill counts in
-//! [`LogStats::zero_fill_bytes`], not in `bytes_written`.
+//! While commits that someone waits for are being made (a `strict` record or a `sync_now`
+//! within [`LogOptions::zero_fill_window`]), segments are zero-filled ahead of their records
+//! (why: see the crate docs): every write keeps the zero fill at least a chunk ahead of its end
+//! (chunk boundaries, never past `segment_bytes`; a record larger than that extends the file),
+//! and a segment started meanwhile is created with its first [`ZERO_FILL_CHUNK`] of zeros
+//! before its fsyncs. On real files the fill ahead is written and fdatasynced by a short-lived
+//! `gradus-log-fill` thread ([`StorageFile::preallocate_ahead`]), so no batch waits for it
+//! unless the records catch up with a fill still in progress. Records then overwrite durable
+//! zeros in place, so the writer's fsyncs are data-only. Outside the window (only `background`
+//! and `lazy` records, whose fsyncs nobody waits for) records are plainly appended: the file
+//! grows and an fsync commits its size too, once per `background_fsync_ms` at most, instead of
+//! every byte being written twice. The zero fill counts in [`LogStats::zero_fill_bytes`], not
+//! in `bytes_written`.
 //!
 //! A segment is fsynced before the next one is started, so after any crash only the last
 //! segment can hold unsynced (torn) bytes — recovery relies on that. A failed fsync (or write)
@@ -161,13 +165,15 @@ pub(crate) struct NewSegment {
 }
 
 /// Creates the segment whose first record will be `first_lsn`: header, zero fill of the first
-/// chunk, `fdatasync`, then a directory fsync — all before any record goes in, so a segment
-/// that holds records always has a durable header, durable zero fill and a durable name.
+/// chunk if `zero_fill`, `fdatasync`, then a directory fsync — all before any record goes in,
+/// so a segment that holds records always has a durable header, durable zero fill (if any) and
+/// a durable name.
 pub(crate) fn create_segment(
     storage: &dyn Storage,
     dir: &Path,
     first_lsn: Lsn,
     segment_bytes: u64,
+    zero_fill: bool,
 ) -> Result<NewSegment, LogError> {
     let path = dir.join(format::segment_file_name(first_lsn));
     let mut file = storage
@@ -176,7 +182,11 @@ pub(crate) fn create_segment(
     file.append(&format::encode_segment_header(first_lsn))
         .map_err(LogError::io_at("write", &path))?;
     let header_end = format::SEGMENT_HEADER_LEN as u64;
-    let zero_filled = zero_fill_target(header_end + 1, segment_bytes).max(header_end);
+    let zero_filled = if zero_fill {
+        zero_fill_target(header_end + 1, segment_bytes).max(header_end)
+    } else {
+        header_end
+    };
     file.preallocate(zero_filled)
         .map_err(LogError::io_at("zero-fill", &path))?;
     let started = Instant::now();
@@ -224,6 +234,9 @@ pub(crate) struct Writer {
     /// The batch being written holds a strict record (or a sync request): after its commit,
     /// linger for `strict_linger` before sleeping.
     linger_after_commit: bool,
+    /// When the writer last took a batch that someone waits on the fsync of (a strict record
+    /// or a sync request): zero fill stays on for `zero_fill_window` after it.
+    last_waited_commit: Option<Instant>,
     /// The batch being written (swapped with the queue's `Vec` to reuse both allocations).
     batch: Vec<Bytes>,
     /// The records encoded for the next write, reused.
@@ -327,6 +340,7 @@ impl Writer {
             last_fsync: Duration::ZERO,
             last_commit_records: 0,
             linger_after_commit: false,
+            last_waited_commit: None,
             batch: Vec::new(),
             buf: Outgoing::default(),
             buf_last_lsn: recovered_last,
@@ -410,6 +424,9 @@ impl Writer {
                 }
                 queue.taken_background_deadline = self.unsynced_background_deadline;
                 self.linger_after_commit = sync_requested;
+                if sync_requested {
+                    self.last_waited_commit = Some(now);
+                }
                 return Batch {
                     first_lsn,
                     sync: queue.shutdown || sync_requested || background_due,
@@ -476,19 +493,37 @@ impl Writer {
         self.flush_buf()
     }
 
-    /// Hands the encoded buffer to the OS (zero-filling the next chunk of the segment first if
-    /// the buffer would run past the zero fill) and publishes the written LSN.
+    /// Whether segments are zero-filled ahead of their records now (see the module docs).
+    fn zero_fill_wanted(&self) -> bool {
+        let window = self.shared.opts.zero_fill_window;
+        window == Duration::MAX
+            || self
+                .last_waited_commit
+                .is_some_and(|t| t.elapsed() < window)
+    }
+
+    /// Hands the encoded buffer to the OS, publishes the written LSN, and — while zero fill is
+    /// wanted — asks for the zero fill to be kept a chunk ahead of the new end.
     fn flush_buf(&mut self) -> Result<(), Stop> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let end = self.segment.len() + self.buf.len;
+        if let Err(e) = self.segment.append_vectored(&self.buf.slices()) {
+            let reason = format!("write failed: {}: {e}", self.segment_path.display());
+            return Err(self.poison(reason));
+        }
+        // Past the zero fill (none asked for, or a record larger than the segment limit) the
+        // append extended the file.
+        self.segment_zero_filled = self.segment_zero_filled.max(self.segment.len());
         let mut zero_filled = 0;
         // Keep about a chunk of zero fill ahead of the records, written (and fsynced) off this
         // thread where the storage can, so no batch waits for a fill; if the records catch up
-        // with a fill still being written, the append waits for it.
-        let ahead = zero_fill_target(end + ZERO_FILL_CHUNK, self.shared.opts.segment_bytes);
-        if ahead > self.segment_zero_filled {
+        // with a fill still being written, the append waits for the part it needs.
+        let ahead = zero_fill_target(
+            self.segment.len() + ZERO_FILL_CHUNK,
+            self.shared.opts.segment_bytes,
+        );
+        if ahead > self.segment_zero_filled && self.zero_fill_wanted() {
             if let Err(e) = self.segment.preallocate_ahead(ahead) {
                 let reason = format!("zero fill failed: {}: {e}", self.segment_path.display());
                 return Err(self.poison(reason));
@@ -496,12 +531,6 @@ impl Writer {
             zero_filled = ahead - self.segment_zero_filled;
             self.segment_zero_filled = ahead;
         }
-        if let Err(e) = self.segment.append_vectored(&self.buf.slices()) {
-            let reason = format!("write failed: {}: {e}", self.segment_path.display());
-            return Err(self.poison(reason));
-        }
-        // A record larger than the segment limit extends the file past the zero fill.
-        self.segment_zero_filled = self.segment_zero_filled.max(self.segment.len());
         {
             let mut stats = self.shared.stats.lock();
             stats.writes += 1;
@@ -565,7 +594,14 @@ impl Writer {
         }
         let dir = self.shared.opts.dir.clone();
         let segment_bytes = self.shared.opts.segment_bytes;
-        match create_segment(&*self.shared.storage, &dir, next_lsn, segment_bytes) {
+        let zero_fill = self.zero_fill_wanted();
+        match create_segment(
+            &*self.shared.storage,
+            &dir,
+            next_lsn,
+            segment_bytes,
+            zero_fill,
+        ) {
             Ok(segment) => {
                 {
                     let mut stats = self.shared.stats.lock();

@@ -132,8 +132,8 @@ fn mutate(rng: &mut StdRng, data: &mut Vec<u8>) {
 }
 
 fn open(disk: &SimStorage, dir: &Path) -> Result<(Log, Recovered), LogError> {
-    // Small segments keep a case cheap: each open zero-fills the segment it starts up to
-    // `segment_bytes` (or one 4 MiB chunk). Recovery reads the files whatever this is.
+    // Small segments keep a case cheap: once zero fill is on, the segment it fills is filled up
+    // to `segment_bytes` (or one 4 MiB chunk). Recovery reads the files whatever this is.
     let mut opts = LogOptions::new(dir);
     opts.segment_bytes = 64 << 10;
     Log::open(opts, Arc::new(disk.reboot()))

@@ -1,7 +1,9 @@
 //! Zero-filled segments through the whole log: the writer zero-fills segments ahead of their
-//! records (a chunk at a time, never past `segment_bytes`), records overwrite the zeros, and
-//! recovery reads zeros after the last record as unused space — after a clean close, after
-//! crashes of every kind inside the zero fill, and across many small segments.
+//! records (a chunk at a time, never past `segment_bytes`) while waited-for commits are being
+//! made, records overwrite the zeros, and recovery reads zeros after the last record as unused
+//! space — after a clean close, after crashes of every kind inside the zero fill (or with the
+//! fill turning on and off), and across many small segments. Outside the zero fill window
+//! records are plainly appended.
 
 mod common;
 
@@ -19,9 +21,11 @@ use rand::{Rng, SeedableRng};
 /// The writer's zero-fill chunk (`writer::ZERO_FILL_CHUNK`).
 const CHUNK: u64 = 4 << 20;
 
+/// Options with the zero fill always on (so the tests of its mechanics see it from the open).
 fn sim_opts(dir: &str, segment_bytes: u64) -> LogOptions {
     let mut opts = LogOptions::new(PathBuf::from(dir));
     opts.segment_bytes = segment_bytes;
+    opts.zero_fill_window = Duration::MAX;
     opts
 }
 
@@ -107,6 +111,119 @@ fn a_preallocated_segment_recovers_after_a_clean_close_with_no_torn_bytes() {
     assert_eq!(segments(&disk, &dir), vec![1, 101]);
 }
 
+/// Length of a segment holding `records` right after its header.
+fn records_end(records: &[Bytes]) -> u64 {
+    SEGMENT_HEADER_LEN as u64 + records.iter().map(|p| 16 + p.len() as u64).sum::<u64>()
+}
+
+#[test]
+fn background_and_lazy_records_are_appended_without_zero_fill() {
+    let disk = SimStorage::new(21);
+    let mut opts = LogOptions::new(PathBuf::from("/sim/zf/plain"));
+    opts.background_fsync_ms = 5;
+    let dir = opts.dir.clone();
+    let (log, _) = Log::open(opts.clone(), Arc::new(disk.clone())).unwrap();
+    assert_eq!(segment_file(&disk, &dir, 1).len(), SEGMENT_HEADER_LEN);
+    let model: Vec<Bytes> = (0..200).map(|i| payload("plain", i, 3000)).collect();
+    for (i, p) in model.iter().enumerate() {
+        let degree = if i % 2 == 0 {
+            Durability::Background
+        } else {
+            Durability::Lazy
+        };
+        log.append(p.clone(), degree).unwrap();
+    }
+    // Covered by a background fsync within its bound; nobody waited for a commit.
+    let last = model.len() as Lsn;
+    for _ in 0..200 {
+        if log.durable_lsn() >= last {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(log.durable_lsn(), last);
+    assert_eq!(log.stats().zero_fill_bytes, 0);
+    assert_eq!(
+        segment_file(&disk, &dir, 1).len() as u64,
+        records_end(&model),
+        "the file holds the records and nothing after them"
+    );
+    log.close().unwrap();
+    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
+    assert_eq!(rec.torn_tail_bytes, 0);
+    assert_eq!(recovered_state(&rec), model);
+}
+
+#[test]
+fn a_strict_commit_turns_the_zero_fill_on_and_the_window_turns_it_off() {
+    let disk = SimStorage::new(22);
+    let mut opts = LogOptions::new(PathBuf::from("/sim/zf/window"));
+    opts.segment_bytes = 10 << 20;
+    opts.zero_fill_window = Duration::from_millis(300);
+    let dir = opts.dir.clone();
+    let (log, _) = Log::open(opts.clone(), Arc::new(disk.clone())).unwrap();
+    let file_len = || segment_file(&disk, &dir, 1).len() as u64;
+    let mut model = Vec::new();
+    let mut append = |n: usize, degree: Durability| {
+        for _ in 0..n {
+            let p = payload("window", model.len() as u64, 100 << 10);
+            log.append(p.clone(), degree).unwrap();
+            model.push(p);
+        }
+        model.clone()
+    };
+    // Background records alone: appended, no zeros.
+    let so_far = append(10, Durability::Background);
+    std::thread::sleep(Duration::from_millis(40));
+    assert_eq!(file_len(), records_end(&so_far));
+    assert_eq!(log.stats().zero_fill_bytes, 0);
+    // A strict commit: from its write on, the fill runs a chunk ahead (~1.1 MiB of records:
+    // filled to 8 MiB).
+    let so_far = append(1, Durability::Strict);
+    log.sync_now().unwrap();
+    assert_eq!(file_len(), 2 * CHUNK);
+    let filled = log.stats().zero_fill_bytes;
+    assert_eq!(filled, 2 * CHUNK - records_end(&so_far));
+    // The window runs out; background records go on past the fill (to ~8.2 MiB) and extend
+    // the file without more zeros, though the segment limit (10 MiB) is further on.
+    std::thread::sleep(Duration::from_millis(400));
+    let so_far = append(71, Durability::Background);
+    log.close().unwrap();
+    assert!(records_end(&so_far) > 2 * CHUNK);
+    assert_eq!(file_len(), records_end(&so_far));
+    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
+    assert_eq!(rec.torn_tail_bytes, 0);
+    assert_eq!(recovered_state(&rec), so_far);
+}
+
+#[test]
+fn a_zero_window_never_zero_fills_even_for_strict_commits() {
+    let disk = SimStorage::new(23);
+    let mut opts = LogOptions::new(PathBuf::from("/sim/zf/never"));
+    opts.zero_fill_window = Duration::ZERO;
+    opts.segment_bytes = 64 << 10;
+    let dir = opts.dir.clone();
+    let (log, _) = Log::open(opts.clone(), Arc::new(disk.clone())).unwrap();
+    let model: Vec<Bytes> = (0..40).map(|i| payload("never", i, 4000)).collect();
+    for p in &model {
+        log.append(p.clone(), Durability::Strict).unwrap();
+        log.sync_now().unwrap();
+    }
+    assert_eq!(log.stats().zero_fill_bytes, 0);
+    log.close().unwrap();
+    for first in segments(&disk, &dir) {
+        let data = Bytes::from(segment_file(&disk, &dir, first));
+        let scan = format::scan_segment(&data).unwrap();
+        assert_eq!(
+            scan.valid_len,
+            data.len() as u64,
+            "segment {first} ends at its records"
+        );
+    }
+    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
+    assert_eq!(recovered_state(&rec), model);
+}
+
 #[test]
 fn the_zero_fill_grows_a_chunk_at_a_time_up_to_segment_bytes() {
     let disk = SimStorage::new(2);
@@ -178,6 +295,11 @@ fn crash_inside_the_zero_fill(seed: u64, mode: CrashMode, segment_bytes: u64) ->
     let mut rng = StdRng::seed_from_u64(seed);
     let disk = SimStorage::new(seed);
     let mut opts = sim_opts("/sim/zf/crash", segment_bytes);
+    // Odd seeds run with the default zero fill window: no fill until the first strict commit
+    // or sync, then fill ahead; segments and reopened logs start without it again.
+    if seed % 2 == 1 {
+        opts.zero_fill_window = LogOptions::DEFAULT_ZERO_FILL_WINDOW;
+    }
     // Lazy records reach the OS at once and background ones wait a while for their fsync,
     // so a crash usually finds written but unsynced records to drop or tear.
     opts.lazy_flush_ms = 0;
@@ -308,6 +430,7 @@ fn segments_are_zero_filled_on_disk() {
     let dir = TempDir::new("zerofill");
     let mut opts = LogOptions::new(dir.path().join("log"));
     opts.segment_bytes = 6 << 20;
+    opts.zero_fill_window = Duration::MAX;
     let (log, _) = Log::open(opts.clone(), Arc::new(OsStorage)).unwrap();
     let path = opts.dir.join(format::segment_file_name(1));
     let size = || std::fs::metadata(&path).unwrap().len();
