@@ -110,6 +110,7 @@ pub struct DurabilityConfig {
     pub lazy_flush_ms: u64,
     pub background_fsync_ms: u64,
     pub strict_linger_us: u64,
+    pub zero_fill_window_s: u64,
     pub segment_bytes: u64,
     pub snapshot_log_bytes: u64,
     pub snapshot_interval_s: u64,
@@ -124,6 +125,7 @@ struct PartialDurability {
     lazy_flush_ms: Option<u64>,
     background_fsync_ms: Option<u64>,
     strict_linger_us: Option<u64>,
+    zero_fill_window_s: Option<u64>,
     segment_bytes: Option<u64>,
     snapshot_log_bytes: Option<u64>,
     snapshot_interval_s: Option<u64>,
@@ -296,6 +298,7 @@ impl Config {
                 lazy_flush_ms,
                 background_fsync_ms,
                 strict_linger_us,
+                zero_fill_window_s,
                 segment_bytes,
                 snapshot_log_bytes,
                 snapshot_interval_s
@@ -438,6 +441,7 @@ impl Config {
         o.background_fsync_ms = self.durability.background_fsync_ms;
         o.segment_bytes = self.durability.segment_bytes;
         o.strict_linger = std::time::Duration::from_micros(self.durability.strict_linger_us);
+        o.zero_fill_window = std::time::Duration::from_secs(self.durability.zero_fill_window_s);
         o
     }
 }
@@ -484,6 +488,10 @@ mod tests {
         assert_eq!(d[1], gradus_log::Durability::None);
         assert_eq!(c.durability.background_fsync_ms, 10);
         assert_eq!(c.durability.strict_linger_us, 100);
+        assert_eq!(
+            c.log_options().zero_fill_window,
+            gradus_log::LogOptions::DEFAULT_ZERO_FILL_WINDOW
+        );
         c.merge_toml("[durability]\ndefault = \"sometimes\"\n")
             .unwrap();
         assert!(c.validate().is_err());
