@@ -102,6 +102,35 @@ def test_writes_before_an_error_stay(r2):
     assert r2.get("a") == b"1"
 
 
+def test_scripts_cannot_leave_anything_behind(r2):
+    """Scripts share a Lua state per thread: as in Redis 7, globals and the libraries are
+    read-only, so no script can change what the next one sees."""
+    for attack in [
+        "x = 1",
+        "_G.x = 1",
+        "string.len = nil",
+        "rawset(string, 'len', nil)",
+        "redis.call = nil",
+        "getmetatable('').__index = {}",
+        "loadstring('y = 2')()",
+    ]:
+        with pytest.raises(redis.ResponseError, match="readonly table"):
+            r2.eval(attack, 0)
+    # Many runs, so every thread's state has seen the attacks.
+    for _ in range(20):
+        assert r2.eval("return {string.len('abc'), ('x'):upper(), type(redis.call), type(_G.string)}", 0) == [
+            3,
+            b"X",
+            b"function",
+            b"table",
+        ]
+    # KEYS and ARGV belong to one call.
+    assert r2.eval("return {KEYS[1], ARGV[1]}", 1, "k", "a") == [b"k", b"a"]
+    assert r2.eval("return {type(KEYS[1]), type(ARGV[1])}", 0) == [b"nil", b"nil"]
+    # A script's own tables and the chunks it loads work as usual.
+    assert r2.eval("local t = {} t.a = 1 rawset(t, 'b', 2) return t.a + t.b + loadstring('return 4')()", 0) == 7
+
+
 def test_evalsha_and_script_cache(r2):
     body = "return ARGV[1] .. '!'"
     sha = r2.script_load(body)

@@ -1,8 +1,10 @@
 //! Lua scripting: EVAL, EVALSHA, SCRIPT LOAD|EXISTS|FLUSH|HELP, and FUNCTION FLUSH as a no-op.
 //!
-//! Scripts run in an embedded Lua 5.1 (the `mlua` crate, vendored), the version Redis uses.
-//! Each call gets a fresh, sandboxed Lua state (no `os`, `io`, `package`/`require`, `loadfile`,
-//! `dofile`, `coroutine`, `debug`): simple, and no script can leave globals behind for another.
+//! Scripts run in an embedded Lua 5.1 (the `mlua` crate, vendored), the version Redis uses, in a
+//! sandbox (no `os`, `io`, `package`/`require`, `loadfile`, `dofile`, `coroutine`, `debug`). Like
+//! Redis, each thread keeps one Lua state and the compiled scripts ([`Vm`]); as in Redis 7 the
+//! globals and the libraries are read-only and each script has its own environment, so no script
+//! can leave anything behind for another.
 //!
 //! Atomicity and logging work exactly like EXEC (see `transactions.rs`): the script runs under the
 //! *exclusive* hold of the store gate, `redis.call`/`redis.pcall` go through the command table and
@@ -26,11 +28,12 @@ use crate::state::Shared;
 use bytes::Bytes;
 use gradus_log::Durability;
 use gradus_proto::Frame;
-use mlua::{HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
+use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
 use parking_lot::Mutex;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -131,13 +134,13 @@ fn script(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ))
         }
         ("flush", 2) => {
-            cache().lock().clear();
+            flush_scripts();
             Ok(Frame::ok())
         }
         ("flush", 3)
             if args[2].eq_ignore_ascii_case(b"async") || args[2].eq_ignore_ascii_case(b"sync") =>
         {
-            cache().lock().clear();
+            flush_scripts();
             Ok(Frame::ok())
         }
         ("flush", _) => Err(CmdError::Syntax),
@@ -165,6 +168,12 @@ fn script(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             sub: String::from_utf8_lossy(&args[1]).into_owned(),
         }),
     }
+}
+
+/// SCRIPT FLUSH: forget every script, here and in every thread's compiled cache.
+fn flush_scripts() {
+    cache().lock().clear();
+    FLUSH_GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
 /// Gradus has no Redis Functions; FUNCTION FLUSH succeeds because there is nothing to flush
@@ -301,7 +310,7 @@ fn run_script(
     Ok(reply)
 }
 
-/// Compile and run the script in a fresh sandboxed state; the reply frame (errors included).
+/// Run the script on this thread's Lua state; the reply frame (errors included).
 fn execute(
     run: &RefCell<ScriptRun<'_>>,
     sha: &str,
@@ -309,41 +318,90 @@ fn execute(
     keys: &[Bytes],
     argv: &[Bytes],
 ) -> Frame {
-    let lua = match new_state() {
-        Ok(lua) => lua,
-        Err(e) => return CmdError::err(format!("cannot create the Lua state: {e}")).to_frame(),
-    };
-    // Set by the time-limit hook; read by the `pcall`/`xpcall` wrappers so a script cannot
-    // swallow its own kill.
-    let killed = Arc::new(AtomicBool::new(false));
-    let result = lua.scope(|scope| {
-        let globals = lua.globals();
-        globals.set("KEYS", string_list(&lua, keys)?)?;
-        globals.set("ARGV", string_list(&lua, argv)?)?;
-        let redis: Table = globals.get("redis")?;
-        // Both return the reply converted to Lua; `redis.call` raises error replies in the
-        // Lua prelude below.
-        let call = scope.create_function(|lua, args: MultiValue| {
-            let frame = match command_args(&args) {
-                Ok(args) => run.borrow_mut().call(args),
-                Err(e) => e.to_frame(),
-            };
-            frame_to_lua(lua, &frame)
-        })?;
-        redis.set("__call", call)?;
-        let flag = killed.clone();
-        redis.set(
-            "__killed",
-            lua.create_function(move |_, ()| Ok(flag.load(Ordering::Relaxed)))?,
-        )?;
-        lua.load(PRELUDE).set_name("=prelude").exec()?;
+    VM.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            match Vm::new() {
+                Ok(vm) => *slot = Some(vm),
+                Err(e) => {
+                    return CmdError::err(format!("cannot create the Lua state: {e}")).to_frame()
+                }
+            }
+        }
+        let vm = slot.as_mut().expect("just created");
+        match vm.run(run, sha, body, keys, argv) {
+            Ok(frame) => frame,
+            Err(e) => {
+                // Something failed outside the script itself (the state's own plumbing): start
+                // the next script on a new state rather than trust this one.
+                *slot = None;
+                Frame::Error(format!(
+                    "ERR Error running script: {} script: {sha}",
+                    one_line(&e.to_string())
+                ))
+            }
+        }
+    })
+}
 
-        let deadline = Instant::now() + SCRIPT_TIME_LIMIT;
-        let hook_flag = killed.clone();
+thread_local! {
+    /// This thread's Lua state, created by the first script that runs here.
+    static VM: RefCell<Option<Vm>> = const { RefCell::new(None) };
+}
+
+/// Bumped by SCRIPT FLUSH: every thread's state drops its compiled scripts when it sees a new value.
+static FLUSH_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Compiled scripts a state keeps (EVAL of ever-new bodies would grow it without bound); past
+/// this many the cache is emptied and refilled as scripts run again.
+const MAX_COMPILED: usize = 1000;
+
+/// A Lua state reused by every script run on one thread.
+///
+/// Creating a state, opening its libraries and compiling the prelude cost far more than a small
+/// script (with a fresh state per call, `EVALSHA` of phpredis' unlock script ran at a tenth of
+/// Redis' rate, all of it under the exclusive gate), so like Redis each thread keeps one state and
+/// each script's compiled function. Scripts stay isolated as in Redis 7: a script runs in an
+/// environment of its own (`KEYS`, `ARGV`, and the sandbox's globals read through it), global
+/// assignment fails with "Attempt to modify a readonly table", and the library tables (`string`,
+/// `table`, `math`, `redis`) and the string metatable are read-only, so no script can leave
+/// anything behind for the next one.
+struct Vm {
+    lua: Lua,
+    /// Compiled scripts by digest (as of `generation`).
+    compiled: HashMap<String, Function>,
+    generation: u64,
+    /// Metatable of every script's environment: reads fall through to the sandbox globals,
+    /// writes fail.
+    env_mt: Table,
+    /// The prelude's private table: `call` is the current script's `redis.call` callback.
+    hidden: Table,
+    /// Lua's own `pcall`, to run a script and catch what it raises.
+    pcall: Function,
+    /// Set by the time-limit hook; read by the `pcall`/`xpcall` wrappers so a script cannot
+    /// swallow its own kill. Reset for each script.
+    killed: Arc<AtomicBool>,
+    /// When the running script is killed.
+    deadline: Rc<Cell<Instant>>,
+}
+
+impl Vm {
+    fn new() -> mlua::Result<Vm> {
+        let lua = new_state()?;
+        let killed = Arc::new(AtomicBool::new(false));
+        let flag = killed.clone();
+        let read_killed = lua.create_function(move |_, ()| Ok(flag.load(Ordering::Relaxed)))?;
+        let hidden = lua.create_table()?;
+        let (env_mt, pcall): (Table, Function) = lua
+            .load(PRELUDE)
+            .set_name("=prelude")
+            .call((hidden.clone(), read_killed))?;
+        let deadline = Rc::new(Cell::new(Instant::now()));
+        let (hook_flag, hook_deadline) = (killed.clone(), deadline.clone());
         lua.set_hook(
             HookTriggers::new().every_nth_instruction(HOOK_EVERY),
             move |_, _| {
-                if hook_flag.load(Ordering::Relaxed) || Instant::now() > deadline {
+                if hook_flag.load(Ordering::Relaxed) || Instant::now() > hook_deadline.get() {
                     hook_flag.store(true, Ordering::Relaxed);
                     return Err(mlua::Error::runtime(
                         "ERR Script killed: it ran longer than the script time limit",
@@ -352,41 +410,108 @@ fn execute(
                 Ok(VmState::Continue)
             },
         );
-        let func = match lua
+        Ok(Vm {
+            lua,
+            compiled: HashMap::new(),
+            generation: FLUSH_GENERATION.load(Ordering::Acquire),
+            env_mt,
+            hidden,
+            pcall,
+            killed,
+            deadline,
+        })
+    }
+
+    /// The compiled function for `body` (digest `sha`), or the compile error's reply.
+    fn compiled(&mut self, sha: &str, body: &Bytes) -> Result<Function, Frame> {
+        let generation = FLUSH_GENERATION.load(Ordering::Acquire);
+        if generation != self.generation || self.compiled.len() >= MAX_COMPILED {
+            self.compiled.clear();
+            self.generation = generation;
+        }
+        if let Some(f) = self.compiled.get(sha) {
+            return Ok(f.clone());
+        }
+        let f = self
+            .lua
             .load(body.as_ref())
             .set_name("@user_script")
             .into_function()
-        {
-            Ok(f) => f,
-            Err(e) => {
-                return Ok(Frame::Error(format!(
+            .map_err(|e| {
+                Frame::Error(format!(
                     "ERR Error compiling script (new function): {}",
                     one_line(&e.to_string())
-                )))
+                ))
+            })?;
+        self.compiled.insert(sha.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// A script's own environment: `KEYS`, `ARGV`, `_G` (itself), the sandbox behind it.
+    fn new_env(&self, keys: &[Bytes], argv: &[Bytes]) -> mlua::Result<Table> {
+        let env = self.lua.create_table_with_capacity(0, 3)?;
+        env.raw_set("KEYS", string_list(&self.lua, keys)?)?;
+        env.raw_set("ARGV", string_list(&self.lua, argv)?)?;
+        env.raw_set("_G", env.clone())?;
+        env.set_metatable(Some(self.env_mt.clone()));
+        Ok(env)
+    }
+
+    /// Runs one script. `Err` only for failures of the state itself; whatever the script does
+    /// (errors, kills, compile errors) comes back as the reply frame.
+    fn run(
+        &mut self,
+        run: &RefCell<ScriptRun<'_>>,
+        sha: &str,
+        body: &Bytes,
+        keys: &[Bytes],
+        argv: &[Bytes],
+    ) -> mlua::Result<Frame> {
+        let func = match self.compiled(sha, body) {
+            Ok(f) => f,
+            Err(reply) => return Ok(reply),
+        };
+        let lua = &self.lua;
+        func.set_environment(self.new_env(keys, argv)?)?;
+        self.killed.store(false, Ordering::Relaxed);
+        self.deadline.set(Instant::now() + SCRIPT_TIME_LIMIT);
+        let result = lua.scope(|scope| {
+            // `redis.call`/`redis.pcall` reach this through the prelude's private table; it
+            // dies with the scope.
+            let call = scope.create_function(|lua, args: MultiValue| {
+                let frame = match command_args(&args) {
+                    Ok(args) => run.borrow_mut().call(args),
+                    Err(e) => e.to_frame(),
+                };
+                frame_to_lua(lua, &frame)
+            })?;
+            self.hidden.raw_set("call", call)?;
+            let out: MultiValue = self.pcall.call(func)?;
+            self.hidden.raw_set("call", Value::Nil)?;
+            Ok(out)
+        });
+        let out = match result {
+            Ok(out) => out,
+            Err(e) => {
+                let _ = self.hidden.raw_set("call", Value::Nil);
+                return Err(e);
             }
         };
-        let pcall: mlua::Function = redis.get("__pcall")?;
-        let out: MultiValue = pcall.call(func)?;
         let mut out = out.into_iter();
         let ok = matches!(out.next(), Some(Value::Boolean(true)));
         let value = out.next().unwrap_or(Value::Nil);
-        if ok {
-            return Ok(lua_to_frame(&value, 0));
+        let frame = if ok {
+            lua_to_frame(&value, 0)
+        } else if self.killed.load(Ordering::Relaxed) {
+            Frame::Error("ERR Script killed: it ran longer than the script time limit".into())
+        } else {
+            script_error(&value, sha)
+        };
+        if !ok {
+            // A script that failed may have failed for memory: give it back now.
+            let _ = lua.gc_collect();
         }
-        if killed.load(Ordering::Relaxed) {
-            return Ok(Frame::Error(
-                "ERR Script killed: it ran longer than the script time limit".into(),
-            ));
-        }
-        Ok(script_error(&value, sha))
-    });
-    lua.remove_hook();
-    match result {
-        Ok(frame) => frame,
-        Err(e) => Frame::Error(format!(
-            "ERR Error running script: {} script: {sha}",
-            one_line(&e.to_string())
-        )),
+        Ok(frame)
     }
 }
 
@@ -415,25 +540,37 @@ fn one_line(s: &str) -> String {
     first.replace('\r', " ")
 }
 
-/// Lua code run before the script: `redis.call`/`pcall` over the Rust `__call`, and `pcall` /
-/// `xpcall` wrappers that re-raise once the time limit has killed the script.
+/// Run once per state, with the private table (`hidden`) and the kill-flag reader: defines
+/// `redis.call` & co, the `pcall`/`xpcall` wrappers that re-raise once the time limit has killed
+/// the script, read-only views of the libraries, and returns the metatable of script
+/// environments plus Lua's own `pcall`. Nothing a script can reach leads back to a mutable
+/// table of the state (the globals, the libraries, the string metatable).
 const PRELUDE: &str = r#"
-local call, killed = redis.__call, redis.__killed
-local raw_pcall, raw_xpcall, raw_error, unpack_ = pcall, xpcall, error, unpack
-redis.__call, redis.__killed = nil, nil
-redis.__pcall = raw_pcall
+local hidden, killed = ...
+local G = _G
+local raw_pcall, raw_xpcall, raw_error, raw_rawset = pcall, xpcall, error, rawset
+local raw_setmetatable, raw_getmetatable, raw_loadstring = setmetatable, getmetatable, loadstring
+local raw_setfenv, raw_getfenv, raw_type, raw_pairs = setfenv, getfenv, type, pairs
+local readonly_tables = raw_setmetatable({}, {__mode = 'k'})
+local function readonly_error() raw_error('Attempt to modify a readonly table', 2) end
+local function readonly(t)
+  local view = raw_setmetatable({}, {__index = t, __newindex = readonly_error, __metatable = false})
+  readonly_tables[view] = true
+  return view
+end
+local redis = G.redis
 redis.call = function(...)
-  local reply = call(...)
-  if type(reply) == 'table' and reply.err ~= nil then raw_error(reply, 0) end
+  local reply = hidden.call(...)
+  if raw_type(reply) == 'table' and reply.err ~= nil then raw_error(reply, 0) end
   return reply
 end
-redis.pcall = function(...) return call(...) end
+redis.pcall = function(...) return hidden.call(...) end
 redis.error_reply = function(msg)
-  if type(msg) ~= 'string' then raw_error('wrong number or type of arguments', 2) end
+  if raw_type(msg) ~= 'string' then raw_error('wrong number or type of arguments', 2) end
   return {err = msg}
 end
 redis.status_reply = function(msg)
-  if type(msg) ~= 'string' then raw_error('wrong number or type of arguments', 2) end
+  if raw_type(msg) ~= 'string' then raw_error('wrong number or type of arguments', 2) end
   return {ok = msg}
 end
 redis.log = function() end
@@ -445,11 +582,34 @@ local function recheck(...)
   if killed() then raw_error('ERR Script killed: it ran longer than the script time limit', 0) end
   return ...
 end
-pcall = function(...) return recheck(raw_pcall(...)) end
-xpcall = function(...) return recheck(raw_xpcall(...)) end
+local base = {}
+for k, v in raw_pairs(G) do
+  if k ~= '_G' and k ~= 'setfenv' and k ~= 'getfenv' then base[k] = v end
+end
+base.pcall = function(...) return recheck(raw_pcall(...)) end
+base.xpcall = function(...) return recheck(raw_xpcall(...)) end
+base.rawset = function(t, k, v)
+  if readonly_tables[t] then raw_error('Attempt to modify a readonly table', 2) end
+  return raw_rawset(t, k, v)
+end
+-- Chunks loaded by a script run in the script's own environment; no bytecode.
+base.loadstring = function(s, name)
+  if raw_type(s) == 'string' and s:byte(1) == 27 then return nil, 'binary chunks are not allowed' end
+  local f, err = raw_loadstring(s, name)
+  if f then raw_setfenv(f, raw_getfenv(2)) end
+  return f, err
+end
+base.string = readonly(G.string)
+base.table = readonly(G.table)
+base.math = readonly(G.math)
+base.redis = readonly(redis)
+local string_mt = raw_getmetatable('')
+string_mt.__index = base.string
+string_mt.__metatable = readonly(string_mt)
+return {__index = base, __newindex = readonly_error, __metatable = false}, raw_pcall
 "#;
 
-/// A fresh Lua 5.1 state with only the safe libraries.
+/// A Lua 5.1 state with only the safe libraries (the prelude then makes them read-only).
 fn new_state() -> mlua::Result<Lua> {
     let lua = Lua::new_with(
         StdLib::TABLE | StdLib::STRING | StdLib::MATH,
@@ -465,11 +625,10 @@ fn new_state() -> mlua::Result<Lua> {
         "module",
         "package",
         "coroutine",
-        "getfenv",
-        "setfenv",
         "newproxy",
         "collectgarbage",
         "gcinfo",
+        "print",
     ] {
         globals.raw_remove(name)?;
     }
@@ -643,40 +802,117 @@ mod tests {
     }
 }
 #[cfg(test)]
-mod time_limit {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
+mod state_reuse {
+    use super::*;
 
-    /// The prelude's `pcall` wrapper re-raises once the hook has killed the script.
+    /// Runs `body` on `vm` as a script with no `redis.call` (pcall's first result, then the value).
+    fn eval(vm: &mut Vm, body: &str) -> (bool, Value) {
+        let body = Bytes::copy_from_slice(body.as_bytes());
+        let f = vm.compiled(&sha1_hex(&body), &body).unwrap();
+        f.set_environment(vm.new_env(&[], &[]).unwrap()).unwrap();
+        vm.killed.store(false, Ordering::Relaxed);
+        vm.deadline.set(Instant::now() + Duration::from_millis(200));
+        let out: MultiValue = vm.pcall.call(f).unwrap();
+        let mut out = out.into_iter();
+        let ok = matches!(out.next(), Some(Value::Boolean(true)));
+        (ok, out.next().unwrap_or(Value::Nil))
+    }
+
+    fn error_text(v: &Value) -> String {
+        v.to_string().unwrap_or_default()
+    }
+
+    /// The prelude's `pcall` wrapper re-raises once the hook has killed the script, and the
+    /// state runs the next script normally.
     #[test]
     fn pcall_cannot_swallow_the_kill() {
-        let lua = super::new_state().unwrap();
-        let killed = Arc::new(AtomicBool::new(false));
-        let redis: mlua::Table = lua.globals().get("redis").unwrap();
-        redis
-            .set("__call", lua.create_function(|_, ()| Ok(1)).unwrap())
-            .unwrap();
-        let flag = killed.clone();
-        let read = lua.create_function(move |_, ()| Ok(flag.load(Ordering::Relaxed)));
-        redis.set("__killed", read.unwrap()).unwrap();
-        lua.load(super::PRELUDE).exec().unwrap();
-        let start = std::time::Instant::now();
-        let hook_flag = killed.clone();
-        let triggers = mlua::HookTriggers::new().every_nth_instruction(10_000);
-        lua.set_hook(triggers, move |_, _| {
-            if hook_flag.load(Ordering::Relaxed)
-                || start.elapsed() > std::time::Duration::from_millis(100)
-            {
-                hook_flag.store(true, Ordering::Relaxed);
-                return Err(mlua::Error::runtime("killed"));
-            }
-            Ok(mlua::VmState::Continue)
-        });
-        let body = "while true do pcall(function() while true do end end) end";
-        let f = lua.load(body).into_function().unwrap();
-        let pcall: mlua::Function = redis.get("__pcall").unwrap();
-        let r: mlua::MultiValue = pcall.call(f).unwrap();
-        assert!(matches!(r.front(), Some(mlua::Value::Boolean(false))));
-        assert!(killed.load(Ordering::Relaxed));
+        let mut vm = Vm::new().unwrap();
+        let (ok, _) = eval(
+            &mut vm,
+            "while true do pcall(function() while true do end end) end",
+        );
+        assert!(!ok);
+        assert!(vm.killed.load(Ordering::Relaxed));
+        let (ok, v) = eval(&mut vm, "return 41 + 1");
+        assert!(ok);
+        assert_eq!(lua_to_frame(&v, 0), Frame::Integer(42));
+    }
+
+    /// Nothing one script does is seen by the next on the same state.
+    #[test]
+    fn scripts_cannot_change_what_the_next_one_sees() {
+        let mut vm = Vm::new().unwrap();
+        for attack in [
+            "x = 1",
+            "_G.x = 1",
+            "string.len = nil",
+            "redis.call = nil",
+            "math.floor = nil",
+            "rawset(string, 'len', nil)",
+            "rawset(table, 'insert', nil)",
+            "getmetatable('').__index = {}",
+            "getmetatable('').len = nil",
+            "setmetatable(string, {})",
+            "loadstring('y = 2')()",
+        ] {
+            let (ok, err) = eval(&mut vm, attack);
+            assert!(!ok, "{attack} succeeded");
+            let text = error_text(&err);
+            assert!(
+                text.contains("readonly") || text.contains("protected metatable"),
+                "{attack}: {text}"
+            );
+        }
+        let (ok, v) = eval(
+            &mut vm,
+            "return {type(x), type(y), string.len('abc'), ('abc'):upper(), math.floor(2.5), \
+             type(redis.call), type(table.insert)}",
+        );
+        assert!(ok, "{}", error_text(&v));
+        assert_eq!(
+            lua_to_frame(&v, 0),
+            Frame::Array(vec![
+                Frame::Bulk("nil".into()),
+                Frame::Bulk("nil".into()),
+                Frame::Integer(3),
+                Frame::Bulk("ABC".into()),
+                Frame::Integer(2),
+                Frame::Bulk("function".into()),
+                Frame::Bulk("function".into()),
+            ])
+        );
+    }
+
+    /// Locals, tables of the script's own, and chunks it loads work as usual; bytecode does not
+    /// load.
+    #[test]
+    fn scripts_keep_their_own_tables_and_loaded_chunks() {
+        let mut vm = Vm::new().unwrap();
+        let (ok, v) = eval(
+            &mut vm,
+            "local t = {} t.a = 5 rawset(t, 'b', 6) local f = loadstring('return KEYS') \
+             return {t.a, t.b, type(f), type(loadstring(string.dump(function() end)))}",
+        );
+        assert!(ok, "{}", error_text(&v));
+        assert_eq!(
+            lua_to_frame(&v, 0),
+            Frame::Array(vec![
+                Frame::Integer(5),
+                Frame::Integer(6),
+                Frame::Bulk("function".into()),
+                Frame::Bulk("nil".into()),
+            ])
+        );
+    }
+
+    /// SCRIPT FLUSH empties every state's compiled cache.
+    #[test]
+    fn a_flush_drops_compiled_scripts() {
+        let mut vm = Vm::new().unwrap();
+        eval(&mut vm, "return 1");
+        assert_eq!(vm.compiled.len(), 1);
+        flush_scripts();
+        eval(&mut vm, "return 2");
+        assert_eq!(vm.compiled.len(), 1, "the old script was dropped");
     }
 }
