@@ -181,55 +181,35 @@ fn main() {
             g_rate
         )
     );
-    let (r, r_rate) = run_pages(
-        users,
-        pages,
-        |c, u| {
-            redis_page(
-                c,
-                format!("PHPREDIS_SESSION:{u}").as_bytes(),
-                &data,
-                format!("secret{u}").as_bytes(),
-                &sha,
-            )
-        },
-        &redis,
-    );
-    println!(
-        "{}",
-        row(
-            "redis-server, phpredis sequence (4 round trips)",
-            &r,
-            r_rate
-        )
-    );
-    // The same phpredis sequence against Gradus: what an unchanged phpredis client gets there.
-    // Not part of the ratio; the scripts are loaded there too (each server has its own cache).
-    let gradus_sha = match Conn::new(&gradus).call(&[b"SCRIPT", b"LOAD", UNLOCK.as_bytes()]) {
-        Frame::Bulk(b) => b.to_vec(),
-        other => panic!("SCRIPT LOAD on Gradus: {other:?}"),
+    // The phpredis sequence, on `addr` (whose script cache gets the unlock script first).
+    let phpredis = |addr: &str, label: &str| {
+        let sha = match Conn::new(addr).call(&[b"SCRIPT", b"LOAD", UNLOCK.as_bytes()]) {
+            Frame::Bulk(b) => b.to_vec(),
+            other => panic!("SCRIPT LOAD on {addr}: {other:?}"),
+        };
+        let (lat, rate) = run_pages(
+            users,
+            pages,
+            |c, u| {
+                redis_page(
+                    c,
+                    format!("PHPREDIS_SESSION:{u}").as_bytes(),
+                    &data,
+                    format!("secret{u}").as_bytes(),
+                    &sha,
+                )
+            },
+            addr,
+        );
+        println!("{}", row(label, &lat, rate));
+        lat
     };
-    let (gp, gp_rate) = run_pages(
-        users,
-        pages,
-        |c, u| {
-            redis_page(
-                c,
-                format!("PHPREDIS_SESSION:{u}").as_bytes(),
-                &data,
-                format!("secret{u}").as_bytes(),
-                &gradus_sha,
-            )
-        },
+    let r = phpredis(&redis, "redis-server, phpredis sequence (4 round trips)");
+    // The same sequence against Gradus: what an unchanged phpredis client gets there (not part
+    // of the ratio).
+    phpredis(
         &gradus,
-    );
-    println!(
-        "{}",
-        row(
-            "Gradus, the same phpredis sequence (4 round trips; not in the ratio)",
-            &gp,
-            gp_rate
-        )
+        "Gradus, the same phpredis sequence (4 round trips; not in the ratio)",
     );
     println!(
         "\nPage P90 ratio Gradus / Redis: {:.2}\n",
