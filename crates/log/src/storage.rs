@@ -152,6 +152,8 @@ struct FillState {
     wanted: u64,
     /// What a background fill failed with, reported by the next call.
     error: Option<io::Error>,
+    /// The handle is being dropped: the fill thread stops after its current step.
+    stopped: bool,
 }
 
 impl FillState {
@@ -258,7 +260,11 @@ impl StorageFile for OsFile {
                         Err(e) => state.error = Some(e),
                     }
                     fill.done.notify_all();
-                    if state.error.is_none() && state.wanted > state.physical {
+                    if state.error.is_some() || state.stopped {
+                        state.busy = false;
+                        return;
+                    }
+                    if state.wanted > state.physical {
                         from = state.physical;
                         continue;
                     }
@@ -296,6 +302,20 @@ impl StorageFile for OsFile {
 
     fn len(&self) -> u64 {
         self.len
+    }
+}
+
+impl Drop for OsFile {
+    /// A fill thread must not outlive its handle: it would go on writing zeros into a file
+    /// that may since have been cut (recovery truncates the last segment to its records) or
+    /// removed. It stops after the step it is writing (zeros past the records that no fsync
+    /// covers are harmless: a crash leaves them or a shorter file, never other bytes).
+    fn drop(&mut self) {
+        let mut state = self.fill.state.lock();
+        state.stopped = true;
+        while state.busy {
+            self.fill.done.wait(&mut state);
+        }
     }
 }
 

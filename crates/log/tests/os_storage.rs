@@ -179,6 +179,30 @@ fn a_snapshot_beyond_the_last_lsn_is_refused() {
     ));
 }
 
+/// A zero fill still running when the log closes must stop with it: a later open cuts the
+/// last segment to its records, and a fill thread going on after that would grow it again.
+#[test]
+fn closing_the_log_stops_its_zero_fill() {
+    for round in 0..5u64 {
+        let dir = TempDir::new("fillstop");
+        let opts = opts(&dir);
+        let (log, _) = Log::open(opts.clone(), Arc::new(OsStorage)).unwrap();
+        // A strict write turns the zero fill on: a fill thread starts on the next 4 MiB.
+        log.append(payload("f", round, 100), Durability::Strict)
+            .unwrap();
+        log.sync_now().unwrap();
+        log.close().unwrap();
+        let path = opts.dir.join(format::segment_file_name(1));
+        let size = || std::fs::metadata(&path).unwrap().len();
+        let at_close = size();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(size(), at_close, "round {round}: the file grew after close");
+        let (_log, rec) = Log::open(opts, Arc::new(OsStorage)).unwrap();
+        assert_eq!(rec.torn_tail_bytes, 0);
+        assert_eq!(recovered_state(&rec).len(), 1);
+    }
+}
+
 #[test]
 fn a_torn_tail_is_truncated_and_reported() {
     let dir = TempDir::new("torn");
