@@ -120,6 +120,31 @@ class _Servers:
         return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.tmp_root))
 
     def start_gradus(self, *extra_args: str, name: str = "gradus") -> ServerProcess:
+        return self._start_on_free_ports(lambda: self._gradus(extra_args, name))
+
+    def start_redis(self, *extra_args: str, name: str = "redis") -> ServerProcess:
+        binary = redis_server_binary()
+        if binary is None:
+            pytest.skip("redis-server is not installed (run scripts/install-deps.sh); differential test skipped")
+        return self._start_on_free_ports(lambda: self._redis(binary, extra_args, name))
+
+    def _start_on_free_ports(self, make) -> ServerProcess:
+        """Start the server `make()` builds; if a port free a moment ago was taken before the
+        server could bind it (another process, or a client's ephemeral port), try new ports."""
+        for attempt in range(5):
+            server = make()
+            self.started.append(server)
+            try:
+                server.start()
+                return server
+            except RuntimeError as exc:
+                if "Address already in use" in str(exc) and attempt < 4:
+                    self.started.remove(server)
+                    continue
+                pytest.fail(str(exc), pytrace=False)
+        raise AssertionError("unreachable")
+
+    def _gradus(self, extra_args, name: str) -> ServerProcess:
         extra = [str(a) for a in extra_args]
         port = free_port(HOST)
         if "--memcached-port" in extra:
@@ -142,28 +167,14 @@ class _Servers:
             argv = _gradus_argv(binary, port, dir, extra, memcached_port)
         server = ServerProcess(name, argv, HOST, port, dir, password=_password_of(extra))
         server.memcached_port = memcached_port
-        self.started.append(server)
-        try:
-            server.start()
-        except RuntimeError as exc:
-            pytest.fail(str(exc), pytrace=False)
         return server
 
-    def start_redis(self, *extra_args: str, name: str = "redis") -> ServerProcess:
-        binary = redis_server_binary()
-        if binary is None:
-            pytest.skip("redis-server is not installed (run scripts/install-deps.sh); differential test skipped")
+    def _redis(self, binary: str, extra_args, name: str) -> ServerProcess:
         port = free_port(HOST)
         dir = self.new_dir(name)
         argv = [binary, "--bind", HOST, "--port", str(port), "--dir", str(dir),
                 "--save", "", "--appendonly", "no"] + [str(a) for a in extra_args]
-        server = ServerProcess(name, argv, HOST, port, dir)
-        self.started.append(server)
-        try:
-            server.start()
-        except RuntimeError as exc:
-            pytest.fail(str(exc), pytrace=False)
-        return server
+        return ServerProcess(name, argv, HOST, port, dir)
 
     def finish(self) -> None:
         failures = []
