@@ -486,18 +486,11 @@ impl Vm {
                 frame_to_lua(lua, &frame)
             })?;
             self.hidden.raw_set("call", call)?;
-            let out: MultiValue = self.pcall.call(func)?;
-            self.hidden.raw_set("call", Value::Nil)?;
-            Ok(out)
+            self.pcall.call::<MultiValue>(func)
         });
-        let out = match result {
-            Ok(out) => out,
-            Err(e) => {
-                let _ = self.hidden.raw_set("call", Value::Nil);
-                return Err(e);
-            }
-        };
-        let mut out = out.into_iter();
+        // The callback is dead with the scope either way; drop the table's reference to it.
+        let _ = self.hidden.raw_set("call", Value::Nil);
+        let mut out = result?.into_iter();
         let ok = matches!(out.next(), Some(Value::Boolean(true)));
         let value = out.next().unwrap_or(Value::Nil);
         let frame = if ok {
