@@ -8,6 +8,8 @@
 # printed, and a last table lists every run's P90 ratio with the median: on a shared 2-core
 # machine single runs of this benchmark vary by tens of percent.
 #   GRADUS_THREADS=N sets gradus --threads (default: one worker per core).
+#   SLICES=N: the uncontended pages of a run are measured in N slices, the stores taking turns
+#   (default 5; 1 = each store in one go, as before 2026-11-22).
 #
 # Prints Markdown (crates/server/examples/session_bench.rs does the measuring).
 set -euo pipefail
@@ -28,7 +30,7 @@ for run in $(seq "$RUNS"); do
   wait_port 7501; wait_port 7502
   [ "$RUNS" -gt 1 ] && echo "# Run $run of $RUNS" && echo
   target/release/examples/session_bench --gradus 127.0.0.1:7501 --redis 127.0.0.1:7502 \
-      --users "$USERS" --pages "$PAGES" --size "$SIZE" | tee "$TMP/report.md"
+      --users "$USERS" --pages "$PAGES" --size "$SIZE" --slices "${SLICES:-5}" | tee "$TMP/report.md"
   RATIOS+=("$(sed -n 's/^Page P90 ratio Gradus \/ Redis: //p' "$TMP/report.md")")
   kill "$gpid" "$rpid" 2>/dev/null || true
   wait "$gpid" "$rpid" 2>/dev/null || true

@@ -6,10 +6,16 @@
 //!
 //! ```text
 //! cargo run --release -p gradus-server --example session_bench -- \
-//!     --gradus 127.0.0.1:6390 --redis 127.0.0.1:6391 --users 50 --pages 200 --size 4096
+//!     --gradus 127.0.0.1:6390 --redis 127.0.0.1:6391 --users 50 --pages 200 --size 4096 --slices 5
 //! ```
 //! Both servers must already run (scripts/bench-sessions.sh starts them). Output: Markdown.
 //! Closed loop, no think time; latency per page measured from the first request to the last reply.
+//!
+//! The uncontended pages run in `--slices` slices (default 5). Each slice runs Gradus, then
+//! redis-server (the other way round in odd slices), then the reference row, so the stores take
+//! turns a fraction of a second apart: on a shared machine whose speed drifts by tens of percent
+//! over seconds, measuring one store for a whole second and then the other made the drift the
+//! largest term in a run's ratio. `--slices 1` measures each store in one go.
 
 use bytes::BytesMut;
 use gradus_proto::{parse_frame, Frame};
@@ -115,38 +121,104 @@ fn redis_page(c: &mut Conn, sid: &[u8], data: &[u8], secret: &[u8], sha: &[u8]) 
     assert!(!r.is_error(), "{r:?}");
 }
 
+/// The phpredis sequence as a page, given the unlock script's digest on the server it runs against.
+fn phpredis<'a>(data: &'a [u8], sha: &'a [u8]) -> impl Fn(&mut Conn, usize) + Sync + 'a {
+    move |c, u| {
+        redis_page(
+            c,
+            format!("PHPREDIS_SESSION:{u}").as_bytes(),
+            data,
+            format!("secret{u}").as_bytes(),
+            sha,
+        )
+    }
+}
+
+/// Runs `pages` pages on each of `users` connections to `addr`, in parallel, all connections
+/// starting together. Returns the latency (µs) of every page that started in the steady part —
+/// from when the last connection started its first page to when the first one finished its
+/// last page — and that part's length. Pages are chosen by when they start, not end, so long
+/// pages are not the likelier to be left out. (With fewer than `users` connections busy, pages
+/// are faster; counting such ramps would flatter the store whose pages are shorter, the more
+/// so the more slices a run has.)
 fn run_pages(
     users: usize,
     pages: usize,
-    page: impl Fn(&mut Conn, usize) + Sync,
+    page: &(impl Fn(&mut Conn, usize) + Sync),
     addr: &str,
-) -> (Vec<u64>, f64) {
-    let started = Instant::now();
-    let mut all: Vec<u64> = std::thread::scope(|s| {
+) -> Slice {
+    let go = std::sync::Barrier::new(users);
+    // Per connection: each page's start and end.
+    let runs: Vec<Vec<(Instant, Instant)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..users)
             .map(|u| {
-                let page = &page;
+                let go = &go;
                 s.spawn(move || {
                     let mut c = Conn::new(addr);
-                    let mut lat = Vec::with_capacity(pages);
+                    let mut spans = Vec::with_capacity(pages);
+                    go.wait();
                     for _ in 0..pages {
                         let t = Instant::now();
                         page(&mut c, u);
-                        lat.push(t.elapsed().as_micros() as u64);
+                        spans.push((t, Instant::now()));
                     }
-                    lat
+                    spans
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
-            .collect()
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let secs = started.elapsed().as_secs_f64();
-    all.sort_unstable();
-    let rate = all.len() as f64 / secs;
-    (all, rate)
+    let steady_from = runs.iter().map(|r| r[0].0).max().expect("users, pages > 0");
+    let steady_to = runs
+        .iter()
+        .map(|r| r[r.len() - 1].1)
+        .min()
+        .expect("users, pages > 0");
+    let all = users * pages;
+    let lat: Vec<u64> = runs
+        .into_iter()
+        .flatten()
+        .filter(|&(start, _)| start >= steady_from && start < steady_to)
+        .map(|(start, end)| (end - start).as_micros() as u64)
+        .collect();
+    Slice {
+        ramp: all - lat.len(),
+        lat,
+        steady: steady_to.saturating_duration_since(steady_from),
+    }
+}
+
+/// What [`run_pages`] measured.
+struct Slice {
+    lat: Vec<u64>,
+    steady: Duration,
+    /// Pages left out (started outside the steady part).
+    ramp: usize,
+}
+
+/// Pages measured for one store over all slices: latencies (µs), the time they took, and how
+/// many ramp pages were left out.
+#[derive(Default)]
+struct Measured {
+    lat: Vec<u64>,
+    busy: Duration,
+    ramp: usize,
+}
+
+impl Measured {
+    fn add(&mut self, slice: Slice) {
+        self.lat.extend(slice.lat);
+        self.busy += slice.steady;
+        self.ramp += slice.ramp;
+    }
+
+    /// Sorts the latencies; returns them, the pages per second and the share left out.
+    fn finish(mut self) -> (Vec<u64>, f64, f64) {
+        self.lat.sort_unstable();
+        let rate = self.lat.len() as f64 / self.busy.as_secs_f64().max(1e-9);
+        let left_out = self.ramp as f64 / (self.ramp + self.lat.len()).max(1) as f64;
+        (self.lat, rate, left_out)
+    }
 }
 
 fn row(label: &str, lat: &[u64], rate: f64) -> String {
@@ -167,55 +239,68 @@ fn main() {
     let pages: usize = arg(&args, "--pages", "200").parse().expect("--pages");
     let size: usize = arg(&args, "--size", "4096").parse().expect("--size");
     let data = vec![b's'; size];
+    let slices: usize = arg(&args, "--slices", "5").parse().expect("--slices");
+    assert!(
+        slices >= 1 && pages >= slices,
+        "--slices must be between 1 and --pages"
+    );
     let sha = load_unlock(&redis);
+    let gradus_sha = load_unlock(&gradus);
 
     println!("## Uncontended: {users} users, {pages} pages each, {size}-byte sessions (one session per user)\n");
+    println!(
+        "The pages run in {slices} slices; each slice runs every store in turn (Gradus and redis-server \
+         swap places from one slice to the next), so a change in the machine's speed during the run \
+         reaches both stores alike.\n"
+    );
+    let native = |c: &mut Conn, u: usize| gradus_page(c, format!("sess:{u}").as_bytes(), &data);
+    let (on_redis, on_gradus) = (phpredis(&data, &sha), phpredis(&data, &gradus_sha));
+    let (mut g, mut r, mut p) = (
+        Measured::default(),
+        Measured::default(),
+        Measured::default(),
+    );
+    for slice in 0..slices {
+        let n = pages / slices + usize::from(slice < pages % slices);
+        if slice % 2 == 0 {
+            g.add(run_pages(users, n, &native, &gradus));
+            r.add(run_pages(users, n, &on_redis, &redis));
+        } else {
+            r.add(run_pages(users, n, &on_redis, &redis));
+            g.add(run_pages(users, n, &native, &gradus));
+        }
+        // The same sequence against Gradus: what an unchanged phpredis client gets there (not
+        // part of the ratio).
+        p.add(run_pages(users, n, &on_gradus, &gradus));
+    }
+    let (g, g_rate, g_ramp) = g.finish();
+    let (r, r_rate, r_ramp) = r.finish();
+    let (p, p_rate, _) = p.finish();
     println!("| store | pages/s | avg ms | P50 ms | P90 ms | P99 ms |");
     println!("|---|---|---|---|---|---|");
-    let (g, g_rate) = run_pages(
-        users,
-        pages,
-        |c, u| gradus_page(c, format!("sess:{u}").as_bytes(), &data),
-        &gradus,
-    );
-    println!(
-        "{}",
-        row(
+    for (label, lat, rate) in [
+        (
             "Gradus SESSION.OPEN + SESSION.CLOSE (2 round trips)",
             &g,
-            g_rate
-        )
-    );
-    // The phpredis sequence, on `addr` with the unlock script's digest `sha` there.
-    let phpredis = |addr: &str, sha: &[u8], label: &str| {
-        let (lat, rate) = run_pages(
-            users,
-            pages,
-            |c, u| {
-                redis_page(
-                    c,
-                    format!("PHPREDIS_SESSION:{u}").as_bytes(),
-                    &data,
-                    format!("secret{u}").as_bytes(),
-                    sha,
-                )
-            },
-            addr,
-        );
-        println!("{}", row(label, &lat, rate));
-        lat
-    };
-    let r = phpredis(
-        &redis,
-        &sha,
-        "redis-server, phpredis sequence (4 round trips)",
-    );
-    // The same sequence against Gradus: what an unchanged phpredis client gets there (not part
-    // of the ratio).
-    phpredis(
-        &gradus,
-        &load_unlock(&gradus),
-        "Gradus, the same phpredis sequence (4 round trips; not in the ratio)",
+            g_rate,
+        ),
+        (
+            "redis-server, phpredis sequence (4 round trips)",
+            &r,
+            r_rate,
+        ),
+        (
+            "Gradus, the same phpredis sequence (4 round trips; not in the ratio)",
+            &p,
+            p_rate,
+        ),
+    ] {
+        println!("{}", row(label, lat, rate));
+    }
+    println!(
+        "\nRamp pages left out: Gradus {:.0} %, redis-server {:.0} %.",
+        g_ramp * 100.0,
+        r_ramp * 100.0
     );
     println!(
         "\nPage P90 ratio Gradus / Redis: {:.2}\n",
