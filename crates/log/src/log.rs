@@ -147,6 +147,7 @@ impl Log {
             last_lsn: AtomicU64::new(last_lsn),
             written_lsn: AtomicU64::new(last_lsn),
             durable_lsn: AtomicU64::new(last_lsn),
+            last_commit_records: AtomicU64::new(0),
             durable_tx,
             durable_lock: Mutex::new(()),
             durable_cv: Condvar::new(),
@@ -387,6 +388,12 @@ impl Log {
     /// LSN of the last record covered by an fsync.
     pub fn durable_lsn(&self) -> Lsn {
         self.shared().durable_lsn.load(Ordering::Acquire)
+    }
+
+    /// How many records the last fsync made durable: about how many writers wait on one
+    /// fsync together (1 for a lone strict writer; 0 before the first fsync).
+    pub fn last_commit_records(&self) -> u64 {
+        self.shared().last_commit_records.load(Ordering::Relaxed)
     }
 
     /// Why the log is poisoned, if it is.

@@ -99,6 +99,9 @@ pub(crate) struct Shared {
     /// LSN of the last record covered by an fsync. Written only by the writer thread, before
     /// the waiters are notified, and never again once the log is poisoned.
     pub durable_lsn: AtomicU64,
+    /// Records the last fsync made durable (a copy of the writer's `last_commit_records`):
+    /// how many writers tend to wait on one fsync together.
+    pub last_commit_records: AtomicU64,
     /// Async waiters (`wait_durable`) watch this: each subscriber costs a receiver, and one
     /// send wakes them all. Also bumped (value unchanged) on poisoning and on exit.
     pub durable_tx: watch::Sender<Lsn>,
@@ -561,6 +564,9 @@ impl Writer {
             .lock()
             .record_fsync(self.last_fsync.as_micros() as u64, target - self.durable);
         self.last_commit_records = target - self.durable;
+        self.shared
+            .last_commit_records
+            .store(self.last_commit_records, Ordering::Relaxed);
         self.durable = target;
         self.unsynced_background_deadline = None;
         self.shared.queue.lock().taken_background_deadline = None;

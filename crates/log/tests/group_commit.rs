@@ -89,3 +89,29 @@ fn concurrent_sync_now_calls_share_fsyncs() {
         THREADS * 20
     );
 }
+
+#[test]
+fn last_commit_records_counts_what_the_last_fsync_covered() {
+    let disk = SimStorage::new(3);
+    let (log, _) = Log::open(LogOptions::new("/sim/lcr"), Arc::new(disk)).unwrap();
+    assert_eq!(log.last_commit_records(), 0, "no fsync of records yet");
+    // A lone strict writer: each fsync covers its one record.
+    for i in 0..3 {
+        let lsn = log
+            .append(Bytes::from(format!("lone-{i}")), Durability::Strict)
+            .unwrap();
+        assert!(log
+            .wait_durable_blocking(lsn, Duration::from_secs(30))
+            .unwrap());
+        assert_eq!(log.last_commit_records(), 1);
+    }
+    // Lazy records have no fsync of their own; the sync that follows covers all of them.
+    for i in 0..5 {
+        log.append(Bytes::from(format!("lazy-{i}")), Durability::Lazy)
+            .unwrap();
+    }
+    assert_eq!(log.last_commit_records(), 1);
+    assert_eq!(log.sync_now().unwrap(), 8);
+    assert_eq!(log.last_commit_records(), 5);
+    log.close().unwrap();
+}
