@@ -2,7 +2,7 @@
 # Session pages: Gradus SESSION.OPEN/CLOSE (background durability) vs the phpredis lock sequence on
 # redis-server (appendonly yes, appendfsync everysec: the closest Redis degree), in one run.
 #
-#   scripts/bench-sessions.sh [users] [pages] [size] [runs]     (defaults: 50 200 4096 1)
+#   scripts/bench-sessions.sh [users] [pages] [size] [runs]     (defaults: 50 200 4096 1; docs/benchmarks uses 50 1000 4096 5)
 #
 # With runs > 1 the whole measurement is repeated (fresh servers each time), each run's report is
 # printed, and a last table lists every run's P90 ratio with the median: on a shared 2-core
