@@ -129,6 +129,17 @@ def test_scripts_cannot_leave_anything_behind(r2):
     assert r2.eval("return {type(KEYS[1]), type(ARGV[1])}", 0) == [b"nil", b"nil"]
     # A script's own tables and the chunks it loads work as usual.
     assert r2.eval("local t = {} t.a = 1 rawset(t, 'b', 2) return t.a + t.b + loadstring('return 4')()", 0) == 7
+    # The read-only libraries can still be walked and read raw, as in Redis 7.
+    walk = """
+        local n, fns = 0, 0
+        for k, v in pairs(string) do n = n + 1 if type(v) == 'function' then fns = fns + 1 end end
+        local k, v = next(math)
+        return {n > 10 and n == fns and 1 or 0, rawget(string, 'len') == string.len and 1 or 0,
+                k ~= nil and math[k] == v and 1 or 0, next({}) == nil and 1 or 0}
+    """
+    assert r2.eval(walk, 0) == [1, 1, 1, 1]
+    with pytest.raises(redis.ResponseError, match="readonly table"):
+        r2.eval("for k, v in pairs(string) do rawset(string, k, nil) end", 0)
 
 
 def test_evalsha_and_script_cache(r2):

@@ -544,11 +544,13 @@ local G = _G
 local raw_pcall, raw_xpcall, raw_error, raw_rawset = pcall, xpcall, error, rawset
 local raw_setmetatable, raw_getmetatable, raw_loadstring = setmetatable, getmetatable, loadstring
 local raw_setfenv, raw_getfenv, raw_type, raw_pairs = setfenv, getfenv, type, pairs
+local raw_next, raw_rawget = next, rawget
+-- Read-only view -> the table it shows (never handed to a script).
 local readonly_tables = raw_setmetatable({}, {__mode = 'k'})
 local function readonly_error() raw_error('Attempt to modify a readonly table', 2) end
 local function readonly(t)
   local view = raw_setmetatable({}, {__index = t, __newindex = readonly_error, __metatable = false})
-  readonly_tables[view] = true
+  readonly_tables[view] = t
   return view
 end
 local redis = G.redis
@@ -585,6 +587,14 @@ base.rawset = function(t, k, v)
   if readonly_tables[t] then raw_error('Attempt to modify a readonly table', 2) end
   return raw_rawset(t, k, v)
 end
+-- A view is an empty table: next, pairs and rawget read what it shows (as on Redis' read-only
+-- tables), without giving the script the table itself.
+base.next = function(t, k) return raw_next(readonly_tables[t] or t, k) end
+base.pairs = function(t)
+  if readonly_tables[t] then return base.next, t, nil end
+  return raw_pairs(t)
+end
+base.rawget = function(t, k) return raw_rawget(readonly_tables[t] or t, k) end
 -- Chunks loaded by a script run in the script's own environment; no bytecode.
 base.loadstring = function(s, name)
   if raw_type(s) == 'string' and s:byte(1) == 27 then return nil, 'binary chunks are not allowed' end
