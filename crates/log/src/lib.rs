@@ -50,6 +50,7 @@ pub mod recovery;
 pub mod sim;
 pub mod stats;
 pub mod storage;
+mod waiters;
 mod writer;
 
 use std::fmt;

@@ -4,8 +4,8 @@
 //! thread (the private `writer` module) does all segment I/O. Waiting is separate from
 //! appending so the server can release `lazy`/`background` replies at once and park only
 //! `strict` ones on [`Log::wait_durable`] — an `async fn` that is cheap for thousands of
-//! concurrent waiters (one `tokio::sync::watch` receiver each; no lock is held across its
-//! `.await`).
+//! concurrent waiters (a waker each, kept in LSN order so a commit wakes only the ones it
+//! covers; no lock is held across its `.await`: see the private `waiters` module).
 //!
 //! Snapshots are written by the caller's thread (not the writer): temp file → fsync → rename
 //! → directory fsync, and only then are the segments and snapshots it makes unnecessary
@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
-use tokio::sync::watch;
 
 use crate::error::LogError;
 use crate::format::{self, encoded_record_len, FileKind, SnapshotEncoder, MAX_RECORD_LEN};
@@ -127,7 +126,6 @@ impl Log {
         stats.bytes_written = format::SEGMENT_HEADER_LEN as u64;
         stats.zero_fill_bytes = segment.zero_filled - format::SEGMENT_HEADER_LEN as u64;
 
-        let (durable_tx, _) = watch::channel(last_lsn);
         let shared = Arc::new(Shared {
             opts,
             storage,
@@ -148,7 +146,7 @@ impl Log {
             written_lsn: AtomicU64::new(last_lsn),
             durable_lsn: AtomicU64::new(last_lsn),
             last_commit_records: AtomicU64::new(0),
-            durable_tx,
+            durable_waiters: Default::default(),
             durable_lock: Mutex::new(()),
             durable_cv: Condvar::new(),
             poison: OnceLock::new(),
@@ -297,23 +295,7 @@ impl Log {
             return Ok(());
         }
         self.check_waitable(lsn)?;
-        let mut durable_rx = shared.durable_tx.subscribe();
-        loop {
-            // Copy the value out: the borrow guard must not live across the `.await`.
-            let durable = *durable_rx.borrow_and_update();
-            if durable >= lsn {
-                return Ok(());
-            }
-            if let Some(err) = shared.poisoned_error() {
-                return Err(err);
-            }
-            if shared.writer_exited.load(Ordering::Acquire) {
-                return Err(LogError::Closed);
-            }
-            if durable_rx.changed().await.is_err() {
-                return Err(LogError::Closed);
-            }
-        }
+        crate::waiters::WaitDurable::new(shared, lsn).await
     }
 
     /// Blocks until `lsn` is durable (`Ok(true)`), or `timeout` passes (`Ok(false)`), or the

@@ -46,13 +46,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use tokio::sync::watch;
 
 use crate::error::LogError;
 use crate::format::{self, encode_record_header, encoded_record_len};
 use crate::options::LogOptions;
 use crate::stats::LogStats;
 use crate::storage::{Storage, StorageFile};
+use crate::waiters::DurableWaiters;
 use crate::Lsn;
 
 /// Records appended but not yet taken by the writer.
@@ -102,9 +102,9 @@ pub(crate) struct Shared {
     /// Records the last fsync made durable (a copy of the writer's `last_commit_records`):
     /// how many writers tend to wait on one fsync together.
     pub last_commit_records: AtomicU64,
-    /// Async waiters (`wait_durable`) watch this: each subscriber costs a receiver, and one
-    /// send wakes them all. Also bumped (value unchanged) on poisoning and on exit.
-    pub durable_tx: watch::Sender<Lsn>,
+    /// Async waiters (`wait_durable`), woken in LSN order as commits cover them; all of them
+    /// on poisoning and on exit.
+    pub durable_waiters: DurableWaiters,
     /// Blocking waiters wait on `durable_cv` holding this lock; the writer takes it to notify,
     /// so a waiter that checked the atomics under the lock cannot miss a wakeup.
     pub durable_lock: Mutex<()>,
@@ -140,7 +140,7 @@ impl Shared {
     /// Wakes every waiter of both kinds so it re-checks the durable LSN, poison and exit.
     pub fn wake_waiters(&self) {
         self.queue_space.notify_all();
-        self.durable_tx.send_modify(|_| {});
+        self.durable_waiters.wake_all();
         let _guard = self.durable_lock.lock();
         self.durable_cv.notify_all();
     }
@@ -578,7 +578,7 @@ impl Writer {
         self.shared
             .durable_lsn
             .store(self.durable, Ordering::Release);
-        self.shared.durable_tx.send_replace(self.durable);
+        self.shared.durable_waiters.wake_durable(self.durable);
         let _guard = self.shared.durable_lock.lock();
         self.shared.durable_cv.notify_all();
     }

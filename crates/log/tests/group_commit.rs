@@ -115,3 +115,47 @@ fn last_commit_records_counts_what_the_last_fsync_covered() {
     assert_eq!(log.last_commit_records(), 5);
     log.close().unwrap();
 }
+
+#[test]
+fn async_waits_can_be_abandoned_and_resumed() {
+    let disk = SimStorage::new(4);
+    disk.set_sync_latency(Duration::from_millis(30));
+    let mut opts = LogOptions::new("/sim/cancel");
+    opts.lazy_flush_ms = 60_000;
+    let (log, _) = Log::open(opts, Arc::new(disk)).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        // Waits given up early (as a connection that goes away does) for LSNs not durable yet.
+        let lazy: Vec<_> = (0..20)
+            .map(|i| {
+                log.append(Bytes::from(format!("lazy-{i}")), Durability::Lazy)
+                    .unwrap()
+            })
+            .collect();
+        for &lsn in &lazy {
+            let gave_up =
+                tokio::time::timeout(Duration::from_millis(1), log.wait_durable(lsn)).await;
+            assert!(gave_up.is_err(), "lazy record {lsn} durable without a sync");
+        }
+        // Waiting again for the same LSNs works once a strict commit covers them all.
+        let strict = log
+            .append(Bytes::from_static(b"strict"), Durability::Strict)
+            .unwrap();
+        let waits: Vec<_> = lazy
+            .iter()
+            .chain([&strict])
+            .map(|&lsn| log.wait_durable(lsn))
+            .collect();
+        for wait in waits {
+            tokio::time::timeout(Duration::from_secs(10), wait)
+                .await
+                .expect("covered by the strict commit")
+                .unwrap();
+        }
+    });
+    assert_eq!(log.durable_lsn(), 21);
+    log.close().unwrap();
+}

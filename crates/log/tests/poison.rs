@@ -110,3 +110,41 @@ fn a_failed_background_fsync_poisons_the_log_too() {
     assert_eq!(log.durable_lsn(), 0);
     assert!(log.stats().poisoned.is_some());
 }
+
+#[test]
+fn an_async_waiter_parked_before_the_failure_is_woken_by_it() {
+    let disk = SimStorage::new(6);
+    let mut opts = LogOptions::new("/sim/poison-async");
+    opts.lazy_flush_ms = 60_000;
+    let (log, _) = Log::open(opts, Arc::new(disk.clone())).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    // A lazy record has no fsync of its own: its waiter parks until something else syncs.
+    let lazy = log
+        .append(Bytes::from_static(b"lazy"), Durability::Lazy)
+        .unwrap();
+    let parked = {
+        let log = log.clone();
+        runtime.spawn(async move { log.wait_durable(lazy).await })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        !parked.is_finished(),
+        "nothing made the lazy record durable yet"
+    );
+    disk.fail_next_sync();
+    let strict = log
+        .append(Bytes::from_static(b"strict"), Durability::Strict)
+        .unwrap();
+    assert!(log
+        .wait_durable_blocking(strict, Duration::from_secs(10))
+        .is_err());
+    let woken = runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(10), parked).await })
+        .expect("the poisoning woke the parked waiter")
+        .unwrap();
+    assert!(is_fsync_poison(&woken.unwrap_err()));
+}
