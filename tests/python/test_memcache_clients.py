@@ -390,7 +390,13 @@ def test_php_memcached_session_locking_survives_restart(gradus_factory):
     assert first == {"visits": 1, "list": ["a"], "essay": 2100}
     # Two requests of one browser at once: the lock serialises them, no update is lost.
     slow = php(PHP_SESSION, **dict(env, TAG="slow", HOLD_US=400000))
-    time.sleep(0.1)
+    # The fast request starts once the slow one holds the lock (PHP's start-up time varies).
+    probe = McConn(HOST, server.memcached_port)
+    deadline = time.monotonic() + 30
+    while probe.get(b"get memc.sess.key.lock.abc123session\r\n") == []:
+        assert time.monotonic() < deadline and slow.poll() is None, "the slow request never took the lock"
+        time.sleep(0.005)
+    probe.close()
     fast = php(PHP_SESSION, **dict(env, TAG="fast"))
     import json
 
