@@ -25,14 +25,11 @@ def test_contending_connections_are_serialized_in_fifo_order(gradus):
     holder = conn(gradus)
     first = holder.execute_command("LOCK", "sess", "WAIT", "0")
     assert isinstance(first, int) and first > 0
-    events, order, tokens = [], [], []
+    events, tokens = [], []
     lock = threading.Lock()
 
     def worker(i):
         c = conn(gradus)
-        time.sleep(0.05 * i)  # queue in index order while the holder still holds
-        with lock:
-            order.append(("queued", i))
         token = c.execute_command("LOCK", "sess", "WAIT", "10000")
         assert token is not None
         with lock:
@@ -45,9 +42,16 @@ def test_contending_connections_are_serialized_in_fifo_order(gradus):
         c.close()
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
-    for t in threads:
+    observer = conn(gradus)
+    for i, t in enumerate(threads):
+        # Queue in index order while the holder still holds: the next worker starts once the
+        # server counts this one among the waiters.
         t.start()
-    time.sleep(0.05 * 6 + 0.2)
+        deadline = time.monotonic() + 10
+        while observer.execute_command("LOCKS.INFO", "sess")[b"waiters"] != i + 1:
+            assert time.monotonic() < deadline, f"worker {i} never queued"
+            time.sleep(0.002)
+    observer.close()
     assert holder.execute_command("UNLOCK", "sess", first) == b"OK"
     for t in threads:
         t.join(20)
