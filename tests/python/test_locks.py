@@ -112,7 +112,10 @@ def test_maxwaiters_rejects_the_extra_waiter_at_once(gradus):
     holder.execute_command("LOCK", "sess")
     t = threading.Thread(target=lambda: w1.execute_command("LOCK", "sess", "WAIT", "1000", "MAXWAITERS", "1"))
     t.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 0.9
+    while holder.execute_command("LOCKS.INFO", "sess")[b"waiters"] != 1:
+        assert time.monotonic() < deadline, "the first waiter never queued"
+        time.sleep(0.002)
     started = time.monotonic()
     with pytest.raises(redis.ResponseError, match="LOCKBUSY too many waiters"):
         w2.execute_command("LOCK", "sess", "WAIT", "1000", "MAXWAITERS", "1")
