@@ -2,9 +2,9 @@
 //! commit wakes only the tasks whose records it made durable.
 //!
 //! With concurrent strict writers two batches are usually in flight: one being fsynced, the
-//! next one gathering. A broadcast (a `watch` channel, as before) woke the waiters of both on
-//! every commit, and half of them only to find their LSN not durable yet and park again — a
-//! task poll and often a worker-thread wake-up each, for nothing. Here each waiting future
+//! next one gathering. A broadcast (such as a `watch` channel) would wake the waiters of both on
+//! every commit, half of them only to find their LSN not durable yet and park again — a task
+//! poll and often a worker-thread wake-up each, for nothing. Here each waiting future
 //! registers its waker under its LSN; [`DurableWaiters::wake_durable`] takes the ones at or
 //! below the new durable LSN, and [`DurableWaiters::wake_all`] (poisoning, writer exit) the rest.
 //!
