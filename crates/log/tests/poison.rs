@@ -25,11 +25,13 @@ fn a_failed_fsync_poisons_the_log() {
         .wait_durable_blocking(first, Duration::from_secs(10))
         .unwrap());
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    // A waiter parked before the failure must be woken by it.
+    // Waiters parked before the failure (a thread and an async task) must be woken by it. A
+    // lazy record has no fsync of its own, so nothing else wakes them.
     let lazy = log
         .append(Bytes::from_static(b"two"), Durability::Lazy)
         .unwrap();
@@ -37,7 +39,15 @@ fn a_failed_fsync_poisons_the_log() {
         let log = log.clone();
         std::thread::spawn(move || log.wait_durable_blocking(lazy, Duration::from_secs(30)))
     };
-    std::thread::sleep(Duration::from_millis(20));
+    let parked_async = {
+        let log = log.clone();
+        runtime.spawn(async move { log.wait_durable(lazy).await })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        !parked_async.is_finished(),
+        "the lazy record is not durable yet"
+    );
 
     disk.fail_next_sync();
     let strict = log
@@ -48,6 +58,11 @@ fn a_failed_fsync_poisons_the_log() {
         .unwrap_err();
     assert!(is_fsync_poison(&err), "{err}");
     assert!(is_fsync_poison(&parked.join().unwrap().unwrap_err()));
+    let woken = runtime
+        .block_on(async { tokio::time::timeout(Duration::from_secs(10), parked_async).await })
+        .expect("the failure woke the parked task")
+        .unwrap();
+    assert!(is_fsync_poison(&woken.unwrap_err()));
     assert!(is_fsync_poison(
         &runtime.block_on(log.wait_durable(strict)).unwrap_err()
     ));
@@ -109,42 +124,4 @@ fn a_failed_background_fsync_poisons_the_log_too() {
     ));
     assert_eq!(log.durable_lsn(), 0);
     assert!(log.stats().poisoned.is_some());
-}
-
-#[test]
-fn an_async_waiter_parked_before_the_failure_is_woken_by_it() {
-    let disk = SimStorage::new(6);
-    let mut opts = LogOptions::new("/sim/poison-async");
-    opts.lazy_flush_ms = 60_000;
-    let (log, _) = Log::open(opts, Arc::new(disk.clone())).unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    // A lazy record has no fsync of its own: its waiter parks until something else syncs.
-    let lazy = log
-        .append(Bytes::from_static(b"lazy"), Durability::Lazy)
-        .unwrap();
-    let parked = {
-        let log = log.clone();
-        runtime.spawn(async move { log.wait_durable(lazy).await })
-    };
-    std::thread::sleep(Duration::from_millis(50));
-    assert!(
-        !parked.is_finished(),
-        "nothing made the lazy record durable yet"
-    );
-    disk.fail_next_sync();
-    let strict = log
-        .append(Bytes::from_static(b"strict"), Durability::Strict)
-        .unwrap();
-    assert!(log
-        .wait_durable_blocking(strict, Duration::from_secs(10))
-        .is_err());
-    let woken = runtime
-        .block_on(async { tokio::time::timeout(Duration::from_secs(10), parked).await })
-        .expect("the poisoning woke the parked waiter")
-        .unwrap();
-    assert!(is_fsync_poison(&woken.unwrap_err()));
 }
