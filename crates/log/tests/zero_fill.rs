@@ -104,11 +104,17 @@ fn a_preallocated_segment_recovers_after_a_clean_close_with_no_torn_bytes() {
     assert_eq!(segment_file(&disk, &dir, 1).len(), valid);
     assert_eq!(segments(&disk, &dir), vec![1, 101]);
     log.close().unwrap();
-    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
-    assert_eq!(rec.torn_tail_bytes, 0);
-    assert_eq!(recovered_state(&rec), model);
+    reboot_recovers_exactly(&disk, opts, &model);
     // The empty zero-filled segment of the last run was removed, not reported as torn.
     assert_eq!(segments(&disk, &dir), vec![1, 101]);
+}
+
+/// After a reboot of `disk` (unsynced data dropped), the log reopens with no torn bytes and
+/// exactly `expected`.
+fn reboot_recovers_exactly(disk: &SimStorage, opts: LogOptions, expected: &[Bytes]) {
+    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
+    assert_eq!(rec.torn_tail_bytes, 0);
+    assert_eq!(recovered_state(&rec), expected);
 }
 
 /// Length of a segment holding `records` right after its header.
@@ -149,9 +155,7 @@ fn background_and_lazy_records_are_appended_without_zero_fill() {
         "the file holds the records and nothing after them"
     );
     log.close().unwrap();
-    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
-    assert_eq!(rec.torn_tail_bytes, 0);
-    assert_eq!(recovered_state(&rec), model);
+    reboot_recovers_exactly(&disk, opts, &model);
 }
 
 #[test]
@@ -191,9 +195,7 @@ fn a_strict_commit_turns_the_zero_fill_on_and_the_window_turns_it_off() {
     log.close().unwrap();
     assert!(records_end(&so_far) > 2 * CHUNK);
     assert_eq!(file_len(), records_end(&so_far));
-    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
-    assert_eq!(rec.torn_tail_bytes, 0);
-    assert_eq!(recovered_state(&rec), so_far);
+    reboot_recovers_exactly(&disk, opts, &so_far);
 }
 
 #[test]
@@ -259,9 +261,7 @@ fn the_zero_fill_grows_a_chunk_at_a_time_up_to_segment_bytes() {
     let second = *segments(&disk, &dir).last().unwrap();
     assert_eq!(segment_file(&disk, &dir, second).len() as u64, 2 * CHUNK);
     log.close().unwrap();
-    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
-    assert_eq!(rec.torn_tail_bytes, 0);
-    assert_eq!(recovered_state(&rec), model);
+    reboot_recovers_exactly(&disk, opts, &model);
 }
 
 #[test]
@@ -283,9 +283,7 @@ fn a_record_larger_than_a_segment_extends_the_file_past_the_zero_fill() {
     assert_eq!(segments(&disk, &dir), vec![1, 2, 3]);
     assert_eq!(segment_file(&disk, &dir, 2).len(), 24 + 16 + 5000);
     log.close().unwrap();
-    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
-    assert_eq!(rec.torn_tail_bytes, 0);
-    assert_eq!(recovered_state(&rec), model);
+    reboot_recovers_exactly(&disk, opts, &model);
 }
 
 /// Appends at mixed degrees into a zero-filled segment, crashes with `mode`, and checks that
@@ -346,9 +344,7 @@ fn crash_inside_the_zero_fill(seed: u64, mode: CrashMode, segment_bytes: u64) ->
         log = reopened;
     }
     log.close().unwrap();
-    let (_log, rec) = Log::open(opts, Arc::new(disk.reboot())).unwrap();
-    assert_eq!(rec.torn_tail_bytes, 0);
-    assert_eq!(recovered_state(&rec), model);
+    reboot_recovers_exactly(&disk, opts, &model);
     torn_seen
 }
 

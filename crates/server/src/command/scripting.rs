@@ -825,6 +825,13 @@ mod state_reuse {
         v.to_string().unwrap_or_default()
     }
 
+    /// Runs `body`, which must succeed; its reply as the client would get it.
+    fn eval_ok(vm: &mut Vm, body: &str) -> Frame {
+        let (ok, v) = eval(vm, body);
+        assert!(ok, "{body}: {}", error_text(&v));
+        lua_to_frame(&v, 0)
+    }
+
     /// The prelude's `pcall` wrapper re-raises once the hook has killed the script, and the
     /// state runs the next script normally.
     #[test]
@@ -836,9 +843,7 @@ mod state_reuse {
         );
         assert!(!ok);
         assert!(vm.killed.load(Ordering::Relaxed));
-        let (ok, v) = eval(&mut vm, "return 41 + 1");
-        assert!(ok);
-        assert_eq!(lua_to_frame(&v, 0), Frame::Integer(42));
+        assert_eq!(eval_ok(&mut vm, "return 41 + 1"), Frame::Integer(42));
     }
 
     /// Nothing one script does is seen by the next on the same state.
@@ -866,14 +871,12 @@ mod state_reuse {
                 "{attack}: {text}"
             );
         }
-        let (ok, v) = eval(
-            &mut vm,
-            "return {type(x), type(y), string.len('abc'), ('abc'):upper(), math.floor(2.5), \
-             type(redis.call), type(table.insert)}",
-        );
-        assert!(ok, "{}", error_text(&v));
         assert_eq!(
-            lua_to_frame(&v, 0),
+            eval_ok(
+                &mut vm,
+                "return {type(x), type(y), string.len('abc'), ('abc'):upper(), math.floor(2.5), \
+                 type(redis.call), type(table.insert)}",
+            ),
             Frame::Array(vec![
                 Frame::Bulk("nil".into()),
                 Frame::Bulk("nil".into()),
@@ -891,14 +894,12 @@ mod state_reuse {
     #[test]
     fn scripts_keep_their_own_tables_and_loaded_chunks() {
         let mut vm = Vm::new().unwrap();
-        let (ok, v) = eval(
-            &mut vm,
-            "local t = {} t.a = 5 rawset(t, 'b', 6) local f = loadstring('return KEYS') \
-             return {t.a, t.b, type(f), type(loadstring(string.dump(function() end)))}",
-        );
-        assert!(ok, "{}", error_text(&v));
         assert_eq!(
-            lua_to_frame(&v, 0),
+            eval_ok(
+                &mut vm,
+                "local t = {} t.a = 5 rawset(t, 'b', 6) local f = loadstring('return KEYS') \
+                 return {t.a, t.b, type(f), type(loadstring(string.dump(function() end)))}",
+            ),
             Frame::Array(vec![
                 Frame::Integer(5),
                 Frame::Integer(6),
