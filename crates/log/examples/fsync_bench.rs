@@ -26,7 +26,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn open(dir: &PathBuf) -> Log {
     let _ = std::fs::remove_dir_all(dir);
-    let (log, _) = Log::open(LogOptions::new(dir), Arc::new(OsStorage)).expect("open log");
+    let (log, _) =
+        Log::open(LogOptions::new(dir), Arc::new(OsStorage::default())).expect("open log");
     log
 }
 

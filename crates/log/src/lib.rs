@@ -62,7 +62,7 @@ pub use options::LogOptions;
 pub use recovery::Recovered;
 pub use sim::{CrashMode, SimStorage};
 pub use stats::LogStats;
-pub use storage::{OsStorage, Storage, StorageFile};
+pub use storage::{OsStorage, Storage, StorageFile, DIRECT_BLOCK};
 
 /// Log sequence number: 1-based, strictly increasing by one per appended record.
 /// `0` means "nothing": the LSN before the first record.

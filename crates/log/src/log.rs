@@ -125,6 +125,7 @@ impl Log {
         stats.writes = 1;
         stats.bytes_written = format::SEGMENT_HEADER_LEN as u64;
         stats.zero_fill_bytes = segment.zero_filled - format::SEGMENT_HEADER_LEN as u64;
+        stats.direct_io = segment.file.is_direct();
 
         let shared = Arc::new(Shared {
             opts,

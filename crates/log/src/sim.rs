@@ -115,6 +115,8 @@ struct Disk {
     sync_latency: Duration,
     file_syncs: u64,
     dir_syncs: u64,
+    /// See [`SimStorage::pad_segments`].
+    pad_block: usize,
 }
 
 fn stale_handle() -> io::Error {
@@ -157,9 +159,20 @@ impl SimStorage {
                 sync_latency: Duration::ZERO,
                 file_syncs: 0,
                 dir_syncs: 0,
+                pad_block: 0,
             })),
             boot: 0,
         }
+    }
+
+    /// From now on, files made with [`Storage::create_padded`] (log segments) are written the
+    /// way [`crate::OsStorage`] writes them with direct I/O: every append is followed, in the
+    /// same write, by zeros up to the next multiple of `block` bytes, which the next append
+    /// overwrites. (Direct I/O also writes the partial block's earlier bytes again; they are
+    /// the same bytes, so on a device whose sector writes are atomic a crash cannot change
+    /// them, and the model leaves them out of the write a crash tears.) 0 turns it off.
+    pub fn pad_segments(&self, block: usize) {
+        self.disk.lock().pad_block = block;
     }
 
     /// A handle for the disk's current boot (use it to reopen the log after [`Self::crash`]).
@@ -289,6 +302,8 @@ struct SimFile {
     inode: u64,
     /// Logical length: where the next append goes (the physical size is the inode's `data`).
     len: u64,
+    /// Appends are padded with zeros to a multiple of this (0: not padded).
+    pad: usize,
 }
 
 impl SimFile {
@@ -306,9 +321,17 @@ impl StorageFile for SimFile {
         let mut disk = self.live_disk()?;
         let inode = disk.inodes.get_mut(&self.inode).ok_or_else(stale_handle)?;
         let offset = usize::try_from(self.len).map_err(io::Error::other)?;
-        write_at(&mut inode.data, offset, buf);
-        if !buf.is_empty() {
-            inode.unsynced_writes.push((offset, buf.to_vec()));
+        let end = offset + buf.len();
+        let padded_end = if self.pad > 0 && !buf.is_empty() {
+            end.div_ceil(self.pad) * self.pad
+        } else {
+            end
+        };
+        let mut bytes = buf.to_vec();
+        bytes.resize(padded_end - offset, 0);
+        write_at(&mut inode.data, offset, &bytes);
+        if !bytes.is_empty() {
+            inode.unsynced_writes.push((offset, bytes));
         }
         drop(disk);
         self.len += buf.len() as u64;
@@ -423,7 +446,25 @@ impl Storage for SimStorage {
             boot: self.boot,
             inode: id,
             len: 0,
+            pad: 0,
         }))
+    }
+
+    fn create_padded(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        let pad = self.disk.lock().pad_block;
+        let mut file = self.create(path)?;
+        if pad > 0 {
+            // Same file, padded appends.
+            let inode = self.disk.lock().inode_of(path)?;
+            file = Box::new(SimFile {
+                disk: Arc::clone(&self.disk),
+                boot: self.boot,
+                inode,
+                len: 0,
+                pad,
+            });
+        }
+        Ok(file)
     }
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {

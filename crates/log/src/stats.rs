@@ -53,6 +53,8 @@ pub struct LogStats {
     /// `background` appends made while an unsynced background record was older than twice the
     /// bound (their replies are held until durable, so the loss window stays bounded).
     pub late_background: u64,
+    /// The active segment is written with direct I/O (see [`crate::OsStorage`]).
+    pub direct_io: bool,
 }
 
 impl LogStats {

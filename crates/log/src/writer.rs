@@ -167,8 +167,9 @@ pub(crate) struct NewSegment {
     pub zero_filled: u64,
 }
 
-/// Creates the segment whose first record will be `first_lsn`: header, zero fill of the first
-/// chunk if `zero_fill`, `fdatasync`, then a directory fsync — all before any record goes in,
+/// Creates the segment whose first record will be `first_lsn` (through
+/// [`Storage::create_padded`]: recovery takes zeros after the records for unused space):
+/// header, zero fill of the first chunk if `zero_fill`, `fdatasync`, then a directory fsync — all before any record goes in,
 /// so a segment that holds records always has a durable header, durable zero fill (if any) and
 /// a durable name.
 pub(crate) fn create_segment(
@@ -180,7 +181,7 @@ pub(crate) fn create_segment(
 ) -> Result<NewSegment, LogError> {
     let path = dir.join(format::segment_file_name(first_lsn));
     let mut file = storage
-        .create(&path)
+        .create_padded(&path)
         .map_err(LogError::io_at("create", &path))?;
     file.append(&format::encode_segment_header(first_lsn))
         .map_err(LogError::io_at("write", &path))?;
@@ -617,6 +618,7 @@ impl Writer {
                     stats.bytes_written += format::SEGMENT_HEADER_LEN as u64;
                     stats.zero_fill_bytes +=
                         segment.zero_filled - format::SEGMENT_HEADER_LEN as u64;
+                    stats.direct_io = segment.file.is_direct();
                 }
                 self.shared.segments.fetch_add(1, Ordering::AcqRel);
                 self.segment = segment.file;

@@ -7,6 +7,9 @@
 //!   nothing invented;
 //! - a background record appended longer than `background_fsync_ms` + slack before the crash
 //!   is recovered (slack is generous: the machine running the tests may be loaded).
+//!
+//! Two seeds in three write segments as direct I/O does (every append padded with zeros to a
+//! block, see `SimStorage::pad_segments`), with a small block and a 4 KiB one.
 
 mod common;
 
@@ -51,10 +54,17 @@ fn random_degree(rng: &mut StdRng) -> Durability {
     }
 }
 
+/// A disk for `seed`: two seeds in three pad segments like direct I/O (see the module docs).
+fn disk_for(seed: u64) -> SimStorage {
+    let disk = SimStorage::new(seed);
+    disk.pad_segments([0, 64, 4096][(seed % 3) as usize]);
+    disk
+}
+
 /// One seeded single-appender scenario: several rounds of workload → crash → reopen → check.
 fn run_sequential(seed: u64, rounds: usize, ops: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let disk = SimStorage::new(seed);
+    let disk = disk_for(seed);
     let opts = random_opts(&mut rng);
     let background_bound = Duration::from_millis(opts.background_fsync_ms) + BACKGROUND_SLACK;
     let (mut log, rec) = Log::open(opts.clone(), Arc::new(disk.clone())).unwrap();
@@ -147,7 +157,7 @@ fn sequential_workloads_survive_crashes() {
 /// Appenders on several threads while the disk crashes under them.
 fn run_concurrent(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let disk = SimStorage::new(seed);
+    let disk = disk_for(seed);
     let mut opts = random_opts(&mut rng);
     opts.background_fsync_ms = 2;
     let (mut log, _) = Log::open(opts.clone(), Arc::new(disk.clone())).unwrap();

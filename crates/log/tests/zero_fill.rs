@@ -427,7 +427,7 @@ fn segments_are_zero_filled_on_disk() {
     let mut opts = LogOptions::new(dir.path().join("log"));
     opts.segment_bytes = 6 << 20;
     opts.zero_fill_window = Duration::MAX;
-    let (log, _) = Log::open(opts.clone(), Arc::new(OsStorage)).unwrap();
+    let (log, _) = Log::open(opts.clone(), Arc::new(OsStorage::default())).unwrap();
     let path = opts.dir.join(format::segment_file_name(1));
     let size = || std::fs::metadata(&path).unwrap().len();
     assert_eq!(size(), CHUNK);
@@ -445,7 +445,7 @@ fn segments_are_zero_filled_on_disk() {
     let valid = SEGMENT_HEADER_LEN + model.iter().map(|p| 16 + p.len()).sum::<usize>();
     assert!(data[valid..].iter().all(|&b| b == 0));
 
-    let (log, rec) = Log::open(opts.clone(), Arc::new(OsStorage)).unwrap();
+    let (log, rec) = Log::open(opts.clone(), Arc::new(OsStorage::default())).unwrap();
     assert_eq!(rec.torn_tail_bytes, 0);
     assert_eq!(recovered_state(&rec), model);
     assert_eq!(
@@ -461,7 +461,7 @@ fn os_files_append_at_the_logical_end_over_zero_fill() {
     use gradus_log::Storage;
     let dir = TempDir::new("osfile");
     let path = dir.path().join("f");
-    let mut f = OsStorage.create(&path).unwrap();
+    let mut f = OsStorage::default().create(&path).unwrap();
     f.append(b"head|").unwrap();
     f.preallocate(3 << 20).unwrap(); // more than one zero buffer
     assert_eq!(f.len(), 5);
@@ -485,13 +485,35 @@ fn os_files_append_at_the_logical_end_over_zero_fill() {
 
 /// On real files the fill ahead runs on another thread: appends racing it — below the filled
 /// end, and past it while the fill is still being written — must never lose a byte to zeros,
-/// and a later fill ask made while one runs is carried out too.
+/// and a later fill ask made while one runs is carried out too. Through the page cache and
+/// with direct I/O.
 #[test]
 fn os_files_fill_ahead_in_the_background_without_zeroing_appends() {
+    fill_ahead_race(false);
+    fill_ahead_race(true);
+}
+
+/// A segment file as the log makes one: `create_padded` (direct I/O where the file system
+/// takes it) or plain `create`. Says so when direct I/O was asked for and refused, so a run
+/// on such a file system cannot pass for a test of direct I/O unnoticed.
+fn os_file(path: &Path, direct: bool) -> Box<dyn gradus_log::StorageFile> {
     use gradus_log::Storage;
+    if !direct {
+        return OsStorage::new(false).create(path).unwrap();
+    }
+    let f = OsStorage::new(true).create_padded(path).unwrap();
+    if !f.is_direct() {
+        eprintln!(
+            "note: the file system refused O_DIRECT; the direct-I/O test ran on ordinary writes"
+        );
+    }
+    f
+}
+
+fn fill_ahead_race(direct: bool) {
     let dir = TempDir::new("osfill");
     let path = dir.path().join("f");
-    let mut f = OsStorage.create(&path).unwrap();
+    let mut f = os_file(&path, direct);
     let mut expected = Vec::new();
     let mut rng = StdRng::seed_from_u64(11);
     for round in 0..40u64 {
@@ -534,4 +556,63 @@ fn os_files_fill_ahead_in_the_background_without_zeroing_appends() {
         "an append was overwritten"
     );
     assert!(data[expected.len()..].iter().all(|&b| b == 0));
+}
+
+/// Direct I/O writes whole blocks: appends of every size (crossing block boundaries, the
+/// staging buffer's size, and the zero fill) land byte for byte at the logical end, the
+/// partial block each one leaves is written again by the next, and what follows the last one
+/// on disk is zeros only, to a block boundary.
+#[test]
+fn os_files_written_directly_keep_every_byte() {
+    let dir = TempDir::new("osdirect");
+    let path = dir.path().join("f");
+    let mut f = os_file(&path, true);
+    let mut expected = Vec::new();
+    let mut rng = StdRng::seed_from_u64(12);
+    let sizes = [
+        1usize,
+        4095,
+        4096,
+        4097,
+        17,
+        (4 << 20) + 3,
+        1,
+        8191,
+        100_000,
+    ];
+    for (i, &size) in sizes.iter().chain(&[0usize; 30]).enumerate() {
+        let size = if size == 0 {
+            rng.gen_range(1..20_000)
+        } else {
+            size
+        };
+        let chunk: Vec<u8> = (0..size).map(|j| (i + j) as u8 | 1).collect();
+        if i % 7 == 3 {
+            f.preallocate(f.len() + 10_000).unwrap();
+        }
+        // Some appends as several slices, as the log writes records.
+        let (a, b) = chunk.split_at(size / 2);
+        f.append_vectored(&[std::io::IoSlice::new(a), std::io::IoSlice::new(b)])
+            .unwrap();
+        expected.extend_from_slice(&chunk);
+        assert_eq!(f.len(), expected.len() as u64);
+        if i % 5 == 0 {
+            f.sync_data().unwrap();
+        }
+    }
+    f.sync_data().unwrap();
+    let data = std::fs::read(&path).unwrap();
+    assert!(
+        data[..expected.len()] == expected[..],
+        "an append was lost or moved"
+    );
+    assert!(data[expected.len()..].iter().all(|&b| b == 0));
+    if f.is_direct() {
+        assert_eq!(
+            data.len() % gradus_log::DIRECT_BLOCK,
+            0,
+            "direct writes are whole blocks"
+        );
+        assert!(data.len() - expected.len() < 10_000 + gradus_log::DIRECT_BLOCK);
+    }
 }

@@ -112,6 +112,7 @@ pub struct DurabilityConfig {
     pub strict_linger_us: u64,
     pub zero_fill_window_s: u64,
     pub segment_bytes: u64,
+    pub direct_io: bool,
     pub snapshot_log_bytes: u64,
     pub snapshot_interval_s: u64,
 }
@@ -127,6 +128,7 @@ struct PartialDurability {
     strict_linger_us: Option<u64>,
     zero_fill_window_s: Option<u64>,
     segment_bytes: Option<u64>,
+    direct_io: Option<bool>,
     snapshot_log_bytes: Option<u64>,
     snapshot_interval_s: Option<u64>,
 }
@@ -300,6 +302,7 @@ impl Config {
                 strict_linger_us,
                 zero_fill_window_s,
                 segment_bytes,
+                direct_io,
                 snapshot_log_bytes,
                 snapshot_interval_s
             );

@@ -241,6 +241,11 @@ fn persistence(shared: &Shared, out: &mut String) {
             s.late_background
         );
         line!(out, "gradus_log_segments:{}", s.segments);
+        line!(
+            out,
+            "gradus_log_direct_io:{}",
+            if s.direct_io { "yes" } else { "no" }
+        );
         let (log_bytes, snapshot_bytes) = data_dir_sizes(&shared.config.dir);
         line!(out, "gradus_log_size_bytes:{log_bytes}");
         line!(out, "gradus_snapshot_size_bytes:{snapshot_bytes}");

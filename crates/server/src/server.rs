@@ -61,7 +61,8 @@ impl Server {
         let started = std::time::Instant::now();
         let mut layout_path = None;
         let (log, recovered) = if logged {
-            let storage: Arc<dyn gradus_log::Storage> = Arc::new(gradus_log::OsStorage);
+            let storage: Arc<dyn gradus_log::Storage> =
+                Arc::new(gradus_log::OsStorage::new(config.durability.direct_io));
             let mut options = config.log_options();
             options.repair = repair;
             let lock = lock_data_dir(&config.dir)?;
