@@ -189,6 +189,12 @@ pub(crate) fn recover(
             "{why}; kept the log up to there and set aside {dropped_bytes} bytes (files renamed *.corrupt)"
         ))
     };
+    storage.prefetch(
+        segments[first_needed.min(segments.len())..]
+            .iter()
+            .map(|&lsn| dir.join(format::segment_file_name(lsn)))
+            .collect(),
+    );
     for (index, &name_lsn) in segments.iter().enumerate().skip(first_needed) {
         if recovered.repaired.is_some() {
             break;

