@@ -205,8 +205,11 @@ class Worker(threading.Thread):
                 pass
 
 
-def run_workload_and_kill(server, threads: int = 8, seed: Optional[int] = None):
+def run_workload_and_kill(server, threads: int = 8, seed: Optional[int] = None, ready=None):
     """Start the workers, SIGKILL the server after 0.5-1.5 s, wait for the workers.
+
+    `ready(info)`, if given, must also hold (polled on INFO persistence, up to 20 s) before the
+    kill: e.g. that a snapshot was taken, whatever the machine's speed.
 
     Returns (workers, t_kill, max_fsync_s) where max_fsync_s is the slowest fsync the server
     reported shortly before the kill.
@@ -220,6 +223,11 @@ def run_workload_and_kill(server, threads: int = 8, seed: Optional[int] = None):
     print(f"killing the server {delay:.3f}s into the workload")
     time.sleep(delay)
     probe = client(server, socket_timeout=10)
+    if ready is not None:
+        deadline = time.monotonic() + 20
+        while not ready(persistence(probe)):
+            assert time.monotonic() < deadline, f"not ready for the kill: {persistence(probe)}"
+            time.sleep(0.05)
     max_fsync_s = persistence(probe).get("gradus_log_max_fsync_usec", 0) / 1e6
     probe.close()
     time.sleep(0.05)
@@ -316,7 +324,10 @@ def test_strict_crash_loses_no_acknowledged_write(gradus_factory, tmp_path, snap
         body = "[durability]\nsnapshot-log-bytes = 32768\nsegment-bytes = 8192\n"
         args += ["--config", write_config(tmp_path, body)]
     server = gradus_factory(*args)
-    workers, t_kill, _ = run_workload_and_kill(server)
+    # With snapshots on, the kill waits for the first one (the size trigger is checked twice a
+    # second, so on a slow machine the workload may not have reached it by the random delay).
+    ready = (lambda info: info["gradus_snapshot_lsn"] > 0) if snapshots else None
+    workers, t_kill, _ = run_workload_and_kill(server, ready=ready)
     server.start()
     check_after_crash(server, workers, t_kill, window=None)
     r = client(server)

@@ -47,6 +47,10 @@ pub enum LogError {
         supported: u32,
     },
 
+    /// The function recovered records were handed to ([`crate::Log::open_streaming`]) failed.
+    #[error("applying the recovered log failed: {0}")]
+    Apply(String),
+
     /// An fsync (or a write) of the log failed earlier; the log accepts no more records and
     /// the durable LSN will not move again. Never cleared: reopen the log to continue.
     #[error("log poisoned: {0}")]

@@ -59,7 +59,7 @@ use std::str::FromStr;
 pub use error::LogError;
 pub use log::{Appended, Log};
 pub use options::LogOptions;
-pub use recovery::Recovered;
+pub use recovery::{Recovered, RecoveryBatch, RecoverySink};
 pub use sim::{CrashMode, SimStorage};
 pub use stats::LogStats;
 pub use storage::{OsStorage, Storage, StorageFile, DIRECT_BLOCK};

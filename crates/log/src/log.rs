@@ -24,7 +24,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::LogError;
 use crate::format::{self, encoded_record_len, FileKind, SnapshotEncoder, MAX_RECORD_LEN};
 use crate::options::LogOptions;
-use crate::recovery::{self, Recovered};
+use crate::recovery::{self, Recovered, RecoverySink};
 use crate::stats::LogStats;
 use crate::storage::Storage;
 use crate::writer::{self, Queue, Shared, Writer};
@@ -92,6 +92,27 @@ impl Log {
     /// (see [`crate::recovery`]), starts a fresh segment after the last recovered LSN, and
     /// starts the writer thread. Returns the log and what recovery found.
     pub fn open(opts: LogOptions, storage: Arc<dyn Storage>) -> Result<(Log, Recovered), LogError> {
+        Self::open_inner(opts, storage, None)
+    }
+
+    /// [`Log::open`], handing the snapshot's items and then each checked segment's records to
+    /// `sink` as recovery finds them instead of collecting them in [`Recovered`]: the caller can
+    /// apply a segment while the next ones are still being read from the disk. If recovery
+    /// fails after some batches (damage found further on), the caller has applied part of a log
+    /// that does not open: it must discard what it applied.
+    pub fn open_streaming(
+        opts: LogOptions,
+        storage: Arc<dyn Storage>,
+        sink: &mut RecoverySink<'_>,
+    ) -> Result<(Log, Recovered), LogError> {
+        Self::open_inner(opts, storage, Some(sink))
+    }
+
+    fn open_inner(
+        opts: LogOptions,
+        storage: Arc<dyn Storage>,
+        sink: Option<&mut RecoverySink<'_>>,
+    ) -> Result<(Log, Recovered), LogError> {
         let dir = opts.dir.clone();
         storage
             .create_dir_all(&dir)
@@ -106,7 +127,7 @@ impl Log {
         if let Err(e) = storage.sync_dir(&parent) {
             tracing::warn!(dir = %parent.display(), error = %e, "could not fsync the log directory's parent");
         }
-        let outcome = recovery::recover(&*storage, &dir, opts.repair)?;
+        let outcome = recovery::recover(&*storage, &dir, opts.repair, sink)?;
         let recovered = outcome.recovered;
         let last_lsn = recovered.last_lsn;
         // No commit has been waited for yet: zero fill starts with the first one (see
@@ -166,7 +187,7 @@ impl Log {
         tracing::info!(
             dir = %dir.display(),
             snapshot_lsn = recovered.snapshot_lsn,
-            records = recovered.records.len(),
+            records = recovered.records_recovered,
             torn_tail_bytes = recovered.torn_tail_bytes,
             last_lsn,
             "write-ahead log opened"

@@ -55,10 +55,16 @@ use crate::Lsn;
 pub struct Recovered {
     /// LSN of the snapshot the state starts from (0 if none).
     pub snapshot_lsn: Lsn,
-    /// The snapshot's items, in the order they were written.
+    /// The snapshot's items, in the order they were written (empty when they went to a
+    /// [`RecoverySink`] instead).
     pub snapshot_items: Vec<Bytes>,
-    /// Every record after the snapshot, in LSN order, gap-free from `snapshot_lsn + 1`.
+    /// How many items the snapshot had (in `snapshot_items` or handed to a sink).
+    pub snapshot_items_recovered: usize,
+    /// Every record after the snapshot, in LSN order, gap-free from `snapshot_lsn + 1` (empty
+    /// when they went to a [`RecoverySink`] instead).
     pub records: Vec<(Lsn, Bytes)>,
+    /// How many records recovery found after the snapshot (in `records` or handed to a sink).
+    pub records_recovered: usize,
     /// Bytes dropped from the end of the last segment (a torn or corrupt tail): from the first
     /// invalid byte through the last non-zero one, so unused zero fill never counts.
     pub torn_tail_bytes: u64,
@@ -66,6 +72,44 @@ pub struct Recovered {
     pub last_lsn: Lsn,
     /// In repair mode, what was dropped to keep the valid prefix (None when nothing was).
     pub repaired: Option<String>,
+}
+
+/// Where recovered items and records go as recovery finds them: into [`Recovered`] (the
+/// default), or to a caller's function, which can start applying them while later segments are
+/// still being read ([`crate::Log::open_streaming`]).
+pub enum RecoveryBatch<'a> {
+    /// The snapshot's items (once, before any record; not sent when there is no snapshot).
+    SnapshotItems(Vec<Bytes>),
+    /// The records of one checked segment (or of the valid part of a damaged one that
+    /// `--repair` keeps), in LSN order, after the snapshot's LSN; never empty. Later batches
+    /// follow in LSN order, gap-free. A later segment may still turn out damaged, in which case
+    /// recovery fails after some batches were handed over.
+    Records(&'a mut Vec<(Lsn, Bytes)>),
+}
+
+/// A function [`RecoveryBatch`]es are handed to; an error stops recovery with
+/// [`LogError::Apply`].
+pub type RecoverySink<'s> = dyn FnMut(RecoveryBatch<'_>) -> Result<(), String> + 's;
+
+/// Hands the records of one segment after the snapshot to `sink`, or keeps them in `recovered`.
+fn emit(
+    sink: &mut Option<&mut RecoverySink<'_>>,
+    recovered: &mut Recovered,
+    mut records: Vec<(Lsn, Bytes)>,
+) -> Result<(), LogError> {
+    let snapshot_lsn = recovered.snapshot_lsn;
+    records.retain(|(lsn, _)| *lsn > snapshot_lsn);
+    if records.is_empty() {
+        return Ok(());
+    }
+    recovered.records_recovered += records.len();
+    match sink {
+        Some(sink) => sink(RecoveryBatch::Records(&mut records)).map_err(LogError::Apply),
+        None => {
+            recovered.records.append(&mut records);
+            Ok(())
+        }
+    }
 }
 
 /// What recovery leaves behind for the writer.
@@ -82,6 +126,7 @@ pub(crate) fn recover(
     storage: &dyn Storage,
     dir: &Path,
     repair: bool,
+    mut sink: Option<&mut RecoverySink<'_>>,
 ) -> Result<RecoveryOutcome, LogError> {
     let names = storage.list(dir).map_err(LogError::io_at("list", dir))?;
     let mut segments: Vec<Lsn> = Vec::new();
@@ -144,6 +189,15 @@ pub(crate) fn recover(
         .iter()
         .rposition(|&first| first <= snapshot_lsn.saturating_add(1))
         .unwrap_or(0);
+    if let Some(sink) = sink.as_deref_mut() {
+        if !recovered.snapshot_items.is_empty() {
+            recovered.snapshot_items_recovered = recovered.snapshot_items.len();
+            let items = std::mem::take(&mut recovered.snapshot_items);
+            sink(RecoveryBatch::SnapshotItems(items)).map_err(LogError::Apply)?;
+        }
+    } else {
+        recovered.snapshot_items_recovered = recovered.snapshot_items.len();
+    }
     let mut remaining_segments = segments.len() as u64;
     let mut last_lsn = snapshot_lsn;
     let mut expected_first: Option<Lsn> = None;
@@ -295,11 +349,7 @@ pub(crate) fn recover(
                 remaining_segments = index as u64 + 1;
                 let segment_last = scan.last_lsn();
                 last_lsn = last_lsn.max(segment_last);
-                recovered.records.extend(
-                    scan.records
-                        .into_iter()
-                        .filter(|(lsn, _)| *lsn > snapshot_lsn),
-                );
+                emit(&mut sink, &mut recovered, scan.records)?;
                 break;
             }
             tracing::warn!(
@@ -329,11 +379,7 @@ pub(crate) fn recover(
             dir_dirty = true;
             remaining_segments -= 1;
         }
-        recovered.records.extend(
-            scan.records
-                .into_iter()
-                .filter(|(lsn, _)| *lsn > snapshot_lsn),
-        );
+        emit(&mut sink, &mut recovered, scan.records)?;
     }
     recovered.last_lsn = last_lsn;
     if dir_dirty {
@@ -385,7 +431,7 @@ mod tests {
     fn empty_directory_recovers_nothing() {
         let sim = SimStorage::new(1);
         sim.create_dir_all(&dir()).unwrap();
-        let out = recover(&sim, &dir(), false).unwrap();
+        let out = recover(&sim, &dir(), false, None).unwrap();
         assert_eq!(out.recovered, Recovered::default());
         assert_eq!(out.segments, 0);
     }
@@ -400,7 +446,7 @@ mod tests {
             &dir().join(format::snapshot_file_name(7)),
             &encode_snapshot(7, [&b"state"[..]]),
         );
-        let out = recover(&sim, &dir(), false).unwrap();
+        let out = recover(&sim, &dir(), false, None).unwrap();
         assert_eq!(out.recovered.snapshot_lsn, 7);
         assert_eq!(
             out.recovered.snapshot_items,
@@ -409,6 +455,50 @@ mod tests {
         assert_eq!(lsns(&out.recovered), vec![8, 9, 10, 11, 12, 13]);
         assert_eq!(out.recovered.records[0].1, Bytes::from_static(b"p8"));
         assert_eq!(out.recovered.last_lsn, 13);
+        assert_eq!(out.recovered.records_recovered, 6);
+        assert_eq!(out.recovered.snapshot_items_recovered, 1);
+    }
+
+    #[test]
+    fn a_sink_gets_the_snapshot_then_each_segment_in_order() {
+        let sim = SimStorage::new(1);
+        put_segment(&sim, 1, &segment(1, 5));
+        put_segment(&sim, 6, &segment(6, 5));
+        put_segment(&sim, 11, &segment(11, 3));
+        sim.put_file(
+            &dir().join(format::snapshot_file_name(7)),
+            &encode_snapshot(7, [&b"state"[..]]),
+        );
+        let collected = recover(&sim, &dir(), false, None).unwrap().recovered;
+        let mut got: Vec<String> = Vec::new();
+        let mut records = Vec::new();
+        let mut sink = |batch: RecoveryBatch<'_>| {
+            match batch {
+                RecoveryBatch::SnapshotItems(items) => got.push(format!("items {}", items.len())),
+                RecoveryBatch::Records(batch) => {
+                    got.push(format!("records {}", batch.len()));
+                    records.append(batch);
+                }
+            }
+            Ok(())
+        };
+        let streamed = recover(&sim, &dir(), false, Some(&mut sink))
+            .unwrap()
+            .recovered;
+        // The snapshot first, then the part of segment 6 after it, then segment 11.
+        assert_eq!(got, ["items 1", "records 3", "records 3"]);
+        assert_eq!(records, collected.records);
+        assert!(streamed.records.is_empty() && streamed.snapshot_items.is_empty());
+        assert_eq!(streamed.records_recovered, collected.records_recovered);
+        assert_eq!(streamed.snapshot_items_recovered, 1);
+        assert_eq!(streamed.last_lsn, collected.last_lsn);
+
+        // A sink that fails stops recovery with its error.
+        let mut failing = |_: RecoveryBatch<'_>| Err("no room".to_string());
+        match recover(&sim, &dir(), false, Some(&mut failing)) {
+            Err(LogError::Apply(why)) => assert_eq!(why, "no room"),
+            other => panic!("expected Apply, got {:?}", other.map(|o| o.recovered)),
+        }
     }
 
     #[test]
@@ -423,7 +513,7 @@ mod tests {
         newer.truncate(newer.len() - 1);
         sim.put_file(&dir().join(format::snapshot_file_name(8)), &newer);
         sim.put_file(&dir().join(format::snapshot_temp_file_name(9)), b"partial");
-        let out = recover(&sim, &dir(), false).unwrap();
+        let out = recover(&sim, &dir(), false, None).unwrap();
         assert_eq!(out.recovered.snapshot_lsn, 3);
         assert_eq!(lsns(&out.recovered), (4..=10).collect::<Vec<_>>());
         assert!(!sim
@@ -439,7 +529,7 @@ mod tests {
         let whole = last.len();
         last.truncate(whole - 2);
         put_segment(&sim, 5, &last);
-        let out = recover(&sim, &dir(), false).unwrap();
+        let out = recover(&sim, &dir(), false, None).unwrap();
         assert_eq!(lsns(&out.recovered), vec![1, 2, 3, 4, 5, 6]);
         // What is left of record 7 is its 16-byte header, whose last 7 bytes (the high bytes
         // of lsn 7) are zeros: torn bytes run through the last non-zero byte only, since
@@ -460,7 +550,7 @@ mod tests {
         first[offset + 17] ^= 0xff;
         put_segment(&sim, 1, &first);
         put_segment(&sim, 5, &segment(5, 2));
-        match recover(&sim, &dir(), false) {
+        match recover(&sim, &dir(), false, None) {
             Err(LogError::Corrupt {
                 file, offset: at, ..
             }) => {
@@ -481,10 +571,10 @@ mod tests {
         put_segment(&sim, 6, &damaged);
         put_segment(&sim, 11, &segment(11, 5));
         assert!(matches!(
-            recover(&sim, &dir(), false),
+            recover(&sim, &dir(), false, None),
             Err(LogError::Corrupt { .. })
         ));
-        let out = recover(&sim, &dir(), true).unwrap();
+        let out = recover(&sim, &dir(), true, None).unwrap();
         let got = lsns(&out.recovered);
         assert!(got.len() >= 5 && got.len() < 10, "{got:?}");
         assert_eq!(got, (1..=got.len() as u64).collect::<Vec<_>>());
@@ -492,7 +582,7 @@ mod tests {
         let names = sim.file_names(&dir());
         assert!(names.iter().any(|n| n.ends_with(".corrupt")), "{names:?}");
         // A second open finds a clean, shorter log.
-        let again = recover(&sim, &dir(), false).unwrap();
+        let again = recover(&sim, &dir(), false, None).unwrap();
         assert_eq!(lsns(&again.recovered), got);
     }
 
@@ -502,7 +592,7 @@ mod tests {
         put_segment(&sim, 1, &segment(1, 4));
         put_segment(&sim, 7, &segment(7, 2));
         assert!(matches!(
-            recover(&sim, &dir(), false),
+            recover(&sim, &dir(), false, None),
             Err(LogError::Corrupt { .. })
         ));
 
@@ -513,7 +603,7 @@ mod tests {
         );
         put_segment(&sim, 6, &segment(6, 2));
         assert!(matches!(
-            recover(&sim, &dir(), false),
+            recover(&sim, &dir(), false, None),
             Err(LogError::Corrupt { .. })
         ));
     }
@@ -523,7 +613,7 @@ mod tests {
         let sim = SimStorage::new(1);
         put_segment(&sim, 1, &segment(1, 3));
         put_segment(&sim, 4, &encode_segment_header(4)[..10]);
-        let out = recover(&sim, &dir(), false).unwrap();
+        let out = recover(&sim, &dir(), false, None).unwrap();
         assert_eq!(out.recovered.last_lsn, 3);
         // Magic and the first version byte; the zero byte after them counts as zero fill.
         assert_eq!(out.recovered.torn_tail_bytes, 9);
@@ -536,7 +626,7 @@ mod tests {
             let mut created = encode_segment_header(4)[..head].to_vec();
             created.resize(4096, 0);
             put_segment(&sim, 4, &created);
-            let out = recover(&sim, &dir(), false).unwrap();
+            let out = recover(&sim, &dir(), false, None).unwrap();
             assert_eq!(out.recovered.last_lsn, 3);
             assert_eq!(out.recovered.torn_tail_bytes, torn);
             assert_eq!(out.segments, 1);
@@ -547,7 +637,7 @@ mod tests {
         bad[3] ^= 1;
         put_segment(&sim, 1, &bad);
         assert!(matches!(
-            recover(&sim, &dir(), false),
+            recover(&sim, &dir(), false, None),
             Err(LogError::Corrupt { offset: 0, .. })
         ));
     }
@@ -563,7 +653,7 @@ mod tests {
         let sim = SimStorage::new(1);
         let records = segment(1, 5);
         put_segment(&sim, 1, &zero_fill(records.clone(), 64 << 10));
-        let out = recover(&sim, &dir(), false).unwrap();
+        let out = recover(&sim, &dir(), false, None).unwrap();
         assert_eq!(lsns(&out.recovered), vec![1, 2, 3, 4, 5]);
         assert_eq!(out.recovered.torn_tail_bytes, 0);
         assert_eq!(out.segments, 1);
@@ -572,7 +662,7 @@ mod tests {
         assert_eq!(sim.file_contents(&path).unwrap(), records);
         // A zero-filled last segment without records is removed.
         put_segment(&sim, 6, &zero_fill(segment(6, 0), 4096));
-        let out = recover(&sim, &dir(), false).unwrap();
+        let out = recover(&sim, &dir(), false, None).unwrap();
         assert_eq!(
             (out.recovered.last_lsn, out.recovered.torn_tail_bytes),
             (5, 0)
@@ -591,7 +681,7 @@ mod tests {
         let mut data = zero_fill(whole[..valid + 13].to_vec(), 10_000);
         data[5_000] = 0xAB;
         put_segment(&sim, 1, &data);
-        let out = recover(&sim, &dir(), false).unwrap();
+        let out = recover(&sim, &dir(), false, None).unwrap();
         assert_eq!(lsns(&out.recovered), vec![1, 2, 3]);
         assert_eq!(out.recovered.torn_tail_bytes, (5_000 + 1 - valid) as u64);
         let path = dir().join(format::segment_file_name(1));
@@ -600,7 +690,7 @@ mod tests {
         // Without the stray byte, only the torn record's non-zero bytes count.
         let sim = SimStorage::new(1);
         put_segment(&sim, 1, &zero_fill(whole[..valid + 13].to_vec(), 10_000));
-        let out = recover(&sim, &dir(), false).unwrap();
+        let out = recover(&sim, &dir(), false, None).unwrap();
         assert_eq!(out.recovered.torn_tail_bytes, 9);
     }
 
@@ -611,7 +701,7 @@ mod tests {
         put_segment(&sim, 1, &first);
         put_segment(&sim, 5, &zero_fill(segment(5, 3), 8192));
         put_segment(&sim, 8, &zero_fill(segment(8, 2), 8192));
-        let out = recover(&sim, &dir(), false).unwrap();
+        let out = recover(&sim, &dir(), false, None).unwrap();
         assert_eq!(lsns(&out.recovered), (1..=9).collect::<Vec<_>>());
         assert_eq!(out.recovered.torn_tail_bytes, 0);
         assert_eq!(out.segments, 3);
@@ -629,7 +719,7 @@ mod tests {
         first[record_3..].fill(0); // records 3 and 4 read as zero fill
         put_segment(&sim, 1, &first);
         put_segment(&sim, 5, &segment(5, 2));
-        match recover(&sim, &dir(), false) {
+        match recover(&sim, &dir(), false, None) {
             Err(LogError::Corrupt { file, .. }) => {
                 assert_eq!(file, dir().join(format::segment_file_name(5)))
             }
@@ -649,7 +739,7 @@ mod tests {
         };
         let valid = segment(1, 4).len() as u64;
         let sim = build();
-        match recover(&sim, &dir(), false) {
+        match recover(&sim, &dir(), false, None) {
             Err(LogError::Corrupt { file, offset, .. }) => {
                 assert_eq!(file, dir().join(format::segment_file_name(1)));
                 assert_eq!(offset, valid);
@@ -657,7 +747,7 @@ mod tests {
             other => panic!("expected Corrupt, got {other:?}"),
         }
         // Repair keeps the valid prefix and counts only non-zero bytes as set aside.
-        let out = recover(&sim, &dir(), true).unwrap();
+        let out = recover(&sim, &dir(), true, None).unwrap();
         assert_eq!(lsns(&out.recovered), vec![1, 2, 3, 4]);
         let report = out.recovered.repaired.unwrap();
         let set_aside = 6000 + 1 - valid + segment(5, 2).len() as u64;
@@ -678,7 +768,7 @@ mod tests {
         header[20..24].copy_from_slice(&crc.to_le_bytes());
         put_segment(&sim, 1, &header);
         assert!(matches!(
-            recover(&sim, &dir(), false),
+            recover(&sim, &dir(), false, None),
             Err(LogError::UnsupportedVersion { version: 9, .. })
         ));
     }
@@ -692,7 +782,7 @@ mod tests {
             &dir().join(format::snapshot_file_name(6)),
             &encode_snapshot(6, std::iter::empty()),
         );
-        let out = recover(&sim, &dir(), false).unwrap();
+        let out = recover(&sim, &dir(), false, None).unwrap();
         assert_eq!(lsns(&out.recovered), vec![7]);
         assert_eq!(out.recovered.last_lsn, 7);
     }

@@ -145,7 +145,7 @@ pub(crate) async fn flush(
 ) -> bool {
     if client.strict_lsn > 0 {
         let lsn = std::mem::take(&mut client.strict_lsn);
-        if let Some(log) = &shared.persist.log {
+        if let Some(log) = shared.persist.log.get() {
             if let Err(e) = shared.persist.wait_strict(log, lsn).await {
                 tracing::error!(client = client.id, error = %e, "strict write not durable; closing without acknowledging");
                 wbuf.clear();
@@ -214,7 +214,7 @@ async fn complete(shared: &Arc<Shared>, client: &mut ClientState, work: Deferred
         } => {
             let deadline = (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms));
             let mut local = 0;
-            if let Some(log) = shared.persist.log.clone() {
+            if let Some(log) = shared.persist.log.get().cloned() {
                 if numlocal > 0 && log.durable_lsn() < lsn {
                     // Force the fsync rather than wait for the background one.
                     let sync = tokio::task::spawn_blocking(move || log.sync_now());
@@ -229,7 +229,7 @@ async fn complete(shared: &Arc<Shared>, client: &mut ClientState, work: Deferred
                 if shared
                     .persist
                     .log
-                    .as_ref()
+                    .get()
                     .is_some_and(|l| l.durable_lsn() >= lsn)
                 {
                     local = 1;

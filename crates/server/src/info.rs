@@ -167,7 +167,7 @@ fn persistence(shared: &Shared, out: &mut String) {
     line!(out, "# Persistence");
     line!(out, "loading:0");
     line!(out, "async_loading:0");
-    line!(out, "aof_enabled:{}", u8::from(p.log.is_some()));
+    line!(out, "aof_enabled:{}", u8::from(p.log.get().is_some()));
     line!(
         out,
         "rdb_bgsave_in_progress:{}",
@@ -207,7 +207,7 @@ fn persistence(shared: &Shared, out: &mut String) {
         "gradus_background_fsync_ms:{}",
         shared.config.durability.background_fsync_ms
     );
-    if let Some(log) = &p.log {
+    if let Some(log) = p.log.get() {
         let s = log.stats();
         line!(out, "gradus_log_last_lsn:{}", s.last_lsn);
         line!(out, "gradus_log_written_lsn:{}", s.written_lsn);

@@ -60,7 +60,8 @@ impl Server {
         let logged = tenancy.degrees().iter().any(|d| d.is_logged());
         let started = std::time::Instant::now();
         let mut layout_path = None;
-        let (log, recovered) = if logged {
+        let mut log_setup = None;
+        let dir_lock = if logged {
             let storage: Arc<dyn gradus_log::Storage> =
                 Arc::new(gradus_log::OsStorage::new(config.durability.direct_io));
             let mut options = config.log_options();
@@ -69,36 +70,41 @@ impl Server {
             let previous = read_layout(&config)?;
             tenancy = crate::tenancy::Tenancy::build(&config, &previous)?;
             layout_path = Some((config.dir.join("LAYOUT"), previous));
-            let (log, recovered) = gradus_log::Log::open(options, storage).map_err(|e| {
-                let hint = if matches!(e, gradus_log::LogError::Corrupt { .. }) {
-                    " (start with --repair to keep the valid prefix of the log and drop the rest)"
-                } else {
-                    ""
-                };
-                ServerError::Config(format!(
-                    "cannot recover {}: {e}{hint}",
-                    config.dir.display()
-                ))
-            })?;
-            if let Some(what) = &recovered.repaired {
-                tracing::warn!(repaired = %what, "--repair dropped part of the log");
-            }
-            (Some((log, lock)), Some(recovered))
+            log_setup = Some((options, storage));
+            Some(lock)
         } else {
-            (None, None)
+            None
         };
         // After the data-directory lock, so a second server on the same directory reports that.
         let memcached_listeners = crate::memcache::listener::bind(&config).await?;
-        let (log, dir_lock) = match log {
-            Some((log, lock)) => (Some(log), Some(lock)),
-            None => (None, None),
-        };
-        let shared = Arc::new(Shared::new(config, config_file, log, tenancy));
+        let dir = config.dir.clone();
+        // The log is opened into the state: recovery replays each segment as it is read.
+        let shared = Arc::new(Shared::new(config, config_file, None, tenancy));
         *shared.persist.dir_lock.lock() = dir_lock;
         shared.port.store(port as usize, Ordering::Relaxed);
-        if let Some(recovered) = recovered {
-            let (items, records) = crate::persist::apply_recovered(&shared, &recovered)
-                .map_err(|e| ServerError::Config(format!("recovery failed: {e}")))?;
+        if let Some((options, storage)) = log_setup {
+            let (log, recovered) =
+                crate::persist::recover(&shared, options, storage).map_err(|e| match e {
+                    gradus_log::LogError::Apply(e) => {
+                        ServerError::Config(format!("recovery failed: {e}"))
+                    }
+                    e => {
+                        let hint = if matches!(e, gradus_log::LogError::Corrupt { .. }) {
+                            " (start with --repair to keep the valid prefix of the log and drop the rest)"
+                        } else {
+                            ""
+                        };
+                        ServerError::Config(format!("cannot recover {}: {e}{hint}", dir.display()))
+                    }
+                })?;
+            if let Some(what) = &recovered.repaired {
+                tracing::warn!(repaired = %what, "--repair dropped part of the log");
+            }
+            let _ = shared.persist.log.set(log);
+            let (items, records) = (
+                recovered.snapshot_items_recovered,
+                recovered.records_recovered,
+            );
             let report = crate::persist::RecoveryReport {
                 millis: started.elapsed().as_millis() as u64,
                 keys: crate::persist::logged_keys(&shared.store, &shared.persist.degrees),
@@ -174,7 +180,7 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // Everything acknowledged at any logged degree is on disk before we exit.
-        if let Some(log) = shared.persist.log.clone() {
+        if let Some(log) = shared.persist.log.get().cloned() {
             match tokio::task::spawn_blocking(move || log.sync_now()).await {
                 Ok(Ok(lsn)) => tracing::info!(durable_lsn = lsn, "log synced"),
                 Ok(Err(e)) => tracing::error!(error = %e, "final log sync failed"),
@@ -345,7 +351,7 @@ async fn lock_lease_loop(shared: Arc<Shared>) {
 /// Take a snapshot when the log has grown by `snapshot-log-bytes` since the last one, or
 /// `snapshot-interval-s` has passed with writes in between.
 async fn snapshot_loop(shared: Arc<Shared>) {
-    let Some(log) = shared.persist.log.clone() else {
+    let Some(log) = shared.persist.log.get().cloned() else {
         return;
     };
     let by_size = shared.config.durability.snapshot_log_bytes;

@@ -115,7 +115,8 @@ impl Shared {
         };
         let (shutdown, _) = watch::channel(false);
         let persist = crate::persist::Persistence {
-            log,
+            log: log.map_or_else(std::sync::OnceLock::new, std::sync::OnceLock::from),
+            logged: degrees.iter().any(|d| d.is_logged()),
             flush_groups: (0..degrees.len())
                 .map(|g| tenancy.tenant_of(g).unwrap_or(usize::MAX))
                 .collect(),

@@ -113,7 +113,7 @@ fn time(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
 /// SAVE/BGSAVE need a log to snapshot into and no snapshot already running.
 fn check_snapshot_possible(ctx: &Ctx<'_>) -> Result<(), CmdError> {
     let persist = &ctx.shared.persist;
-    if persist.log.is_none() {
+    if persist.log.get().is_none() {
         return Err(CmdError::err(
             "nothing to save: every database has durability none",
         ));
@@ -158,7 +158,7 @@ fn waitaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if timeout < 0 {
         return Err(CmdError::err("timeout is negative"));
     }
-    if numlocal > 0 && ctx.shared.persist.log.is_none() {
+    if numlocal > 0 && ctx.shared.persist.log.get().is_none() {
         return Err(CmdError::err(
             "WAITAOF cannot be used when numlocal is set but appendonly is disabled.",
         ));
@@ -231,7 +231,7 @@ const PARAMS: &[Param] = &[
     Param { name: "maxmemory", get: |_| "0".into(), set: None },
     Param { name: "maxmemory-policy", get: |_| "noeviction".into(), set: None },
     Param { name: "save", get: |_| String::new(), set: None },
-    Param { name: "appendonly", get: |c| if c.shared.persist.log.is_some() { "yes".into() } else { "no".into() }, set: None },
+    Param { name: "appendonly", get: |c| if c.shared.persist.log.get().is_some() { "yes".into() } else { "no".into() }, set: None },
     Param { name: "durability", get: |c| c.shared.config.durability.default.clone(), set: None },
     Param { name: "timeout", get: |_| "0".into(), set: None },
 ];

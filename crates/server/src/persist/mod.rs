@@ -21,8 +21,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Persistence state shared by all connections.
 pub struct Persistence {
-    /// The log, or None when every database is `none` (nothing to make durable).
-    pub log: Option<Log>,
+    /// The log: unset when every database is `none` (nothing to make durable), and until
+    /// recovery has opened it at start-up ([`recover`] replays into the state before it exists).
+    pub log: std::sync::OnceLock<Log>,
+    /// Whether any database is logged (so there is, or is about to be, a log).
+    pub logged: bool,
     /// Default degree of each keyspace (by global index).
     pub degrees: Vec<Durability>,
     /// The tenant of each keyspace (by global index; orphans get `usize::MAX`): FLUSHALL's group.
@@ -70,7 +73,7 @@ pub struct RecoveryReport {
 impl Persistence {
     /// Whether database `db` is logged at all.
     pub fn db_logged(&self, db: usize) -> bool {
-        self.log.is_some() && self.degrees.get(db).is_some_and(|d| d.is_logged())
+        self.logged && self.degrees.get(db).is_some_and(|d| d.is_logged())
     }
 
     /// The degree a write by `client` in its selected database gets.
@@ -99,7 +102,7 @@ impl Persistence {
                 .copied()
                 .unwrap_or(Durability::None)
         };
-        if self.log.is_none() || !base.is_logged() {
+        if !self.logged || !base.is_logged() {
             return match client.durability {
                 Some(d) if d.is_logged() => Err(CmdError::err(format!(
                     "durability '{d}' requested but database {} is not logged (its degree is none)",
@@ -144,7 +147,7 @@ impl Persistence {
 
     /// Refuse durable writes once the log is poisoned (Redis' MISCONF for a failing AOF).
     pub fn check_writable(&self, degree: Durability) -> Result<(), CmdError> {
-        if let (true, Some(log)) = (degree.is_logged(), &self.log) {
+        if let (true, Some(log)) = (degree.is_logged(), self.log.get()) {
             if let Some(reason) = log.poisoned() {
                 return Err(CmdError::Other(format!(
                     "MISCONF the write-ahead log is poisoned ({reason}); durable writes are refused until restart"
@@ -173,7 +176,7 @@ impl Persistence {
         payload: bytes::Bytes,
         degree: Durability,
     ) -> Result<Lsn, LogError> {
-        let Some(log) = &self.log else {
+        let Some(log) = self.log.get() else {
             return Err(LogError::NotLogged);
         };
         let appended = log.append_bounded(payload, degree)?;
@@ -222,20 +225,39 @@ pub fn apply_with_effects(
     reply
 }
 
-/// Apply what recovery found: snapshot items, then every logged command re-executed with the
-/// clock it originally ran with. Returns (snapshot items, records replayed).
-pub fn apply_recovered(
+/// Open the log and apply what recovery finds as it finds it: the snapshot's items, then each
+/// checked segment's records, re-executed with the clock they first ran with, while the next
+/// segments are still being read (with the log written by direct I/O a restart reads it from the
+/// disk; applying segment by segment overlaps that with the replay). Keys that expired while the
+/// server was down are dropped at the end. Returns the log and what recovery found.
+///
+/// If recovery fails part-way (damage found further on), part of the log has been applied to
+/// `shared`: the caller must not serve from it (the server stops).
+pub fn recover(
     shared: &crate::state::Shared,
-    recovered: &Recovered,
-) -> Result<(usize, usize), String> {
-    let store = &shared.store;
-    // Snapshot items are distinct keys: load them on every core (most of the time is the
-    // kernel zeroing fresh pages for the values, which parallelises well).
+    options: gradus_log::LogOptions,
+    storage: std::sync::Arc<dyn gradus_log::Storage>,
+) -> Result<(Log, Recovered), LogError> {
+    let opened = replay_stream(shared, |feed| {
+        let mut sink = |batch: gradus_log::RecoveryBatch<'_>| match batch {
+            gradus_log::RecoveryBatch::SnapshotItems(items) => load_snapshot(shared, &items),
+            gradus_log::RecoveryBatch::Records(records) => feed(records),
+        };
+        Log::open_streaming(options, storage, &mut sink)
+    })
+    .map_err(LogError::Apply)??;
+    let now = gradus_store::now_ms();
+    while shared.store.sweep_expired(now, usize::MAX) > 0 {}
+    Ok(opened)
+}
+
+/// Snapshot items are distinct keys: load them on every core (most of the time is the kernel
+/// zeroing fresh pages for the values, which parallelises well).
+fn load_snapshot(shared: &crate::state::Shared, items: &[Bytes]) -> Result<(), String> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = recovered.snapshot_items.len().div_ceil(threads).max(1);
+    let chunk = items.len().div_ceil(threads).max(1);
     std::thread::scope(|scope| {
-        let workers: Vec<_> = recovered
-            .snapshot_items
+        let workers: Vec<_> = items
             .chunks(chunk)
             .map(|items| scope.spawn(move || load_items(shared, items)))
             .collect();
@@ -243,12 +265,7 @@ pub fn apply_recovered(
             w.join()
                 .unwrap_or_else(|_| Err("snapshot loader panicked".into()))
         })
-    })?;
-    replay_records(shared, &recovered.records)?;
-    // Drop keys that expired while the server was down.
-    let now = gradus_store::now_ms();
-    while store.sweep_expired(now, usize::MAX) > 0 {}
-    Ok((recovered.snapshot_items.len(), recovered.records.len()))
+    })
 }
 
 /// Work for a replay worker: one single-key-partition command, or a request to report back once
@@ -258,14 +275,22 @@ enum ReplayJob {
     Drain(std::sync::mpsc::Sender<()>),
 }
 
-/// Re-execute logged records in log order, using every core.
+/// A function that re-executes a batch of logged records (see [`replay_stream`]).
+type Feed<'a> = dyn FnMut(&mut Vec<(Lsn, Bytes)>) -> Result<(), String> + 'a;
+
+/// Re-execute logged records in log order, using every core: starts the replay workers, then
+/// calls `produce` with a function to hand it batches of records, in LSN order, as they come.
+/// When `produce` returns, waits for the workers to finish and returns what `produce` did.
 ///
 /// A record that is one command whose keys all fall in one partition (a set of shards) goes to
 /// that partition's worker; commands on the same key therefore run in log order, and commands on
 /// keys of different partitions commute. Anything else — a MULTI/EXEC record, a multi-key command
 /// spanning partitions, a key-less command such as FLUSHDB — is a barrier: the workers drain, the
 /// record runs on this thread, and the workers resume.
-fn replay_records(shared: &crate::state::Shared, records: &[(Lsn, Bytes)]) -> Result<(), String> {
+fn replay_stream<R>(
+    shared: &crate::state::Shared,
+    produce: impl FnOnce(&mut Feed<'_>) -> R,
+) -> Result<R, String> {
     use std::sync::mpsc::{channel, sync_channel};
     let partitions = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -304,39 +329,33 @@ fn replay_records(shared: &crate::state::Shared, records: &[(Lsn, Bytes)]) -> Re
             }
         };
         let mut main_client = replay_client();
-        let mut result = Ok(());
-        for (lsn, payload) in records {
-            let decoded = record::decode(payload).map_err(|e| format!("record {lsn}: {e}"));
-            let (now_ms, mut commands) = match decoded {
-                Ok(Record::Commands { now_ms, commands }) => (now_ms, commands),
-                Ok(Record::Item { .. }) => {
-                    result = Err(format!("record {lsn}: snapshot item in the log"));
-                    break;
+        let mut feed = |records: &mut Vec<(Lsn, Bytes)>| -> Result<(), String> {
+            for (lsn, payload) in records.drain(..) {
+                let (now_ms, mut commands) = match record::decode(&payload) {
+                    Ok(Record::Commands { now_ms, commands }) => (now_ms, commands),
+                    Ok(Record::Item { .. }) => {
+                        return Err(format!("record {lsn}: snapshot item in the log"))
+                    }
+                    Err(e) => return Err(format!("record {lsn}: {e}")),
+                };
+                if commands.len() == 1 {
+                    if let Some(p) = partition_of(shared, &commands[0], partitions) {
+                        let c = commands.pop().expect("one command");
+                        let _ = senders[p].send(ReplayJob::Apply(now_ms, c));
+                        continue;
+                    }
                 }
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            };
-            if commands.len() == 1 {
-                if let Some(p) = partition_of(shared, &commands[0], partitions) {
-                    let c = commands.pop().expect("one command");
-                    let _ = senders[p].send(ReplayJob::Apply(now_ms, c));
-                    continue;
-                }
-            }
-            drain(&senders);
-            for c in &commands {
-                if let Err(e) = replay_command(shared, &mut main_client, now_ms, c) {
-                    result = Err(format!("record {lsn}: {e}"));
-                    break;
+                drain(&senders);
+                for c in &commands {
+                    replay_command(shared, &mut main_client, now_ms, c)
+                        .map_err(|e| format!("record {lsn}: {e}"))?;
                 }
             }
-            if result.is_err() {
-                break;
-            }
-        }
+            Ok(())
+        };
+        let produced = produce(&mut feed);
         drop(senders);
+        let mut result = Ok(());
         for w in workers {
             let r = w
                 .join()
@@ -345,7 +364,7 @@ fn replay_records(shared: &crate::state::Shared, records: &[(Lsn, Bytes)]) -> Re
                 result = r;
             }
         }
-        result
+        result.map(|()| produced)
     })
 }
 
@@ -440,7 +459,7 @@ fn replay_command(
 /// workers. Writers stall at most once, for one shard's copy (see `gradus_store::snapshot`).
 pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
     let p = &shared.persist;
-    let Some(log) = &p.log else {
+    let Some(log) = p.log.get() else {
         return Err("no database is logged (every degree is none)".into());
     };
     if p.snapshot_in_progress.swap(true, Ordering::AcqRel) {
