@@ -36,6 +36,11 @@
 //! prefix instead of failing; the bytes it reports as set aside are counted through the last
 //! non-zero byte of each file, like torn bytes.
 //!
+//! What is found goes into [`Recovered`], or, through [`crate::Log::open_streaming`], to a
+//! [`RecoverySink`] as it is found: the snapshot's items first, then each segment's records once
+//! that segment is checked, so the caller can apply them while later segments are read (the
+//! needed segments are asked for ahead with [`Storage::prefetch`]).
+//!
 //! Depends on [`crate::format`] and [`crate::storage`] only.
 
 use std::path::{Path, PathBuf};
