@@ -441,8 +441,8 @@ mod tests {
         assert_eq!(out.segments, 0);
     }
 
-    #[test]
-    fn segments_chain_and_the_snapshot_cuts_the_prefix() {
+    /// Segments of LSNs 1–5, 6–10 and 11–13, and a snapshot at LSN 7.
+    fn segments_1_6_11_and_a_snapshot_at_7() -> SimStorage {
         let sim = SimStorage::new(1);
         put_segment(&sim, 1, &segment(1, 5));
         put_segment(&sim, 6, &segment(6, 5));
@@ -451,6 +451,12 @@ mod tests {
             &dir().join(format::snapshot_file_name(7)),
             &encode_snapshot(7, [&b"state"[..]]),
         );
+        sim
+    }
+
+    #[test]
+    fn segments_chain_and_the_snapshot_cuts_the_prefix() {
+        let sim = segments_1_6_11_and_a_snapshot_at_7();
         let out = recover(&sim, &dir(), false, None).unwrap();
         assert_eq!(out.recovered.snapshot_lsn, 7);
         assert_eq!(
@@ -466,14 +472,7 @@ mod tests {
 
     #[test]
     fn a_sink_gets_the_snapshot_then_each_segment_in_order() {
-        let sim = SimStorage::new(1);
-        put_segment(&sim, 1, &segment(1, 5));
-        put_segment(&sim, 6, &segment(6, 5));
-        put_segment(&sim, 11, &segment(11, 3));
-        sim.put_file(
-            &dir().join(format::snapshot_file_name(7)),
-            &encode_snapshot(7, [&b"state"[..]]),
-        );
+        let sim = segments_1_6_11_and_a_snapshot_at_7();
         let collected = recover(&sim, &dir(), false, None).unwrap().recovered;
         let mut got: Vec<String> = Vec::new();
         let mut records = Vec::new();
