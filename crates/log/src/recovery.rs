@@ -249,7 +249,7 @@ pub(crate) fn recover(
         ))
     };
     storage.prefetch(
-        segments[first_needed.min(segments.len())..]
+        segments[first_needed..]
             .iter()
             .map(|&lsn| dir.join(format::segment_file_name(lsn)))
             .collect(),

@@ -175,6 +175,35 @@ impl SimStorage {
         self.disk.lock().pad_block = block;
     }
 
+    /// Creates (or truncates) `path`; appends to it are padded to multiples of `pad` (0: not).
+    fn create_file(&self, path: &Path, pad: usize) -> io::Result<Box<dyn StorageFile>> {
+        let mut disk = self.live_disk()?;
+        disk.check_parent(path)?;
+        let id = match disk.names.get(path).copied() {
+            Some(id) => {
+                let inode = disk.inodes.entry(id).or_default();
+                inode.data.clear();
+                inode.unsynced_writes.clear();
+                inode.diverged = !inode.durable.is_empty();
+                id
+            }
+            None => {
+                let id = disk.next_inode;
+                disk.next_inode += 1;
+                disk.inodes.insert(id, Inode::default());
+                disk.names.insert(path.to_path_buf(), id);
+                id
+            }
+        };
+        Ok(Box::new(SimFile {
+            disk: Arc::clone(&self.disk),
+            boot: self.boot,
+            inode: id,
+            len: 0,
+            pad,
+        }))
+    }
+
     /// A handle for the disk's current boot (use it to reopen the log after [`Self::crash`]).
     pub fn reboot(&self) -> SimStorage {
         SimStorage {
@@ -423,48 +452,12 @@ impl Storage for SimStorage {
     }
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        let mut disk = self.live_disk()?;
-        disk.check_parent(path)?;
-        let id = match disk.names.get(path).copied() {
-            Some(id) => {
-                let inode = disk.inodes.entry(id).or_default();
-                inode.data.clear();
-                inode.unsynced_writes.clear();
-                inode.diverged = !inode.durable.is_empty();
-                id
-            }
-            None => {
-                let id = disk.next_inode;
-                disk.next_inode += 1;
-                disk.inodes.insert(id, Inode::default());
-                disk.names.insert(path.to_path_buf(), id);
-                id
-            }
-        };
-        Ok(Box::new(SimFile {
-            disk: Arc::clone(&self.disk),
-            boot: self.boot,
-            inode: id,
-            len: 0,
-            pad: 0,
-        }))
+        self.create_file(path, 0)
     }
 
     fn create_padded(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
         let pad = self.disk.lock().pad_block;
-        let mut file = self.create(path)?;
-        if pad > 0 {
-            // Same file, padded appends.
-            let inode = self.disk.lock().inode_of(path)?;
-            file = Box::new(SimFile {
-                disk: Arc::clone(&self.disk),
-                boot: self.boot,
-                inode,
-                len: 0,
-                pad,
-            });
-        }
-        Ok(file)
+        self.create_file(path, pad)
     }
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn Read + Send>> {

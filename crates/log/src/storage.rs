@@ -418,7 +418,7 @@ impl StorageFile for OsFile {
         let Some(direct) = &self.direct else {
             return self.append_buffered(bufs);
         };
-        let untried = direct.untried && self.len == 0;
+        let untried = direct.untried;
         match self.append_direct(bufs) {
             // A file system may accept O_DIRECT at open and refuse the writes. Nothing was
             // written yet: write ordinarily from here on.

@@ -8,6 +8,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use gradus_log::{Durability, Log, LogOptions, SimStorage};
 
+/// A strict append, waited for until durable (blocking).
+fn strict_write(log: &Log, payload: String) {
+    let lsn = log
+        .append(Bytes::from(payload), Durability::Strict)
+        .unwrap();
+    assert!(log
+        .wait_durable_blocking(lsn, Duration::from_secs(30))
+        .unwrap());
+}
+
 #[test]
 fn concurrent_strict_appends_share_fsyncs() {
     const THREADS: usize = 8;
@@ -24,12 +34,7 @@ fn concurrent_strict_appends_share_fsyncs() {
             std::thread::spawn(move || {
                 start.wait();
                 for i in 0..PER_THREAD {
-                    let lsn = log
-                        .append(Bytes::from(format!("t{t}-{i}")), Durability::Strict)
-                        .unwrap();
-                    assert!(log
-                        .wait_durable_blocking(lsn, Duration::from_secs(30))
-                        .unwrap());
+                    strict_write(&log, format!("t{t}-{i}"));
                 }
             })
         })
@@ -97,12 +102,7 @@ fn last_commit_records_counts_what_the_last_fsync_covered() {
     assert_eq!(log.last_commit_records(), 0, "no fsync of records yet");
     // A lone strict writer: each fsync covers its one record.
     for i in 0..3 {
-        let lsn = log
-            .append(Bytes::from(format!("lone-{i}")), Durability::Strict)
-            .unwrap();
-        assert!(log
-            .wait_durable_blocking(lsn, Duration::from_secs(30))
-            .unwrap());
+        strict_write(&log, format!("lone-{i}"));
         assert_eq!(log.last_commit_records(), 1);
     }
     // Lazy records have no fsync of their own; the sync that follows covers all of them.

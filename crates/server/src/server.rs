@@ -79,7 +79,7 @@ impl Server {
         let memcached_listeners = crate::memcache::listener::bind(&config).await?;
         let dir = config.dir.clone();
         // The log is opened into the state: recovery replays each segment as it is read.
-        let shared = Arc::new(Shared::new(config, config_file, None, tenancy));
+        let shared = Arc::new(Shared::new(config, config_file, tenancy));
         *shared.persist.dir_lock.lock() = dir_lock;
         shared.port.store(port as usize, Ordering::Relaxed);
         if let Some((options, storage)) = log_setup {

@@ -102,7 +102,6 @@ impl Shared {
     pub fn new(
         config: Config,
         config_file: Option<std::path::PathBuf>,
-        log: Option<gradus_log::Log>,
         tenancy: crate::tenancy::Tenancy,
     ) -> Self {
         let degrees = tenancy.degrees();
@@ -115,7 +114,8 @@ impl Shared {
         };
         let (shutdown, _) = watch::channel(false);
         let persist = crate::persist::Persistence {
-            log: log.map_or_else(std::sync::OnceLock::new, std::sync::OnceLock::from),
+            // Set by start-up recovery, which replays into this state before the log exists.
+            log: std::sync::OnceLock::new(),
             logged: degrees.iter().any(|d| d.is_logged()),
             flush_groups: (0..degrees.len())
                 .map(|g| tenancy.tenant_of(g).unwrap_or(usize::MAX))

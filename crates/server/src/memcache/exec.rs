@@ -1158,7 +1158,7 @@ mod tests {
                 unspecified,
             ));
             Fixture {
-                shared: Shared::new(config, None, None, tenancy),
+                shared: Shared::new(config, None, tenancy),
                 client: ClientState::new(handle, true),
                 counters: LocalCounters::default(),
                 now_ms: 1_800_000_000_000,
