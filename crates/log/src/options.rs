@@ -34,11 +34,10 @@ pub struct LogOptions {
     /// off. Default 100 µs.
     pub strict_linger: Duration,
     /// Segments are zero-filled ahead of their records while a commit that someone waits for
-    /// (a `strict` record or a `sync_now`) happened within this window, and not otherwise: the
-    /// zero fill makes those waited-for fsyncs cheaper, but writes every log byte twice, which
-    /// `background` and `lazy` records, whose fsyncs nobody waits for, only pay for (see the
-    /// crate docs). `Duration::ZERO`: never; `Duration::MAX`: always, including the segment
-    /// started at open. Default 10 s.
+    /// (a `strict` record or a `sync_now`) happened within this window, and not otherwise.
+    /// `Duration::MAX`: always, including the segment started at open (the default: records
+    /// that overwrite zeros in place cost less than appends that grow the file, for every
+    /// degree, most of all with direct I/O; see the crate docs); `Duration::ZERO`: never.
     pub zero_fill_window: Duration,
     /// Repair mode: where recovery would stop with [`crate::LogError::Corrupt`] (damage in a
     /// segment other than the last, or a missing range), keep the valid prefix instead: the
@@ -56,8 +55,8 @@ impl LogOptions {
     pub const DEFAULT_BACKGROUND_FSYNC_MS: u64 = 10;
     /// Default strict linger: 100 µs.
     pub const DEFAULT_STRICT_LINGER: Duration = Duration::from_micros(100);
-    /// Default zero fill window: 10 s.
-    pub const DEFAULT_ZERO_FILL_WINDOW: Duration = Duration::from_secs(10);
+    /// Default zero fill window: always.
+    pub const DEFAULT_ZERO_FILL_WINDOW: Duration = Duration::MAX;
     /// Default lazy buffer: 1 MiB.
     pub const DEFAULT_BUFFER_BYTES: usize = 1 << 20;
 

@@ -16,18 +16,19 @@
 //!   everything, no fsync of its own (a later fsync covers it: the log is ordered);
 //! - shutdown → write everything, fsync, exit.
 //!
-//! While commits that someone waits for are being made (a `strict` record or a `sync_now`
-//! within [`LogOptions::zero_fill_window`]), segments are zero-filled ahead of their records
+//! While zero fill is on (always by default; or while commits that someone waits for — a
+//! `strict` record or a `sync_now` — are being made within [`LogOptions::zero_fill_window`]),
+//! segments are zero-filled ahead of their records
 //! (why: see the crate docs): every write keeps the zero fill at least a chunk ahead of its end
 //! (chunk boundaries, never past `segment_bytes`; a record larger than that extends the file),
 //! and a segment started meanwhile is created with its first [`ZERO_FILL_CHUNK`] of zeros
 //! before its fsyncs. On real files the fill ahead is written and fdatasynced by a short-lived
 //! `gradus-log-fill` thread ([`StorageFile::preallocate_ahead`]), so no batch waits for it
 //! unless the records catch up with a fill still in progress. Records then overwrite durable
-//! zeros in place, so the writer's fsyncs are data-only. Outside the window (only `background`
-//! and `lazy` records, whose fsyncs nobody waits for) records are plainly appended: the file
-//! grows and an fsync commits its size too, once per `background_fsync_ms` at most, instead of
-//! every byte being written twice. The zero fill counts in [`LogStats::zero_fill_bytes`], not
+//! zeros in place, so the writer's fsyncs are data-only. With zero fill off (outside a window:
+//! only `background` and `lazy` records, whose fsyncs nobody waits for) records are plainly
+//! appended: the file grows and an fsync commits its size too, instead of every byte being
+//! written twice. The zero fill counts in [`LogStats::zero_fill_bytes`], not
 //! in `bytes_written`.
 //!
 //! A segment is fsynced before the next one is started, so after any crash only the last

@@ -123,10 +123,12 @@ fn records_end(records: &[Bytes]) -> u64 {
 }
 
 #[test]
-fn background_and_lazy_records_are_appended_without_zero_fill() {
+fn with_a_window_background_and_lazy_records_are_appended_without_zero_fill() {
     let disk = SimStorage::new(21);
     let mut opts = LogOptions::new(PathBuf::from("/sim/zf/plain"));
     opts.background_fsync_ms = 5;
+    // Zero fill only after a waited-for commit, and none comes.
+    opts.zero_fill_window = Duration::from_secs(10);
     let dir = opts.dir.clone();
     let (log, _) = Log::open(opts.clone(), Arc::new(disk.clone())).unwrap();
     assert_eq!(segment_file(&disk, &dir, 1).len(), SEGMENT_HEADER_LEN);
@@ -293,10 +295,10 @@ fn crash_inside_the_zero_fill(seed: u64, mode: CrashMode, segment_bytes: u64) ->
     let mut rng = StdRng::seed_from_u64(seed);
     let disk = SimStorage::new(seed);
     let mut opts = sim_opts("/sim/zf/crash", segment_bytes);
-    // Odd seeds run with the default zero fill window: no fill until the first strict commit
-    // or sync, then fill ahead; segments and reopened logs start without it again.
+    // Odd seeds run with a zero fill window: no fill until the first strict commit or sync,
+    // then fill ahead; segments and reopened logs start without it again.
     if seed % 2 == 1 {
-        opts.zero_fill_window = LogOptions::DEFAULT_ZERO_FILL_WINDOW;
+        opts.zero_fill_window = Duration::from_secs(10);
     }
     // Lazy records reach the OS at once and background ones wait a while for their fsync,
     // so a crash usually finds written but unsynced records to drop or tear.

@@ -87,6 +87,15 @@ pub struct KeyspaceConfig {
     pub memory_limit: Option<String>,
 }
 
+/// `durability.zero-fill`: a word ("always", "never") or a number of seconds.
+fn zero_fill<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    zero_fill_opt(d).map(Option::unwrap_or_default)
+}
+
+fn zero_fill_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    size_opt(d)
+}
+
 /// A size given as an integer (bytes) or a string such as "64mb".
 fn size_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     #[derive(Deserialize)]
@@ -110,7 +119,9 @@ pub struct DurabilityConfig {
     pub lazy_flush_ms: u64,
     pub background_fsync_ms: u64,
     pub strict_linger_us: u64,
-    pub zero_fill_window_s: u64,
+    /// "always", "never", or a number of seconds (see [`Config::zero_fill_window`]).
+    #[serde(deserialize_with = "zero_fill")]
+    pub zero_fill: String,
     pub segment_bytes: u64,
     pub direct_io: bool,
     pub snapshot_log_bytes: u64,
@@ -126,7 +137,8 @@ struct PartialDurability {
     lazy_flush_ms: Option<u64>,
     background_fsync_ms: Option<u64>,
     strict_linger_us: Option<u64>,
-    zero_fill_window_s: Option<u64>,
+    #[serde(default, deserialize_with = "zero_fill_opt")]
+    zero_fill: Option<String>,
     segment_bytes: Option<u64>,
     direct_io: Option<bool>,
     snapshot_log_bytes: Option<u64>,
@@ -300,7 +312,7 @@ impl Config {
                 lazy_flush_ms,
                 background_fsync_ms,
                 strict_linger_us,
-                zero_fill_window_s,
+                zero_fill,
                 segment_bytes,
                 direct_io,
                 snapshot_log_bytes,
@@ -402,6 +414,7 @@ impl Config {
         if self.durability.strict_linger_us > 10_000 {
             return bad("durability: strict-linger-us must be at most 10000 (10 ms)");
         }
+        self.zero_fill_window()?;
         if self.durability.segment_bytes < 4096 {
             return bad("durability.segment-bytes must be at least 4096");
         }
@@ -444,8 +457,25 @@ impl Config {
         o.background_fsync_ms = self.durability.background_fsync_ms;
         o.segment_bytes = self.durability.segment_bytes;
         o.strict_linger = std::time::Duration::from_micros(self.durability.strict_linger_us);
-        o.zero_fill_window = std::time::Duration::from_secs(self.durability.zero_fill_window_s);
+        o.zero_fill_window = self
+            .zero_fill_window()
+            .expect("validated: durability.zero-fill");
         o
+    }
+
+    /// `durability.zero-fill` as the log's zero fill window: "always" (`Duration::MAX`),
+    /// "never" (zero), or N seconds after the last strict write or sync.
+    pub fn zero_fill_window(&self) -> Result<std::time::Duration, ServerError> {
+        use std::time::Duration;
+        match self.durability.zero_fill.as_str() {
+            "always" => Ok(Duration::MAX),
+            "never" => Ok(Duration::ZERO),
+            n => n.parse::<u64>().map(Duration::from_secs).map_err(|_| {
+                ServerError::Config(format!(
+                    "durability.zero-fill: {n:?} is not \"always\", \"never\" or a number of seconds"
+                ))
+            }),
+        }
     }
 }
 
@@ -495,6 +525,22 @@ mod tests {
             c.log_options().zero_fill_window,
             gradus_log::LogOptions::DEFAULT_ZERO_FILL_WINDOW
         );
+        assert_eq!(c.log_options().zero_fill_window, std::time::Duration::MAX);
+        for (value, window) in [
+            ("\"never\"", std::time::Duration::ZERO),
+            ("10", std::time::Duration::from_secs(10)),
+            ("\"always\"", std::time::Duration::MAX),
+        ] {
+            c.merge_toml(&format!("[durability]\nzero-fill = {value}\n"))
+                .unwrap();
+            c.validate().unwrap();
+            assert_eq!(c.log_options().zero_fill_window, window, "{value}");
+        }
+        c.merge_toml("[durability]\nzero-fill = \"sometimes\"\n")
+            .unwrap();
+        assert!(c.validate().is_err());
+        c.merge_toml("[durability]\nzero-fill = \"always\"\n")
+            .unwrap();
         c.merge_toml("[durability]\ndefault = \"sometimes\"\n")
             .unwrap();
         assert!(c.validate().is_err());
