@@ -501,50 +501,120 @@ pub struct Snapshot {
 
 /// Decodes and fully validates a snapshot file.
 pub fn decode_snapshot(data: &Bytes) -> Result<Snapshot, SnapshotError> {
-    let invalid = |why: &str| SnapshotError::Invalid(why.to_string());
-    if data.len() < SNAPSHOT_HEADER_LEN + SNAPSHOT_TRAILER_LEN {
-        return Err(invalid("file shorter than header and trailer"));
-    }
-    if data[0..8] != SNAPSHOT_MAGIC {
-        return Err(invalid("bad snapshot magic"));
-    }
-    let crc_at = data.len() - 4;
-    let stored_crc = read_u32(data, crc_at).ok_or_else(|| invalid("no checksum"))?;
-    if crc32c::crc32c(&data[..crc_at]) != stored_crc {
-        return Err(invalid("snapshot checksum mismatch"));
-    }
-    let version = read_u32(data, 8).ok_or_else(|| invalid("short header"))?;
-    if version != FORMAT_VERSION {
-        return Err(SnapshotError::UnsupportedVersion(version));
-    }
-    let lsn = read_u64(data, 16).ok_or_else(|| invalid("short header"))?;
-    let trailer_at = data.len() - SNAPSHOT_TRAILER_LEN;
+    let mut scan = SnapshotScan::start(data)?;
     let mut items = Vec::new();
-    let mut offset = SNAPSHOT_HEADER_LEN;
-    loop {
-        let len = read_u32(data, offset).ok_or_else(|| invalid("item header cut short"))?;
-        if len == SNAPSHOT_END_MARKER {
-            if offset != trailer_at {
-                return Err(invalid("end marker before the end of the file"));
+    while let Some(mut batch) = scan.next_batch(usize::MAX)? {
+        items.append(&mut batch);
+    }
+    Ok(Snapshot {
+        lsn: scan.lsn(),
+        items,
+    })
+}
+
+/// Reads a snapshot file's items in batches, checking the file as it goes, so a caller can load
+/// the first items while the rest is still being read from the disk. The checksum covers the
+/// whole file: until [`SnapshotScan::next_batch`] has returned `Ok(None)`, the items handed out
+/// are not known to be intact, and an error from a later batch means the caller must discard
+/// them (recovery then falls back to an older snapshot).
+pub struct SnapshotScan<'a> {
+    data: &'a Bytes,
+    lsn: Lsn,
+    /// Where the next item header is; everything before it is in `crc`.
+    offset: usize,
+    /// Where the trailer (end marker, item count, checksum) starts.
+    trailer_at: usize,
+    crc: u32,
+    items: u64,
+    done: bool,
+}
+
+impl<'a> SnapshotScan<'a> {
+    /// Checks the header. A header of another format version is [`SnapshotError::UnsupportedVersion`]
+    /// only if the whole file's checksum holds (otherwise the file is damaged: `Invalid`).
+    pub fn start(data: &'a Bytes) -> Result<SnapshotScan<'a>, SnapshotError> {
+        let invalid = |why: &str| SnapshotError::Invalid(why.to_string());
+        if data.len() < SNAPSHOT_HEADER_LEN + SNAPSHOT_TRAILER_LEN {
+            return Err(invalid("file shorter than header and trailer"));
+        }
+        if data[0..8] != SNAPSHOT_MAGIC {
+            return Err(invalid("bad snapshot magic"));
+        }
+        let version = read_u32(data, 8).ok_or_else(|| invalid("short header"))?;
+        if version != FORMAT_VERSION {
+            let crc_at = data.len() - 4;
+            let stored_crc = read_u32(data, crc_at).ok_or_else(|| invalid("no checksum"))?;
+            if crc32c::crc32c(&data[..crc_at]) != stored_crc {
+                return Err(invalid("snapshot checksum mismatch"));
             }
-            break;
+            return Err(SnapshotError::UnsupportedVersion(version));
         }
-        if len as usize > MAX_RECORD_LEN {
-            return Err(invalid("item length over the limit"));
-        }
-        let start = offset + 4;
-        let end = start + len as usize;
-        if end > trailer_at {
-            return Err(invalid("item runs into the trailer"));
-        }
-        items.push(data.slice(start..end));
-        offset = end;
+        let lsn = read_u64(data, 16).ok_or_else(|| invalid("short header"))?;
+        Ok(SnapshotScan {
+            data,
+            lsn,
+            offset: SNAPSHOT_HEADER_LEN,
+            trailer_at: data.len() - SNAPSHOT_TRAILER_LEN,
+            crc: crc32c::crc32c(&data[..SNAPSHOT_HEADER_LEN]),
+            items: 0,
+            done: false,
+        })
     }
-    let count = read_u64(data, trailer_at + 4).ok_or_else(|| invalid("short trailer"))?;
-    if count != items.len() as u64 {
-        return Err(invalid("item count mismatch"));
+
+    /// The LSN the snapshot's header names (not yet proven intact: see the type's docs).
+    pub fn lsn(&self) -> Lsn {
+        self.lsn
     }
-    Ok(Snapshot { lsn, items })
+
+    /// The next items, about `max_bytes` of them (at least one), or `Ok(None)` once the end
+    /// is reached and the whole file checked. An error means the file is damaged.
+    pub fn next_batch(&mut self, max_bytes: usize) -> Result<Option<Vec<Bytes>>, SnapshotError> {
+        let invalid = |why: &str| SnapshotError::Invalid(why.to_string());
+        if self.done {
+            return Ok(None);
+        }
+        let data = self.data;
+        let batch_start = self.offset;
+        let mut items = Vec::new();
+        let mut taken = 0usize;
+        loop {
+            let len =
+                read_u32(data, self.offset).ok_or_else(|| invalid("item header cut short"))?;
+            if len == SNAPSHOT_END_MARKER {
+                if self.offset != self.trailer_at {
+                    return Err(invalid("end marker before the end of the file"));
+                }
+                let crc_at = data.len() - 4;
+                let crc = crc32c::crc32c_append(self.crc, &data[batch_start..crc_at]);
+                if read_u32(data, crc_at) != Some(crc) {
+                    return Err(invalid("snapshot checksum mismatch"));
+                }
+                let count =
+                    read_u64(data, self.trailer_at + 4).ok_or_else(|| invalid("short trailer"))?;
+                if count != self.items + items.len() as u64 {
+                    return Err(invalid("item count mismatch"));
+                }
+                self.done = true;
+                return Ok((!items.is_empty()).then_some(items));
+            }
+            if len as usize > MAX_RECORD_LEN {
+                return Err(invalid("item length over the limit"));
+            }
+            let start = self.offset + 4;
+            let end = start + len as usize;
+            if end > self.trailer_at {
+                return Err(invalid("item runs into the trailer"));
+            }
+            items.push(data.slice(start..end));
+            self.offset = end;
+            taken += 4 + len as usize;
+            if taken >= max_bytes {
+                self.crc = crc32c::crc32c_append(self.crc, &data[batch_start..self.offset]);
+                self.items += items.len() as u64;
+                return Ok(Some(items));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -806,6 +876,46 @@ mod tests {
 
         let empty = Bytes::from(encode_snapshot(0, std::iter::empty()));
         assert_eq!(decode_snapshot(&empty).unwrap().items.len(), 0);
+    }
+
+    #[test]
+    fn a_snapshot_scanned_in_batches_gives_the_same_items_and_checks_the_whole_file() {
+        let items: Vec<Vec<u8>> = (0..50u8).map(|i| vec![i; i as usize * 3]).collect();
+        let data = encode_snapshot(42, items.iter().map(|i| &i[..]));
+        for max_bytes in [1, 10, 100, 1000, usize::MAX] {
+            let data = Bytes::from(data.clone());
+            let mut scan = SnapshotScan::start(&data).unwrap();
+            assert_eq!(scan.lsn(), 42);
+            let mut got = Vec::new();
+            let mut batches = 0;
+            while let Some(batch) = scan.next_batch(max_bytes).unwrap() {
+                assert!(!batch.is_empty());
+                got.extend(batch);
+                batches += 1;
+            }
+            assert_eq!(got, items, "max_bytes {max_bytes}");
+            assert!(batches >= 1);
+            assert_eq!(scan.next_batch(max_bytes).unwrap(), None);
+        }
+        // Damage near the end: the first batches come out, a later one reports it.
+        let mut bad = data.clone();
+        let last_item_byte = bad.len() - SNAPSHOT_TRAILER_LEN - 1;
+        bad[last_item_byte] ^= 0x40;
+        let bad = Bytes::from(bad);
+        let mut scan = SnapshotScan::start(&bad).unwrap();
+        let mut handed_out = 0;
+        let failure = loop {
+            match scan.next_batch(64) {
+                Ok(Some(batch)) => handed_out += batch.len(),
+                Ok(None) => panic!("a damaged snapshot passed its check"),
+                Err(e) => break e,
+            }
+        };
+        assert!(handed_out > 0, "the damage was found before any batch");
+        assert_eq!(
+            failure,
+            SnapshotError::Invalid("snapshot checksum mismatch".into())
+        );
     }
 
     #[test]

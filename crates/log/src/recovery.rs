@@ -4,7 +4,9 @@
 //! 1. `*.snap.tmp` files are abandoned snapshot writes: removed.
 //! 2. The newest snapshot that decodes and checks out wins; a damaged one is skipped (with a
 //!    warning) in favour of the previous one. An intact snapshot of an unknown version stops
-//!    recovery ([`LogError::UnsupportedVersion`]).
+//!    recovery ([`LogError::UnsupportedVersion`]). With a [`RecoverySink`] the items go out in
+//!    batches while the file is read (and checked) on, so a snapshot found damaged after some
+//!    batches is followed by [`RecoveryBatch::DiscardSnapshot`].
 //! 3. Segments whose records are all `<= snapshot_lsn` are not read at all. The rest must
 //!    chain: the first one starts at or before `snapshot_lsn + 1`, and each next one starts
 //!    right after the last record of the previous one. A missing range is
@@ -49,8 +51,8 @@ use bytes::Bytes;
 
 use crate::error::LogError;
 use crate::format::{
-    self, decode_record, scan_segment, FileKind, HeaderError, SnapshotError, FORMAT_VERSION,
-    SEGMENT_HEADER_LEN,
+    self, decode_record, scan_segment, FileKind, HeaderError, SnapshotError, SnapshotScan,
+    FORMAT_VERSION, SEGMENT_HEADER_LEN,
 };
 use crate::storage::Storage;
 use crate::Lsn;
@@ -83,8 +85,14 @@ pub struct Recovered {
 /// default), or to a caller's function, which can start applying them while later segments are
 /// still being read ([`crate::Log::open_streaming`]).
 pub enum RecoveryBatch<'a> {
-    /// The snapshot's items (once, before any record; not sent when there is no snapshot).
+    /// Items of the snapshot, in the order written, in one or more batches before any record
+    /// (none when there is no snapshot). They are handed over while the rest of the snapshot is
+    /// still being read, so they are not known to be intact until the first `Records` batch or
+    /// the end of recovery: a `DiscardSnapshot` may follow.
     SnapshotItems(Vec<Bytes>),
+    /// The snapshot whose items were handed over turned out damaged further on: discard every
+    /// item of it. Recovery goes on with an older snapshot (its items follow) or none.
+    DiscardSnapshot,
     /// The records of one checked segment (or of the valid part of a damaged one that
     /// `--repair` keeps), in LSN order, after the snapshot's LSN; never empty. Later batches
     /// follow in LSN order, gap-free. A later segment may still turn out damaged, in which case
@@ -115,6 +123,90 @@ fn emit(
             Ok(())
         }
     }
+}
+
+/// Snapshot items go to a sink in batches of about this many bytes (tiny in unit tests, so a
+/// small snapshot makes several).
+const SNAPSHOT_BATCH_BYTES: usize = if cfg!(test) { 64 } else { 64 << 20 };
+
+/// Reads the snapshot at `path` (named for `lsn`): its items go into `recovered`, or to `sink`
+/// in batches as they are read (the file is read ahead meanwhile, so loading one batch overlaps
+/// with reading the next). Returns the number of items, or `None` if the snapshot is damaged or
+/// misnamed (after telling the sink to discard what it got), so the caller tries an older one.
+fn read_snapshot(
+    storage: &dyn Storage,
+    path: &Path,
+    lsn: Lsn,
+    sink: &mut Option<&mut RecoverySink<'_>>,
+    recovered: &mut Recovered,
+) -> Result<Option<usize>, LogError> {
+    let skip = |why: &str| {
+        tracing::warn!(file = %path.display(), reason = %why, "damaged snapshot; falling back to an older one");
+        Ok(None)
+    };
+    if sink.is_some() {
+        storage.prefetch(vec![path.to_path_buf()]);
+    }
+    let data = storage
+        .map_all(path)
+        .map_err(LogError::io_at("read", path))?;
+    let mut scan = match SnapshotScan::start(&data) {
+        Ok(scan) => scan,
+        Err(SnapshotError::Invalid(why)) => return skip(&why),
+        Err(SnapshotError::UnsupportedVersion(version)) => {
+            return Err(LogError::UnsupportedVersion {
+                file: path.to_path_buf(),
+                version,
+                supported: FORMAT_VERSION,
+            })
+        }
+    };
+    if scan.lsn() != lsn {
+        return skip(&format!(
+            "header says lsn {}, the file name {lsn}",
+            scan.lsn()
+        ));
+    }
+    let batch_bytes = if sink.is_some() {
+        SNAPSHOT_BATCH_BYTES
+    } else {
+        usize::MAX
+    };
+    let mut items = 0;
+    let mut collected = Vec::new();
+    // A sink that fails on an item may be seeing damage the checksum will show: read on, and
+    // report its error only if the snapshot turns out intact.
+    let mut apply_error = None;
+    loop {
+        match scan.next_batch(batch_bytes) {
+            Ok(Some(mut batch)) => {
+                items += batch.len();
+                match sink {
+                    Some(sink) if apply_error.is_none() => {
+                        apply_error = sink(RecoveryBatch::SnapshotItems(batch)).err();
+                    }
+                    Some(_) => {}
+                    None => collected.append(&mut batch),
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                if let Some(sink) = sink.as_deref_mut().filter(|_| items > 0) {
+                    sink(RecoveryBatch::DiscardSnapshot).map_err(LogError::Apply)?;
+                }
+                return skip(&match e {
+                    SnapshotError::Invalid(why) => why,
+                    // Only `SnapshotScan::start` reports a version.
+                    SnapshotError::UnsupportedVersion(v) => format!("format version {v}"),
+                });
+            }
+        }
+    }
+    if let Some(e) = apply_error {
+        return Err(LogError::Apply(e));
+    }
+    recovered.snapshot_items = collected;
+    Ok(Some(items))
 }
 
 /// What recovery leaves behind for the writer.
@@ -157,32 +249,10 @@ pub(crate) fn recover(
     let mut recovered = Recovered::default();
     for lsn in snapshots {
         let path = dir.join(format::snapshot_file_name(lsn));
-        let data = storage
-            .map_all(&path)
-            .map_err(LogError::io_at("read", &path))?;
-        match format::decode_snapshot(&data) {
-            Ok(snapshot) if snapshot.lsn == lsn => {
-                recovered.snapshot_lsn = lsn;
-                recovered.snapshot_items = snapshot.items;
-                break;
-            }
-            Ok(snapshot) => tracing::warn!(
-                file = %path.display(),
-                header_lsn = snapshot.lsn,
-                "snapshot header does not match its file name; skipping it"
-            ),
-            Err(SnapshotError::Invalid(why)) => tracing::warn!(
-                file = %path.display(),
-                reason = %why,
-                "damaged snapshot; falling back to an older one"
-            ),
-            Err(SnapshotError::UnsupportedVersion(version)) => {
-                return Err(LogError::UnsupportedVersion {
-                    file: path,
-                    version,
-                    supported: FORMAT_VERSION,
-                })
-            }
+        if let Some(items) = read_snapshot(storage, &path, lsn, &mut sink, &mut recovered)? {
+            recovered.snapshot_lsn = lsn;
+            recovered.snapshot_items_recovered = items;
+            break;
         }
     }
     let snapshot_lsn = recovered.snapshot_lsn;
@@ -194,15 +264,6 @@ pub(crate) fn recover(
         .iter()
         .rposition(|&first| first <= snapshot_lsn.saturating_add(1))
         .unwrap_or(0);
-    if let Some(sink) = sink.as_deref_mut() {
-        if !recovered.snapshot_items.is_empty() {
-            recovered.snapshot_items_recovered = recovered.snapshot_items.len();
-            let items = std::mem::take(&mut recovered.snapshot_items);
-            sink(RecoveryBatch::SnapshotItems(items)).map_err(LogError::Apply)?;
-        }
-    } else {
-        recovered.snapshot_items_recovered = recovered.snapshot_items.len();
-    }
     let mut remaining_segments = segments.len() as u64;
     let mut last_lsn = snapshot_lsn;
     let mut expected_first: Option<Lsn> = None;
@@ -479,6 +540,7 @@ mod tests {
         let mut sink = |batch: RecoveryBatch<'_>| {
             match batch {
                 RecoveryBatch::SnapshotItems(items) => got.push(format!("items {}", items.len())),
+                RecoveryBatch::DiscardSnapshot => got.push("discard".into()),
                 RecoveryBatch::Records(batch) => {
                     got.push(format!("records {}", batch.len()));
                     records.append(batch);
@@ -503,6 +565,68 @@ mod tests {
             Err(LogError::Apply(why)) => assert_eq!(why, "no room"),
             other => panic!("expected Apply, got {:?}", other.map(|o| o.recovered)),
         }
+    }
+
+    /// A sink gets the newest snapshot's items in batches while it is read; when damage shows at
+    /// its end, the sink is told to discard them and gets the older snapshot's instead.
+    #[test]
+    fn a_sink_discards_a_snapshot_found_damaged_after_some_batches() {
+        let sim = SimStorage::new(1);
+        put_segment(&sim, 1, &segment(1, 10));
+        sim.put_file(
+            &dir().join(format::snapshot_file_name(3)),
+            &encode_snapshot(3, [&b"three"[..]]),
+        );
+        let items: Vec<Vec<u8>> = (0..10u8).map(|i| vec![b'a' + i; 40]).collect();
+        let mut newer = encode_snapshot(8, items.iter().map(|i| &i[..]));
+        let last_item_byte = newer.len() - format::SNAPSHOT_TRAILER_LEN - 1;
+        newer[last_item_byte] ^= 0x01;
+        sim.put_file(&dir().join(format::snapshot_file_name(8)), &newer);
+        let mut got: Vec<String> = Vec::new();
+        let mut loaded: Vec<Bytes> = Vec::new();
+        let mut sink = |batch: RecoveryBatch<'_>| {
+            match batch {
+                RecoveryBatch::SnapshotItems(items) => {
+                    got.push(format!("items {}", items.len()));
+                    loaded.extend(items);
+                }
+                RecoveryBatch::DiscardSnapshot => {
+                    got.push("discard".into());
+                    loaded.clear();
+                }
+                RecoveryBatch::Records(batch) => got.push(format!("records {}", batch.len())),
+            }
+            Ok(())
+        };
+        let out = recover(&sim, &dir(), false, Some(&mut sink)).unwrap();
+        // Batches of two 40-byte items (64-byte batches in unit tests), all ten items; the
+        // check at the end marker fails.
+        assert_eq!(
+            got,
+            [
+                "items 2",
+                "items 2",
+                "items 2",
+                "items 2",
+                "items 2",
+                "discard",
+                "items 1",
+                "records 7"
+            ]
+        );
+        assert_eq!(loaded, vec![Bytes::from_static(b"three")]);
+        assert_eq!(out.recovered.snapshot_lsn, 3);
+        assert_eq!(out.recovered.snapshot_items_recovered, 1);
+
+        // A sink that rejects an item of the damaged snapshot is not an error: the damage is.
+        let mut picky = |batch: RecoveryBatch<'_>| match batch {
+            RecoveryBatch::SnapshotItems(items) if items[0].starts_with(b"a") => {
+                Err("bad item".to_string())
+            }
+            _ => Ok(()),
+        };
+        let out = recover(&sim, &dir(), false, Some(&mut picky)).unwrap();
+        assert_eq!(out.recovered.snapshot_lsn, 3);
     }
 
     #[test]

@@ -241,6 +241,12 @@ pub fn recover(
     let opened = replay_stream(shared, |feed| {
         let mut sink = |batch: gradus_log::RecoveryBatch<'_>| match batch {
             gradus_log::RecoveryBatch::SnapshotItems(items) => load_snapshot(shared, &items),
+            gradus_log::RecoveryBatch::DiscardSnapshot => {
+                for keyspace in shared.store.keyspaces() {
+                    keyspace.flush();
+                }
+                Ok(())
+            }
             gradus_log::RecoveryBatch::Records(records) => feed(records),
         };
         Log::open_streaming(options, storage, &mut sink)
