@@ -6,8 +6,10 @@
 //!     bytes), whatever does not fill a chunk appended raw as a torn tail;
 //! 3 — the rest is a snapshot file beside a valid two-record segment.
 //! Checks: no panic; success only with gap-free records that are a prefix of what was built
-//! (layout 2); refusal only as `Corrupt`/`UnsupportedVersion`; after a successful open (which
-//! may truncate a torn tail) a second open succeeds with the same state and nothing torn.
+//! (layout 2); refusal only as `Corrupt`/`UnsupportedVersion`; streaming recovery (a sink
+//! applying batches, on an identical disk) reaches the same state or the same error; after a
+//! successful open (which may truncate a torn tail) a second open succeeds with the same state
+//! and nothing torn.
 //! Run with `cargo +nightly fuzz run log_recovery`.
 #![no_main]
 
@@ -16,7 +18,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use gradus_log::format::{self, encode_record, encode_segment_header};
-use gradus_log::{Log, LogError, LogOptions, Recovered, SimStorage};
+use gradus_log::{Log, LogError, LogOptions, Recovered, RecoveryBatch, SimStorage};
 use libfuzzer_sys::fuzz_target;
 
 /// Snapshot items then record payloads, checking the records are gap-free.
@@ -38,6 +40,26 @@ fn open(disk: &SimStorage, dir: &Path) -> Result<(Log, Recovered), LogError> {
     let mut opts = LogOptions::new(dir);
     opts.segment_bytes = 64 << 10;
     Log::open(opts, Arc::new(disk.reboot()))
+}
+
+/// [`open`] through a sink: the state it ends up with (snapshot items, minus discarded ones,
+/// then record payloads).
+fn open_streaming(disk: &SimStorage, dir: &Path) -> Result<Vec<Bytes>, LogError> {
+    let mut opts = LogOptions::new(dir);
+    opts.segment_bytes = 64 << 10;
+    let mut state: Vec<Bytes> = Vec::new();
+    let mut sink = |batch: RecoveryBatch<'_>| {
+        match batch {
+            RecoveryBatch::SnapshotItems(items) => state.extend(items),
+            RecoveryBatch::DiscardSnapshot => state.clear(),
+            RecoveryBatch::Records(records) => {
+                state.extend(records.drain(..).map(|(_, payload)| payload))
+            }
+        }
+        Ok(())
+    };
+    Log::open_streaming(opts, Arc::new(disk.reboot()), &mut sink)?;
+    Ok(state)
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -80,19 +102,42 @@ fuzz_target!(|data: &[u8]| {
             disk.put_file(&dir.join(format::snapshot_file_name(1)), rest);
         }
     }
+    // An identical disk for the streaming open: the first open may cut a torn tail.
+    let twin = SimStorage::new(u64::from(layout));
+    for name in disk.file_names(dir) {
+        if let Some(content) = disk.file_contents(&dir.join(&name)) {
+            twin.put_file(&dir.join(name), &content);
+        }
+    }
+    let streamed = open_streaming(&twin, dir);
     match open(&disk, dir) {
         Ok((log, rec)) => {
             let recovered = state(&rec);
+            assert_eq!(
+                streamed.ok(),
+                Some(recovered.clone()),
+                "streaming recovery differs"
+            );
             if let Some(built) = &built {
                 assert!(recovered.len() <= built.len());
-                assert_eq!(&recovered[..], &built[..recovered.len()], "invented records");
+                assert_eq!(
+                    &recovered[..],
+                    &built[..recovered.len()],
+                    "invented records"
+                );
             }
             log.close().expect("close after a clean open");
             let (_log, again) = open(&disk, dir).expect("second open after a repair");
             assert_eq!(again.torn_tail_bytes, 0);
             assert_eq!(state(&again), recovered);
         }
-        Err(LogError::Corrupt { .. }) | Err(LogError::UnsupportedVersion { .. }) => {}
+        Err(e @ LogError::Corrupt { .. }) | Err(e @ LogError::UnsupportedVersion { .. }) => {
+            assert_eq!(
+                streamed.err().map(|s| s.to_string()),
+                Some(e.to_string()),
+                "streaming recovery differs"
+            );
+        }
         Err(other) => panic!("unexpected error: {other}"),
     }
 });
