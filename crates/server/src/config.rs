@@ -87,16 +87,13 @@ pub struct KeyspaceConfig {
     pub memory_limit: Option<String>,
 }
 
-/// `durability.zero-fill`: a word ("always", "never") or a number of seconds.
-fn zero_fill<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    zero_fill_opt(d).map(Option::unwrap_or_default)
+/// [`size_opt`] for a key that must be there: `durability.zero-fill`, a word ("always",
+/// "never") or a number of seconds.
+fn number_or_word<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    size_opt(d).map(Option::unwrap_or_default)
 }
 
-fn zero_fill_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    size_opt(d)
-}
-
-/// A size given as an integer (bytes) or a string such as "64mb".
+/// An integer or a string, kept as text: a size ("64mb", or bytes) or a word ("always").
 fn size_opt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -120,7 +117,7 @@ pub struct DurabilityConfig {
     pub background_fsync_ms: u64,
     pub strict_linger_us: u64,
     /// "always", "never", or a number of seconds (see [`Config::zero_fill_window`]).
-    #[serde(deserialize_with = "zero_fill")]
+    #[serde(deserialize_with = "number_or_word")]
     pub zero_fill: String,
     pub segment_bytes: u64,
     pub direct_io: bool,
@@ -137,7 +134,7 @@ struct PartialDurability {
     lazy_flush_ms: Option<u64>,
     background_fsync_ms: Option<u64>,
     strict_linger_us: Option<u64>,
-    #[serde(default, deserialize_with = "zero_fill_opt")]
+    #[serde(default, deserialize_with = "size_opt")]
     zero_fill: Option<String>,
     segment_bytes: Option<u64>,
     direct_io: Option<bool>,
