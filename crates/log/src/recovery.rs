@@ -567,16 +567,23 @@ mod tests {
         }
     }
 
-    /// A sink gets the newest snapshot's items in batches while it is read; when damage shows at
-    /// its end, the sink is told to discard them and gets the older snapshot's instead.
-    #[test]
-    fn a_sink_discards_a_snapshot_found_damaged_after_some_batches() {
+    /// One segment of LSNs 1–10 and a snapshot (one item, "three") at LSN 3, for a newer
+    /// snapshot to be added over.
+    fn records_1_to_10_and_a_snapshot_at_3() -> SimStorage {
         let sim = SimStorage::new(1);
         put_segment(&sim, 1, &segment(1, 10));
         sim.put_file(
             &dir().join(format::snapshot_file_name(3)),
             &encode_snapshot(3, [&b"three"[..]]),
         );
+        sim
+    }
+
+    /// A sink gets the newest snapshot's items in batches while it is read; when damage shows at
+    /// its end, the sink is told to discard them and gets the older snapshot's instead.
+    #[test]
+    fn a_sink_discards_a_snapshot_found_damaged_after_some_batches() {
+        let sim = records_1_to_10_and_a_snapshot_at_3();
         let items: Vec<Vec<u8>> = (0..10u8).map(|i| vec![b'a' + i; 40]).collect();
         let mut newer = encode_snapshot(8, items.iter().map(|i| &i[..]));
         let last_item_byte = newer.len() - format::SNAPSHOT_TRAILER_LEN - 1;
@@ -631,12 +638,7 @@ mod tests {
 
     #[test]
     fn a_damaged_snapshot_falls_back_to_the_previous_one() {
-        let sim = SimStorage::new(1);
-        put_segment(&sim, 1, &segment(1, 10));
-        sim.put_file(
-            &dir().join(format::snapshot_file_name(3)),
-            &encode_snapshot(3, [&b"three"[..]]),
-        );
+        let sim = records_1_to_10_and_a_snapshot_at_3();
         let mut newer = encode_snapshot(8, [&b"eight"[..]]);
         newer.truncate(newer.len() - 1);
         sim.put_file(&dir().join(format::snapshot_file_name(8)), &newer);
