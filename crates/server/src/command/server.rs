@@ -63,7 +63,7 @@ fn flush_mode(args: &[Bytes]) -> Result<bool, CmdError> {
 /// Free flushed contents on a background thread: a flush detaches the maps in O(1) and the reply
 /// never waits for millions of frees (SYNC and ASYNC are accepted and behave alike; the keys are
 /// gone for every client the moment the command returns either way).
-fn dispose<T: Send + 'static>(old: T) {
+pub(crate) fn dispose<T: Send + 'static>(old: T) {
     std::thread::Builder::new()
         .name("gradus-reclaim".into())
         .spawn(move || drop(old))

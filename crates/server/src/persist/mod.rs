@@ -242,9 +242,9 @@ pub fn recover(
         let mut sink = |batch: gradus_log::RecoveryBatch<'_>| match batch {
             gradus_log::RecoveryBatch::SnapshotItems(items) => load_snapshot(shared, &items),
             gradus_log::RecoveryBatch::DiscardSnapshot => {
-                for keyspace in shared.store.keyspaces() {
-                    keyspace.flush();
-                }
+                // Freed off the start-up path, as FLUSHALL frees.
+                let old: Vec<_> = shared.store.keyspaces().iter().map(|k| k.flush()).collect();
+                crate::command::server::dispose(old);
                 Ok(())
             }
             gradus_log::RecoveryBatch::Records(records) => feed(records),
