@@ -242,8 +242,14 @@ pub fn recover(
         let mut sink = |batch: gradus_log::RecoveryBatch<'_>| match batch {
             gradus_log::RecoveryBatch::SnapshotItems(items) => load_snapshot(shared, &items),
             gradus_log::RecoveryBatch::DiscardSnapshot => {
+                let keyspaces = shared.store.keyspaces();
+                let keys: usize = keyspaces.iter().map(|k| k.len()).sum();
+                tracing::warn!(
+                    keys,
+                    "dropping the keys loaded from a snapshot found damaged at its end"
+                );
                 // Freed off the start-up path, as FLUSHALL frees.
-                let old: Vec<_> = shared.store.keyspaces().iter().map(|k| k.flush()).collect();
+                let old: Vec<_> = keyspaces.iter().map(|k| k.flush()).collect();
                 crate::command::server::dispose(old);
                 Ok(())
             }
