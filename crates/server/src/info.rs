@@ -187,6 +187,16 @@ fn persistence(shared: &Shared, out: &mut String) {
     line!(out, "gradus_last_snapshot_status:{status}");
     line!(
         out,
+        "gradus_last_snapshot_arm_usec:{}",
+        p.last_snapshot_arm_micros.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
+        "gradus_last_snapshot_max_shard_copy_usec:{}",
+        p.last_snapshot_max_copy_micros.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
         "gradus_durability_default:{}",
         shared.config.durability.default
     );

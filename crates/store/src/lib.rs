@@ -4,7 +4,7 @@
 //! - [`store`]: every keyspace plus the gate that makes transactions atomic;
 //! - [`keyspace`]: one `SELECT` database, sharded; multi-key locking, SCAN, KEYS, flush;
 //! - [`shard`]: a map of entries with lazy/active expiry, versions for WATCH, memory accounting;
-//! - [`snapshot`]: point-in-time copies by shard-granular copy-on-write;
+//! - [`snapshot`]: point-in-time copies by key-granular copy-on-write;
 //! - [`locks`]: native session locks (FIFO, fencing tokens, leases, waiter cap);
 //! - [`value`]: strings, hashes and sorted sets;
 //! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns;

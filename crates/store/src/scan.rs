@@ -10,8 +10,9 @@
 use std::collections::BinaryHeap;
 use std::hash::{BuildHasher, Hash};
 
-/// Bits of the hash that order a scan (the low bits of a cursor are left for a shard index).
-pub const SCAN_HASH_BITS: u32 = 60;
+/// Bits of the hash that order a scan (the low bits of a cursor are left for a shard index:
+/// `SHARDS` is at most 2^8).
+pub const SCAN_HASH_BITS: u32 = 56;
 
 /// The scan position of `key` in a map using `hasher`.
 pub fn scan_position<K: Hash + ?Sized, S: BuildHasher>(hasher: &S, key: &K) -> u64 {

@@ -104,6 +104,20 @@ pub struct Cleared {
     _samples: Vec<Bytes>,
 }
 
+/// What a shard keeps for a snapshot that is armed and has not copied it yet (see
+/// [`crate::snapshot`]).
+#[derive(Debug)]
+struct PendingSnapshot {
+    /// Gone if the snapshot was abandoned: the shard then stops keeping anything for it.
+    sink: std::sync::Weak<crate::snapshot::SnapshotSink>,
+    /// Where this shard is, for a flush that hands its contents to the sink.
+    keyspace: usize,
+    shard: usize,
+    /// For each key changed since the snapshot was armed, its entry as it was then (`None`: the
+    /// key did not exist).
+    before: HashMap<Bytes, Option<Entry>>,
+}
+
 /// A shard of one keyspace. See the module docs for the invariants.
 #[derive(Debug, Default)]
 pub struct Shard {
@@ -113,8 +127,8 @@ pub struct Shard {
     used_bytes: usize,
     next_version: u64,
     expired_count: u64,
-    /// Set while a snapshot is armed and this shard has not been captured yet.
-    pending_snapshot: Option<std::sync::Arc<crate::snapshot::SnapshotSink>>,
+    /// Set while a snapshot is armed and has not copied this shard yet.
+    pending_snapshot: Option<Box<PendingSnapshot>>,
     /// Keys for eviction sampling (only when `sampling` is on); may hold deleted keys and
     /// duplicates, see the module docs.
     sample_keys: Vec<Bytes>,
@@ -181,16 +195,71 @@ impl Shard {
         self.next_version
     }
 
-    /// Mark this shard for capture by the snapshot `sink`.
-    pub(crate) fn arm_snapshot(&mut self, sink: std::sync::Arc<crate::snapshot::SnapshotSink>) {
-        self.pending_snapshot = Some(sink);
+    /// Arm this shard (number `shard` of keyspace `keyspace`) for the snapshot `sink`. An empty
+    /// shard is left alone (the snapshot copies nothing from a shard it did not arm): arming
+    /// happens while every command waits, and most shards of most keyspaces are empty.
+    pub(crate) fn arm_snapshot(
+        &mut self,
+        sink: &std::sync::Arc<crate::snapshot::SnapshotSink>,
+        keyspace: usize,
+        shard: usize,
+    ) {
+        if self.map.is_empty() {
+            self.pending_snapshot = None;
+            return;
+        }
+        let sink = std::sync::Arc::downgrade(sink);
+        self.pending_snapshot = Some(Box::new(PendingSnapshot {
+            sink,
+            keyspace,
+            shard,
+            before: HashMap::new(),
+        }));
     }
 
-    /// If a snapshot is waiting for this shard, hand it a copy of the map now (before any change).
-    pub(crate) fn capture_pending_snapshot(&mut self, keyspace: usize, shard: usize) {
-        if let Some(sink) = self.pending_snapshot.take() {
-            sink.deposit(keyspace, shard, self.map.clone());
+    /// Called before `key`'s entry changes: while a snapshot waits for this shard, keep the
+    /// entry as it was when the snapshot was armed (the first change of each key only).
+    #[inline]
+    fn preserve(&mut self, key: &[u8]) {
+        let Some(pending) = self.pending_snapshot.as_deref_mut() else {
+            return;
+        };
+        if pending.sink.strong_count() == 0 {
+            self.pending_snapshot = None;
+            return;
         }
+        if pending.before.contains_key(key) {
+            return;
+        }
+        let (key, entry) = match self.map.get_key_value(key) {
+            Some((k, e)) => (k.clone(), Some(e.clone())),
+            None => (Bytes::copy_from_slice(key), None),
+        };
+        pending.before.insert(key, entry);
+    }
+
+    /// If a snapshot waits for this shard, append the shard's entries as they were when it was
+    /// armed to `out` (references to the same keys and values: no data is copied) and stop
+    /// keeping anything for it. False if no snapshot waits (none armed, or a flush handed the
+    /// contents over already).
+    pub(crate) fn copy_for_snapshot(&mut self, out: &mut Vec<(Bytes, Entry)>) -> bool {
+        let Some(pending) = self.pending_snapshot.take() else {
+            return false;
+        };
+        let before = pending.before;
+        out.reserve(self.map.len());
+        if before.is_empty() {
+            out.extend(self.map.iter().map(|(k, e)| (k.clone(), e.clone())));
+        } else {
+            out.extend(
+                self.map
+                    .iter()
+                    .filter(|(k, _)| !before.contains_key(*k))
+                    .map(|(k, e)| (k.clone(), e.clone())),
+            );
+            out.extend(before.into_iter().filter_map(|(k, e)| Some((k, e?))));
+        }
+        true
     }
 
     /// Number of entries, including expired ones not yet reclaimed.
@@ -224,6 +293,7 @@ impl Shard {
     }
 
     fn remove_entry(&mut self, key: &[u8]) -> Option<Entry> {
+        self.preserve(key);
         let (k, e) = self.map.remove_entry(key)?;
         if let Some(t) = e.expires_at {
             self.expiries.remove(&(t, k.clone()));
@@ -269,6 +339,7 @@ impl Shard {
         now_ms: u64,
         f: impl FnOnce(&mut Value) -> R,
     ) -> Option<R> {
+        self.preserve(key);
         // One hash lookup on the common path: expiry is checked on the entry itself.
         let version = self.next_version + 1;
         let (result, empty) = match self.map.get_mut(key) {
@@ -303,6 +374,7 @@ impl Shard {
         create: impl FnOnce() -> Value,
         f: impl FnOnce(&mut Value) -> R,
     ) -> R {
+        self.preserve(key);
         let live = self
             .map
             .get(key)
@@ -369,6 +441,7 @@ impl Shard {
         meta: ItemMeta,
         now_ms: u64,
     ) -> Option<Entry> {
+        self.preserve(key);
         let version = self.next_version + 1;
         self.next_version = version;
         // Overwrite in place when the key exists: one hash lookup, no key copy.
@@ -427,6 +500,7 @@ impl Shard {
     /// (fetched/last-access marks, the recache win): the version is not bumped.
     pub fn meta_mut(&mut self, key: &[u8], now_ms: u64) -> Option<&mut ItemMeta> {
         self.expire_if_needed(key, now_ms);
+        self.preserve(key);
         self.map.get_mut(key).map(|e| &mut e.meta)
     }
 
@@ -452,6 +526,7 @@ impl Shard {
     /// Change the TTL of a live key (None = persist). Returns false when the key is absent.
     pub fn set_expiry(&mut self, key: &[u8], expires_at: Option<u64>, now_ms: u64) -> bool {
         self.expire_if_needed(key, now_ms);
+        self.preserve(key);
         let version = self.next_version + 1;
         let Some((k, entry)) = self.map.get_key_value_mut(key) else {
             return false;
@@ -491,8 +566,22 @@ impl Shard {
         self.used_bytes = 0;
         // Keep versions monotonic across a flush so WATCH still sees later changes.
         self.next_version += 1;
+        let mut map = std::mem::take(&mut self.map);
+        if let Some(pending) = self.pending_snapshot.take() {
+            if let Some(sink) = pending.sink.upgrade() {
+                // A waiting snapshot takes the flushed contents as its copy (moved, not
+                // copied), with the changes made since it was armed undone.
+                for (key, entry) in pending.before {
+                    match entry {
+                        Some(entry) => map.insert(key, entry),
+                        None => map.remove(&key),
+                    };
+                }
+                sink.deposit(pending.keyspace, pending.shard, std::mem::take(&mut map));
+            }
+        }
         Cleared {
-            _map: std::mem::take(&mut self.map),
+            _map: map,
             _expiries: std::mem::take(&mut self.expiries),
             _samples: std::mem::take(&mut self.sample_keys),
         }

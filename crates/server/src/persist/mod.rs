@@ -36,6 +36,11 @@ pub struct Persistence {
     /// Log bytes written when the last snapshot was armed.
     pub bytes_at_last_snapshot: AtomicU64,
     pub last_snapshot_status: Mutex<String>,
+    /// How long the last snapshot held the store gate exclusively to arm itself, and the longest
+    /// it locked one shard to copy it (µs): the longest a command waited for it (see
+    /// `gradus_store::snapshot`).
+    pub last_snapshot_arm_micros: AtomicU64,
+    pub last_snapshot_max_copy_micros: AtomicU64,
     /// What start-up recovery found, for INFO.
     pub recovery: Mutex<RecoveryReport>,
     /// The locked `dir/LOCK` file (see `server::lock_data_dir`); held until exit.
@@ -489,25 +494,37 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
                 log.stats().bytes_written,
             )
         };
+        let arm_micros = started.elapsed().as_micros() as u64;
         let now = gradus_store::now_ms();
         let (tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(4096);
-        let written = std::thread::scope(|scope| {
-            scope.spawn(move || {
+        let (written, longest_copy) = std::thread::scope(|scope| {
+            let drain = scope.spawn(move || {
                 sink.drain(&shared.store, now, |db, key, entry| {
                     if p.degrees.get(db).is_some_and(|d| d.is_logged()) {
                         // The receiver only goes away if the snapshot failed; stop quietly then.
                         let _ = tx.send(record::encode_item(db, key, entry));
                     }
-                });
+                })
             });
-            log.write_snapshot(lsn, &mut rx.into_iter())
-        })
-        .map_err(|e| e.to_string())?;
+            let written = log.write_snapshot(lsn, &mut rx.into_iter());
+            let longest = drain
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e));
+            (written, longest)
+        });
+        let written = written.map_err(|e| e.to_string())?;
+        let copy_micros = longest_copy.as_micros() as u64;
         p.bytes_at_last_snapshot.store(bytes_now, Ordering::Relaxed);
+        p.last_snapshot_arm_micros
+            .store(arm_micros, Ordering::Relaxed);
+        p.last_snapshot_max_copy_micros
+            .store(copy_micros, Ordering::Relaxed);
         tracing::info!(
             lsn,
             bytes = written,
             millis = started.elapsed().as_millis() as u64,
+            arm_micros,
+            longest_shard_copy_micros = copy_micros,
             "snapshot written"
         );
         Ok(written)
