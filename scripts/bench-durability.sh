@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Durability degrees side by side: Gradus at none/lazy/background/strict and redis-server with
 # appendonly yes + appendfsync no/everysec/always, SET of 1 KiB values at 1, 8 and 50 connections,
-# then Gradus recovery time for 1 M keys of 1 KiB (from the log, and from a snapshot).
+# then Gradus recovery time for 1 M keys of 1 KiB (from the log, and from a snapshot), then how long
+# SETs wait while a snapshot of those keys is taken.
 #
 #   scripts/bench-durability.sh [requests] [recovery_keys] [rounds]   (defaults: 100000, 1000000, 3)
 #
@@ -134,4 +135,43 @@ if [ -w /proc/sys/vm/drop_caches ]; then
   sync; echo 3 >/proc/sys/vm/drop_caches
   measure_restart "from the snapshot again, page cache dropped first"
 fi
+
+# Writes while a snapshot of those keys is taken: SETs at 50 connections over the same keys, with a
+# probe sending PING every 0.5 ms on its own connection and keeping its slowest replies; once
+# without a snapshot and once with BGSAVE 1 s into the run. A snapshot must not hold commands back
+# for more than a few milliseconds: what it adds is the difference between the two rows.
+probe() { # seconds → the probe's three slowest round trips (ms)
+  python3 - "$1" <<'PY'
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", 7402)); s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+end = time.monotonic() + float(sys.argv[1]); worst = []
+while time.monotonic() < end:
+    start = time.monotonic(); s.sendall(b"*1\r\n$4\r\nPING\r\n"); reply = s.recv(64)
+    while not reply.endswith(b"\r\n"):
+        more = s.recv(64)
+        if not more: sys.exit("connection closed")
+        reply += more
+    worst = sorted(worst + [time.monotonic() - start])[-3:]
+    time.sleep(0.0005)
+print(" / ".join(f"{w * 1000:.1f}" for w in reversed(worst)))
+PY
+}
+echo
+echo "| SETs during a snapshot of $keys keys | SET ops/s | SET p99 / max (ms) | PING probe, slowest three (ms) | snapshot: arming / longest shard copy (µs) |"
+echo "|---|---|---|---|---|"
+for mode in "no snapshot" "BGSAVE after 1 s"; do
+  probe 6 >"$TMP/probe.txt" &
+  probe_pid=$!
+  if [ "$mode" != "no snapshot" ]; then (sleep 1; redis-cli -p 7402 bgsave >/dev/null) & fi
+  line=$(redis-benchmark -p 7402 -t set -d 1024 -c 50 -n 300000 -r "$RECOVERY_KEYS" --csv 2>/dev/null | tail -n 1 | tr -d '"')
+  wait "$probe_pid"
+  while [ "$(redis-cli -p 7402 info persistence | tr -d '\r' | grep '^rdb_bgsave_in_progress:' | cut -d: -f2)" = 1 ]; do sleep 0.2; done
+  snap="–"
+  if [ "$mode" != "no snapshot" ]; then
+    p=$(redis-cli -p 7402 info persistence | tr -d '\r')
+    snap="$(echo "$p" | grep '^gradus_last_snapshot_arm_usec:' | cut -d: -f2) / $(echo "$p" | grep '^gradus_last_snapshot_max_shard_copy_usec:' | cut -d: -f2)"
+  fi
+  echo "| $mode | $(echo "$line" | cut -d, -f2 | cut -d. -f1) | $(echo "$line" | cut -d, -f7) / $(echo "$line" | cut -d, -f8) | $(cat "$TMP/probe.txt") | $snap |"
+done
+
 du -sh "$dir" | awk '{print "\nData directory after the runs: " $1}'
