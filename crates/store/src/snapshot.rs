@@ -149,17 +149,23 @@ mod tests {
         out
     }
 
+    /// One database holding `k0`.. `k{n-1}`, each `"old"`.
+    fn store_with_old_keys(n: usize) -> Store {
+        let store = Store::new(1);
+        for i in 0..n {
+            put(&store, &format!("k{i}"), "old");
+        }
+        store
+    }
+
     fn s(v: &str) -> Value {
         Value::Str(Bytes::copy_from_slice(v.as_bytes()))
     }
 
     #[test]
     fn every_kind_of_change_after_arming_is_kept_out_of_the_snapshot() {
-        let store = Store::new(1);
+        let store = store_with_old_keys(2000);
         let db = store.db(0).unwrap();
-        for i in 0..2000 {
-            put(&store, &format!("k{i}"), "old");
-        }
         db.lock(b"h").upsert(
             b"h",
             0,
@@ -226,11 +232,8 @@ mod tests {
 
     #[test]
     fn a_flush_after_arming_hands_the_old_contents_to_the_snapshot() {
-        let store = Store::new(1);
+        let store = store_with_old_keys(1000);
         let db = store.db(0).unwrap();
-        for i in 0..1000 {
-            put(&store, &format!("k{i}"), "old");
-        }
         let sink = {
             let _gate = store.exclusive();
             store.arm_snapshot()
