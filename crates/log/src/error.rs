@@ -51,6 +51,11 @@ pub enum LogError {
     #[error("applying the recovered log failed: {0}")]
     Apply(String),
 
+    /// The source of a snapshot's items failed before the last item ([`crate::Log::write_snapshot_from`]):
+    /// nothing was renamed or removed.
+    #[error("the snapshot's items could not be read: {0}")]
+    SnapshotSource(String),
+
     /// An fsync (or a write) of the log failed earlier; the log accepts no more records and
     /// the durable LSN will not move again. Never cleared: reopen the log to continue.
     #[error("log poisoned: {0}")]

@@ -442,6 +442,18 @@ impl Log {
         lsn: Lsn,
         items: &mut dyn Iterator<Item = Bytes>,
     ) -> Result<u64, LogError> {
+        self.write_snapshot_from(lsn, &mut items.map(Ok))
+    }
+
+    /// [`Log::write_snapshot`] from a source that can fail part-way (items produced on another
+    /// thread, say): an `Err` item abandons the snapshot before anything is renamed or removed
+    /// ([`LogError::SnapshotSource`]), where a source that merely stopped early would have
+    /// made a snapshot missing its last items look complete.
+    pub fn write_snapshot_from(
+        &self,
+        lsn: Lsn,
+        items: &mut dyn Iterator<Item = Result<Bytes, String>>,
+    ) -> Result<u64, LogError> {
         let shared = self.shared();
         if let Some(err) = shared.poisoned_error() {
             return Err(err);
@@ -544,7 +556,7 @@ fn write_snapshot_file(
     storage: &dyn Storage,
     temp: &Path,
     lsn: Lsn,
-    items: &mut dyn Iterator<Item = Bytes>,
+    items: &mut dyn Iterator<Item = Result<Bytes, String>>,
 ) -> Result<u64, LogError> {
     let mut file = storage
         .create(temp)
@@ -553,6 +565,7 @@ fn write_snapshot_file(
     let mut encoder = SnapshotEncoder::start(lsn, &mut buf);
     let mut unsynced = 0;
     for item in items {
+        let item = item.map_err(LogError::SnapshotSource)?;
         if item.len() > MAX_RECORD_LEN {
             return Err(LogError::TooLarge {
                 len: item.len(),

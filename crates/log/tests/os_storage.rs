@@ -180,6 +180,42 @@ fn a_snapshot_beyond_the_last_lsn_is_refused() {
     ));
 }
 
+/// A snapshot whose item source fails part-way is abandoned before anything is renamed or removed:
+/// a source that merely stopped early would have passed for a complete snapshot.
+#[test]
+fn a_snapshot_whose_source_fails_leaves_the_older_files_alone() {
+    let dir = TempDir::new("snapsource");
+    let opts = opts(&dir);
+    let (log, _) = Log::open(opts.clone(), Arc::new(OsStorage::default())).unwrap();
+    let model: Vec<Bytes> = (0..40u64).map(|i| payload("src", i, 30)).collect();
+    for p in &model {
+        log.append(p.clone(), Durability::Strict).unwrap();
+    }
+    log.sync_now().unwrap();
+    log.write_snapshot(10, &mut model[..10].iter().cloned())
+        .unwrap();
+    let before = files(&opts);
+    let mut items = model[..20]
+        .iter()
+        .cloned()
+        .map(Ok)
+        .chain([Err("the producer stopped".to_string())]);
+    assert!(matches!(
+        log.write_snapshot_from(30, &mut items),
+        Err(LogError::SnapshotSource(why)) if why == "the producer stopped"
+    ));
+    assert_eq!(
+        files(&opts),
+        before,
+        "no file renamed, removed or left behind"
+    );
+    assert_eq!(log.stats().snapshot_lsn, 10);
+    log.close().unwrap();
+    let (_log, rec) = Log::open(opts, Arc::new(OsStorage::default())).unwrap();
+    assert_eq!(rec.snapshot_lsn, 10);
+    check_prefix(&rec, &model, 40);
+}
+
 /// A zero fill still running when the log closes must stop with it: a later open cuts the
 /// last segment to its records, and a fill thread going on after that would grow it again.
 #[test]

@@ -497,22 +497,34 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
         let arm_micros = started.elapsed().as_micros() as u64;
         let now = gradus_store::now_ms();
         let (tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(4096);
+        // Set by the drain thread after its last item, before its sender goes: the channel
+        // closing without it (the thread panicked) must fail the snapshot, not end it early.
+        let drained = AtomicBool::new(false);
         let (written, longest_copy) = std::thread::scope(|scope| {
+            let drained = &drained;
             let drain = scope.spawn(move || {
-                sink.drain(&shared.store, now, |db, key, entry| {
+                let longest = sink.drain(&shared.store, now, |db, key, entry| {
                     if p.degrees.get(db).is_some_and(|d| d.is_logged()) {
                         // The receiver only goes away if the snapshot failed; stop quietly then.
                         let _ = tx.send(record::encode_item(db, key, entry));
                     }
-                })
+                });
+                drained.store(true, Ordering::Release);
+                longest
             });
-            let written = log.write_snapshot(lsn, &mut rx.into_iter());
-            let longest = drain
-                .join()
-                .unwrap_or_else(|e| std::panic::resume_unwind(e));
-            (written, longest)
+            let incomplete = std::iter::from_fn(|| {
+                (!drained.load(Ordering::Acquire))
+                    .then(|| Err("the thread walking the keyspaces stopped early".to_string()))
+            })
+            .take(1);
+            let written =
+                log.write_snapshot_from(lsn, &mut rx.into_iter().map(Ok).chain(incomplete));
+            // A panic there has failed the snapshot (above); report it as this snapshot's error.
+            (written, drain.join())
         });
         let written = written.map_err(|e| e.to_string())?;
+        let longest_copy =
+            longest_copy.map_err(|_| "the thread walking the keyspaces panicked".to_string())?;
         let copy_micros = longest_copy.as_micros() as u64;
         p.bytes_at_last_snapshot.store(bytes_now, Ordering::Relaxed);
         p.last_snapshot_arm_micros
