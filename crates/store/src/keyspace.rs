@@ -207,9 +207,9 @@ impl Keyspace {
 
     /// Append shard `i`'s entries as the armed snapshot sees them to `out`, unless a flush
     /// handed them to the snapshot already (see [`crate::snapshot`]). Holds the shard's lock
-    /// for the copy: about 50 ns per entry, references only.
-    pub(crate) fn copy_for_snapshot(&self, i: usize, out: &mut Vec<(Bytes, Entry)>) -> bool {
-        self.shards[i].lock().copy_for_snapshot(out)
+    /// for the copy: about 0.1 µs per entry, references only.
+    pub(crate) fn copy_for_snapshot(&self, i: usize, out: &mut Vec<(Bytes, Entry)>) {
+        self.shards[i].lock().copy_for_snapshot(out);
     }
 
     /// Which shard holds `key`.

@@ -240,26 +240,22 @@ impl Shard {
 
     /// If a snapshot waits for this shard, append the shard's entries as they were when it was
     /// armed to `out` (references to the same keys and values: no data is copied) and stop
-    /// keeping anything for it. False if no snapshot waits (none armed, or a flush handed the
-    /// contents over already).
-    pub(crate) fn copy_for_snapshot(&mut self, out: &mut Vec<(Bytes, Entry)>) -> bool {
+    /// keeping anything for it. Appends nothing if no snapshot waits (none armed, or a flush
+    /// handed the contents over already).
+    pub(crate) fn copy_for_snapshot(&mut self, out: &mut Vec<(Bytes, Entry)>) {
         let Some(pending) = self.pending_snapshot.take() else {
-            return false;
+            return;
         };
         let before = pending.before;
         out.reserve(self.map.len());
-        if before.is_empty() {
-            out.extend(self.map.iter().map(|(k, e)| (k.clone(), e.clone())));
-        } else {
-            out.extend(
-                self.map
-                    .iter()
-                    .filter(|(k, _)| !before.contains_key(*k))
-                    .map(|(k, e)| (k.clone(), e.clone())),
-            );
-            out.extend(before.into_iter().filter_map(|(k, e)| Some((k, e?))));
-        }
-        true
+        // (A lookup in an empty `before` returns at once, without hashing.)
+        out.extend(
+            self.map
+                .iter()
+                .filter(|(k, _)| !before.contains_key(*k))
+                .map(|(k, e)| (k.clone(), e.clone())),
+        );
+        out.extend(before.into_iter().filter_map(|(k, e)| Some((k, e?))));
     }
 
     /// Number of entries, including expired ones not yet reclaimed.
