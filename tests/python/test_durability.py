@@ -993,6 +993,42 @@ def test_a_snapshot_damaged_at_its_end_is_dropped_after_part_of_it_was_loaded(gr
     assert dropped and int(dropped.group(1)) > 0, log
 
 
+def test_values_larger_than_a_snapshot_item_are_saved_in_parts(gradus_factory, tmp_path):
+    """The log limits a record, snapshot items included, to 64 MiB, and a string may grow past
+    that (with a larger proto-max-bulk-len), as may a hash or sorted set. A value over 8 MiB is
+    written as several items that the loader adds up: a 70 MiB string (which used to fail every
+    snapshot), a 21 MiB hash and a 9 MiB sorted set come back whole, with their TTL."""
+    server = gradus_factory("--config", write_config(tmp_path, "proto-max-bulk-len = 104857600\n"))
+    r = client(server)
+    piece = bytes(range(256)) * 4096  # 1 MiB
+    pipe = r.pipeline(transaction=False)
+    for _ in range(70):
+        pipe.append("s", piece)
+    pipe.execute()
+    value = b"v" * 200
+    fields = [b"f%d" % i for i in range(100_000)]
+    members = [b"member:%08d" % i for i in range(350_000)]
+    for start in range(0, len(fields), 10_000):
+        r.hset("h", mapping={f: value for f in fields[start:start + 10_000]})
+    for start in range(0, len(members), 10_000):
+        r.zadd("z", {m: i / 7 for i, m in enumerate(members[start:start + 10_000], start)})
+    r.expire("h", 3600)
+    assert retry_busy(r.save) is True
+    r.close()
+    server.stop()
+    assert snap_files(server.dir)[-1].stat().st_size > 95 << 20
+    server.start()
+    r = client(server)
+    info = persistence(r)
+    assert info["gradus_recovery_snapshot_items"] >= 9 + 2 + 1, info  # parts of s, h and z
+    assert r.strlen("s") == 70 << 20 and r.get("s") == piece * 70
+    assert r.hlen("h") == len(fields) and r.hget("h", "f99999") == value
+    assert 3500 < r.ttl("h") <= 3600
+    assert r.zcard("z") == len(members) and float(r.zscore("z", members[-1])) == 349_999 / 7
+    assert r.zrange("z", 0, 2) == members[:3]
+    r.close()
+
+
 def test_data_directory_is_locked(gradus):
     """A second server on the same --dir refuses to start (two writers would corrupt the log)."""
     argv = list(gradus.argv)

@@ -14,7 +14,7 @@ use crate::command::{table, Ctx};
 use crate::error::CmdError;
 use bytes::Bytes;
 use gradus_log::{Durability, Log, LogError, Lsn, Recovered};
-use gradus_store::Store;
+use gradus_store::{Store, Value};
 use parking_lot::Mutex;
 use record::{LoggedCommand, Record};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -269,13 +269,25 @@ pub fn recover(
 }
 
 /// Snapshot items are distinct keys: load them on every core (most of the time is the kernel
-/// zeroing fresh pages for the values, which parallelises well).
+/// zeroing fresh pages for the values, which parallelises well). The later parts of a value
+/// split over several items stay in the chunk of its first part, so they are added in order.
 fn load_snapshot(shared: &crate::state::Shared, items: &[Bytes]) -> Result<(), String> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let chunk = items.len().div_ceil(threads).max(1);
+    let mut chunks = Vec::with_capacity(threads);
+    let mut rest = items;
+    while !rest.is_empty() {
+        let mut end = chunk.min(rest.len());
+        while end < rest.len() && record::is_later_part(&rest[end]) {
+            end += 1;
+        }
+        let (this, next) = rest.split_at(end);
+        chunks.push(this);
+        rest = next;
+    }
     std::thread::scope(|scope| {
-        let workers: Vec<_> = items
-            .chunks(chunk)
+        let workers: Vec<_> = chunks
+            .into_iter()
             .map(|items| scope.spawn(move || load_items(shared, items)))
             .collect();
         workers.into_iter().try_for_each(|w| {
@@ -416,6 +428,7 @@ fn load_items(shared: &crate::state::Shared, items: &[bytes::Bytes]) -> Result<(
                 expires_at,
                 value,
                 meta,
+                more,
             } => {
                 if !shared.persist.db_logged(db) {
                     // The database is `none` now (the config changed): it starts empty.
@@ -425,11 +438,43 @@ fn load_items(shared: &crate::state::Shared, items: &[bytes::Bytes]) -> Result<(
                     .store
                     .db(db)
                     .ok_or_else(|| format!("snapshot names database {db}, which does not exist"))?;
-                ks.lock(&key)
-                    .set_with_meta(&key, value, expires_at, meta, 0);
+                let mut shard = ks.lock(&key);
+                if more {
+                    shard
+                        .modify(&key, 0, |loaded| add_part(loaded, value))
+                        .unwrap_or(Err("a later part of a value without its first part"))
+                        .map_err(|e| format!("snapshot item for key {key:?}: {e}"))?;
+                } else {
+                    shard.set_with_meta(&key, value, expires_at, meta, 0);
+                }
             }
             Record::Commands { .. } => return Err("command record inside a snapshot".into()),
         }
+    }
+    Ok(())
+}
+
+/// Adds a later part of a split value (see `record::ITEM_PART_BYTES`) to what its earlier parts
+/// loaded.
+fn add_part(loaded: &mut Value, part: Value) -> Result<(), &'static str> {
+    match (loaded, part) {
+        (Value::Str(s), Value::Str(more)) => {
+            let mut joined = bytes::BytesMut::with_capacity(s.len() + more.len());
+            joined.extend_from_slice(s);
+            joined.extend_from_slice(&more);
+            *s = joined.freeze();
+        }
+        (Value::Hash(h), Value::Hash(more)) => {
+            for (field, value) in more.iter() {
+                h.insert(field, value);
+            }
+        }
+        (Value::ZSet(z), Value::ZSet(more)) => {
+            for (member, score) in more.iter() {
+                z.insert(member, score);
+            }
+        }
+        _ => return Err("a later part of another type than its first part"),
     }
     Ok(())
 }
@@ -506,7 +551,9 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
                 let longest = sink.drain(&shared.store, now, |db, key, entry| {
                     if p.degrees.get(db).is_some_and(|d| d.is_logged()) {
                         // The receiver only goes away if the snapshot failed; stop quietly then.
-                        let _ = tx.send(record::encode_item(db, key, entry));
+                        record::encode_item(db, key, entry, |item| {
+                            let _ = tx.send(item);
+                        });
                     }
                 });
                 drained.store(true, Ordering::Release);

@@ -16,6 +16,11 @@
 //!   kind 3 string with memcached state: client_flags u32, bits u8 (1 stale, 2 recache win sent),
 //!          (len|bytes)
 //!          (written only when the flags or the stale bit are set; kinds 0–2 read as before)
+//!   kind 4 more of a string: (len|bytes), appended      kind 5 more of a hash: as kind 1
+//!   kind 6 more of a zset: as kind 2
+//!          (a value whose item would pass ITEM_PART_BYTES is written as its first part, in
+//!          kind 0–3, followed by items of kind 4–6 for the same key, which add to it; an item
+//!          stays far below the log's 64 MiB record limit whatever the value's size)
 //! ```
 //! All integers little-endian. Replay re-executes each command with the clock set to `now_ms`, so
 //! relative TTLs and expiry decisions come out exactly as they did the first time.
@@ -27,6 +32,18 @@ use gradus_store::{Entry, HashValue, ItemMeta, Value, ZSetValue};
 
 const TAG_COMMANDS: u8 = 1;
 const TAG_SNAPSHOT_ITEM: u8 = 2;
+
+/// A snapshot item holding a value bigger than this is split into parts of about this size (a
+/// part ends after the element that reaches it; a string part is exactly this long).
+pub const ITEM_PART_BYTES: usize = 8 << 20;
+
+const KIND_STR: u8 = 0;
+const KIND_HASH: u8 = 1;
+const KIND_ZSET: u8 = 2;
+const KIND_STR_META: u8 = 3;
+const KIND_MORE_STR: u8 = 4;
+const KIND_MORE_HASH: u8 = 5;
+const KIND_MORE_ZSET: u8 = 6;
 
 /// One logged command: the database it ran in and its arguments (name first).
 #[derive(Debug, Clone, PartialEq)]
@@ -49,6 +66,9 @@ pub enum Record {
         value: Value,
         /// memcached client flags and the stale bit (default for kinds 0–2).
         meta: ItemMeta,
+        /// A later part of a value split over several items (kinds 4–6): `value` holds only
+        /// what this part adds, to the key's value loaded from the earlier parts.
+        more: bool,
     },
 }
 
@@ -96,44 +116,107 @@ fn encode<'a>(now_ms: u64, commands: impl Iterator<Item = (usize, &'a [Bytes])> 
     out.freeze()
 }
 
-/// Encode one key of a snapshot.
-pub fn encode_item(db: usize, key: &[u8], entry: &Entry) -> Bytes {
-    let mut out = BytesMut::with_capacity(32 + key.len() + entry.value.mem_size());
-    out.put_u8(TAG_SNAPSHOT_ITEM);
-    out.put_u16_le(db as u16);
-    put_bytes(&mut out, key);
-    out.put_u64_le(entry.expires_at().unwrap_or(0));
+/// Encode one key of a snapshot as one item, or as several for a value larger than
+/// [`ITEM_PART_BYTES`], handing each to `emit` in order.
+pub fn encode_item(db: usize, key: &[u8], entry: &Entry, emit: impl FnMut(Bytes)) {
+    encode_item_parts(db, key, entry, ITEM_PART_BYTES, emit)
+}
+
+/// [`encode_item`] with the part size as a parameter (tests split small values).
+fn encode_item_parts(
+    db: usize,
+    key: &[u8],
+    entry: &Entry,
+    part_bytes: usize,
+    mut emit: impl FnMut(Bytes),
+) {
+    let header = |kind: u8, size: usize| {
+        let mut out = BytesMut::with_capacity(32 + key.len() + size.min(part_bytes + 1024));
+        out.put_u8(TAG_SNAPSHOT_ITEM);
+        out.put_u16_le(db as u16);
+        put_bytes(&mut out, key);
+        out.put_u64_le(entry.expires_at().unwrap_or(0));
+        out.put_u8(kind);
+        out
+    };
     let meta = entry.meta();
     let stale = meta.bits & ItemMeta::PERSISTED_BITS;
     match &entry.value {
-        Value::Str(b) if meta.client_flags != 0 || stale != 0 => {
-            out.put_u8(3);
-            out.put_u32_le(meta.client_flags);
-            out.put_u8(stale);
-            put_bytes(&mut out, b);
-        }
         Value::Str(b) => {
-            out.put_u8(0);
-            put_bytes(&mut out, b);
+            let mut parts = b.chunks(part_bytes.max(1));
+            let first = parts.next().unwrap_or_default();
+            let mut out = if meta.client_flags != 0 || stale != 0 {
+                let mut out = header(KIND_STR_META, first.len());
+                out.put_u32_le(meta.client_flags);
+                out.put_u8(stale);
+                out
+            } else {
+                header(KIND_STR, first.len())
+            };
+            put_bytes(&mut out, first);
+            emit(out.freeze());
+            for more in parts {
+                let mut out = header(KIND_MORE_STR, more.len());
+                put_bytes(&mut out, more);
+                emit(out.freeze());
+            }
         }
         Value::Hash(h) => {
-            out.put_u8(1);
-            out.put_u32_le(h.len() as u32);
-            for (f, v) in h.iter() {
-                put_bytes(&mut out, f);
-                put_bytes(&mut out, v);
-            }
+            let elements = h.iter().map(|(f, v)| {
+                move |out: &mut BytesMut| {
+                    put_bytes(out, f);
+                    put_bytes(out, v);
+                }
+            });
+            let kinds = (KIND_HASH, KIND_MORE_HASH);
+            emit_counted_parts(entry, elements, kinds, part_bytes, header, emit);
         }
         Value::ZSet(z) => {
-            out.put_u8(2);
-            out.put_u32_le(z.len() as u32);
-            for (m, s) in z.iter() {
-                put_bytes(&mut out, m);
-                out.put_u64_le(s.to_bits());
-            }
+            let elements = z.iter().map(|(m, s)| {
+                move |out: &mut BytesMut| {
+                    put_bytes(out, m);
+                    out.put_u64_le(s.to_bits());
+                }
+            });
+            let kinds = (KIND_ZSET, KIND_MORE_ZSET);
+            emit_counted_parts(entry, elements, kinds, part_bytes, header, emit);
         }
     }
-    out.freeze()
+}
+
+/// The items of a collection: `count u32, count × element`, the first of kind `kinds.0`, any
+/// further ones (once an item reaches `part_bytes`) of kind `kinds.1`. An empty collection
+/// (never stored, but harmless) is one item with count 0.
+fn emit_counted_parts<W: FnOnce(&mut BytesMut)>(
+    entry: &Entry,
+    elements: impl Iterator<Item = W>,
+    kinds: (u8, u8),
+    part_bytes: usize,
+    header: impl Fn(u8, usize) -> BytesMut,
+    mut emit: impl FnMut(Bytes),
+) {
+    let start = |kind: u8| {
+        let mut out = header(kind, entry.value.mem_size());
+        let count_at = out.len();
+        out.put_u32_le(0);
+        (out, count_at, 0u32)
+    };
+    let finish = |(mut out, count_at, count): (BytesMut, usize, u32)| {
+        out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
+        out.freeze()
+    };
+    let mut part = start(kinds.0);
+    let mut part_start = part.0.len();
+    for element in elements {
+        if part.2 > 0 && part.0.len() - part_start >= part_bytes {
+            emit(finish(part));
+            part = start(kinds.1);
+            part_start = part.0.len();
+        }
+        element(&mut part.0);
+        part.2 += 1;
+    }
+    emit(finish(part));
 }
 
 /// A bounds-checked reader over a payload.
@@ -219,14 +302,15 @@ pub fn decode(payload: &Bytes) -> Result<Record, RecordError> {
             let key = Bytes::copy_from_slice(&r.bytes()?);
             let expires_at = Some(r.u64()?).filter(|&t| t != 0);
             let mut meta = ItemMeta::default();
-            let value = match r.u8()? {
-                0 => Value::Str(Bytes::copy_from_slice(&r.bytes()?)),
-                3 => {
+            let kind = r.u8()?;
+            let value = match kind {
+                KIND_STR | KIND_MORE_STR => Value::Str(Bytes::copy_from_slice(&r.bytes()?)),
+                KIND_STR_META => {
                     meta.client_flags = r.u32()?;
                     meta.bits = r.u8()? & ItemMeta::PERSISTED_BITS;
                     Value::Str(Bytes::copy_from_slice(&r.bytes()?))
                 }
-                1 => {
+                KIND_HASH | KIND_MORE_HASH => {
                     let n = r.count(8)?;
                     let mut h = HashValue::new();
                     for _ in 0..n {
@@ -236,7 +320,7 @@ pub fn decode(payload: &Bytes) -> Result<Record, RecordError> {
                     }
                     Value::Hash(h)
                 }
-                2 => {
+                KIND_ZSET | KIND_MORE_ZSET => {
                     let n = r.count(12)?;
                     let mut z = ZSetValue::new();
                     for _ in 0..n {
@@ -257,6 +341,7 @@ pub fn decode(payload: &Bytes) -> Result<Record, RecordError> {
                 expires_at,
                 value,
                 meta,
+                more: matches!(kind, KIND_MORE_STR | KIND_MORE_HASH | KIND_MORE_ZSET),
             }
         }
         _ => return Err(RecordError("unknown record tag")),
@@ -265,6 +350,22 @@ pub fn decode(payload: &Bytes) -> Result<Record, RecordError> {
         return Err(RecordError("trailing bytes"));
     }
     Ok(record)
+}
+
+/// Whether `payload` is a later part of a snapshot item split over several (kind 4–6), read from
+/// its header alone; false for anything else, malformed payloads included.
+pub fn is_later_part(payload: &[u8]) -> bool {
+    let key_len = match payload.get(3..7) {
+        Some(b) if payload[0] == TAG_SNAPSHOT_ITEM => {
+            u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize
+        }
+        _ => return false,
+    };
+    let kind_at = 7usize.saturating_add(key_len).saturating_add(8);
+    matches!(
+        payload.get(kind_at),
+        Some(&(KIND_MORE_STR | KIND_MORE_HASH | KIND_MORE_ZSET))
+    )
 }
 
 #[cfg(test)]
@@ -299,6 +400,84 @@ mod tests {
         );
     }
 
+    /// The single item `encode_item` writes for a value below the part size.
+    fn one_item(db: usize, key: &[u8], entry: &Entry) -> Bytes {
+        let mut items = Vec::new();
+        encode_item(db, key, entry, |item| items.push(item));
+        assert_eq!(items.len(), 1);
+        items.pop().unwrap()
+    }
+
+    #[test]
+    fn a_large_value_is_split_into_parts_that_add_up_to_it() {
+        let mut h = HashValue::new();
+        let mut z = ZSetValue::new();
+        for i in 0..1000 {
+            h.insert(format!("field{i}").as_bytes(), &[b'v'; 40]);
+            z.insert(format!("member{i}").as_bytes(), f64::from(i) / 3.0);
+        }
+        let long: Bytes = (0..10_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        let meta = ItemMeta {
+            client_flags: 7,
+            last_access_s: 0,
+            bits: ItemMeta::STALE,
+        };
+        let mut shard = Shard::new();
+        shard.set_with_meta(b"s", Value::Str(long.clone()), Some(123), meta, 0);
+        shard.set(b"h", Value::Hash(h.clone()), Some(456), 0);
+        shard.set(b"z", Value::ZSet(z.clone()), None, 0);
+        for (key, whole) in [
+            ("s", Value::Str(long)),
+            ("h", Value::Hash(h)),
+            ("z", Value::ZSet(z)),
+        ] {
+            let entry = shard.get(key.as_bytes(), 0).unwrap();
+            let mut items = Vec::new();
+            encode_item_parts(3, key.as_bytes(), entry, 4096, |item| items.push(item));
+            assert!(items.len() >= 5, "{key}: {} parts", items.len());
+            assert!(
+                items.iter().all(|i| i.len() < 4096 + 200),
+                "{key}: a part passed the size"
+            );
+            let mut merged: Option<Value> = None;
+            for (n, item) in items.iter().enumerate() {
+                assert_eq!(is_later_part(item), n > 0, "{key}: part {n}");
+                let Record::Item {
+                    db,
+                    key: k,
+                    expires_at,
+                    value,
+                    meta: m,
+                    more,
+                } = decode(item).unwrap()
+                else {
+                    panic!("not an item");
+                };
+                assert_eq!(
+                    (db, &k[..], expires_at, more),
+                    (3, key.as_bytes(), entry.expires_at(), n > 0)
+                );
+                if n == 0 {
+                    assert_eq!(m.client_flags, if key == "s" { 7 } else { 0 });
+                }
+                match (&mut merged, value) {
+                    (None, first) => merged = Some(first),
+                    (Some(Value::Str(s)), Value::Str(more)) => {
+                        *s = [&s[..], &more[..]].concat().into()
+                    }
+                    (Some(Value::Hash(h)), Value::Hash(more)) => more.iter().for_each(|(f, v)| {
+                        h.insert(f, v);
+                    }),
+                    (Some(Value::ZSet(z)), Value::ZSet(more)) => more.iter().for_each(|(m, s)| {
+                        z.insert(m, s);
+                    }),
+                    (_, other) => panic!("{key}: a part of another type: {other:?}"),
+                }
+            }
+            assert_eq!(merged.unwrap(), whole, "{key}");
+        }
+    }
+
     #[test]
     fn items_roundtrip_every_kind() {
         let mut shard = Shard::new();
@@ -315,7 +494,7 @@ mod tests {
             ("z", Value::ZSet(z), None),
         ] {
             let entry = shard.get(key.as_bytes(), 0).unwrap();
-            let payload = encode_item(7, key.as_bytes(), entry);
+            let payload = one_item(7, key.as_bytes(), entry);
             assert_eq!(
                 decode(&payload).unwrap(),
                 Record::Item {
@@ -324,6 +503,7 @@ mod tests {
                     expires_at: ttl,
                     value,
                     meta: ItemMeta::default(),
+                    more: false,
                 }
             );
         }
@@ -338,7 +518,7 @@ mod tests {
             bits: ItemMeta::STALE,
         };
         shard.set_with_meta(b"m", Value::Str(Bytes::from("v")), Some(5), meta, 0);
-        let payload = encode_item(1, b"m", shard.get(b"m", 0).unwrap());
+        let payload = one_item(1, b"m", shard.get(b"m", 0).unwrap());
         assert_eq!(payload[1 + 2 + 4 + 1 + 8], 3, "kind 3 is used");
         match decode(&payload).unwrap() {
             Record::Item {
@@ -365,6 +545,7 @@ mod tests {
                 expires_at: None,
                 value: Value::Str(Bytes::from("v")),
                 meta: ItemMeta::default(),
+                more: false,
             }
         );
     }
