@@ -24,7 +24,7 @@
 //! offset 24                     records, back to back, 16-byte header + payload
 //! +-------------+------------------------+-----------+-------------------+
 //! | len u32     | crc32c u32             | lsn u64   | payload (len)     |
-//! |  <= 64 MiB  | of lsn(le) || payload  |           | opaque bytes      |
+//! | <= 512 MiB  | of lsn(le) || payload  |           | opaque bytes      |
 //! +-------------+------------------------+-----------+-------------------+
 //! | len u32     | crc32c u32             | lsn+1 u64 | payload ...       |
 //! ```
@@ -52,7 +52,7 @@
 //! | magic 8 bytes  | version u32 | flags u32=0 | lsn u64   |   header, 24 bytes
 //! | "GRADUSSN"     | = 1         |             |           |
 //! +----------------+-------------+-------------+-----------+
-//! | len u32 (<= 64 MiB) | item payload (len) |                   items, any number
+//! | len u32 (<= 512 MiB)| item payload (len) |                   items, any number
 //! | ...                                      |
 //! +--------------------+-----------------+----------------------+
 //! | 0xFFFF_FFFF u32    | item_count u64  | crc32c u32           |   trailer, 16 bytes
@@ -87,7 +87,10 @@ pub const SEGMENT_HEADER_LEN: usize = 24;
 /// Length of a record header (`len`, `crc`, `lsn`).
 pub const RECORD_HEADER_LEN: usize = 16;
 /// Largest payload of one record or snapshot item; a larger length read from disk is corruption.
-pub const MAX_RECORD_LEN: usize = 64 << 20;
+/// As large as Redis' largest string (`proto-max-bulk-len` 512 MB): one record holds a whole
+/// MULTI/EXEC, and a transaction of a hundred 1 MiB SETs must be logged like any other (over
+/// the limit, the server could only refuse it after applying it).
+pub const MAX_RECORD_LEN: usize = 512 << 20;
 /// Length of a snapshot file header.
 pub const SNAPSHOT_HEADER_LEN: usize = 24;
 /// Length of a snapshot file trailer.

@@ -214,7 +214,7 @@ impl Log {
     ///
     /// `degree` decides how soon the writer makes it durable (see [`Durability`]); it must not
     /// be `None` ([`LogError::NotLogged`]). Fails with [`LogError::Poisoned`] once an fsync
-    /// failed, [`LogError::Closed`] after `close`, [`LogError::TooLarge`] over 64 MiB.
+    /// failed, [`LogError::Closed`] after `close`, [`LogError::TooLarge`] over 512 MiB.
     pub fn append(&self, payload: Bytes, degree: Durability) -> Result<Lsn, LogError> {
         self.append_bounded(payload, degree)
             .map(|appended| appended.lsn)

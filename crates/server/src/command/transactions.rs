@@ -10,8 +10,9 @@ use super::{cmd, flags, CommandSpec, Ctx, NO_KEYS};
 use crate::client::{MultiState, Watch};
 use crate::dispatch;
 use crate::error::{CmdError, CmdResult};
-use crate::persist::record::LoggedCommand;
+use crate::persist::record::{commands_record_len, LoggedCommand};
 use bytes::Bytes;
+use gradus_log::format::MAX_RECORD_LEN;
 use gradus_proto::Frame;
 use std::sync::atomic::Ordering;
 
@@ -88,6 +89,15 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
         return Err(CmdError::Other(
             "EXECABORT Transaction discarded because of previous errors.".into(),
         ));
+    }
+    // All its writes go into one log record; one over the log's limit could only fail after
+    // the transaction was applied, so refuse it first (from the queued arguments: commands are
+    // logged as queued, or rewritten to about the same size).
+    let record_len = commands_record_len(multi.queued.iter().map(|(_, args)| args.as_slice()));
+    if record_len > MAX_RECORD_LEN {
+        return Err(CmdError::Other(format!(
+            "EXECABORT Transaction discarded: its log record would be {record_len} bytes, over the {MAX_RECORD_LEN}-byte limit"
+        )));
     }
     let shared = ctx.shared;
     let _exclusive = shared.store.exclusive();

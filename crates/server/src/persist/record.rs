@@ -19,8 +19,9 @@
 //!   kind 4 more of a string: (len|bytes), appended      kind 5 more of a hash: as kind 1
 //!   kind 6 more of a zset: as kind 2
 //!          (a value whose item would pass ITEM_PART_BYTES is written as its first part, in
-//!          kind 0–3, followed by items of kind 4–6 for the same key, which add to it; an item
-//!          stays far below the log's 64 MiB record limit whatever the value's size)
+//!          kind 0–3, followed by items of kind 4–6 for the same key, which add to it; so an
+//!          item stays below the log's record limit whatever the value's size, and the loader
+//!          threads get even shares)
 //! ```
 //! All integers little-endian. Replay re-executes each command with the clock set to `now_ms`, so
 //! relative TTLs and expiry decisions come out exactly as they did the first time.
@@ -93,16 +94,17 @@ pub fn encode_command(now_ms: u64, db: usize, args: &[Bytes]) -> Bytes {
     encode(now_ms, std::iter::once((db, args)))
 }
 
+/// Size of the record [`encode_commands`] makes of commands with these arguments (EXEC checks
+/// it against the log's limit before it applies anything).
+pub fn commands_record_len<'a>(commands: impl Iterator<Item = &'a [Bytes]>) -> usize {
+    13 + commands
+        .map(|args| 6 + args.iter().map(|a| 4 + a.len()).sum::<usize>())
+        .sum::<usize>()
+}
+
 fn encode<'a>(now_ms: u64, commands: impl Iterator<Item = (usize, &'a [Bytes])> + Clone) -> Bytes {
-    let (count, size) = commands
-        .clone()
-        .fold((0usize, 0usize), |(n, size), (_, args)| {
-            (
-                n + 1,
-                size + 6 + args.iter().map(|a| 4 + a.len()).sum::<usize>(),
-            )
-        });
-    let mut out = BytesMut::with_capacity(13 + size);
+    let count = commands.clone().count();
+    let mut out = BytesMut::with_capacity(commands_record_len(commands.clone().map(|(_, a)| a)));
     out.put_u8(TAG_COMMANDS);
     out.put_u64_le(now_ms);
     out.put_u32_le(count as u32);
@@ -397,6 +399,31 @@ mod tests {
         assert_eq!(
             encode_command(99, 3, &cmds[1].args),
             encode_commands(99, &cmds[1..])
+        );
+    }
+
+    #[test]
+    fn the_record_length_is_known_before_encoding() {
+        let cmds = [
+            vec![
+                Bytes::from("SET"),
+                Bytes::from("k"),
+                Bytes::from(vec![7u8; 1000]),
+            ],
+            vec![Bytes::from("DEL"), Bytes::from("a"), Bytes::from("bb")],
+        ];
+        let logged: Vec<_> = cmds
+            .iter()
+            .map(|args| LoggedCommand {
+                db: 3,
+                args: args.clone(),
+            })
+            .collect();
+        let len = commands_record_len(cmds.iter().map(Vec::as_slice));
+        assert_eq!(len, encode_commands(1, &logged).len());
+        assert_eq!(
+            commands_record_len(cmds[..1].iter().map(Vec::as_slice)),
+            encode_command(1, 3, &cmds[0]).len()
         );
     }
 
