@@ -80,6 +80,16 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     let payload = degree
         .is_logged()
         .then(|| record::encode_command(now_ms, db, &args));
+    // Over the log's record limit the append could only fail after the write was applied.
+    if let Some(len) = payload.as_ref().map(bytes::Bytes::len) {
+        if len > gradus_log::format::MAX_RECORD_LEN {
+            return CmdError::err(format!(
+                "the write's log record would be {len} bytes, over the {}-byte limit; not applied",
+                gradus_log::format::MAX_RECORD_LEN
+            ))
+            .to_frame();
+        }
+    }
     // Apply and append while holding the gate (shared), so a snapshot — armed under the exclusive
     // hold — sees a write either applied *and* appended or not at all; and under `write_order`, so
     // the log order is exactly the order in which writes were applied to memory.
