@@ -28,7 +28,7 @@ pub use keyspace::{Keyspace, MultiLock, ScanPage, SHARDS};
 pub use shard::{Cleared, Entry, ItemMeta, Shard};
 pub use snapshot::SnapshotSink;
 pub use store::Store;
-pub use value::{HashValue, Score, ScoreBound, Value, ValueKind, ZSetValue};
+pub use value::{FieldHasher, HashValue, Score, ScoreBound, Value, ValueKind, ZSetValue};
 
 /// The current time in Unix milliseconds.
 pub fn now_ms() -> u64 {

@@ -6,6 +6,8 @@
 use bytes::Bytes;
 use hashbrown::HashMap;
 use std::collections::BTreeSet;
+use std::hash::BuildHasher;
+use std::sync::Arc;
 
 /// Fixed per-item overhead used by the memory accounting (pointer-sized headers, hash slots).
 /// An estimate, like Redis' `used_memory` is for encodings; it only has to be monotone and stable.
@@ -92,17 +94,50 @@ impl Value {
     }
 }
 
+/// A hash this large is kept as [`HASH_BUCKETS`] separately shared parts (see [`HashValue`]).
+pub const HASH_SPLIT_LEN: usize = 8192;
+/// How many parts a large hash is kept in.
+pub const HASH_BUCKETS: usize = 64;
+
+/// The fixed hasher that picks a field's part and orders HSCAN (the same for every hash and every
+/// run, so a cursor keeps its meaning when a hash is split; the parts themselves are ordinary
+/// maps with the default, randomly keyed hasher).
+pub type FieldHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+
 /// A hash: field → value, with a running byte count.
+///
+/// Small hashes are one map. From [`HASH_SPLIT_LEN`] fields on, a hash is [`HASH_BUCKETS`] maps
+/// (by a fixed hash of the field), each behind an `Arc`: cloning it — which a snapshot does when
+/// it copies or keeps the value — bumps 64 reference counts instead of copying a million fields,
+/// and the first write to it afterwards copies only the part it changes (1/64 of the hash), not
+/// all of it. Both used to hold the shard's lock for ~45 ms with a million fields.
 #[derive(Debug, Clone, Default)]
 pub struct HashValue {
-    map: HashMap<Bytes, Bytes>,
+    repr: HashRepr,
+    len: usize,
     bytes: usize,
+}
+
+#[derive(Debug, Clone)]
+enum HashRepr {
+    Flat(HashMap<Bytes, Bytes>),
+    Split(Box<[Arc<HashMap<Bytes, Bytes>>]>),
+}
+
+impl Default for HashRepr {
+    fn default() -> Self {
+        HashRepr::Flat(HashMap::new())
+    }
 }
 
 impl PartialEq for HashValue {
     fn eq(&self, other: &Self) -> bool {
-        self.map == other.map
+        self.len == other.len && self.iter().all(|(f, v)| other.get(f) == Some(v))
     }
+}
+
+fn bucket_of(field: &[u8]) -> usize {
+    (FieldHasher::default().hash_one(field) >> 58) as usize % HASH_BUCKETS
 }
 
 impl HashValue {
@@ -110,45 +145,84 @@ impl HashValue {
         Self::default()
     }
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.len
     }
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len == 0
+    }
+    /// Whether the hash is kept in shared parts (for tests and memory reports).
+    pub fn is_split(&self) -> bool {
+        matches!(self.repr, HashRepr::Split(_))
+    }
+    fn map_of(&self, field: &[u8]) -> &HashMap<Bytes, Bytes> {
+        match &self.repr {
+            HashRepr::Flat(map) => map,
+            HashRepr::Split(parts) => &parts[bucket_of(field)],
+        }
+    }
+    /// The map `field` belongs in, copied first if a snapshot shares it.
+    fn map_of_mut(&mut self, field: &[u8]) -> &mut HashMap<Bytes, Bytes> {
+        match &mut self.repr {
+            HashRepr::Flat(map) => map,
+            HashRepr::Split(parts) => Arc::make_mut(&mut parts[bucket_of(field)]),
+        }
     }
     pub fn get(&self, field: &[u8]) -> Option<&Bytes> {
-        self.map.get(field)
+        self.map_of(field).get(field)
     }
     pub fn contains(&self, field: &[u8]) -> bool {
-        self.map.contains_key(field)
+        self.map_of(field).contains_key(field)
     }
     /// Insert or overwrite; true when the field is new.
     pub fn insert(&mut self, field: &[u8], value: &[u8]) -> bool {
         let value = Bytes::copy_from_slice(value);
-        if let Some(old) = self.map.get_mut(field) {
-            self.bytes = self.bytes - old.len() + value.len();
+        let new_len = value.len();
+        let map = self.map_of_mut(field);
+        if let Some(old) = map.get_mut(field) {
+            let old_len = old.len();
             *old = value;
-            false
-        } else {
-            self.bytes += field.len() + value.len() + ITEM_OVERHEAD;
-            self.map.insert(Bytes::copy_from_slice(field), value);
-            true
+            self.bytes = self.bytes - old_len + new_len;
+            return false;
         }
+        map.insert(Bytes::copy_from_slice(field), value);
+        self.bytes += field.len() + new_len + ITEM_OVERHEAD;
+        self.len += 1;
+        if self.len >= HASH_SPLIT_LEN {
+            self.split();
+        }
+        true
     }
     pub fn remove(&mut self, field: &[u8]) -> bool {
-        match self.map.remove(field) {
+        match self.map_of_mut(field).remove(field) {
             Some(v) => {
                 self.bytes -= field.len() + v.len() + ITEM_OVERHEAD;
+                self.len -= 1;
                 true
             }
             None => false,
         }
     }
-    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Bytes)> {
-        self.map.iter()
+    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Bytes)> + Clone {
+        let (flat, parts) = match &self.repr {
+            HashRepr::Flat(map) => (Some(map), &[][..]),
+            HashRepr::Split(parts) => (None, &parts[..]),
+        };
+        flat.into_iter()
+            .chain(parts.iter().map(|part| &**part))
+            .flat_map(|map| map.iter())
     }
-    /// The underlying map, for cursor scans.
-    pub fn map(&self) -> &HashMap<Bytes, Bytes> {
-        &self.map
+    /// Moves a flat hash into its parts (once it reaches [`HASH_SPLIT_LEN`]; it stays split).
+    fn split(&mut self) {
+        let HashRepr::Flat(map) = &mut self.repr else {
+            return;
+        };
+        let mut parts: Vec<HashMap<Bytes, Bytes>> = (0..HASH_BUCKETS)
+            .map(|_| HashMap::with_capacity(map.len() / HASH_BUCKETS * 2))
+            .collect();
+        for (field, value) in map.drain() {
+            parts[bucket_of(&field)].insert(field, value);
+        }
+        self.repr = HashRepr::Split(parts.into_iter().map(Arc::new).collect());
     }
 }
 
@@ -304,6 +378,49 @@ mod tests {
         assert!(h.insert(b"g", b""));
         assert!(h.remove(b"f"));
         assert!(h.remove(b"g"));
+        assert_eq!(Value::Hash(h).mem_size(), 0);
+    }
+
+    #[test]
+    fn a_large_hash_is_split_and_a_clone_copies_only_the_part_written() {
+        let mut h = HashValue::new();
+        let n = HASH_SPLIT_LEN + 100;
+        for i in 0..n {
+            assert!(h.insert(format!("f{i}").as_bytes(), b"value"));
+        }
+        assert!(h.is_split());
+        assert_eq!((h.len(), h.iter().count()), (n, n));
+        assert_eq!(h.get(b"f0").map(|v| &v[..]), Some(&b"value"[..]));
+        let snapshot = h.clone();
+        assert!(!h.insert(b"f1", b"changed"));
+        assert!(h.insert(b"new", b"x"));
+        let HashRepr::Split(before) = &snapshot.repr else {
+            unreachable!()
+        };
+        let HashRepr::Split(after) = &h.repr else {
+            unreachable!()
+        };
+        let shared = before
+            .iter()
+            .zip(after.iter())
+            .filter(|(a, b)| Arc::ptr_eq(a, b))
+            .count();
+        let written = [bucket_of(b"f1"), bucket_of(b"new")];
+        let copied = if written[0] == written[1] { 1 } else { 2 };
+        assert_eq!(
+            shared,
+            HASH_BUCKETS - copied,
+            "only the written parts are copied"
+        );
+        assert_eq!(snapshot.get(b"f1").map(|v| &v[..]), Some(&b"value"[..]));
+        assert!(!snapshot.contains(b"new"));
+        assert_ne!(snapshot, h);
+        assert_eq!(h.len(), n + 1);
+        for i in 0..n {
+            assert!(h.remove(format!("f{i}").as_bytes()));
+        }
+        assert!(h.remove(b"new"));
+        assert!(h.is_empty());
         assert_eq!(Value::Hash(h).mem_size(), 0);
     }
 

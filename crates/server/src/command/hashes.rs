@@ -359,10 +359,10 @@ fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let (page, next): (Vec<(&Bytes, &Bytes)>, u64) = if small {
         (hash.iter().collect(), 0)
     } else {
-        let map = hash.map();
-        let items = map
+        let hasher = gradus_store::FieldHasher::default();
+        let items = hash
             .iter()
-            .map(|(f, v)| (scan_position(map.hasher(), f), (f, v)));
+            .map(|(f, v)| (scan_position(&hasher, f), (f, v)));
         let (page, next) = scan_step(items, cursor, options.count);
         (page, next.unwrap_or(0))
     };
