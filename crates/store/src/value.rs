@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use hashbrown::HashMap;
-use std::collections::BTreeSet;
+use imbl::OrdSet;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -94,50 +94,100 @@ impl Value {
     }
 }
 
-/// A hash this large is kept as [`HASH_BUCKETS`] separately shared parts (see [`HashValue`]).
+/// A hash or sorted set this large is kept as [`HASH_BUCKETS`] separately shared parts (see
+/// [`Parts`]).
 pub const HASH_SPLIT_LEN: usize = 8192;
-/// How many parts a large hash is kept in.
+/// How many parts a large hash or sorted set is kept in.
 pub const HASH_BUCKETS: usize = 64;
 
-/// The fixed hasher that picks a field's part and orders HSCAN (the same for every hash and every
-/// run, so a cursor keeps its meaning when a hash is split; the parts themselves are ordinary
-/// maps with the default, randomly keyed hasher).
+/// The fixed hasher that picks a field's part and orders HSCAN and ZSCAN (the same for every
+/// collection and every run, so a cursor keeps its meaning when a collection is split; the
+/// parts themselves are ordinary maps with the default, randomly keyed hasher).
 pub type FieldHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
 
-/// A hash: field → value, with a running byte count.
+/// Field (or member) → `V`, as one map while small and as [`HASH_BUCKETS`] maps behind `Arc`s
+/// (by a fixed hash of the field) from [`HASH_SPLIT_LEN`] entries on.
 ///
-/// Small hashes are one map. From [`HASH_SPLIT_LEN`] fields on, a hash is [`HASH_BUCKETS`] maps
-/// (by a fixed hash of the field), each behind an `Arc`: cloning it — which a snapshot does when
-/// it copies or keeps the value — bumps 64 reference counts instead of copying a million fields,
-/// and the first write to it afterwards copies only the part it changes (1/64 of the hash), not
-/// all of it. Both used to hold the shard's lock for ~45 ms with a million fields.
+/// Cloning a split map — which a snapshot does when it copies or keeps a value — bumps 64
+/// reference counts instead of copying a million entries, and the first write to it afterwards
+/// copies only the part it changes (1/64 of it). Both used to hold the shard's lock for
+/// ~30–45 ms with a million fields. A map stays split once it was (it may shrink again).
+#[derive(Debug, Clone)]
+enum Parts<V> {
+    Flat(HashMap<Bytes, V>),
+    Split(Box<[Arc<HashMap<Bytes, V>>]>),
+}
+
+impl<V> Default for Parts<V> {
+    fn default() -> Self {
+        Parts::Flat(HashMap::new())
+    }
+}
+
+fn bucket_of(field: &[u8]) -> usize {
+    (FieldHasher::default().hash_one(field) >> 58) as usize % HASH_BUCKETS
+}
+
+impl<V: Clone> Parts<V> {
+    fn map_of(&self, field: &[u8]) -> &HashMap<Bytes, V> {
+        match self {
+            Parts::Flat(map) => map,
+            Parts::Split(parts) => &parts[bucket_of(field)],
+        }
+    }
+    /// The map `field` belongs in, copied first if a snapshot shares it.
+    fn map_of_mut(&mut self, field: &[u8]) -> &mut HashMap<Bytes, V> {
+        match self {
+            Parts::Flat(map) => map,
+            Parts::Split(parts) => Arc::make_mut(&mut parts[bucket_of(field)]),
+        }
+    }
+    fn get(&self, field: &[u8]) -> Option<&V> {
+        self.map_of(field).get(field)
+    }
+    fn iter(&self) -> impl Iterator<Item = (&Bytes, &V)> + Clone {
+        let (flat, parts) = match self {
+            Parts::Flat(map) => (Some(map), &[][..]),
+            Parts::Split(parts) => (None, &parts[..]),
+        };
+        flat.into_iter()
+            .chain(parts.iter().map(|part| &**part))
+            .flat_map(|map| map.iter())
+    }
+    fn is_split(&self) -> bool {
+        matches!(self, Parts::Split(_))
+    }
+    /// Splits a flat map that has reached [`HASH_SPLIT_LEN`] entries (`len`).
+    fn grew_to(&mut self, len: usize) {
+        let Parts::Flat(map) = self else {
+            return;
+        };
+        if len < HASH_SPLIT_LEN {
+            return;
+        }
+        let mut parts: Vec<HashMap<Bytes, V>> = (0..HASH_BUCKETS)
+            .map(|_| HashMap::with_capacity(map.len() / HASH_BUCKETS * 2))
+            .collect();
+        for (field, value) in map.drain() {
+            parts[bucket_of(&field)].insert(field, value);
+        }
+        *self = Parts::Split(parts.into_iter().map(Arc::new).collect());
+    }
+}
+
+/// A hash: field → value, with a running byte count. Large ones are kept in shared parts
+/// ([`Parts`]).
 #[derive(Debug, Clone, Default)]
 pub struct HashValue {
-    repr: HashRepr,
+    map: Parts<Bytes>,
     len: usize,
     bytes: usize,
-}
-
-#[derive(Debug, Clone)]
-enum HashRepr {
-    Flat(HashMap<Bytes, Bytes>),
-    Split(Box<[Arc<HashMap<Bytes, Bytes>>]>),
-}
-
-impl Default for HashRepr {
-    fn default() -> Self {
-        HashRepr::Flat(HashMap::new())
-    }
 }
 
 impl PartialEq for HashValue {
     fn eq(&self, other: &Self) -> bool {
         self.len == other.len && self.iter().all(|(f, v)| other.get(f) == Some(v))
     }
-}
-
-fn bucket_of(field: &[u8]) -> usize {
-    (FieldHasher::default().hash_one(field) >> 58) as usize % HASH_BUCKETS
 }
 
 impl HashValue {
@@ -150,34 +200,21 @@ impl HashValue {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// Whether the hash is kept in shared parts (for tests and memory reports).
+    /// Whether the hash is kept in shared parts (for tests).
     pub fn is_split(&self) -> bool {
-        matches!(self.repr, HashRepr::Split(_))
-    }
-    fn map_of(&self, field: &[u8]) -> &HashMap<Bytes, Bytes> {
-        match &self.repr {
-            HashRepr::Flat(map) => map,
-            HashRepr::Split(parts) => &parts[bucket_of(field)],
-        }
-    }
-    /// The map `field` belongs in, copied first if a snapshot shares it.
-    fn map_of_mut(&mut self, field: &[u8]) -> &mut HashMap<Bytes, Bytes> {
-        match &mut self.repr {
-            HashRepr::Flat(map) => map,
-            HashRepr::Split(parts) => Arc::make_mut(&mut parts[bucket_of(field)]),
-        }
+        self.map.is_split()
     }
     pub fn get(&self, field: &[u8]) -> Option<&Bytes> {
-        self.map_of(field).get(field)
+        self.map.get(field)
     }
     pub fn contains(&self, field: &[u8]) -> bool {
-        self.map_of(field).contains_key(field)
+        self.map.get(field).is_some()
     }
     /// Insert or overwrite; true when the field is new.
     pub fn insert(&mut self, field: &[u8], value: &[u8]) -> bool {
         let value = Bytes::copy_from_slice(value);
         let new_len = value.len();
-        let map = self.map_of_mut(field);
+        let map = self.map.map_of_mut(field);
         if let Some(old) = map.get_mut(field) {
             let old_len = old.len();
             *old = value;
@@ -187,13 +224,11 @@ impl HashValue {
         map.insert(Bytes::copy_from_slice(field), value);
         self.bytes += field.len() + new_len + ITEM_OVERHEAD;
         self.len += 1;
-        if self.len >= HASH_SPLIT_LEN {
-            self.split();
-        }
+        self.map.grew_to(self.len);
         true
     }
     pub fn remove(&mut self, field: &[u8]) -> bool {
-        match self.map_of_mut(field).remove(field) {
+        match self.map.map_of_mut(field).remove(field) {
             Some(v) => {
                 self.bytes -= field.len() + v.len() + ITEM_OVERHEAD;
                 self.len -= 1;
@@ -203,26 +238,7 @@ impl HashValue {
         }
     }
     pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Bytes)> + Clone {
-        let (flat, parts) = match &self.repr {
-            HashRepr::Flat(map) => (Some(map), &[][..]),
-            HashRepr::Split(parts) => (None, &parts[..]),
-        };
-        flat.into_iter()
-            .chain(parts.iter().map(|part| &**part))
-            .flat_map(|map| map.iter())
-    }
-    /// Moves a flat hash into its parts (once it reaches [`HASH_SPLIT_LEN`]; it stays split).
-    fn split(&mut self) {
-        let HashRepr::Flat(map) = &mut self.repr else {
-            return;
-        };
-        let mut parts: Vec<HashMap<Bytes, Bytes>> = (0..HASH_BUCKETS)
-            .map(|_| HashMap::with_capacity(map.len() / HASH_BUCKETS * 2))
-            .collect();
-        for (field, value) in map.drain() {
-            parts[bucket_of(&field)].insert(field, value);
-        }
-        self.repr = HashRepr::Split(parts.into_iter().map(Arc::new).collect());
+        self.map.iter()
     }
 }
 
@@ -272,17 +288,25 @@ impl ScoreBound {
     }
 }
 
-/// A sorted set: member → score plus an ordered index of (score, member).
+/// A sorted set: member → score plus an ordered index of (score, member). The member map is kept
+/// like a hash's ([`Parts`]); the index is a persistent B-tree (`imbl`), whose clone is O(1) and
+/// whose first change after a clone copies only the nodes on its path, so a snapshot neither
+/// copies a large sorted set nor makes the next write to it do so.
 #[derive(Debug, Clone, Default)]
 pub struct ZSetValue {
-    scores: HashMap<Bytes, f64>,
-    ordered: BTreeSet<(Score, Bytes)>,
+    scores: Parts<f64>,
+    ordered: OrdSet<(Score, Bytes)>,
+    len: usize,
     bytes: usize,
 }
 
 impl PartialEq for ZSetValue {
     fn eq(&self, other: &Self) -> bool {
-        self.scores == other.scores
+        self.len == other.len
+            && self
+                .scores
+                .iter()
+                .all(|(m, s)| other.score(m).is_some_and(|o| o.to_bits() == s.to_bits()))
     }
 }
 
@@ -291,38 +315,42 @@ impl ZSetValue {
         Self::default()
     }
     pub fn len(&self) -> usize {
-        self.scores.len()
+        self.len
     }
     pub fn is_empty(&self) -> bool {
-        self.scores.is_empty()
+        self.len == 0
     }
     pub fn score(&self, member: &[u8]) -> Option<f64> {
         self.scores.get(member).copied()
     }
     /// Set `member`'s score; returns the previous score if it existed.
     pub fn insert(&mut self, member: &[u8], score: f64) -> Option<f64> {
-        if let Some(old) = self.scores.get_mut(member) {
+        let scores = self.scores.map_of_mut(member);
+        if let Some(old) = scores.get_mut(member) {
             let prev = *old;
             if Score(prev) != Score(score) || prev.to_bits() != score.to_bits() {
+                *old = score;
                 let key = Bytes::copy_from_slice(member);
                 self.ordered.remove(&(Score(prev), key.clone()));
                 self.ordered.insert((Score(score), key));
-                *old = score;
             }
             Some(prev)
         } else {
             let key = Bytes::copy_from_slice(member);
-            self.bytes += 2 * member.len() + 8 + 2 * ITEM_OVERHEAD;
-            self.scores.insert(key.clone(), score);
+            scores.insert(key.clone(), score);
             self.ordered.insert((Score(score), key));
+            self.bytes += 2 * member.len() + 8 + 2 * ITEM_OVERHEAD;
+            self.len += 1;
+            self.scores.grew_to(self.len);
             None
         }
     }
     pub fn remove(&mut self, member: &[u8]) -> bool {
-        match self.scores.remove_entry(member) {
+        match self.scores.map_of_mut(member).remove_entry(member) {
             Some((key, score)) => {
                 self.ordered.remove(&(Score(score), key));
                 self.bytes -= 2 * member.len() + 8 + 2 * ITEM_OVERHEAD;
+                self.len -= 1;
                 true
             }
             None => false,
@@ -360,9 +388,13 @@ impl ZSetValue {
             .filter(move |(s, _)| min.below(s.0) && max.above(s.0))
             .map(|(s, m)| (m, s.0))
     }
-    /// The underlying member map, for cursor scans.
-    pub fn scores(&self) -> &HashMap<Bytes, f64> {
-        &self.scores
+    /// Members and their scores, in no particular order (cheaper than [`ZSetValue::iter`]).
+    pub fn members(&self) -> impl Iterator<Item = (&Bytes, &f64)> + Clone {
+        self.scores.iter()
+    }
+    /// Whether the member map is kept in shared parts (for tests).
+    pub fn is_split(&self) -> bool {
+        self.scores.is_split()
     }
 }
 
@@ -394,10 +426,10 @@ mod tests {
         let snapshot = h.clone();
         assert!(!h.insert(b"f1", b"changed"));
         assert!(h.insert(b"new", b"x"));
-        let HashRepr::Split(before) = &snapshot.repr else {
+        let Parts::Split(before) = &snapshot.map else {
             unreachable!()
         };
-        let HashRepr::Split(after) = &h.repr else {
+        let Parts::Split(after) = &h.map else {
             unreachable!()
         };
         let shared = before
@@ -422,6 +454,77 @@ mod tests {
         assert!(h.remove(b"new"));
         assert!(h.is_empty());
         assert_eq!(Value::Hash(h).mem_size(), 0);
+    }
+
+    #[test]
+    fn a_large_sorted_set_is_shared_by_a_clone_and_keeps_its_order() {
+        let mut z = ZSetValue::new();
+        let n = HASH_SPLIT_LEN + 500;
+        let score = |i: usize| ((i * 7919) % 1000) as f64 - 500.0;
+        for i in 0..n {
+            assert_eq!(z.insert(format!("m{i}").as_bytes(), score(i)), None);
+        }
+        assert!(z.is_split());
+        let snapshot = z.clone();
+        assert_eq!(z.insert(b"m1", 10_000.0), Some(score(1)));
+        assert!(z.remove(b"m2"));
+        assert_eq!(z.insert(b"new", -10_000.0), None);
+        // The clone is what it was.
+        assert_eq!(snapshot.len(), n);
+        assert_eq!(snapshot.score(b"m1"), Some(score(1)));
+        assert_eq!(snapshot.score(b"m2"), Some(score(2)));
+        assert_eq!(snapshot.score(b"new"), None);
+        assert_ne!(snapshot, z);
+        let Parts::Split(before) = &snapshot.scores else {
+            unreachable!()
+        };
+        let Parts::Split(after) = &z.scores else {
+            unreachable!()
+        };
+        let shared = before
+            .iter()
+            .zip(after.iter())
+            .filter(|(a, b)| Arc::ptr_eq(a, b))
+            .count();
+        assert!(shared >= HASH_BUCKETS - 3, "{shared} parts still shared");
+        // Both orders agree with a sorted model.
+        for (set, changed) in [(&snapshot, false), (&z, true)] {
+            let mut model: Vec<(Score, Vec<u8>)> = (0..n)
+                .filter(|&i| !(changed && i == 2))
+                .map(|i| {
+                    let s = if changed && i == 1 {
+                        10_000.0
+                    } else {
+                        score(i)
+                    };
+                    (Score(s), format!("m{i}").into_bytes())
+                })
+                .collect();
+            if changed {
+                model.push((Score(-10_000.0), b"new".to_vec()));
+            }
+            model.sort();
+            let got: Vec<(Score, Vec<u8>)> =
+                set.iter().map(|(m, s)| (Score(s), m.to_vec())).collect();
+            assert_eq!(got, model);
+            assert_eq!(set.len(), model.len());
+            let zero = ScoreBound {
+                value: 0.0,
+                exclusive: false,
+            };
+            let ten = ScoreBound {
+                value: 10.0,
+                exclusive: true,
+            };
+            let in_range = set.range_by_score(zero, ten).count();
+            assert_eq!(
+                in_range,
+                model
+                    .iter()
+                    .filter(|(s, _)| s.0 >= 0.0 && s.0 < 10.0)
+                    .count()
+            );
+        }
     }
 
     #[test]

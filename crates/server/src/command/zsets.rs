@@ -813,15 +813,15 @@ fn zrandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         };
         let index = rand::thread_rng().gen_range(0..z.len().max(1));
         return Ok(z
-            .scores()
-            .keys()
+            .members()
+            .map(|(m, _)| m)
             .nth(index)
             .map_or(Frame::Null, |m| Frame::Bulk(m.clone())));
     };
     let Some(z) = zset else {
         return Ok(Frame::Array(Vec::new()));
     };
-    let picks = random_picks(z.scores().iter(), z.len(), count);
+    let picks = random_picks(z.members(), z.len(), count);
     let items = picks.into_iter().map(|(m, s)| (m.clone(), *s)).collect();
     Ok(scored_reply(items, with_scores, resp))
 }
@@ -834,16 +834,16 @@ fn zscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(scan_reply(0, Vec::new()));
     };
     let options = parse_scan_options(&args[3..], false)?;
-    let map = z.scores();
     let small =
-        map.len() <= LISTPACK_MAX_ENTRIES && map.keys().all(|m| m.len() <= LISTPACK_MAX_VALUE);
+        z.len() <= LISTPACK_MAX_ENTRIES && z.members().all(|(m, _)| m.len() <= LISTPACK_MAX_VALUE);
     // A listpack-encoded set is returned whole, whatever the cursor, like Redis does.
     let (page, next): (Vec<(&Bytes, &f64)>, u64) = if small {
-        (map.iter().collect(), 0)
+        (z.members().collect(), 0)
     } else {
-        let items = map
-            .iter()
-            .map(|(m, s)| (scan_position(map.hasher(), m), (m, s)));
+        let hasher = gradus_store::FieldHasher::default();
+        let items = z
+            .members()
+            .map(|(m, s)| (scan_position(&hasher, m), (m, s)));
         let (page, next) = scan_step(items, cursor, options.count);
         (page, next.unwrap_or(0))
     };
