@@ -8,6 +8,10 @@ use clap::Parser;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+/// The largest `memcached-item-size-max`: an item is logged as one record, so it must fit in one
+/// with its key and headers (memcached itself allows 1 GiB).
+pub const MAX_ITEM_SIZE: usize = gradus_log::format::MAX_RECORD_LEN - (1 << 20);
+
 /// The default configuration, embedded in the binary (the same file documents every setting).
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("../gradus.toml");
 
@@ -386,8 +390,10 @@ impl Config {
         if self.tenants.is_empty() && self.memcached_db >= self.databases {
             return bad("memcached-db must be below databases");
         }
-        if self.memcached_item_size_max < 1024 || self.memcached_item_size_max > 1 << 30 {
-            return bad("memcached-item-size-max must be between 1024 and 1073741824");
+        if self.memcached_item_size_max < 1024 || self.memcached_item_size_max > MAX_ITEM_SIZE {
+            return bad(&format!(
+                "memcached-item-size-max must be between 1024 and {MAX_ITEM_SIZE} (the log's record limit less 1 MiB)"
+            ));
         }
         if self.hz == 0 || self.hz > 500 {
             return bad("hz must be between 1 and 500");
@@ -555,5 +561,11 @@ mod tests {
         c.databases = 0;
         let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("databases"), "{err}");
+        let mut c = Config::embedded();
+        c.memcached_item_size_max = MAX_ITEM_SIZE + 1;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("memcached-item-size-max"), "{err}");
+        c.memcached_item_size_max = MAX_ITEM_SIZE;
+        assert!(c.validate().is_ok());
     }
 }
