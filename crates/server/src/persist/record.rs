@@ -97,14 +97,21 @@ pub fn encode_command(now_ms: u64, db: usize, args: &[Bytes]) -> Bytes {
 /// Size of the record [`encode_commands`] makes of commands with these arguments (EXEC checks
 /// it against the log's limit before it applies anything).
 pub fn commands_record_len<'a>(commands: impl Iterator<Item = &'a [Bytes]>) -> usize {
-    13 + commands
-        .map(|args| 6 + args.iter().map(|a| 4 + a.len()).sum::<usize>())
-        .sum::<usize>()
+    13 + commands.map(command_len).sum::<usize>()
+}
+
+/// Bytes one command takes in a command record.
+fn command_len(args: &[Bytes]) -> usize {
+    6 + args.iter().map(|a| 4 + a.len()).sum::<usize>()
 }
 
 fn encode<'a>(now_ms: u64, commands: impl Iterator<Item = (usize, &'a [Bytes])> + Clone) -> Bytes {
-    let count = commands.clone().count();
-    let mut out = BytesMut::with_capacity(commands_record_len(commands.clone().map(|(_, a)| a)));
+    let (count, size) = commands
+        .clone()
+        .fold((0usize, 13usize), |(n, size), (_, args)| {
+            (n + 1, size + command_len(args))
+        });
+    let mut out = BytesMut::with_capacity(size);
     out.put_u8(TAG_COMMANDS);
     out.put_u64_le(now_ms);
     out.put_u32_le(count as u32);
@@ -164,61 +171,59 @@ fn encode_item_parts(
             }
         }
         Value::Hash(h) => {
-            let elements = h.iter().map(|(f, v)| {
-                move |out: &mut BytesMut| {
-                    put_bytes(out, f);
-                    put_bytes(out, v);
-                }
-            });
+            let put = |out: &mut BytesMut, (f, v): (&Bytes, &Bytes)| {
+                put_bytes(out, f);
+                put_bytes(out, v);
+            };
             let kinds = (KIND_HASH, KIND_MORE_HASH);
-            emit_counted_parts(entry, elements, kinds, part_bytes, header, emit);
+            emit_counted_parts(entry, h.iter(), put, kinds, part_bytes, header, emit);
         }
         Value::ZSet(z) => {
-            let elements = z.iter().map(|(m, s)| {
-                move |out: &mut BytesMut| {
-                    put_bytes(out, m);
-                    out.put_u64_le(s.to_bits());
-                }
-            });
+            let put = |out: &mut BytesMut, (m, s): (&Bytes, f64)| {
+                put_bytes(out, m);
+                out.put_u64_le(s.to_bits());
+            };
             let kinds = (KIND_ZSET, KIND_MORE_ZSET);
-            emit_counted_parts(entry, elements, kinds, part_bytes, header, emit);
+            emit_counted_parts(entry, z.iter(), put, kinds, part_bytes, header, emit);
         }
     }
 }
 
-/// The items of a collection: `count u32, count × element`, the first of kind `kinds.0`, any
-/// further ones (once an item reaches `part_bytes`) of kind `kinds.1`. An empty collection
-/// (never stored, but harmless) is one item with count 0.
-fn emit_counted_parts<W: FnOnce(&mut BytesMut)>(
+/// The items of a collection: `count u32, count × element` (each written by `put`), the first of
+/// kind `kinds.0`, any further ones (once an item's elements reach `part_bytes`) of kind
+/// `kinds.1`. An empty collection (never stored, but harmless) is one item with count 0.
+fn emit_counted_parts<T>(
     entry: &Entry,
-    elements: impl Iterator<Item = W>,
+    elements: impl Iterator<Item = T>,
+    put: impl Fn(&mut BytesMut, T),
     kinds: (u8, u8),
     part_bytes: usize,
     header: impl Fn(u8, usize) -> BytesMut,
     mut emit: impl FnMut(Bytes),
 ) {
+    // The count follows the header; it is filled in when the part ends.
     let start = |kind: u8| {
         let mut out = header(kind, entry.value.mem_size());
         let count_at = out.len();
         out.put_u32_le(0);
-        (out, count_at, 0u32)
+        (out, count_at)
     };
-    let finish = |(mut out, count_at, count): (BytesMut, usize, u32)| {
+    let finish = |mut out: BytesMut, count_at: usize, count: u32| {
         out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
         out.freeze()
     };
-    let mut part = start(kinds.0);
-    let mut part_start = part.0.len();
+    let (mut out, mut count_at) = start(kinds.0);
+    let mut count = 0u32;
     for element in elements {
-        if part.2 > 0 && part.0.len() - part_start >= part_bytes {
-            emit(finish(part));
-            part = start(kinds.1);
-            part_start = part.0.len();
+        if count > 0 && out.len() - (count_at + 4) >= part_bytes {
+            emit(finish(out, count_at, count));
+            (out, count_at) = start(kinds.1);
+            count = 0;
         }
-        element(&mut part.0);
-        part.2 += 1;
+        put(&mut out, element);
+        count += 1;
     }
-    emit(finish(part));
+    emit(finish(out, count_at, count));
 }
 
 /// A bounds-checked reader over a payload.
