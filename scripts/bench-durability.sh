@@ -2,7 +2,9 @@
 # Durability degrees side by side: Gradus at none/lazy/background/strict and redis-server with
 # appendonly yes + appendfsync no/everysec/always, SET of 1 KiB values at 1, 8 and 50 connections,
 # then Gradus recovery time for 1 M keys of 1 KiB (from the log, and from a snapshot), then how long
-# SETs wait while a snapshot of those keys is taken.
+# SETs wait while a snapshot of those keys is taken, then recovery from a snapshot of 1 M keys of
+# 1 KiB of random bytes (the values above are one letter repeated, which snapshot compression
+# shrinks; random ones it cannot).
 #
 #   scripts/bench-durability.sh [requests] [recovery_keys] [rounds]   (defaults: 100000, 1000000, 3)
 #
@@ -98,17 +100,21 @@ printf '[durability]\nsnapshot-log-bytes = 0\n' >"$TMP/recovery.toml"
 "$GRADUS" --config "$TMP/recovery.toml" --port 7402 --memcached-port 0 --dir "$dir" --loglevel info >"$dir.log" 2>&1 &
 pid=$!; PIDS+=("$pid")
 wait_port 7402
-python3 - "$RECOVERY_KEYS" <<'PY' | redis-cli -p 7402 --pipe >/dev/null
-import sys
+load_keys() { # values: "v" (1 KiB of one letter, as redis-benchmark's) or "random" (incompressible)
+  python3 - "$RECOVERY_KEYS" "$1" <<'PY' | redis-cli -p 7402 --pipe >/dev/null
+import os, sys
 n = int(sys.argv[1])
-value = b"v" * 1024
+random = sys.argv[2] == "random"
 out = sys.stdout.buffer
 for i in range(n):
     key = b"key:%d" % i
+    value = os.urandom(1024) if random else b"v" * 1024
     out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$1024\r\n%s\r\n" % (len(key), key, value))
 # WAITAOF covers the writes of the connection that sends it: same connection as the SETs.
 out.write(b"*4\r\n$7\r\nWAITAOF\r\n$1\r\n1\r\n$1\r\n0\r\n$1\r\n0\r\n")
 PY
+}
+load_keys v
 keys=$(redis-cli -p 7402 dbsize)
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true
 measure_restart() { # label
@@ -122,12 +128,15 @@ measure_restart() { # label
   local ms; ms=$(redis-cli -p 7402 info persistence | tr -d '\r' | grep '^gradus_recovery_ms:' | cut -d: -f2)
   echo "| $1 | $got of $keys | $ms | $(python3 -c "print(f'{$end-$start:.2f}')") |"
 }
+snapshot_mib() { du -m "$dir"/snap-*.snap | awk '{s += $1} END {print s}'; }
 echo "| recovery of $keys keys × 1 KiB | keys back | recovery (server, ms) | until PING answers (s) |"
 echo "|---|---|---|---|"
 measure_restart "from the log alone (kill -9; no snapshot taken)"
+save_started=$(date +%s.%N)
 redis-cli -p 7402 save >/dev/null
+save_s=$(python3 -c "import time; print(f'{time.time() - $save_started:.2f}')")
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true
-measure_restart "from a snapshot (kill -9 after SAVE)"
+measure_restart "from a snapshot (kill -9 after SAVE; SAVE took $save_s s, $(snapshot_mib) MiB)"
 # The same with nothing of the data directory in the page cache, as after a power cut (needs
 # root to drop the caches; skipped otherwise).
 if [ -w /proc/sys/vm/drop_caches ]; then
@@ -175,3 +184,26 @@ for mode in "no snapshot" "BGSAVE after 1 s"; do
 done
 
 du -sh "$dir" | awk '{print "\nData directory after the runs: " $1}'
+
+# The snapshot rows again with random values, which compression cannot shrink: a fresh data
+# directory, the same number of keys, SAVE, then restarts from the snapshot (warm, then cold).
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+rm -rf "$dir"; mkdir -p "$dir"
+"$GRADUS" --config "$TMP/recovery.toml" --port 7402 --memcached-port 0 --dir "$dir" --loglevel info >"$dir.random.log" 2>&1 &
+pid=$!; PIDS+=("$pid")
+wait_port 7402
+load_keys random
+keys=$(redis-cli -p 7402 dbsize)
+save_started=$(date +%s.%N)
+redis-cli -p 7402 save >/dev/null
+save_s=$(python3 -c "import time; print(f'{time.time() - $save_started:.2f}')")
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+echo
+echo "| recovery of $keys keys × 1 KiB of random bytes | keys back | recovery (server, ms) | until PING answers (s) |"
+echo "|---|---|---|---|"
+measure_restart "from a snapshot (kill -9 after SAVE; SAVE took $save_s s, $(snapshot_mib) MiB)"
+if [ -w /proc/sys/vm/drop_caches ]; then
+  kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+  sync; echo 3 >/proc/sys/vm/drop_caches
+  measure_restart "from the snapshot again, page cache dropped first"
+fi

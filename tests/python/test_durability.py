@@ -952,7 +952,8 @@ def test_a_snapshot_damaged_at_its_end_is_dropped_after_part_of_it_was_loaded(gr
     snapshot would count them twice."""
     server = gradus_factory()
     r = client(server)
-    big = [bytes([i]) * (1 << 20) for i in range(80)]  # the newer snapshot spans two batches
+    # The newer snapshot spans two batches: values that do not compress.
+    big = [random.Random(i).randbytes(1 << 20) for i in range(80)]
     for i, value in enumerate(big):
         r.set(f"big:{i}", value)
     retry_busy(r.save)  # the older snapshot
@@ -993,13 +994,18 @@ def test_a_snapshot_damaged_at_its_end_is_dropped_after_part_of_it_was_loaded(gr
     assert dropped and int(dropped.group(1)) > 0, log
 
 
-def test_values_larger_than_a_snapshot_item_are_saved_in_parts(gradus_factory, tmp_path):
+@pytest.mark.parametrize("compression", [True, False])
+def test_values_larger_than_a_snapshot_item_are_saved_in_parts(gradus_factory, tmp_path, compression):
     """The log limits a record, snapshot items included (to 64 MiB when this was written), and
     a string may grow past that (with a larger proto-max-bulk-len), as may a hash or sorted set.
     A value over 8 MiB is written as several items that the loader adds up: a 70 MiB string
     (which used to fail every snapshot), a 21 MiB hash and a 9 MiB sorted set come back whole,
-    with their TTL."""
-    server = gradus_factory("--config", write_config(tmp_path, "proto-max-bulk-len = 104857600\n"))
+    with their TTL. The same with snapshot compression on (the default), where these values,
+    which compress well, make a snapshot of a few MiB of compressed parts."""
+    body = "proto-max-bulk-len = 104857600\n[durability]\nsnapshot-compression = %s\n" % (
+        "true" if compression else "false"
+    )
+    server = gradus_factory("--config", write_config(tmp_path, body))
     r = client(server)
     piece = bytes(range(256)) * 4096  # 1 MiB
     pipe = r.pipeline(transaction=False)
@@ -1015,9 +1021,14 @@ def test_values_larger_than_a_snapshot_item_are_saved_in_parts(gradus_factory, t
         r.zadd("z", {m: i / 7 for i, m in enumerate(members[start:start + 10_000], start)})
     r.expire("h", 3600)
     assert retry_busy(r.save) is True
+    assert persistence(r)["gradus_snapshot_compression"] == ("yes" if compression else "no")
     r.close()
     server.stop()
-    assert snap_files(server.dir)[-1].stat().st_size > 95 << 20
+    size = snap_files(server.dir)[-1].stat().st_size
+    if compression:
+        assert size < 10 << 20, size
+    else:
+        assert size > 95 << 20, size
     server.start()
     r = client(server)
     info = persistence(r)

@@ -127,6 +127,7 @@ pub struct DurabilityConfig {
     pub direct_io: bool,
     pub snapshot_log_bytes: u64,
     pub snapshot_interval_s: u64,
+    pub snapshot_compression: bool,
 }
 
 /// `[durability]` in a file may set any subset of its keys.
@@ -144,6 +145,7 @@ struct PartialDurability {
     direct_io: Option<bool>,
     snapshot_log_bytes: Option<u64>,
     snapshot_interval_s: Option<u64>,
+    snapshot_compression: Option<bool>,
 }
 
 /// A config file may set any subset of the settings.
@@ -317,7 +319,8 @@ impl Config {
                 segment_bytes,
                 direct_io,
                 snapshot_log_bytes,
-                snapshot_interval_s
+                snapshot_interval_s,
+                snapshot_compression
             );
         }
         Ok(())

@@ -259,6 +259,15 @@ fn persistence(shared: &Shared, out: &mut String) {
         let (log_bytes, snapshot_bytes) = data_dir_sizes(&shared.config.dir);
         line!(out, "gradus_log_size_bytes:{log_bytes}");
         line!(out, "gradus_snapshot_size_bytes:{snapshot_bytes}");
+        line!(
+            out,
+            "gradus_snapshot_compression:{}",
+            if shared.config.durability.snapshot_compression {
+                "yes"
+            } else {
+                "no"
+            }
+        );
         line!(out, "gradus_snapshot_lsn:{}", s.snapshot_lsn);
         line!(
             out,

@@ -597,6 +597,7 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
         };
         let arm_micros = started.elapsed().as_micros() as u64;
         let now = gradus_store::now_ms();
+        let compress = shared.config.durability.snapshot_compression;
         let (tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(4096);
         let budget = InFlight::default();
         // Set by the drain thread after its last item, before its sender goes: the channel
@@ -608,7 +609,7 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
                 let longest = sink.drain(&shared.store, now, |db, key, entry| {
                     if p.degrees.get(db).is_some_and(|d| d.is_logged()) {
                         // The receiver only goes away if the snapshot failed; stop quietly then.
-                        record::encode_item(db, key, entry, |item| {
+                        record::encode_item(db, key, entry, compress, |item| {
                             if budget.take(item.len()) {
                                 let _ = tx.send(item);
                             }

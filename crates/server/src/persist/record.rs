@@ -18,6 +18,9 @@
 //!          (written only when the flags or the stale bit are set; kinds 0–2 read as before)
 //!   kind 4 more of a string: (len|bytes), appended      kind 5 more of a hash: as kind 1
 //!   kind 6 more of a zset: as kind 2
+//!   kind | 0x80: the same value, compressed: raw_len u32, then an LZ4 block that decompresses to
+//!          exactly raw_len bytes, the value as its kind describes it (written when the value is
+//!          at least 64 bytes and compresses by at least an eighth; as Redis' `rdbcompression`)
 //!          (a value whose item would pass ITEM_PART_BYTES is written as its first part, in
 //!          kind 0–3, followed by items of kind 4–6 for the same key, which add to it; so an
 //!          item stays below the log's record limit whatever the value's size, and the loader
@@ -45,6 +48,13 @@ const KIND_STR_META: u8 = 3;
 const KIND_MORE_STR: u8 = 4;
 const KIND_MORE_HASH: u8 = 5;
 const KIND_MORE_ZSET: u8 = 6;
+/// Set in an item's kind when its value is compressed.
+const COMPRESSED: u8 = 0x80;
+/// Values shorter than this are never compressed (the block format's overhead, and the CPU).
+const MIN_COMPRESSED_VALUE: usize = 64;
+/// An LZ4 block expands at most about 255-fold; a larger claimed length is corruption, refused
+/// before anything is allocated for it.
+const MAX_LZ4_RATIO: usize = 255;
 
 /// One logged command: the database it ran in and its arguments (name first).
 #[derive(Debug, Clone, PartialEq)]
@@ -126,12 +136,45 @@ fn encode<'a>(now_ms: u64, commands: impl Iterator<Item = (usize, &'a [Bytes])> 
 }
 
 /// Encode one key of a snapshot as one item, or as several for a value larger than
-/// [`ITEM_PART_BYTES`], handing each to `emit` in order.
-pub fn encode_item(db: usize, key: &[u8], entry: &Entry, emit: impl FnMut(Bytes)) {
-    encode_item_parts(db, key, entry, ITEM_PART_BYTES, emit)
+/// [`ITEM_PART_BYTES`], handing each to `emit` in order; with `compress`, values that compress
+/// well are stored compressed.
+pub fn encode_item(
+    db: usize,
+    key: &[u8],
+    entry: &Entry,
+    compress: bool,
+    mut emit: impl FnMut(Bytes),
+) {
+    if compress {
+        let kind_at = 1 + 2 + 4 + key.len() + 8;
+        encode_item_parts(db, key, entry, ITEM_PART_BYTES, |item| {
+            emit(compressed(item, kind_at))
+        })
+    } else {
+        encode_item_parts(db, key, entry, ITEM_PART_BYTES, emit)
+    }
 }
 
-/// [`encode_item`] with the part size as a parameter (tests split small values).
+/// `item` with its value (after the kind byte at `kind_at`) compressed, if that saves at least an
+/// eighth; otherwise `item` itself.
+fn compressed(item: Bytes, kind_at: usize) -> Bytes {
+    let value = &item[kind_at + 1..];
+    if value.len() < MIN_COMPRESSED_VALUE {
+        return item;
+    }
+    let packed = lz4_flex::block::compress(value);
+    if packed.len() + 4 > value.len() - value.len() / 8 {
+        return item;
+    }
+    let mut out = BytesMut::with_capacity(kind_at + 5 + packed.len());
+    out.extend_from_slice(&item[..kind_at]);
+    out.put_u8(item[kind_at] | COMPRESSED);
+    out.put_u32_le(value.len() as u32);
+    out.extend_from_slice(&packed);
+    out.freeze()
+}
+
+/// [`encode_item`] with the part size as a parameter (tests split small values), uncompressed.
 fn encode_item_parts(
     db: usize,
     key: &[u8],
@@ -230,6 +273,9 @@ fn emit_counted_parts<T>(
 struct Reader<'a> {
     buf: &'a Bytes,
     pos: usize,
+    /// Strings read with [`Reader::owned`] are copied out of `buf` (a whole snapshot batch,
+    /// which they must not pin), rather than sliced from it (a buffer of their own).
+    copy: bool,
 }
 
 impl Reader<'_> {
@@ -268,6 +314,15 @@ impl Reader<'_> {
         self.take(n)?;
         Ok(self.buf.slice(start..start + n))
     }
+    /// A length-prefixed byte string to keep: see [`Reader::copy`].
+    fn owned(&mut self) -> Result<Bytes, RecordError> {
+        let b = self.bytes()?;
+        Ok(if self.copy {
+            Bytes::copy_from_slice(&b)
+        } else {
+            b
+        })
+    }
     /// A count that cannot exceed what the remaining bytes could hold (`min_size` bytes each).
     fn count(&mut self, min_size: usize) -> Result<usize, RecordError> {
         let n = self.u32()? as usize;
@@ -283,6 +338,7 @@ pub fn decode(payload: &Bytes) -> Result<Record, RecordError> {
     let mut r = Reader {
         buf: payload,
         pos: 0,
+        copy: true,
     };
     let record = match r.u8()? {
         TAG_COMMANDS => {
@@ -305,43 +361,36 @@ pub fn decode(payload: &Bytes) -> Result<Record, RecordError> {
         }
         TAG_SNAPSHOT_ITEM => {
             let db = r.u16()? as usize;
-            // Stored values are copied so they do not pin the whole snapshot buffer.
-            let key = Bytes::copy_from_slice(&r.bytes()?);
+            let key = r.owned()?;
             let expires_at = Some(r.u64()?).filter(|&t| t != 0);
             let mut meta = ItemMeta::default();
             let kind = r.u8()?;
-            let value = match kind {
-                KIND_STR | KIND_MORE_STR => Value::Str(Bytes::copy_from_slice(&r.bytes()?)),
-                KIND_STR_META => {
-                    meta.client_flags = r.u32()?;
-                    meta.bits = r.u8()? & ItemMeta::PERSISTED_BITS;
-                    Value::Str(Bytes::copy_from_slice(&r.bytes()?))
+            let value = if kind & COMPRESSED != 0 {
+                let raw_len = r.u32()? as usize;
+                let packed = r.take(payload.len() - r.pos)?;
+                if raw_len > packed.len().saturating_mul(MAX_LZ4_RATIO) {
+                    return Err(RecordError("compressed value longer than its block allows"));
                 }
-                KIND_HASH | KIND_MORE_HASH => {
-                    let n = r.count(8)?;
-                    let mut h = HashValue::new();
-                    for _ in 0..n {
-                        let f = r.bytes()?;
-                        let v = r.bytes()?;
-                        h.insert(&f, &v);
-                    }
-                    Value::Hash(h)
+                let raw = lz4_flex::block::decompress(packed, raw_len)
+                    .map_err(|_| RecordError("compressed value does not decompress"))?;
+                if raw.len() != raw_len {
+                    return Err(RecordError("compressed value of the wrong length"));
                 }
-                KIND_ZSET | KIND_MORE_ZSET => {
-                    let n = r.count(12)?;
-                    let mut z = ZSetValue::new();
-                    for _ in 0..n {
-                        let m = r.bytes()?;
-                        let s = f64::from_bits(r.u64()?);
-                        if s.is_nan() {
-                            return Err(RecordError("NaN score"));
-                        }
-                        z.insert(&m, s);
-                    }
-                    Value::ZSet(z)
+                let raw = Bytes::from(raw);
+                let mut inner = Reader {
+                    buf: &raw,
+                    pos: 0,
+                    copy: false,
+                };
+                let value = read_value(kind & !COMPRESSED, &mut inner, &mut meta)?;
+                if inner.pos != raw.len() {
+                    return Err(RecordError("trailing bytes in a compressed value"));
                 }
-                _ => return Err(RecordError("unknown value kind")),
+                value
+            } else {
+                read_value(kind, &mut r, &mut meta)?
             };
+            let kind = kind & !COMPRESSED;
             Record::Item {
                 db,
                 key,
@@ -359,6 +408,42 @@ pub fn decode(payload: &Bytes) -> Result<Record, RecordError> {
     Ok(record)
 }
 
+/// A snapshot item's value of `kind` (uncompressed), and its memcached state into `meta`.
+fn read_value(kind: u8, r: &mut Reader, meta: &mut ItemMeta) -> Result<Value, RecordError> {
+    Ok(match kind {
+        KIND_STR | KIND_MORE_STR => Value::Str(r.owned()?),
+        KIND_STR_META => {
+            meta.client_flags = r.u32()?;
+            meta.bits = r.u8()? & ItemMeta::PERSISTED_BITS;
+            Value::Str(r.owned()?)
+        }
+        KIND_HASH | KIND_MORE_HASH => {
+            let n = r.count(8)?;
+            let mut h = HashValue::new();
+            for _ in 0..n {
+                let f = r.bytes()?;
+                let v = r.bytes()?;
+                h.insert(&f, &v);
+            }
+            Value::Hash(h)
+        }
+        KIND_ZSET | KIND_MORE_ZSET => {
+            let n = r.count(12)?;
+            let mut z = ZSetValue::new();
+            for _ in 0..n {
+                let m = r.bytes()?;
+                let s = f64::from_bits(r.u64()?);
+                if s.is_nan() {
+                    return Err(RecordError("NaN score"));
+                }
+                z.insert(&m, s);
+            }
+            Value::ZSet(z)
+        }
+        _ => return Err(RecordError("unknown value kind")),
+    })
+}
+
 /// Whether `payload` is a later part of a snapshot item split over several (kind 4–6), read from
 /// its header alone; false for anything else, malformed payloads included.
 pub fn is_later_part(payload: &[u8]) -> bool {
@@ -370,8 +455,8 @@ pub fn is_later_part(payload: &[u8]) -> bool {
     };
     let kind_at = 7usize.saturating_add(key_len).saturating_add(8);
     matches!(
-        payload.get(kind_at),
-        Some(&(KIND_MORE_STR | KIND_MORE_HASH | KIND_MORE_ZSET))
+        payload.get(kind_at).map(|kind| kind & !COMPRESSED),
+        Some(KIND_MORE_STR | KIND_MORE_HASH | KIND_MORE_ZSET)
     )
 }
 
@@ -435,7 +520,7 @@ mod tests {
     /// The single item `encode_item` writes for a value below the part size.
     fn one_item(db: usize, key: &[u8], entry: &Entry) -> Bytes {
         let mut items = Vec::new();
-        encode_item(db, key, entry, |item| items.push(item));
+        encode_item(db, key, entry, true, |item| items.push(item));
         assert_eq!(items.len(), 1);
         items.pop().unwrap()
     }
@@ -582,6 +667,143 @@ mod tests {
         );
     }
 
+    /// The kind byte of an item for key `key`.
+    fn kind_of(item: &[u8], key: &[u8]) -> u8 {
+        item[1 + 2 + 4 + key.len() + 8]
+    }
+
+    /// A store with one value of each kind that compresses well, and one string that does not.
+    fn compressible_entries() -> (Shard, Vec<(&'static str, Value, bool)>) {
+        let mut h = HashValue::new();
+        let mut z = ZSetValue::new();
+        for i in 0..200 {
+            h.insert(format!("field:{i}").as_bytes(), b"some session data, ");
+            z.insert(format!("member:{i}").as_bytes(), f64::from(i));
+        }
+        let text = Bytes::from("a:3:{s:4:\"user\";i:42;} ".repeat(200));
+        let noise: Bytes = {
+            use rand::{RngCore, SeedableRng};
+            let mut b = vec![0u8; 4096];
+            rand::rngs::StdRng::seed_from_u64(7).fill_bytes(&mut b);
+            b.into()
+        };
+        let meta = ItemMeta {
+            client_flags: 9,
+            last_access_s: 0,
+            bits: ItemMeta::STALE,
+        };
+        let mut shard = Shard::new();
+        shard.set(b"s", Value::Str(text.clone()), Some(77), 0);
+        shard.set_with_meta(b"m", Value::Str(text.clone()), None, meta, 0);
+        shard.set(b"h", Value::Hash(h.clone()), None, 0);
+        shard.set(b"z", Value::ZSet(z.clone()), Some(5), 0);
+        shard.set(b"n", Value::Str(noise.clone()), None, 0);
+        let values = vec![
+            ("s", Value::Str(text.clone()), true),
+            ("m", Value::Str(text), true),
+            ("h", Value::Hash(h), true),
+            ("z", Value::ZSet(z), true),
+            ("n", Value::Str(noise), false),
+        ];
+        (shard, values)
+    }
+
+    #[test]
+    fn values_that_compress_are_stored_compressed_and_read_back_whole() {
+        let (mut shard, values) = compressible_entries();
+        for (key, value, compresses) in values {
+            let entry = shard.get(key.as_bytes(), 0).unwrap();
+            let plain = {
+                let mut items = Vec::new();
+                encode_item(1, key.as_bytes(), entry, false, |i| items.push(i));
+                items.pop().unwrap()
+            };
+            let item = one_item(1, key.as_bytes(), entry);
+            let kind = kind_of(&item, key.as_bytes());
+            assert_eq!(kind & COMPRESSED != 0, compresses, "{key}: kind {kind}");
+            assert_eq!(kind & !COMPRESSED, kind_of(&plain, key.as_bytes()));
+            if compresses {
+                assert!(
+                    item.len() * 2 < plain.len(),
+                    "{key}: {} of {}",
+                    item.len(),
+                    plain.len()
+                );
+            } else {
+                assert_eq!(item, plain, "{key}: kept as it was");
+            }
+            let Record::Item {
+                key: k,
+                expires_at,
+                value: got,
+                meta,
+                more,
+                ..
+            } = decode(&item).unwrap()
+            else {
+                panic!("{key}: not an item");
+            };
+            assert_eq!(
+                (&k[..], expires_at, more),
+                (key.as_bytes(), entry.expires_at(), false)
+            );
+            assert_eq!(got, value, "{key}");
+            assert_eq!(meta.client_flags, entry.meta().client_flags, "{key}");
+            assert_eq!(
+                meta.bits,
+                entry.meta().bits & ItemMeta::PERSISTED_BITS,
+                "{key}"
+            );
+            assert_eq!(decode(&plain).unwrap(), decode(&item).unwrap(), "{key}");
+        }
+    }
+
+    #[test]
+    fn compressed_later_parts_are_still_known_as_later_parts() {
+        let (mut shard, _) = compressible_entries();
+        let entry = shard.get(b"h", 0).unwrap();
+        let mut items = Vec::new();
+        encode_item_parts(0, b"h", entry, 512, |item| {
+            items.push(compressed(item, 1 + 2 + 4 + 1 + 8))
+        });
+        assert!(items.len() > 3);
+        for (n, item) in items.iter().enumerate() {
+            assert_ne!(kind_of(item, b"h") & COMPRESSED, 0, "part {n} compressed");
+            assert_eq!(is_later_part(item), n > 0, "part {n}");
+            assert!(matches!(decode(item), Ok(Record::Item { more, .. }) if more == (n > 0)));
+        }
+    }
+
+    #[test]
+    fn a_damaged_compressed_value_is_an_error_not_a_panic_nor_a_huge_allocation() {
+        let (mut shard, _) = compressible_entries();
+        let item = one_item(0, b"s", shard.get(b"s", 0).unwrap());
+        let raw_len_at = 1 + 2 + 4 + 1 + 8 + 1;
+        let with_raw_len = |len: u32| {
+            let mut b = item.to_vec();
+            b[raw_len_at..raw_len_at + 4].copy_from_slice(&len.to_le_bytes());
+            Bytes::from(b)
+        };
+        let raw_len = u32::from_le_bytes(item[raw_len_at..raw_len_at + 4].try_into().unwrap());
+        // Claims far more than the block can hold: refused before allocating it.
+        assert!(decode(&with_raw_len(u32::MAX)).is_err());
+        // One byte more or less than the block holds.
+        assert!(decode(&with_raw_len(raw_len + 1)).is_err());
+        assert!(decode(&with_raw_len(raw_len - 1)).is_err());
+        // Cut short, or with a byte changed anywhere in the block: an error or (where LZ4 cannot
+        // tell) another value, never a panic.
+        for cut in raw_len_at..item.len() {
+            assert!(decode(&item.slice(..cut)).is_err(), "cut at {cut}");
+        }
+        for at in raw_len_at + 4..item.len() {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut b = item.to_vec();
+                b[at] ^= flip;
+                let _ = decode(&Bytes::from(b));
+            }
+        }
+    }
+
     #[test]
     fn garbage_is_an_error_not_a_panic() {
         for bad in [
@@ -590,6 +812,8 @@ mod tests {
             &b"\x01\0\0\0\0\0\0\0\0\xff\xff\xff\xff"[..],
             &b"\x02\0\0\x05\0\0\0ab"[..],
             &b"\x09"[..],
+            // A compressed string claiming 5 bytes from an empty block.
+            &b"\x02\0\0\x01\0\0\0k\0\0\0\0\0\0\0\0\x80\x05\0\0\0"[..],
         ] {
             assert!(decode(&Bytes::copy_from_slice(bad)).is_err());
         }
