@@ -159,7 +159,7 @@ pub fn encode_item(
 /// eighth; otherwise `item` itself.
 fn compressed(item: Bytes, kind_at: usize) -> Bytes {
     let value = &item[kind_at + 1..];
-    if value.len() < MIN_COMPRESSED_VALUE {
+    if value.len() < MIN_COMPRESSED_VALUE || looks_random(value) {
         return item;
     }
     let packed = lz4_flex::block::compress(value);
@@ -172,6 +172,20 @@ fn compressed(item: Bytes, kind_at: usize) -> Bytes {
     out.put_u32_le(value.len() as u32);
     out.extend_from_slice(&packed);
     out.freeze()
+}
+
+/// Whether `value` looks incompressible: its first 256 bytes use more distinct byte values than
+/// text or serialized data do (random bytes use about 63 % of the 256 values in 256 bytes, English
+/// text about 15 %). A compression attempt that saves nothing costs about 1.2 µs per KiB here; this
+/// look, about a tenth of that. A value it wrongly skips is stored as it is, which is always valid.
+fn looks_random(value: &[u8]) -> bool {
+    let sample = &value[..value.len().min(256)];
+    let mut seen = [false; 256];
+    let mut distinct = 0;
+    for &b in sample {
+        distinct += usize::from(!std::mem::replace(&mut seen[usize::from(b)], true));
+    }
+    distinct * 2 > sample.len()
 }
 
 /// [`encode_item`] with the part size as a parameter (tests split small values), uncompressed.
@@ -755,6 +769,25 @@ mod tests {
                 "{key}"
             );
             assert_eq!(decode(&plain).unwrap(), decode(&item).unwrap(), "{key}");
+        }
+    }
+
+    #[test]
+    fn random_bytes_are_not_tried_and_text_or_serialized_values_are() {
+        use rand::{RngCore, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for len in [64, 100, 256, 4096] {
+            let mut b = vec![0u8; len];
+            rng.fill_bytes(&mut b);
+            assert!(looks_random(&b), "random, {len} bytes");
+        }
+        let session = "a:2:{s:4:\"user\";i:42;s:4:\"cart\";a:1:{i:0;s:5:\"apple\";}}".repeat(8);
+        let json = "{\"id\":12345,\"name\":\"Ada\",\"tags\":[\"x\",\"y\"],\"ok\":true}".repeat(8);
+        let hex: String = (0..256u32)
+            .map(|i| format!("{:x}", (i * 7919) % 16))
+            .collect();
+        for text in [session, json, hex, "v".repeat(1024)] {
+            assert!(!looks_random(text.as_bytes()), "{text}");
         }
     }
 
