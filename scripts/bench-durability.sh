@@ -207,3 +207,30 @@ if [ -w /proc/sys/vm/drop_caches ]; then
   sync; echo 3 >/proc/sys/vm/drop_caches
   measure_restart "from the snapshot again, page cache dropped first"
 fi
+
+# And with the default configuration, where a snapshot is taken automatically whenever the log has
+# grown by 256 MiB: the same 1 M keys of the letter `v`, kill -9, page cache dropped, restart (the
+# newest snapshot, then the log after it).
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+rm -rf "$dir"; mkdir -p "$dir"
+"$GRADUS" --port 7402 --memcached-port 0 --dir "$dir" --loglevel info >"$dir.defaults.log" 2>&1 &
+pid=$!; PIDS+=("$pid")
+wait_port 7402
+load_keys v
+keys=$(redis-cli -p 7402 dbsize)
+while [ "$(redis-cli -p 7402 info persistence | tr -d '\r' | grep '^rdb_bgsave_in_progress:' | cut -d: -f2)" = 1 ]; do sleep 0.2; done
+log_mib=$(du -cm "$dir"/wal-*.log | tail -n 1 | cut -f1)
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+echo
+echo "| recovery of $keys keys × 1 KiB, default configuration | keys back | recovery (server, ms) | until PING answers (s) |"
+echo "|---|---|---|---|"
+if [ -w /proc/sys/vm/drop_caches ]; then
+  sync; echo 3 >/proc/sys/vm/drop_caches
+fi
+start=$(date +%s.%N)
+"$GRADUS" --port 7402 --memcached-port 0 --dir "$dir" --loglevel info >>"$dir.defaults.log" 2>&1 &
+pid=$!; PIDS+=("$pid")
+wait_port 7402
+end=$(date +%s.%N)
+p=$(redis-cli -p 7402 info persistence | tr -d '\r')
+echo "| the newest snapshot ($(snapshot_mib) MiB) and $(echo "$p" | grep '^gradus_recovery_records:' | cut -d: -f2) log records after it (segments: $log_mib MiB), page cache dropped | $(redis-cli -p 7402 dbsize) of $keys | $(echo "$p" | grep '^gradus_recovery_ms:' | cut -d: -f2) | $(python3 -c "print(f'{$end-$start:.2f}')") |"
