@@ -197,6 +197,11 @@ fn persistence(shared: &Shared, out: &mut String) {
     );
     line!(
         out,
+        "gradus_last_snapshot_max_shard_hold_usec:{}",
+        p.last_snapshot_max_hold_micros.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
         "gradus_durability_default:{}",
         shared.config.durability.default
     );

@@ -127,6 +127,7 @@ impl Shared {
             last_snapshot_status: Mutex::new("ok".into()),
             last_snapshot_arm_micros: AtomicU64::new(0),
             last_snapshot_max_copy_micros: AtomicU64::new(0),
+            last_snapshot_max_hold_micros: AtomicU64::new(0),
             recovery: Default::default(),
             dir_lock: Mutex::new(None),
             strict_waiters: std::sync::atomic::AtomicUsize::new(0),

@@ -26,7 +26,7 @@ pub mod value;
 pub use keyspace::ShardGuard;
 pub use keyspace::{Keyspace, MultiLock, ScanPage, SHARDS};
 pub use shard::{Cleared, Entry, ItemMeta, Shard};
-pub use snapshot::SnapshotSink;
+pub use snapshot::{ShardCopyTimes, SnapshotSink};
 pub use store::Store;
 pub use value::{FieldHasher, HashValue, Score, ScoreBound, Value, ValueKind, ZSetValue};
 

@@ -53,16 +53,15 @@ impl SnapshotSink {
     /// `f(keyspace index, key, entry)` for each entry that is live at `now_ms`. One shard's copy
     /// is held at a time, in a buffer reused from shard to shard. Dropping the sink (after this,
     /// or instead of it) ends the snapshot: shards not yet copied stop keeping entries for it.
-    /// Returns the longest time a shard was locked for its copy: the longest a command could
-    /// have waited for this snapshot after it was armed.
+    /// Returns how long the longest shard copy took (see [`ShardCopyTimes`]).
     pub fn drain(
         &self,
         store: &Store,
         now_ms: u64,
         mut f: impl FnMut(usize, &Bytes, &Entry),
-    ) -> std::time::Duration {
+    ) -> ShardCopyTimes {
         let mut copy = Vec::new();
-        let mut longest = std::time::Duration::ZERO;
+        let mut longest = ShardCopyTimes::default();
         for keyspace in store.keyspaces() {
             for i in 0..SHARDS {
                 copy.clear();
@@ -77,8 +76,9 @@ impl SnapshotSink {
                         .for_each(|slot| *slot = std::mem::MaybeUninit::zeroed());
                 }
                 let started = std::time::Instant::now();
-                keyspace.copy_for_snapshot(i, &mut copy);
-                longest = longest.max(started.elapsed());
+                let held = keyspace.copy_for_snapshot(i, &mut copy);
+                longest.with_wait = longest.with_wait.max(started.elapsed());
+                longest.held = longest.held.max(held);
                 let flushed = self.captured.lock().remove(&(keyspace.index(), i));
                 let entries = copy
                     .iter()
@@ -93,6 +93,17 @@ impl SnapshotSink {
         }
         longest
     }
+}
+
+/// The longest shard copy of one snapshot: the longest a command could have waited for the
+/// snapshot after it was armed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ShardCopyTimes {
+    /// From asking for the shard's lock to releasing it: includes the wait for commands that
+    /// held the lock first.
+    pub with_wait: std::time::Duration,
+    /// With the lock held: the copy itself, and any time the thread lost the CPU meanwhile.
+    pub held: std::time::Duration,
 }
 
 #[cfg(test)]

@@ -36,11 +36,14 @@ pub struct Persistence {
     /// Log bytes written when the last snapshot was armed.
     pub bytes_at_last_snapshot: AtomicU64,
     pub last_snapshot_status: Mutex<String>,
-    /// How long the last snapshot held the store gate exclusively to arm itself, and the longest
-    /// it locked one shard to copy it (µs): the longest a command waited for it (see
-    /// `gradus_store::snapshot`).
+    /// How long the last snapshot held the store gate exclusively to arm itself, and its longest
+    /// shard copy, from asking for the shard's lock to releasing it (µs): the longest a command
+    /// waited for it (see `gradus_store::ShardCopyTimes`).
     pub last_snapshot_arm_micros: AtomicU64,
     pub last_snapshot_max_copy_micros: AtomicU64,
+    /// The longest the last snapshot held one shard's lock (µs): the copy itself, without the wait
+    /// for the lock that the figure above includes.
+    pub last_snapshot_max_hold_micros: AtomicU64,
     /// What start-up recovery found, for INFO.
     pub recovery: Mutex<RecoveryReport>,
     /// The locked `dir/LOCK` file (see `server::lock_data_dir`); held until exit.
@@ -632,18 +635,22 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
         let written = written.map_err(|e| e.to_string())?;
         let longest_copy =
             longest_copy.map_err(|_| "the thread walking the keyspaces panicked".to_string())?;
-        let copy_micros = longest_copy.as_micros() as u64;
+        let copy_micros = longest_copy.with_wait.as_micros() as u64;
+        let hold_micros = longest_copy.held.as_micros() as u64;
         p.bytes_at_last_snapshot.store(bytes_now, Ordering::Relaxed);
         p.last_snapshot_arm_micros
             .store(arm_micros, Ordering::Relaxed);
         p.last_snapshot_max_copy_micros
             .store(copy_micros, Ordering::Relaxed);
+        p.last_snapshot_max_hold_micros
+            .store(hold_micros, Ordering::Relaxed);
         tracing::info!(
             lsn,
             bytes = written,
             millis = started.elapsed().as_millis() as u64,
             arm_micros,
             longest_shard_copy_micros = copy_micros,
+            longest_shard_hold_micros = hold_micros,
             "snapshot written"
         );
         Ok(written)
