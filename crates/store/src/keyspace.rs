@@ -207,8 +207,8 @@ impl Keyspace {
 
     /// Append shard `i`'s entries as the armed snapshot sees them to `out`, unless a flush
     /// handed them to the snapshot already (see [`crate::snapshot`]). Holds the shard's lock
-    /// for the copy: about 0.1 µs per entry, references only.
-    /// Copies shard `i` for a snapshot; returns how long its lock was held for that.
+    /// for the copy (about 0.1 µs per entry, references only, unless the thread loses the CPU
+    /// meanwhile) and returns how long it held it.
     pub(crate) fn copy_for_snapshot(
         &self,
         i: usize,
