@@ -697,6 +697,38 @@ def test_bgsave_reply_and_lastsave(gradus):
     r.close()
 
 
+def test_bgrewriteaof_takes_a_snapshot_that_retires_the_log(gradus_factory, tmp_path):
+    """Redis' BGREWRITEAOF compacts the append-only file; here a snapshot does that job: the
+    log segments it covers are removed once it is durable, and a restart loads it."""
+    body = "[durability]\nsnapshot-log-bytes = 0\nsegment-bytes = 4194304\n"
+    server = gradus_factory("--config", write_config(tmp_path, body))
+    r = client(server)
+    pipe = r.pipeline(transaction=False)
+    for i in range(40_000):
+        pipe.set(f"k:{i}", b"x" * 1000)
+    pipe.execute()
+    segments_before = len(wal_files(server.dir))
+    assert segments_before >= 3, segments_before
+    with RawConnection(server.host, server.port) as conn:
+        assert retry_busy(lambda: conn.call("BGREWRITEAOF")) == Simple(
+            b"Background append only file rewriting started"
+        )
+    deadline = time.monotonic() + 20
+    while persistence(r)["aof_rewrite_in_progress"] or persistence(r)["gradus_snapshot_lsn"] < 40_000:
+        assert time.monotonic() < deadline, persistence(r)
+        time.sleep(0.05)
+    info = persistence(r)
+    assert info["aof_last_bgrewrite_status"] == "ok" and info["rdb_bgsave_in_progress"] == 0, info
+    assert len(wal_files(server.dir)) < segments_before
+    assert len(snap_files(server.dir)) == 1
+    r.close()
+    server.crash_restart()
+    r = client(server)
+    assert persistence(r)["gradus_recovery_snapshot_items"] == 40_000
+    assert r.dbsize() == 40_000 and r.get("k:39999") == b"x" * 1000
+    r.close()
+
+
 # --- 6: expiry ----------------------------------------------------------------
 
 
@@ -1065,6 +1097,54 @@ def test_a_transaction_of_70_mib_is_logged_and_replayed(gradus_factory, tmp_path
     info = persistence(r)
     assert info["gradus_recovery_records"] == 1, info
     assert r.mget([f"t:{i}" for i in range(len(values))]) == values
+    r.close()
+
+
+def test_a_script_stops_before_its_log_record_outgrows_the_limit(gradus_factory, tmp_path):
+    """A script's writes are logged as one record once it has run. Past the log's 512 MiB
+    record limit the log would refuse that record after the writes were applied: visible, then
+    lost at the next restart. The write that would take the record over is refused instead (the
+    script's earlier writes stand, as after any error in a script), and the restart brings back
+    exactly what the script was told it wrote. A MULTI/EXEC around the script shares the record.
+    (No automatic snapshot: the restart replays the log.)"""
+    body = "proto-max-bulk-len = 16777216\n[durability]\nsnapshot-log-bytes = 0\n"
+    server = gradus_factory("--config", write_config(tmp_path, body))
+    r = client(server)
+    value = b"x" * (16 << 20)
+    script = """
+        local n = 0
+        for i = 1, 40 do
+            local reply = redis.pcall('SET', KEYS[1] .. i, ARGV[1])
+            if type(reply) == 'table' and reply.err then return {n, reply.err} end
+            n = n + 1
+        end
+        return {n, ''}
+    """
+    written, error = r.eval(script, 1, "big:", value)
+    # 31 SETs of 16 MiB (and their headers) fit in 512 MiB; the 32nd does not.
+    assert written == 31, (written, error)
+    assert b"over the 536870912-byte limit" in error, error
+    assert r.exists(*[f"big:{i}" for i in range(1, 32)]) == 31
+    assert r.exists("big:32") == 0
+    # Inside a transaction the queued commands' room is shared with the script's writes.
+    r.execute_command("MULTI")
+    r.execute_command("SET", "before", value)
+    r.execute_command("EVAL", script, 1, "tx:", value)
+    replies = r.execute_command("EXEC")
+    assert replies[0] == b"OK"
+    tx_written, tx_error = replies[1]
+    assert 0 < tx_written < 31 and b"over the" in tx_error, (tx_written, tx_error)
+    assert r.execute_command("WAITAOF", 1, 0, 0)[0] == 1
+    r.close()
+    server.crash_restart()
+    r = client(server)
+    info = persistence(r)
+    assert info["gradus_recovery_records"] == 2, info
+    assert r.exists(*[f"big:{i}" for i in range(1, 32)]) == 31 and r.exists("big:32") == 0
+    assert r.strlen("big:31") == len(value)
+    assert r.strlen("before") == len(value)
+    assert r.exists(*[f"tx:{i}" for i in range(1, tx_written + 1)]) == tx_written
+    assert r.exists(f"tx:{tx_written + 1}") == 0
     r.close()
 
 

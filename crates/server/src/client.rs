@@ -107,10 +107,16 @@ pub struct ClientState {
     pub counters: LocalCounters,
     /// Set while EXEC runs: a script inside the transaction (which already holds the exclusive
     /// gate) hands its logged writes and degree here, and EXEC folds them into its own record.
-    pub exec_effects: Option<(
-        Vec<crate::persist::record::LoggedCommand>,
-        gradus_log::Durability,
-    )>,
+    pub exec_effects: Option<ExecEffects>,
+}
+
+/// What scripts run by EXEC add to the transaction's log record (see `ClientState::exec_effects`).
+#[derive(Debug)]
+pub struct ExecEffects {
+    pub logged: Vec<crate::persist::record::LoggedCommand>,
+    pub degree: gradus_log::Durability,
+    /// What the record has left for the scripts' writes.
+    pub room: crate::persist::record::RecordRoom,
 }
 
 impl ClientState {

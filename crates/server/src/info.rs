@@ -184,6 +184,17 @@ fn persistence(shared: &Shared, out: &mut String) {
         "rdb_last_bgsave_status:{}",
         if status == "ok" { "ok" } else { "err" }
     );
+    // BGREWRITEAOF takes a snapshot too (see the command): the same progress and status.
+    line!(
+        out,
+        "aof_rewrite_in_progress:{}",
+        u8::from(p.snapshot_in_progress.load(Ordering::Relaxed))
+    );
+    line!(
+        out,
+        "aof_last_bgrewrite_status:{}",
+        if status == "ok" { "ok" } else { "err" }
+    );
     line!(out, "gradus_last_snapshot_status:{status}");
     line!(
         out,

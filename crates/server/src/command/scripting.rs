@@ -23,9 +23,10 @@ use super::{cmd, flags, table, CommandSpec, Ctx, NO_KEYS};
 use crate::client::ClientState;
 use crate::dispatch;
 use crate::error::{CmdError, CmdResult};
-use crate::persist::record::LoggedCommand;
+use crate::persist::record::{LoggedCommand, RecordRoom};
 use crate::state::Shared;
 use bytes::Bytes;
+use gradus_log::format::MAX_RECORD_LEN;
 use gradus_log::Durability;
 use gradus_proto::Frame;
 use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
@@ -227,6 +228,8 @@ struct ScriptRun<'a> {
     now_ms: u64,
     logged: Vec<LoggedCommand>,
     degree: Durability,
+    /// What the record of the script's writes (or of the EXEC running it) has left.
+    room: RecordRoom,
 }
 
 impl ScriptRun<'_> {
@@ -256,9 +259,19 @@ impl ScriptRun<'_> {
             Ok(d) => d,
             Err(e) => return e.to_frame(),
         };
+        // The script's writes are logged as one record after it has run; one the log would
+        // refuse could not be undone then. A write that would take the record over the log's
+        // limit is refused (the script's earlier writes stand, as after any error in a script).
+        if degree.is_logged() && !self.room.fits(&args) {
+            return CmdError::err(format!(
+                "this write would take the script's log record over the {MAX_RECORD_LEN}-byte limit; not applied"
+            ))
+            .to_frame();
+        }
         let db = self.client.db;
         let reply = dispatch::run(self.shared, self.client, spec, &args, self.now_ms);
         if degree.is_logged() && !reply.is_error() {
+            self.room.take(&args);
             self.logged.push(LoggedCommand { db, args });
             self.degree = self.degree.max(degree);
         }
@@ -281,22 +294,25 @@ fn run_script(
     let now = ctx.now_ms;
     // SELECT inside a script does not change the caller's database (as in Redis 7).
     let caller_db = ctx.client.db;
+    let room = (ctx.client.exec_effects.as_ref()).map_or_else(RecordRoom::whole, |e| e.room);
     let run = RefCell::new(ScriptRun {
         shared,
         client: &mut *ctx.client,
         now_ms: now,
         logged: Vec::new(),
         degree: Durability::None,
+        room,
     });
     let reply = execute(&run, sha, body, keys, argv);
     let run = run.into_inner();
-    let (logged, degree) = (run.logged, run.degree);
+    let (logged, degree, room) = (run.logged, run.degree, run.room);
     ctx.client.db = caller_db;
     // All writes of the script go into one record: replay applies all of them or none, and
     // never runs the script again.
-    if let Some((exec_logged, exec_degree)) = ctx.client.exec_effects.as_mut() {
-        exec_logged.extend(logged);
-        *exec_degree = (*exec_degree).max(degree);
+    if let Some(effects) = ctx.client.exec_effects.as_mut() {
+        effects.logged.extend(logged);
+        effects.degree = effects.degree.max(degree);
+        effects.room = room;
         return Ok(reply);
     }
     if !logged.is_empty() {

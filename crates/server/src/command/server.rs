@@ -25,6 +25,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("time", 1, flags::FAST | flags::LOADING | flags::RANDOM, NO_KEYS, "server", "Returns the server time.", time),
     cmd("save", 1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Synchronously saves the database(s) to disk.", save),
     cmd("bgsave", -1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Asynchronously saves the database(s) to disk.", bgsave),
+    cmd("bgrewriteaof", 1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Asynchronously rewrites the append-only file to disk (here: a snapshot, after which the log it covers is removed).", bgrewriteaof),
     cmd("lastsave", 1, flags::LOADING | flags::FAST | flags::RANDOM, NO_KEYS, "server", "Returns the Unix timestamp of the last successful save to disk.", lastsave),
     cmd("waitaof", 4, flags::NO_MULTI, NO_KEYS, "generic", "Blocks until all of the preceding write commands sent by the connection are written to the append-only file of the master and/or replicas.", waitaof),
     cmd("shutdown", -1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Synchronously saves the database(s) to disk and shuts down the Redis server.", shutdown),
@@ -137,6 +138,26 @@ fn bgsave(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     check_snapshot_possible(ctx)?;
     ctx.shared.snapshot_request.notify_one();
     Ok(Frame::Simple("Background saving started".into()))
+}
+
+/// BGREWRITEAOF: Redis rewrites its append-only file so it stops growing. Here a snapshot does
+/// that job: once it is durable, the log segments it covers are removed.
+fn bgrewriteaof(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    if ctx
+        .shared
+        .persist
+        .snapshot_in_progress
+        .load(Ordering::Acquire)
+    {
+        return Err(CmdError::err(
+            "Background append only file rewriting already in progress",
+        ));
+    }
+    check_snapshot_possible(ctx)?;
+    ctx.shared.snapshot_request.notify_one();
+    Ok(Frame::Simple(
+        "Background append only file rewriting started".into(),
+    ))
 }
 
 fn lastsave(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {

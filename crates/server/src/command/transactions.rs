@@ -7,10 +7,10 @@
 //! changes it, and EXEC then returns a null array without running anything.
 
 use super::{cmd, flags, CommandSpec, Ctx, NO_KEYS};
-use crate::client::{MultiState, Watch};
+use crate::client::{ExecEffects, MultiState, Watch};
 use crate::dispatch;
 use crate::error::{CmdError, CmdResult};
-use crate::persist::record::{commands_record_len, LoggedCommand};
+use crate::persist::record::{commands_record_len, LoggedCommand, RecordRoom};
 use bytes::Bytes;
 use gradus_log::format::MAX_RECORD_LEN;
 use gradus_proto::Frame;
@@ -116,14 +116,20 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     let mut degree = gradus_log::Durability::None;
     let mut replies = Vec::with_capacity(multi.queued.len());
     // Scripts queued in the transaction hand their effects over through `exec_effects`.
-    ctx.client.exec_effects = Some((Vec::new(), gradus_log::Durability::None));
+    // The queued arguments counted above include the scripts' own (EVAL and its body), which are
+    // not logged: what the scripts write must fit in what the queued commands leave.
+    ctx.client.exec_effects = Some(ExecEffects {
+        logged: Vec::new(),
+        degree: gradus_log::Durability::None,
+        room: RecordRoom::after(record_len),
+    });
     for (spec, args) in multi.queued {
         if !spec.has(flags::WRITE) {
             replies.push(dispatch::run(shared, ctx.client, spec, &args, now));
-            if let Some((script_logged, script_degree)) = ctx.client.exec_effects.as_mut() {
-                logged.append(script_logged);
+            if let Some(effects) = ctx.client.exec_effects.as_mut() {
+                logged.append(&mut effects.logged);
                 degree = degree.max(std::mem::replace(
-                    script_degree,
+                    &mut effects.degree,
                     gradus_log::Durability::None,
                 ));
             }

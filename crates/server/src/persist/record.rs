@@ -32,6 +32,7 @@
 //! of a kind the checksum cannot see, i.e. a bug, but recovery still reports it instead of crashing).
 
 use bytes::{BufMut, Bytes, BytesMut};
+use gradus_log::format::MAX_RECORD_LEN;
 use gradus_store::{Entry, HashValue, ItemMeta, Value, ZSetValue};
 
 const TAG_COMMANDS: u8 = 1;
@@ -113,6 +114,35 @@ pub fn commands_record_len<'a>(commands: impl Iterator<Item = &'a [Bytes]>) -> u
 /// Bytes one command takes in a command record.
 fn command_len(args: &[Bytes]) -> usize {
     6 + args.iter().map(|a| 4 + a.len()).sum::<usize>()
+}
+
+/// What is left of the log's record limit ([`MAX_RECORD_LEN`]) for the writes of a script,
+/// which are logged together as one record after the script has run. A write that would not
+/// fit is refused before it is applied, so the log never refuses a record whose writes were
+/// applied in memory already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRoom(usize);
+
+impl RecordRoom {
+    /// A record of its own: the limit less the record's header.
+    pub fn whole() -> Self {
+        Self(MAX_RECORD_LEN - commands_record_len(std::iter::empty()))
+    }
+
+    /// What is left in a record of `record_len` bytes so far (as [`commands_record_len`] gives).
+    pub fn after(record_len: usize) -> Self {
+        Self(MAX_RECORD_LEN.saturating_sub(record_len))
+    }
+
+    /// Whether a command with these arguments fits.
+    pub fn fits(&self, args: &[Bytes]) -> bool {
+        command_len(args) <= self.0
+    }
+
+    /// Count a command with these arguments in (after [`RecordRoom::fits`] said it fits).
+    pub fn take(&mut self, args: &[Bytes]) {
+        self.0 = self.0.saturating_sub(command_len(args));
+    }
 }
 
 fn encode<'a>(now_ms: u64, commands: impl Iterator<Item = (usize, &'a [Bytes])> + Clone) -> Bytes {
@@ -553,6 +583,38 @@ mod tests {
             commands_record_len(cmds[..1].iter().map(Vec::as_slice)),
             encode_command(1, 3, &cmds[0]).len()
         );
+    }
+
+    #[test]
+    fn record_room_admits_exactly_what_a_record_under_the_limit_holds() {
+        let set = |len: usize| {
+            vec![
+                Bytes::from("SET"),
+                Bytes::from("k"),
+                Bytes::from(vec![b'v'; len]),
+            ]
+        };
+        // A whole record holds commands up to the limit, and not one byte more.
+        let whole = RecordRoom::whole();
+        let header = commands_record_len(std::iter::empty());
+        let largest = set(MAX_RECORD_LEN - header - command_len(&set(0)));
+        assert_eq!(
+            commands_record_len(std::iter::once(largest.as_slice())),
+            MAX_RECORD_LEN
+        );
+        assert!(whole.fits(&largest));
+        assert!(!whole.fits(&set(MAX_RECORD_LEN - header - command_len(&set(0)) + 1)));
+        // Room is used up command by command: what `fits` lets in always stays under the limit.
+        let mut room = RecordRoom::after(MAX_RECORD_LEN - 100);
+        let (a, b) = (set(40), set(40));
+        assert!(room.fits(&a));
+        room.take(&a);
+        assert!(!room.fits(&b), "{room:?}");
+        let taken = commands_record_len([a.as_slice()].into_iter()) - header;
+        assert!(MAX_RECORD_LEN - 100 + taken <= MAX_RECORD_LEN);
+        assert!(MAX_RECORD_LEN - 100 + taken + command_len(&b) > MAX_RECORD_LEN);
+        // A record already over the limit (an EXEC refused before this is reached) has no room.
+        assert!(!RecordRoom::after(MAX_RECORD_LEN + 1).fits(&set(0)));
     }
 
     /// The single item `encode_item` writes for a value below the part size.
