@@ -1148,6 +1148,93 @@ def test_a_script_stops_before_its_log_record_outgrows_the_limit(gradus_factory,
     r.close()
 
 
+def _mount_small_ext4(image: Path, mountpoint: Path, mib: int) -> None:
+    """Mount a fresh ext4 file system of `mib` MiB (a loop device over `image`) at
+    `mountpoint`; skip the test where that is not allowed (not root, no loop devices)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    with open(image, "wb") as f:
+        f.truncate(mib << 20)
+    made = subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"mkfs.ext4 failed: {made.stderr.decode(errors='replace')}")
+    mounted = subprocess.run(["mount", "-o", "loop", str(image), str(mountpoint)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a loop device here: {mounted.stderr.decode(errors='replace')}")
+
+
+def test_a_full_disk_refuses_durable_writes_until_there_is_room_again(gradus_factory, tmp_path):
+    """The data directory's disk fills up. Writes the log holds already are kept and written
+    once there is room; new durable writes get MISCONF meanwhile (as Redis does when it cannot
+    write its append-only file) and INFO says why; once a file is deleted the writes go on by
+    themselves, without a restart, and every acknowledged write survives a kill -9. (The log
+    used to be poisoned for good by the first ENOSPC.) On a 64 MiB ext4 file system of its own,
+    with direct I/O as on any ext4."""
+    body = "[durability]\nsnapshot-log-bytes = 0\nsegment-bytes = 8388608\n"
+    server = gradus_factory("--config", write_config(tmp_path, body))
+    server.stop()
+    for leftover in server.dir.iterdir():
+        leftover.unlink()
+    _mount_small_ext4(tmp_path / "disk.img", server.dir, 64)
+    try:
+        server.start()
+        r = client(server)
+        assert persistence(r)["gradus_log_direct_io"] == "yes"
+        # Fill what the file system has left (a 4 MiB zero fill ahead of the records stays).
+        ballast = server.dir / "ballast"
+        with open(ballast, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError:
+                pass
+        value = b"v" * (64 << 10)
+        acknowledged = []
+        refusal = None
+        for i in range(2000):
+            try:
+                r.set(f"k:{i}", value)
+                acknowledged.append(f"k:{i}")
+            except redis.ResponseError as e:
+                refusal = str(e)
+                break
+        assert refusal is not None, "the disk never filled up"
+        assert refusal.startswith("MISCONF the write-ahead log cannot write"), refusal
+        assert "No space left on device" in refusal, refusal
+        info = persistence(r)
+        assert info["gradus_log_stalled"] != "no" and info["aof_last_write_status"] == "err", info
+        assert info["gradus_log_poisoned"] == "no", info
+        assert len(acknowledged) > 10, len(acknowledged)
+        # Reads still work, and writes to nothing logged are not the log's business.
+        assert r.get(acknowledged[-1]) == value
+        ballast.unlink()
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                r.set("after", value)
+                break
+            except redis.ResponseError as e:
+                assert e.args[0].startswith("MISCONF"), e
+                assert time.monotonic() < deadline, "writes never resumed"
+                time.sleep(0.1)
+        info = persistence(r)
+        assert info["gradus_log_stalled"] == "no" and info["aof_last_write_status"] == "ok", info
+        assert info["gradus_log_disk_full_retries"] >= 1, info
+        assert r.execute_command("WAITAOF", 1, 0, 0)[0] == 1
+        r.close()
+        server.crash_restart()
+        r = client(server)
+        assert r.dbsize() == len(acknowledged) + 1
+        assert r.mget(acknowledged + ["after"]) == [value] * (len(acknowledged) + 1)
+        r.close()
+        server.stop()
+    finally:
+        server.stop()
+        subprocess.run(["umount", str(server.dir)], capture_output=True)
+
+
 def test_data_directory_is_locked(gradus):
     """A second server on the same --dir refuses to start (two writers would corrupt the log)."""
     argv = list(gradus.argv)

@@ -177,6 +177,7 @@ impl Log {
             durable_lock: Mutex::new(()),
             durable_cv: Condvar::new(),
             poison: OnceLock::new(),
+            stalled: Mutex::new(None),
             writer_exited: AtomicBool::new(false),
             stats: Mutex::new(stats),
             segments: AtomicU64::new(outcome.segments + 1),
@@ -408,6 +409,12 @@ impl Log {
     /// Why the log is poisoned, if it is.
     pub fn poisoned(&self) -> Option<String> {
         self.shared().poisoned()
+    }
+
+    /// Why the writer cannot write just now (the disk is full; it retries), if it cannot.
+    /// Records appended meanwhile are kept and written once it can.
+    pub fn stalled(&self) -> Option<String> {
+        self.shared().stalled()
     }
 
     /// The options the log was opened with.

@@ -44,6 +44,9 @@ pub struct LogOptions {
     /// damaged segment is cut at its last valid record and every later segment is renamed to
     /// `<name>.corrupt` (kept for inspection, never read again). Default false.
     pub repair: bool,
+    /// When a write finds the disk full (`ENOSPC`, `EDQUOT`), the writer tries it again this
+    /// often until it succeeds (meanwhile [`crate::Log::stalled`] says why). Default 1 s.
+    pub disk_full_retry: Duration,
 }
 
 impl LogOptions {
@@ -57,6 +60,8 @@ impl LogOptions {
     pub const DEFAULT_STRICT_LINGER: Duration = Duration::from_micros(100);
     /// Default zero fill window: always.
     pub const DEFAULT_ZERO_FILL_WINDOW: Duration = Duration::MAX;
+    /// Default retry interval while the disk is full: 1 s.
+    pub const DEFAULT_DISK_FULL_RETRY: Duration = Duration::from_secs(1);
     /// Default lazy buffer: 1 MiB.
     pub const DEFAULT_BUFFER_BYTES: usize = 1 << 20;
 
@@ -72,6 +77,7 @@ impl LogOptions {
             strict_linger: Self::DEFAULT_STRICT_LINGER,
             zero_fill_window: Self::DEFAULT_ZERO_FILL_WINDOW,
             repair: false,
+            disk_full_retry: Self::DEFAULT_DISK_FULL_RETRY,
         }
     }
 }

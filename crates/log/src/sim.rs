@@ -117,6 +117,8 @@ struct Disk {
     dir_syncs: u64,
     /// See [`SimStorage::pad_segments`].
     pad_block: usize,
+    /// See [`SimStorage::set_capacity`].
+    capacity: Option<u64>,
 }
 
 fn stale_handle() -> io::Error {
@@ -141,6 +143,20 @@ impl Disk {
     fn inode_of(&self, path: &Path) -> io::Result<u64> {
         self.names.get(path).copied().ok_or_else(|| not_found(path))
     }
+
+    /// `ENOSPC` if growing a file by `growth` bytes would go past the capacity.
+    fn check_space(&self, growth: usize) -> io::Result<()> {
+        let Some(capacity) = self.capacity else {
+            return Ok(());
+        };
+        let used: u64 = self.inodes.values().map(|i| i.data.len() as u64).sum();
+        if growth > 0 && used + growth as u64 > capacity {
+            return Err(io::Error::from_raw_os_error(
+                rustix::io::Errno::NOSPC.raw_os_error(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl SimStorage {
@@ -160,9 +176,23 @@ impl SimStorage {
                 file_syncs: 0,
                 dir_syncs: 0,
                 pad_block: 0,
+                capacity: None,
             })),
             boot: 0,
         }
+    }
+
+    /// Limits the bytes all files may hold together (`None`: no limit). A write or zero fill
+    /// that would grow the files past it fails with `ENOSPC` and writes nothing; overwrites
+    /// within a file's size still succeed.
+    pub fn set_capacity(&self, bytes: Option<u64>) {
+        self.disk.lock().capacity = bytes;
+    }
+
+    /// Bytes all files hold together.
+    pub fn used_bytes(&self) -> u64 {
+        let disk = self.disk.lock();
+        disk.inodes.values().map(|i| i.data.len() as u64).sum()
     }
 
     /// From now on, files made with [`Storage::create_padded`] (log segments) are written the
@@ -356,6 +386,9 @@ impl StorageFile for SimFile {
         } else {
             end
         };
+        let growth = padded_end.saturating_sub(inode.data.len());
+        disk.check_space(growth)?;
+        let inode = disk.inodes.get_mut(&self.inode).ok_or_else(stale_handle)?;
         let mut bytes = buf.to_vec();
         bytes.resize(padded_end - offset, 0);
         write_at(&mut inode.data, offset, &bytes);
@@ -372,6 +405,8 @@ impl StorageFile for SimFile {
         let inode = disk.inodes.get_mut(&self.inode).ok_or_else(stale_handle)?;
         let target = usize::try_from(physical_len).map_err(io::Error::other)?;
         let offset = inode.data.len();
+        disk.check_space(target.saturating_sub(offset))?;
+        let inode = disk.inodes.get_mut(&self.inode).ok_or_else(stale_handle)?;
         if target > offset {
             let zeros = vec![0; target - offset];
             inode.data.extend_from_slice(&zeros);

@@ -50,6 +50,8 @@ pub struct LogStats {
     pub snapshot_lsn: Lsn,
     /// Why the log is poisoned, if it is.
     pub poisoned: Option<String>,
+    /// Writes (or segment creations) the writer made again because the disk was full.
+    pub disk_full_retries: u64,
     /// `background` appends made while an unsynced background record was older than twice the
     /// bound (their replies are held until durable, so the loss window stays bounded).
     pub late_background: u64,

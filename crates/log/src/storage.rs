@@ -74,16 +74,23 @@ const IOV_MAX: usize = 1024;
 ///   zero fill included.
 pub trait StorageFile: Send {
     /// Writes all of `buf` at the logical end of the file (handed to the OS, not yet durable)
-    /// and moves the logical end past it.
+    /// and moves the logical end past it. On an error the logical end stays where it was
+    /// (whatever part was written past it is written over by the next append), so the same
+    /// append can be made again: the log does that when the disk was full.
     fn append(&mut self, buf: &[u8]) -> io::Result<()>;
     /// Writes the concatenation of `bufs` at the logical end of the file, as [`StorageFile::append`]
     /// would write it joined, without joining it first (one vectored write per up to 1024
-    /// slices where the implementation can). The default appends the slices one by one.
+    /// slices where the implementation can), with the same rule on errors. The default joins
+    /// the slices and appends them in one go.
     fn append_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
-        for buf in bufs {
-            self.append(buf)?;
+        match bufs {
+            [one] => self.append(one),
+            _ => {
+                let mut joined = Vec::with_capacity(bufs.iter().map(|b| b.len()).sum());
+                bufs.iter().for_each(|b| joined.extend_from_slice(b));
+                self.append(&joined)
+            }
         }
-        Ok(())
     }
     /// Writes zero bytes from the current physical end of the file up to `physical_len` (does
     /// nothing if the file is already that large), without changing [`StorageFile::len`].
@@ -341,26 +348,40 @@ impl OsFile {
         d.staging.grow(want.max(DIRECT_BLOCK), used);
         let staging = d.staging.as_mut();
         let cap = staging.len();
-        for buf in bufs {
-            let mut rest: &[u8] = buf;
-            while !rest.is_empty() {
-                let n = rest.len().min(cap - used);
-                staging[used..used + n].copy_from_slice(&rest[..n]);
-                used += n;
-                rest = &rest[n..];
-                if used == cap {
-                    d.file.write_all_at(staging, offset)?;
-                    d.untried = false;
-                    offset += cap as u64;
-                    used = 0;
+        // The first `tail` bytes of `staging` are the partial last block, which an append that
+        // fails after a whole staging buffer went out has overwritten: keep them to put back,
+        // so that the same append can be made again (the log retries after `ENOSPC`).
+        let kept_tail =
+            (d.tail > 0 && used as u64 + total > cap as u64).then(|| staging[..d.tail].to_vec());
+        let written = (|| {
+            for buf in bufs {
+                let mut rest: &[u8] = buf;
+                while !rest.is_empty() {
+                    let n = rest.len().min(cap - used);
+                    staging[used..used + n].copy_from_slice(&rest[..n]);
+                    used += n;
+                    rest = &rest[n..];
+                    if used == cap {
+                        d.file.write_all_at(staging, offset)?;
+                        d.untried = false;
+                        offset += cap as u64;
+                        used = 0;
+                    }
                 }
             }
-        }
-        let padded = block_ceil(used as u64) as usize;
-        if padded > 0 {
-            staging[used..padded].fill(0);
-            d.file.write_all_at(&staging[..padded], offset)?;
-            d.untried = false;
+            let padded = block_ceil(used as u64) as usize;
+            if padded > 0 {
+                staging[used..padded].fill(0);
+                d.file.write_all_at(&staging[..padded], offset)?;
+                d.untried = false;
+            }
+            Ok(())
+        })();
+        if let Err(e) = written {
+            if let Some(kept) = kept_tail {
+                staging[..kept.len()].copy_from_slice(&kept);
+            }
+            return Err(e);
         }
         let tail = used % DIRECT_BLOCK;
         staging.copy_within(used - tail..used, 0);

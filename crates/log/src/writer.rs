@@ -37,6 +37,17 @@
 //! waiter is woken with the error, and the fsync is never retried (after a write-back error
 //! Linux may have dropped the dirty pages, so a retry could "succeed" without the data).
 //!
+//! The exception is a full disk (`ENOSPC`, or `EDQUOT` for a quota). A write refused for want
+//! of space wrote nothing the log relies on, and nothing was lost from the page cache, so the
+//! writer keeps the records and tries the same write again every
+//! [`LogOptions::disk_full_retry`], as Redis does for its append-only file. Meanwhile
+//! [`Shared::stalled`] says why (the server refuses durable writes, as Redis' `MISCONF`),
+//! `strict` writers keep waiting, and the durable LSN stays put; once the write succeeds
+//! everything goes on where it stopped. A zero fill that finds the disk full is left for later
+//! (records then extend the file), and a segment that cannot be created is created again. Shut
+//! down while the disk is still full, the log is poisoned with a reason that names the last
+//! durable LSN: what came after it was acknowledged (`lazy`, `background`) but never written.
+//!
 //! Depends on [`crate::format`] and [`crate::storage`]; knows nothing about payload meaning.
 
 use std::io::IoSlice;
@@ -112,6 +123,8 @@ pub(crate) struct Shared {
     pub durable_cv: Condvar,
     /// Why the log is poisoned; set once, by the writer, never cleared.
     pub poison: OnceLock<String>,
+    /// Why the writer cannot write just now (the disk is full); set and cleared by the writer.
+    pub stalled: Mutex<Option<String>>,
     /// Set by the writer thread just before it exits.
     pub writer_exited: AtomicBool,
     /// Counters; the writer updates them between I/O operations, `stats()` copies them.
@@ -132,6 +145,10 @@ impl Shared {
         self.poison.get().cloned()
     }
 
+    pub fn stalled(&self) -> Option<String> {
+        self.stalled.lock().clone()
+    }
+
     pub fn poisoned_error(&self) -> Option<LogError> {
         self.poison
             .get()
@@ -145,6 +162,17 @@ impl Shared {
         let _guard = self.durable_lock.lock();
         self.durable_cv.notify_all();
     }
+}
+
+/// Whether `e` says there is no room left (`ENOSPC`; `EDQUOT` for a quota). The kind is
+/// checked too: a background zero fill's error comes back re-wrapped, without its OS code.
+pub(crate) fn is_disk_full(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    e.kind() == std::io::ErrorKind::StorageFull
+        || e.kind() == std::io::ErrorKind::QuotaExceeded
+        || [Errno::NOSPC, Errno::DQUOT]
+            .iter()
+            .any(|code| e.raw_os_error() == Some(code.raw_os_error()))
 }
 
 /// A segment is zero-filled this many bytes at a time, ahead of its records.
@@ -249,6 +277,8 @@ pub(crate) struct Writer {
     /// LSN of the last record encoded into `buf`.
     buf_last_lsn: Lsn,
     buf_records: u64,
+    /// Since when the disk has been full (see the module docs).
+    stalled_since: Option<Instant>,
 }
 
 /// Payloads at least this large are written from where they are (a slice of a vectored write);
@@ -350,6 +380,7 @@ impl Writer {
             buf: Outgoing::default(),
             buf_last_lsn: recovered_last,
             buf_records: 0,
+            stalled_since: None,
         }
     }
 
@@ -513,10 +544,20 @@ impl Writer {
         if self.buf.is_empty() {
             return Ok(());
         }
-        if let Err(e) = self.segment.append_vectored(&self.buf.slices()) {
-            let reason = format!("write failed: {}: {e}", self.segment_path.display());
-            return Err(self.poison(reason));
+        loop {
+            let written = self.segment.append_vectored(&self.buf.slices());
+            match written {
+                Ok(()) => break,
+                Err(e) => {
+                    let reason = format!("write failed: {}: {e}", self.segment_path.display());
+                    if !is_disk_full(&e) {
+                        return Err(self.poison(reason));
+                    }
+                    self.wait_for_space(reason)?;
+                }
+            }
         }
+        self.space_again();
         // Past the zero fill (none asked for, or a record larger than the segment limit) the
         // append extended the file.
         self.segment_zero_filled = self.segment_zero_filled.max(self.segment.len());
@@ -529,12 +570,21 @@ impl Writer {
             self.shared.opts.segment_bytes,
         );
         if ahead > self.segment_zero_filled && self.zero_fill_wanted() {
-            if let Err(e) = self.segment.preallocate_ahead(ahead) {
-                let reason = format!("zero fill failed: {}: {e}", self.segment_path.display());
-                return Err(self.poison(reason));
+            match self.segment.preallocate_ahead(ahead) {
+                Ok(()) => {
+                    zero_filled = ahead - self.segment_zero_filled;
+                    self.segment_zero_filled = ahead;
+                }
+                // No room for the fill: the records extend the file meanwhile, and the fill is
+                // asked for again after the next write.
+                Err(e) if is_disk_full(&e) => {
+                    tracing::debug!(error = %e, "log zero fill postponed: the disk is full");
+                }
+                Err(e) => {
+                    let reason = format!("zero fill failed: {}: {e}", self.segment_path.display());
+                    return Err(self.poison(reason));
+                }
             }
-            zero_filled = ahead - self.segment_zero_filled;
-            self.segment_zero_filled = ahead;
         }
         {
             let mut stats = self.shared.stats.lock();
@@ -603,13 +653,26 @@ impl Writer {
         let dir = self.shared.opts.dir.clone();
         let segment_bytes = self.shared.opts.segment_bytes;
         let zero_fill = self.zero_fill_wanted();
-        match create_segment(
-            &*self.shared.storage,
-            &dir,
-            next_lsn,
-            segment_bytes,
-            zero_fill,
-        ) {
+        let created = loop {
+            match create_segment(
+                &*self.shared.storage,
+                &dir,
+                next_lsn,
+                segment_bytes,
+                zero_fill,
+            ) {
+                // A creation cut short is made again from the start (a crash meanwhile leaves
+                // a torn creation, which recovery removes).
+                Err(LogError::Io { op, path, source }) if is_disk_full(&source) => {
+                    let reason =
+                        format!("segment rotation failed: {op} {}: {source}", path.display());
+                    self.wait_for_space(reason)?;
+                }
+                other => break other,
+            }
+        };
+        self.space_again();
+        match created {
             Ok(segment) => {
                 {
                     let mut stats = self.shared.stats.lock();
@@ -631,6 +694,46 @@ impl Writer {
             }
             Err(LogError::Poisoned(reason)) => Err(self.poison(reason)),
             Err(e) => Err(self.poison(format!("segment rotation failed: {e}"))),
+        }
+    }
+
+    /// The disk is full (`reason` says where): say so (once per stall), wait
+    /// [`LogOptions::disk_full_retry`] and let the caller try again. If the log is shut down
+    /// meanwhile, nothing more can be written: the log is poisoned instead.
+    fn wait_for_space(&mut self, reason: String) -> Result<(), Stop> {
+        if self.stalled_since.is_none() {
+            self.stalled_since = Some(Instant::now());
+            tracing::error!(
+                reason = %reason,
+                durable_lsn = self.durable,
+                "the write-ahead log cannot write: the disk is full; durable writes are refused until it can (retrying)"
+            );
+        }
+        *self.shared.stalled.lock() = Some(reason.clone());
+        self.shared.stats.lock().disk_full_retries += 1;
+        let until = Instant::now() + self.shared.opts.disk_full_retry;
+        let mut queue = self.shared.queue.lock();
+        while !queue.shutdown && Instant::now() < until {
+            self.shared.writer_wakeup.wait_until(&mut queue, until);
+        }
+        if queue.shutdown {
+            drop(queue);
+            return Err(self.poison(format!(
+                "shut down with the disk full: records after LSN {} were never written ({reason})",
+                self.durable
+            )));
+        }
+        Ok(())
+    }
+
+    /// A write succeeded: if the disk was full, it is not any more.
+    fn space_again(&mut self) {
+        if let Some(since) = self.stalled_since.take() {
+            *self.shared.stalled.lock() = None;
+            tracing::warn!(
+                stalled_ms = since.elapsed().as_millis() as u64,
+                "the write-ahead log can write again; durable writes are accepted"
+            );
         }
     }
 

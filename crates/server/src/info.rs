@@ -290,6 +290,23 @@ fn persistence(shared: &Shared, out: &mut String) {
             "gradus_log_poisoned:{}",
             s.poisoned.as_deref().unwrap_or("no")
         );
+        let stalled = log.stalled();
+        line!(
+            out,
+            "gradus_log_stalled:{}",
+            stalled.as_deref().unwrap_or("no")
+        );
+        line!(out, "gradus_log_disk_full_retries:{}", s.disk_full_retries);
+        // Redis' field for "the append-only file could not be written".
+        line!(
+            out,
+            "aof_last_write_status:{}",
+            if s.poisoned.is_some() || stalled.is_some() {
+                "err"
+            } else {
+                "ok"
+            }
+        );
     }
     let r = p.recovery.lock().clone();
     line!(out, "gradus_recovery_ms:{}", r.millis);

@@ -161,6 +161,11 @@ impl Persistence {
                     "MISCONF the write-ahead log is poisoned ({reason}); durable writes are refused until restart"
                 )));
             }
+            if let Some(reason) = log.stalled() {
+                return Err(CmdError::Other(format!(
+                    "MISCONF the write-ahead log cannot write ({reason}); durable writes are refused until there is room on the disk again"
+                )));
+            }
         }
         Ok(())
     }
