@@ -61,6 +61,12 @@ pub enum LogError {
     #[error("log poisoned: {0}")]
     Poisoned(String),
 
+    /// The writer cannot write just now (the disk is full; it retries, see
+    /// [`crate::Log::stalled`]): a wait for durability ends with this instead of blocking for
+    /// as long as the disk stays full. The records are kept and written once there is room.
+    #[error("log cannot write: {0}")]
+    Stalled(String),
+
     /// The log was closed.
     #[error("log is closed")]
     Closed,

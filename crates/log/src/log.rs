@@ -327,7 +327,7 @@ impl Log {
     }
 
     /// Blocks until `lsn` is durable (`Ok(true)`), or `timeout` passes (`Ok(false)`), or the
-    /// log is poisoned (`Err`). For threads outside the async runtime.
+    /// log is poisoned or stalled (`Err`). For threads outside the async runtime.
     pub fn wait_durable_blocking(&self, lsn: Lsn, timeout: Duration) -> Result<bool, LogError> {
         let shared = self.shared();
         if lsn <= shared.durable_lsn.load(Ordering::Acquire) {
@@ -340,7 +340,7 @@ impl Log {
             if lsn <= shared.durable_lsn.load(Ordering::Acquire) {
                 return Ok(true);
             }
-            if let Some(err) = shared.poisoned_error() {
+            if let Some(err) = shared.wait_error() {
                 return Err(err);
             }
             if shared.writer_exited.load(Ordering::Acquire) {
@@ -367,7 +367,7 @@ impl Log {
         let shared = self.shared();
         let target = {
             let mut queue = shared.queue.lock();
-            if let Some(err) = shared.poisoned_error() {
+            if let Some(err) = shared.wait_error() {
                 return Err(err);
             }
             if queue.shutdown {

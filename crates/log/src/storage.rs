@@ -271,6 +271,17 @@ impl Staging {
     }
 }
 
+/// Whether `e` says there is no room left (`ENOSPC`; `EDQUOT` for a quota). The kind is
+/// checked too: a background zero fill's error comes back re-wrapped, without its OS code.
+pub(crate) fn is_disk_full(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    e.kind() == std::io::ErrorKind::StorageFull
+        || e.kind() == std::io::ErrorKind::QuotaExceeded
+        || [Errno::NOSPC, Errno::DQUOT]
+            .iter()
+            .any(|code| e.raw_os_error() == Some(code.raw_os_error()))
+}
+
 /// Zero fill state of one [`OsFile`], shared with at most one fill thread at a time.
 #[derive(Default)]
 struct Fill {
@@ -291,6 +302,10 @@ struct FillState {
     wanted: u64,
     /// What a background fill failed with, reported by the next call.
     error: Option<io::Error>,
+    /// A background fill stopped for want of space. Not an error of the file: appends go on
+    /// past the fill's end (extending the file, and failing on their own if there is no room),
+    /// and the next [`StorageFile::preallocate_ahead`] tries the fill again.
+    out_of_space: bool,
     /// The handle is being dropped: the fill thread stops after its current step.
     stopped: bool,
 }
@@ -465,6 +480,10 @@ impl StorageFile for OsFile {
         let from = {
             let mut state = self.fill.state.lock();
             state.take_error()?;
+            if std::mem::take(&mut state.out_of_space) {
+                // What was asked before and could not be written is asked again below.
+                state.wanted = state.physical;
+            }
             state.wanted = state.wanted.max(physical_len);
             if state.busy || physical_len <= state.physical {
                 return Ok(());
@@ -488,10 +507,11 @@ impl StorageFile for OsFile {
                     let mut state = fill.state.lock();
                     match written {
                         Ok(()) => state.physical = state.physical.max(to),
+                        Err(e) if is_disk_full(&e) => state.out_of_space = true,
                         Err(e) => state.error = Some(e),
                     }
                     fill.done.notify_all();
-                    if state.error.is_some() || state.stopped {
+                    if state.error.is_some() || state.out_of_space || state.stopped {
                         state.busy = false;
                         return;
                     }

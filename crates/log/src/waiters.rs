@@ -75,7 +75,7 @@ fn outcome(shared: &Shared, lsn: Lsn) -> Option<Result<(), LogError>> {
     if shared.durable_lsn.load(Ordering::Acquire) >= lsn {
         return Some(Ok(()));
     }
-    if let Some(err) = shared.poisoned_error() {
+    if let Some(err) = shared.wait_error() {
         return Some(Err(err));
     }
     if shared.writer_exited.load(Ordering::Acquire) {

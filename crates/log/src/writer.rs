@@ -41,8 +41,10 @@
 //! of space wrote nothing the log relies on, and nothing was lost from the page cache, so the
 //! writer keeps the records and tries the same write again every
 //! [`LogOptions::disk_full_retry`], as Redis does for its append-only file. Meanwhile
-//! [`Shared::stalled`] says why (the server refuses durable writes, as Redis' `MISCONF`),
-//! `strict` writers keep waiting, and the durable LSN stays put; once the write succeeds
+//! [`Shared::stalled`] says why (the server refuses durable writes, as Redis' `MISCONF`), the
+//! durable LSN stays put, and waits for durability end with [`LogError::Stalled`] rather than
+//! block for as long as the disk stays full (a `strict` writer is not acknowledged; its record
+//! is kept and written later all the same, as after any lost reply); once the write succeeds
 //! everything goes on where it stopped. A zero fill that finds the disk full is left for later
 //! (records then extend the file), and a segment that cannot be created is created again. Shut
 //! down while the disk is still full, the log is poisoned with a reason that names the last
@@ -63,7 +65,7 @@ use crate::error::LogError;
 use crate::format::{self, encode_record_header, encoded_record_len};
 use crate::options::LogOptions;
 use crate::stats::LogStats;
-use crate::storage::{Storage, StorageFile};
+use crate::storage::{is_disk_full, Storage, StorageFile};
 use crate::waiters::DurableWaiters;
 use crate::Lsn;
 
@@ -155,6 +157,12 @@ impl Shared {
             .map(|reason| LogError::Poisoned(reason.clone()))
     }
 
+    /// Why a wait for durability must end now without success: the poison, or the stall.
+    pub fn wait_error(&self) -> Option<LogError> {
+        self.poisoned_error()
+            .or_else(|| self.stalled().map(LogError::Stalled))
+    }
+
     /// Wakes every waiter of both kinds so it re-checks the durable LSN, poison and exit.
     pub fn wake_waiters(&self) {
         self.queue_space.notify_all();
@@ -162,17 +170,6 @@ impl Shared {
         let _guard = self.durable_lock.lock();
         self.durable_cv.notify_all();
     }
-}
-
-/// Whether `e` says there is no room left (`ENOSPC`; `EDQUOT` for a quota). The kind is
-/// checked too: a background zero fill's error comes back re-wrapped, without its OS code.
-pub(crate) fn is_disk_full(e: &std::io::Error) -> bool {
-    use rustix::io::Errno;
-    e.kind() == std::io::ErrorKind::StorageFull
-        || e.kind() == std::io::ErrorKind::QuotaExceeded
-        || [Errno::NOSPC, Errno::DQUOT]
-            .iter()
-            .any(|code| e.raw_os_error() == Some(code.raw_os_error()))
 }
 
 /// A segment is zero-filled this many bytes at a time, ahead of its records.
@@ -701,6 +698,7 @@ impl Writer {
     /// [`LogOptions::disk_full_retry`] and let the caller try again. If the log is shut down
     /// meanwhile, nothing more can be written: the log is poisoned instead.
     fn wait_for_space(&mut self, reason: String) -> Result<(), Stop> {
+        *self.shared.stalled.lock() = Some(reason.clone());
         if self.stalled_since.is_none() {
             self.stalled_since = Some(Instant::now());
             tracing::error!(
@@ -708,8 +706,10 @@ impl Writer {
                 durable_lsn = self.durable,
                 "the write-ahead log cannot write: the disk is full; durable writes are refused until it can (retrying)"
             );
+            // Published above: waits for durability end with the reason instead of blocking
+            // for as long as the disk stays full.
+            self.shared.wake_waiters();
         }
-        *self.shared.stalled.lock() = Some(reason.clone());
         self.shared.stats.lock().disk_full_retries += 1;
         let until = Instant::now() + self.shared.opts.disk_full_retry;
         let mut queue = self.shared.queue.lock();

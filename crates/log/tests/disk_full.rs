@@ -65,9 +65,16 @@ fn a_full_disk_stalls_the_log_until_there_is_room_and_loses_nothing() {
     assert!(reason.contains("os error 28"), "{reason}");
     let strict = log.append(record(60, 100), Durability::Strict).unwrap();
     written.push(record(60, 100));
-    assert!(!log
-        .wait_durable_blocking(strict, Duration::from_millis(100))
-        .unwrap());
+    // A wait for durability ends at once with the reason instead of blocking while the disk
+    // stays full; the record is kept all the same.
+    let err = log
+        .wait_durable_blocking(strict, Duration::from_secs(10))
+        .unwrap_err();
+    assert!(
+        matches!(&err, LogError::Stalled(r) if r.contains("os error 28")),
+        "{err}"
+    );
+    assert!(matches!(log.sync_now(), Err(LogError::Stalled(_))));
     let durable = log.durable_lsn();
     assert!(durable < last, "{durable} {last}");
     let retries = log.stats().disk_full_retries;
@@ -79,6 +86,7 @@ fn a_full_disk_stalls_the_log_until_there_is_room_and_loses_nothing() {
 
     // Room again: everything kept is written and made durable, and the stall is over.
     disk.set_capacity(None);
+    wait_until("the stall ends", || log.stalled().is_none());
     assert!(log
         .wait_durable_blocking(strict, Duration::from_secs(10))
         .unwrap());
@@ -114,6 +122,7 @@ fn a_segment_that_cannot_be_created_is_created_again_once_there_is_room() {
     assert!(reason.starts_with("segment rotation failed"), "{reason}");
     assert!(log.durable_lsn() < last);
     disk.set_capacity(None);
+    wait_until("the stall ends", || log.stalled().is_none());
     assert!(log
         .wait_durable_blocking(last, Duration::from_secs(10))
         .unwrap());

@@ -198,6 +198,11 @@ fn persistence(shared: &Shared, out: &mut String) {
     line!(out, "gradus_last_snapshot_status:{status}");
     line!(
         out,
+        "gradus_snapshot_failures:{}",
+        p.snapshot_failures.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
         "gradus_last_snapshot_arm_usec:{}",
         p.last_snapshot_arm_micros.load(Ordering::Relaxed)
     );

@@ -181,8 +181,17 @@ impl Server {
         }
         // Everything acknowledged at any logged degree is on disk before we exit.
         if let Some(log) = shared.persist.log.get().cloned() {
+            let durable = {
+                let log = log.clone();
+                move || log.durable_lsn()
+            };
             match tokio::task::spawn_blocking(move || log.sync_now()).await {
                 Ok(Ok(lsn)) => tracing::info!(durable_lsn = lsn, "log synced"),
+                Ok(Err(e @ gradus_log::LogError::Stalled(_))) => tracing::error!(
+                    error = %e,
+                    durable_lsn = durable(),
+                    "final log sync failed: the disk is full; writes logged after durable_lsn were never written"
+                ),
                 Ok(Err(e)) => tracing::error!(error = %e, "final log sync failed"),
                 Err(e) => tracing::error!(error = %e, "final log sync panicked"),
             }
@@ -348,8 +357,17 @@ async fn lock_lease_loop(shared: Arc<Shared>) {
     }
 }
 
+/// After an automatic snapshot fails, the next automatic one waits this long, doubled after
+/// each further failure up to [`SNAPSHOT_RETRY_MAX`] (Redis waits 5 s after a failed BGSAVE).
+/// Without it a snapshot that keeps failing (a full disk) would be tried again every half
+/// second while the log stays over `snapshot-log-bytes`, copying and writing the whole dataset
+/// each time. `SAVE` and `BGSAVE` are never held back.
+const SNAPSHOT_RETRY_FIRST: Duration = Duration::from_secs(5);
+const SNAPSHOT_RETRY_MAX: Duration = Duration::from_secs(300);
+
 /// Take a snapshot when the log has grown by `snapshot-log-bytes` since the last one, or
-/// `snapshot-interval-s` has passed with writes in between.
+/// `snapshot-interval-s` has passed with writes in between (see [`SNAPSHOT_RETRY_FIRST`] for
+/// what follows a failure).
 async fn snapshot_loop(shared: Arc<Shared>) {
     let Some(log) = shared.persist.log.get().cloned() else {
         return;
@@ -359,6 +377,8 @@ async fn snapshot_loop(shared: Arc<Shared>) {
     let mut last = tokio::time::Instant::now();
     let mut lsn_at_last = log.last_lsn();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
+    // (not before, current delay) after a failed snapshot.
+    let mut backoff: Option<(tokio::time::Instant, Duration)> = None;
     loop {
         let requested = tokio::select! {
             _ = tick.tick() => false,
@@ -378,10 +398,29 @@ async fn snapshot_loop(shared: Arc<Shared>) {
         {
             continue;
         }
+        if !requested
+            && backoff.is_some_and(|(not_before, _)| tokio::time::Instant::now() < not_before)
+        {
+            continue;
+        }
         last = tokio::time::Instant::now();
         lsn_at_last = log.last_lsn();
+        let failures = || shared.persist.snapshot_failures.load(Ordering::Relaxed);
+        let failures_before = failures();
         let s = shared.clone();
         let _ = tokio::task::spawn_blocking(move || crate::persist::take_snapshot(&s)).await;
+        if failures() > failures_before {
+            let delay = backoff.map_or(SNAPSHOT_RETRY_FIRST, |(_, d)| {
+                (d * 2).min(SNAPSHOT_RETRY_MAX)
+            });
+            backoff = Some((tokio::time::Instant::now() + delay, delay));
+            tracing::warn!(
+                retry_in_s = delay.as_secs(),
+                "the next automatic snapshot waits"
+            );
+        } else {
+            backoff = None;
+        }
     }
 }
 

@@ -125,6 +125,7 @@ impl Shared {
             last_save_unix: AtomicU64::new(crate::persist::unix_now()),
             bytes_at_last_snapshot: AtomicU64::new(0),
             last_snapshot_status: Mutex::new("ok".into()),
+            snapshot_failures: AtomicU64::new(0),
             last_snapshot_arm_micros: AtomicU64::new(0),
             last_snapshot_max_copy_micros: AtomicU64::new(0),
             last_snapshot_max_hold_micros: AtomicU64::new(0),

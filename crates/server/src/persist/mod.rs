@@ -36,6 +36,8 @@ pub struct Persistence {
     /// Log bytes written when the last snapshot was armed.
     pub bytes_at_last_snapshot: AtomicU64,
     pub last_snapshot_status: Mutex<String>,
+    /// Snapshots that failed since start (INFO `gradus_snapshot_failures`).
+    pub snapshot_failures: AtomicU64,
     /// How long the last snapshot held the store gate exclusively to arm itself, and its longest
     /// shard copy, from asking for the shard's lock to releasing it (µs): the longest a command
     /// waited for it (see `gradus_store::ShardCopyTimes`).
@@ -669,6 +671,7 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
         Err(e) => {
             tracing::error!(error = %e, "snapshot failed");
             *p.last_snapshot_status.lock() = format!("err: {e}");
+            p.snapshot_failures.fetch_add(1, Ordering::Relaxed);
         }
     }
     result
