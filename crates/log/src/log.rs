@@ -178,6 +178,7 @@ impl Log {
             durable_cv: Condvar::new(),
             poison: OnceLock::new(),
             stalled: Mutex::new(None),
+            is_stalled: AtomicBool::new(false),
             writer_exited: AtomicBool::new(false),
             stats: Mutex::new(stats),
             segments: AtomicU64::new(outcome.segments + 1),

@@ -127,6 +127,8 @@ pub(crate) struct Shared {
     pub poison: OnceLock<String>,
     /// Why the writer cannot write just now (the disk is full); set and cleared by the writer.
     pub stalled: Mutex<Option<String>>,
+    /// Whether `stalled` is set, readable without its lock (every durable write checks it).
+    pub is_stalled: AtomicBool,
     /// Set by the writer thread just before it exits.
     pub writer_exited: AtomicBool,
     /// Counters; the writer updates them between I/O operations, `stats()` copies them.
@@ -148,6 +150,9 @@ impl Shared {
     }
 
     pub fn stalled(&self) -> Option<String> {
+        if !self.is_stalled.load(Ordering::Acquire) {
+            return None;
+        }
         self.stalled.lock().clone()
     }
 
@@ -699,6 +704,7 @@ impl Writer {
     /// meanwhile, nothing more can be written: the log is poisoned instead.
     fn wait_for_space(&mut self, reason: String) -> Result<(), Stop> {
         *self.shared.stalled.lock() = Some(reason.clone());
+        self.shared.is_stalled.store(true, Ordering::Release);
         if self.stalled_since.is_none() {
             self.stalled_since = Some(Instant::now());
             tracing::error!(
@@ -729,6 +735,7 @@ impl Writer {
     /// A write succeeded: if the disk was full, it is not any more.
     fn space_again(&mut self) {
         if let Some(since) = self.stalled_since.take() {
+            self.shared.is_stalled.store(false, Ordering::Release);
             *self.shared.stalled.lock() = None;
             tracing::warn!(
                 stalled_ms = since.elapsed().as_millis() as u64,
