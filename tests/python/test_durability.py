@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 import redis
 
-from resp import RawConnection, Simple
+from resp import Err, RawConnection, Simple
 from servers import free_port, redis_client
 
 pytestmark = pytest.mark.gradus_only
@@ -695,6 +695,37 @@ def test_bgsave_reply_and_lastsave(gradus):
     assert 0 <= hold <= copy, info
     with pytest.raises(redis.ResponseError):
         r.execute_command("BGSAVE", "NOW")
+    r.close()
+
+
+def test_a_snapshot_asked_for_while_one_runs_is_scheduled_after_it(gradus_factory, tmp_path):
+    """As in Redis: `BGSAVE SCHEDULE` (and `BGREWRITEAOF`) while a snapshot runs answer
+    "scheduled" and a snapshot follows the running one; a plain `BGSAVE` is refused."""
+    server = gradus_factory("--config", write_config(tmp_path, "[durability]\nsnapshot-log-bytes = 0\n"))
+    r = client(server)
+    pipe = r.pipeline(transaction=False)
+    for i in range(150_000):
+        pipe.set(f"k:{i}", os.urandom(1000))  # random: a snapshot of ~150 MB takes a while
+        if i % 10_000 == 9_999:
+            pipe.execute()
+    pipe.execute()
+    with RawConnection(server.host, server.port) as conn:
+        assert conn.call("BGSAVE") == Simple(b"Background saving started")
+        deadline = time.monotonic() + 10
+        while not persistence(r)["rdb_bgsave_in_progress"]:
+            assert time.monotonic() < deadline, "the snapshot never started"
+            time.sleep(0.001)
+        assert conn.call("BGSAVE", "SCHEDULE") == Simple(b"Background saving scheduled")
+        assert conn.call("BGREWRITEAOF") == Simple(b"Background append only file rewriting scheduled")
+        refused = conn.call("BGSAVE")
+        assert isinstance(refused, Err) and b"already in progress" in refused.message, refused
+    # Written after the running snapshot was armed: only the scheduled one can hold it.
+    r.set("after", "x")
+    last = persistence(r)["gradus_log_last_lsn"]
+    deadline = time.monotonic() + 60
+    while persistence(r)["gradus_snapshot_lsn"] < last:
+        assert time.monotonic() < deadline, persistence(r)
+        time.sleep(0.05)
     r.close()
 
 

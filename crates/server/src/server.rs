@@ -380,10 +380,12 @@ async fn snapshot_loop(shared: Arc<Shared>) {
     // (not before, current delay) after a failed snapshot.
     let mut backoff: Option<(tokio::time::Instant, Duration)> = None;
     loop {
-        let requested = tokio::select! {
-            _ = tick.tick() => false,
-            _ = shared.snapshot_request.notified() => true,
-        };
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shared.snapshot_request.notified() => {}
+        }
+        // Kept until a snapshot starts: one asked for while another runs follows it.
+        let requested = shared.persist.snapshot_requested.load(Ordering::Acquire);
         let grown = log.stats().bytes_written.saturating_sub(
             shared
                 .persist
@@ -403,6 +405,10 @@ async fn snapshot_loop(shared: Arc<Shared>) {
         {
             continue;
         }
+        shared
+            .persist
+            .snapshot_requested
+            .store(false, Ordering::Release);
         last = tokio::time::Instant::now();
         lsn_at_last = log.last_lsn();
         let failures = || shared.persist.snapshot_failures.load(Ordering::Relaxed);

@@ -126,6 +126,7 @@ impl Shared {
             bytes_at_last_snapshot: AtomicU64::new(0),
             last_snapshot_status: Mutex::new("ok".into()),
             snapshot_failures: AtomicU64::new(0),
+            snapshot_requested: std::sync::atomic::AtomicBool::new(false),
             last_snapshot_arm_micros: AtomicU64::new(0),
             last_snapshot_max_copy_micros: AtomicU64::new(0),
             last_snapshot_max_hold_micros: AtomicU64::new(0),

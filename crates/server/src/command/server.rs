@@ -135,29 +135,49 @@ fn bgsave(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() > 2 || (args.len() == 2 && !is(&args[1], "schedule")) {
         return Err(CmdError::Syntax);
     }
+    // BGSAVE SCHEDULE while a snapshot runs: another one follows it (Redis schedules it when an
+    // AOF rewrite runs, and refuses like plain BGSAVE when a BGSAVE does; here both are snapshots).
+    if args.len() == 2 && snapshot_running(ctx) {
+        request_snapshot(ctx);
+        return Ok(Frame::Simple("Background saving scheduled".into()));
+    }
     check_snapshot_possible(ctx)?;
-    ctx.shared.snapshot_request.notify_one();
+    request_snapshot(ctx);
     Ok(Frame::Simple("Background saving started".into()))
 }
 
 /// BGREWRITEAOF: Redis rewrites its append-only file so it stops growing. Here a snapshot does
-/// that job: once it is durable, the log segments it covers are removed.
+/// that job: once it is durable, the log segments it covers are removed. While a snapshot runs,
+/// another one is scheduled after it, as Redis schedules a rewrite asked for during a BGSAVE.
 fn bgrewriteaof(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
-    if ctx
-        .shared
-        .persist
-        .snapshot_in_progress
-        .load(Ordering::Acquire)
-    {
-        return Err(CmdError::err(
-            "Background append only file rewriting already in progress",
+    if ctx.shared.persist.log.get().is_some() && snapshot_running(ctx) {
+        request_snapshot(ctx);
+        return Ok(Frame::Simple(
+            "Background append only file rewriting scheduled".into(),
         ));
     }
     check_snapshot_possible(ctx)?;
-    ctx.shared.snapshot_request.notify_one();
+    request_snapshot(ctx);
     Ok(Frame::Simple(
         "Background append only file rewriting started".into(),
     ))
+}
+
+fn snapshot_running(ctx: &Ctx<'_>) -> bool {
+    ctx.shared
+        .persist
+        .snapshot_in_progress
+        .load(Ordering::Acquire)
+}
+
+/// Ask the snapshot task for a snapshot: the next one it can start (at once, or after the one
+/// running), whatever its automatic triggers say.
+fn request_snapshot(ctx: &Ctx<'_>) {
+    ctx.shared
+        .persist
+        .snapshot_requested
+        .store(true, Ordering::Release);
+    ctx.shared.snapshot_request.notify_one();
 }
 
 fn lastsave(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {

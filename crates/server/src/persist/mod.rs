@@ -38,6 +38,9 @@ pub struct Persistence {
     pub last_snapshot_status: Mutex<String>,
     /// Snapshots that failed since start (INFO `gradus_snapshot_failures`).
     pub snapshot_failures: AtomicU64,
+    /// `BGSAVE`/`BGREWRITEAOF` asked for a snapshot that has not started yet (the snapshot task
+    /// clears it when it starts one).
+    pub snapshot_requested: AtomicBool,
     /// How long the last snapshot held the store gate exclusively to arm itself, and its longest
     /// shard copy, from asking for the shard's lock to releasing it (µs): the longest a command
     /// waited for it (see `gradus_store::ShardCopyTimes`).
