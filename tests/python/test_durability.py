@@ -1320,6 +1320,20 @@ def test_a_failing_automatic_snapshot_waits_before_it_is_tried_again(gradus_fact
         r.close()
 
 
+@pytest.mark.parametrize(
+    "degree, appendonly, appendfsync",
+    [("strict", "yes", "always"), ("background", "yes", "everysec"), ("lazy", "yes", "no"), ("none", "no", "no")],
+)
+def test_config_get_gives_the_default_degree_in_redis_terms(gradus_factory, degree, appendonly, appendfsync):
+    """Tools that check `appendonly`/`appendfsync` see what the default degree amounts to."""
+    server = gradus_factory("--durability", degree)
+    r = client(server)
+    assert r.config_get("appendonly") == {"appendonly": appendonly}
+    assert r.config_get("appendfsync") == {"appendfsync": appendfsync}
+    assert r.config_get("durability") == {"durability": degree}
+    r.close()
+
+
 def test_data_directory_is_locked(gradus):
     """A second server on the same --dir refuses to start (two writers would corrupt the log)."""
     argv = list(gradus.argv)

@@ -274,8 +274,20 @@ const PARAMS: &[Param] = &[
     Param { name: "save", get: |_| String::new(), set: None },
     Param { name: "appendonly", get: |c| if c.shared.persist.log.get().is_some() { "yes".into() } else { "no".into() }, set: None },
     Param { name: "durability", get: |c| c.shared.config.durability.default.clone(), set: None },
+    // The default degree in Redis' terms, for tools that check it: `strict` fsyncs before the
+    // reply (always), `background` within 10 ms (closest: everysec), `lazy` leaves it to the OS.
+    Param { name: "appendfsync", get: |c| appendfsync_of(&c.shared.config.durability.default).into(), set: None },
     Param { name: "timeout", get: |_| "0".into(), set: None },
 ];
+
+/// Redis' `appendfsync` value closest to a durability degree.
+fn appendfsync_of(degree: &str) -> &'static str {
+    match degree {
+        "strict" => "always",
+        "background" => "everysec",
+        _ => "no",
+    }
+}
 
 /// A live numeric setting as text.
 fn live(v: &std::sync::atomic::AtomicUsize) -> String {
