@@ -7,6 +7,7 @@
 #   - php-cli and php-redis (phpredis, for the PHP session-handler tests);
 #   - php-memcached, libmemcached-tools and memcached (memcached-port tests and benchmark);
 #   - the Python packages in tests/python/requirements.txt (redis-py, pymemcache, pytest, hypothesis);
+#   - e2fsprogs and mount (the full-disk tests mount a small ext4 image; they need root);
 #   - rustup's cargo on PATH (for this script's checks; scripts/test.sh does the same).
 # Nothing is installed when it is already there.  A distro Redis service that the
 # package starts is stopped again: the tests start their own servers on free ports.
@@ -104,6 +105,16 @@ if [ "${#db_packages[@]}" -gt 0 ]; then
     apt_install_quiet "${db_packages[@]}"
     stop_distro_service mariadb
     stop_distro_service postgresql
+fi
+
+# --- mkfs.ext4 and mount (the full-disk tests put a data directory on a small loop-mounted ext4) -
+if ! command -v mkfs.ext4 >/dev/null 2>&1 && [ ! -x /usr/sbin/mkfs.ext4 ] && [ ! -x /sbin/mkfs.ext4 ]; then
+    log "installing e2fsprogs"
+    apt_install e2fsprogs
+fi
+if ! command -v mount >/dev/null 2>&1 && [ ! -x /usr/bin/mount ] && [ ! -x /bin/mount ]; then
+    log "installing mount"
+    apt_install mount
 fi
 
 # --- PHP with phpredis (session-handler tests drive Gradus with phpredis itself) ---------------
