@@ -144,13 +144,17 @@ impl Disk {
         self.names.get(path).copied().ok_or_else(|| not_found(path))
     }
 
+    /// Bytes all files hold together.
+    fn used(&self) -> u64 {
+        self.inodes.values().map(|i| i.data.len() as u64).sum()
+    }
+
     /// `ENOSPC` if growing a file by `growth` bytes would go past the capacity.
     fn check_space(&self, growth: usize) -> io::Result<()> {
         let Some(capacity) = self.capacity else {
             return Ok(());
         };
-        let used: u64 = self.inodes.values().map(|i| i.data.len() as u64).sum();
-        if growth > 0 && used + growth as u64 > capacity {
+        if growth > 0 && self.used() + growth as u64 > capacity {
             return Err(io::Error::from_raw_os_error(
                 rustix::io::Errno::NOSPC.raw_os_error(),
             ));
@@ -191,8 +195,7 @@ impl SimStorage {
 
     /// Bytes all files hold together.
     pub fn used_bytes(&self) -> u64 {
-        let disk = self.disk.lock();
-        disk.inodes.values().map(|i| i.data.len() as u64).sum()
+        self.disk.lock().used()
     }
 
     /// From now on, files made with [`Storage::create_padded`] (log segments) are written the

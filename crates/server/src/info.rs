@@ -179,22 +179,15 @@ fn persistence(shared: &Shared, out: &mut String) {
         p.last_save_unix.load(Ordering::Relaxed)
     );
     let status = p.last_snapshot_status.lock().clone();
-    line!(
-        out,
-        "rdb_last_bgsave_status:{}",
-        if status == "ok" { "ok" } else { "err" }
-    );
+    let ok_or_err = if status == "ok" { "ok" } else { "err" };
+    line!(out, "rdb_last_bgsave_status:{ok_or_err}");
     // BGREWRITEAOF takes a snapshot too (see the command): the same progress and status.
     line!(
         out,
         "aof_rewrite_in_progress:{}",
         u8::from(p.snapshot_in_progress.load(Ordering::Relaxed))
     );
-    line!(
-        out,
-        "aof_last_bgrewrite_status:{}",
-        if status == "ok" { "ok" } else { "err" }
-    );
+    line!(out, "aof_last_bgrewrite_status:{ok_or_err}");
     line!(out, "gradus_last_snapshot_status:{status}");
     line!(
         out,

@@ -181,15 +181,12 @@ impl Server {
         }
         // Everything acknowledged at any logged degree is on disk before we exit.
         if let Some(log) = shared.persist.log.get().cloned() {
-            let durable = {
-                let log = log.clone();
-                move || log.durable_lsn()
-            };
-            match tokio::task::spawn_blocking(move || log.sync_now()).await {
+            let syncing = log.clone();
+            match tokio::task::spawn_blocking(move || syncing.sync_now()).await {
                 Ok(Ok(lsn)) => tracing::info!(durable_lsn = lsn, "log synced"),
                 Ok(Err(e @ gradus_log::LogError::Stalled(_))) => tracing::error!(
                     error = %e,
-                    durable_lsn = durable(),
+                    durable_lsn = log.durable_lsn(),
                     "final log sync failed: the disk is full; writes logged after durable_lsn were never written"
                 ),
                 Ok(Err(e)) => tracing::error!(error = %e, "final log sync failed"),

@@ -137,37 +137,49 @@ fn bgsave(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     // BGSAVE SCHEDULE while a snapshot runs: another one follows it (Redis schedules it when an
     // AOF rewrite runs, and refuses like plain BGSAVE when a BGSAVE does; here both are snapshots).
-    if args.len() == 2 && snapshot_running(ctx) {
-        request_snapshot(ctx);
-        return Ok(Frame::Simple("Background saving scheduled".into()));
-    }
-    check_snapshot_possible(ctx)?;
-    request_snapshot(ctx);
-    Ok(Frame::Simple("Background saving started".into()))
+    background_snapshot(
+        ctx,
+        args.len() == 2,
+        "Background saving started",
+        "Background saving scheduled",
+    )
 }
 
 /// BGREWRITEAOF: Redis rewrites its append-only file so it stops growing. Here a snapshot does
 /// that job: once it is durable, the log segments it covers are removed. While a snapshot runs,
 /// another one is scheduled after it, as Redis schedules a rewrite asked for during a BGSAVE.
 fn bgrewriteaof(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
-    if ctx.shared.persist.log.get().is_some() && snapshot_running(ctx) {
-        request_snapshot(ctx);
-        return Ok(Frame::Simple(
-            "Background append only file rewriting scheduled".into(),
-        ));
-    }
-    check_snapshot_possible(ctx)?;
-    request_snapshot(ctx);
-    Ok(Frame::Simple(
-        "Background append only file rewriting started".into(),
-    ))
+    background_snapshot(
+        ctx,
+        true,
+        "Background append only file rewriting started",
+        "Background append only file rewriting scheduled",
+    )
 }
 
-fn snapshot_running(ctx: &Ctx<'_>) -> bool {
-    ctx.shared
-        .persist
-        .snapshot_in_progress
-        .load(Ordering::Acquire)
+/// Start a snapshot in the background (reply `started`), or, if one runs and `schedule`, ask for
+/// another after it (reply `scheduled`); otherwise refuse as `check_snapshot_possible` does.
+fn background_snapshot(
+    ctx: &Ctx<'_>,
+    schedule: bool,
+    started: &'static str,
+    scheduled: &'static str,
+) -> CmdResult {
+    let reply = if schedule
+        && ctx.shared.persist.log.get().is_some()
+        && ctx
+            .shared
+            .persist
+            .snapshot_in_progress
+            .load(Ordering::Acquire)
+    {
+        scheduled
+    } else {
+        check_snapshot_possible(ctx)?;
+        started
+    };
+    request_snapshot(ctx);
+    Ok(Frame::Simple(reply.into()))
 }
 
 /// Ask the snapshot task for a snapshot: the next one it can start (at once, or after the one
