@@ -85,7 +85,9 @@ fn payload(rng: &mut StdRng) -> (Bytes, Record) {
     let entry = shard.get(b"key", 0).expect("just set");
     let db = rng.gen_range(0..16);
     let mut items = Vec::new();
-    encode_item(db, b"key", entry, rng.gen_bool(0.7), |i| items.push(i));
+    encode_item(db, b"key", entry.view(), rng.gen_bool(0.7), |i| {
+        items.push(i)
+    });
     assert_eq!(items.len(), 1);
     // Only strings carry memcached state.
     let meta = match value {

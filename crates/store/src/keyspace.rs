@@ -8,7 +8,7 @@
 
 use crate::glob::glob_match;
 use crate::scan::{scan_position, scan_step, SCAN_HASH_BITS};
-use crate::shard::{Entry, Shard};
+use crate::shard::Shard;
 use crate::value::ValueKind;
 use bytes::Bytes;
 use hashbrown::DefaultHashBuilder;
@@ -200,24 +200,33 @@ impl Keyspace {
         }
     }
 
-    /// Entries in shard `i` (expired ones not yet reclaimed included).
-    pub(crate) fn shard_len(&self, i: usize) -> usize {
-        self.shards[i].lock().len()
+    /// At most how many entries a snapshot's copy of shard `i` would hold now.
+    pub(crate) fn snapshot_copy_len(&self, i: usize) -> usize {
+        self.shards[i].lock().snapshot_copy_len()
     }
 
     /// Append shard `i`'s entries as the armed snapshot sees them to `out`, unless a flush
     /// handed them to the snapshot already (see [`crate::snapshot`]). Holds the shard's lock
-    /// for the copy (about 0.1 µs per entry, references only, unless the thread loses the CPU
-    /// meanwhile) and returns how long it held it.
+    /// for the copy (a walk of the table: strings are borrowed, see [`Shard::release_snapshot_copy`],
+    /// unless the thread loses the CPU meanwhile) and returns how long it held it.
     pub(crate) fn copy_for_snapshot(
         &self,
         i: usize,
-        out: &mut Vec<(Bytes, Entry)>,
+        out: &mut Vec<crate::shard::Copied>,
     ) -> std::time::Duration {
         let mut shard = self.shards[i].lock();
         let held = std::time::Instant::now();
         shard.copy_for_snapshot(out);
         held.elapsed()
+    }
+
+    /// Shard `i` is written out: what it kept for the snapshot is returned, to be dropped
+    /// without its lock.
+    pub(crate) fn release_snapshot_copy(
+        &self,
+        i: usize,
+    ) -> Option<Box<crate::shard::PendingSnapshot>> {
+        self.shards[i].lock().release_snapshot_copy()
     }
 
     /// Which shard holds `key`.

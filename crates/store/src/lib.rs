@@ -25,7 +25,7 @@ pub mod value;
 
 pub use keyspace::ShardGuard;
 pub use keyspace::{Keyspace, MultiLock, ScanPage, SHARDS};
-pub use shard::{Cleared, Entry, ItemMeta, Shard};
+pub use shard::{Cleared, Entry, ItemMeta, ItemView, Shard, ValueView};
 pub use snapshot::{ShardCopyTimes, SnapshotSink};
 pub use store::Store;
 pub use value::{FieldHasher, HashValue, Score, ScoreBound, Value, ValueKind, ZSetValue};

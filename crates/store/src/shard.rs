@@ -10,7 +10,7 @@
 //! keys at random in O(1) (Redis' sampling approach). Deleted keys leave the list lazily: a sample
 //! that hits one removes it, and the list is rebuilt when it grows to twice the map.
 
-use crate::value::{Value, ITEM_OVERHEAD};
+use crate::value::{HashValue, Value, ZSetValue, ITEM_OVERHEAD};
 use bytes::Bytes;
 use hashbrown::HashMap;
 use std::collections::BTreeSet;
@@ -91,6 +91,94 @@ impl Entry {
     fn is_expired(&self, now_ms: u64) -> bool {
         matches!(self.expires_at, Some(t) if t <= now_ms)
     }
+    /// What a snapshot writes of this entry.
+    pub fn view(&self) -> ItemView<'_> {
+        ItemView {
+            value: match &self.value {
+                Value::Str(b) => ValueView::Str(b),
+                Value::Hash(h) => ValueView::Hash(h),
+                Value::ZSet(z) => ValueView::ZSet(z),
+            },
+            expires_at: self.expires_at,
+            meta: self.meta,
+        }
+    }
+}
+
+/// An entry as a snapshot writes it: its value, expiry and meta state, borrowed. A string is
+/// handed over as bytes, never as a `Bytes` that could be cloned: the snapshot's copy of a
+/// shard refers to string buffers without holding a reference count (see [`Copied`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ItemView<'a> {
+    pub value: ValueView<'a>,
+    pub expires_at: Option<u64>,
+    pub meta: ItemMeta,
+}
+
+/// The value of an [`ItemView`].
+#[derive(Debug, Clone, Copy)]
+pub enum ValueView<'a> {
+    Str(&'a [u8]),
+    Hash(&'a HashValue),
+    ZSet(&'a ZSetValue),
+}
+
+impl ValueView<'_> {
+    /// As [`Value::mem_size`].
+    pub fn mem_size(&self) -> usize {
+        match self {
+            ValueView::Str(b) => b.len(),
+            ValueView::Hash(h) => h.bytes,
+            ValueView::ZSet(z) => z.bytes,
+        }
+    }
+}
+
+/// One entry of a snapshot's copy of a shard (see [`crate::snapshot`]).
+pub(crate) enum Copied {
+    /// A reference-counted clone: collections (changed in place, so they cannot be borrowed) and
+    /// the entries a change kept as they were at arming (boxed: they are few, and the common
+    /// variant stays small).
+    Owned(Box<(Bytes, Entry)>),
+    /// A string entry, its key and value borrowed from the shard without touching their
+    /// reference counts (for entries spread over memory, taking those is what made a copy under
+    /// the lock slow: two cache misses per entry). Valid only while the shard keeps those
+    /// buffers alive and unchanged for it, that is until [`Shard::release_snapshot_copy`].
+    Borrowed(BorrowedStr),
+}
+
+/// See [`Copied::Borrowed`].
+pub(crate) struct BorrowedStr {
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    expires_at: Option<u64>,
+    meta: ItemMeta,
+}
+
+impl Copied {
+    /// The key and what the snapshot writes of it.
+    ///
+    /// # Safety
+    /// For a borrowed entry, the shard it was copied from must not have been released since.
+    pub(crate) unsafe fn view(&self) -> (&[u8], ItemView<'_>) {
+        match self {
+            Copied::Owned(owned) => (&owned.0, owned.1.view()),
+            // SAFETY: the shard keeps these buffers allocated and unchanged until it is
+            // released (see `Shard::copy_for_snapshot`), which the caller guarantees it is not.
+            Copied::Borrowed(b) => unsafe {
+                (
+                    std::slice::from_raw_parts(b.key, b.key_len),
+                    ItemView {
+                        value: ValueView::Str(std::slice::from_raw_parts(b.value, b.value_len)),
+                        expires_at: b.expires_at,
+                        meta: b.meta,
+                    },
+                )
+            },
+        }
+    }
 }
 
 fn entry_size(key_len: usize, value: &Value) -> usize {
@@ -104,18 +192,24 @@ pub struct Cleared {
     _samples: Vec<Bytes>,
 }
 
-/// What a shard keeps for a snapshot that is armed and has not copied it yet (see
-/// [`crate::snapshot`]).
+/// What a shard keeps for a snapshot that is armed and has not copied it yet, or has copied it
+/// and is still writing it out (see [`crate::snapshot`]).
 #[derive(Debug)]
-struct PendingSnapshot {
+pub(crate) struct PendingSnapshot {
     /// Gone if the snapshot was abandoned: the shard then stops keeping anything for it.
     sink: std::sync::Weak<crate::snapshot::SnapshotSink>,
     /// Where this shard is, for a flush that hands its contents to the sink.
     keyspace: usize,
     shard: usize,
-    /// For each key changed since the snapshot was armed, its entry as it was then (`None`: the
-    /// key did not exist).
+    /// For each key changed since the snapshot was armed (or, once copied, since the copy),
+    /// its entry as it was then (`None`: the key did not exist).
     before: HashMap<Bytes, Option<Entry>>,
+    /// The snapshot holds a copy of this shard that borrows its string buffers: every change
+    /// still keeps the entry it replaces (in `before`), and a flush keeps the old map (in
+    /// `retired`), so that no buffer the copy refers to is freed or changed until the snapshot
+    /// releases the shard.
+    copied: bool,
+    retired: Vec<HashMap<Bytes, Entry>>,
 }
 
 /// A shard of one keyspace. See the module docs for the invariants.
@@ -140,18 +234,16 @@ impl Shard {
     /// handed out before a restart (a memcached CAS value a client still holds) is never handed
     /// out again after it: a stale `cas` fails instead of matching a different write.
     pub fn new() -> Self {
-        Shard {
-            next_version: crate::now_ms() << 10,
-            ..Self::default()
-        }
+        let mut shard = Self::default();
+        shard.next_version = crate::now_ms() << 10;
+        shard
     }
 
     /// A shard that keeps a sampling list for eviction.
     pub fn with_sampling() -> Self {
-        Self {
-            sampling: true,
-            ..Self::new()
-        }
+        let mut shard = Self::new();
+        shard.sampling = true;
+        shard
     }
 
     /// Remember a newly inserted key for eviction sampling.
@@ -214,6 +306,8 @@ impl Shard {
             keyspace,
             shard,
             before: HashMap::new(),
+            copied: false,
+            retired: Vec::new(),
         }));
     }
 
@@ -233,29 +327,89 @@ impl Shard {
         }
         let (key, entry) = match self.map.get_key_value(key) {
             Some((k, e)) => (k.clone(), Some(e.clone())),
+            // Once copied, only buffers the copy may refer to need keeping.
+            None if pending.copied => return,
             None => (Bytes::copy_from_slice(key), None),
         };
         pending.before.insert(key, entry);
     }
 
     /// If a snapshot waits for this shard, append the shard's entries as they were when it was
-    /// armed to `out` (references to the same keys and values: no data is copied) and stop
-    /// keeping anything for it. Appends nothing if no snapshot waits (none armed, or a flush
-    /// handed the contents over already).
-    pub(crate) fn copy_for_snapshot(&mut self, out: &mut Vec<(Bytes, Entry)>) {
-        let Some(pending) = self.pending_snapshot.take() else {
+    /// armed to `out`, and keep every string buffer they refer to alive and unchanged until
+    /// [`Shard::release_snapshot_copy`]. No data is copied: strings are borrowed (pointers, no
+    /// reference count touched: the lock is held for a walk of the table and little more),
+    /// collections and the entries kept for the snapshot are cloned. Appends nothing if no
+    /// snapshot waits (none armed, or a flush handed the contents over already).
+    pub(crate) fn copy_for_snapshot(&mut self, out: &mut Vec<Copied>) {
+        let Some(pending) = self.pending_snapshot.as_deref_mut() else {
             return;
         };
-        let before = pending.before;
-        out.reserve(self.map.len());
-        // (A lookup in an empty `before` returns at once, without hashing.)
+        if pending.copied || pending.sink.strong_count() == 0 {
+            return;
+        }
+        pending.copied = true;
+        let before = std::mem::take(&mut pending.before);
+        out.reserve(self.map.len() + before.len());
+        // The live entries of the keys changed since arming are left out (their entries as
+        // armed are in `before`). They are few; looking each live entry up in `before` would
+        // hash every key of the shard, reading every key's bytes: a cache miss per entry with
+        // the lock held. So the changed keys' live entries are found once, and recognised in
+        // the walk by where their key is stored (address and length: two live keys never
+        // share both).
+        let mut changed = hashbrown::HashSet::with_capacity(before.len());
+        changed.extend(
+            before
+                .keys()
+                .filter_map(|k| self.map.get_key_value(k))
+                .map(|(k, _)| (k.as_ptr() as usize, k.len())),
+        );
         out.extend(
             self.map
                 .iter()
-                .filter(|(k, _)| !before.contains_key(*k))
-                .map(|(k, e)| (k.clone(), e.clone())),
+                .filter(|(k, _)| {
+                    changed.is_empty() || !changed.contains(&(k.as_ptr() as usize, k.len()))
+                })
+                .map(|(k, e)| match &e.value {
+                    // The pointers stay valid and what they point to unchanged until
+                    // `release_snapshot_copy`: with `copied` set, every path that changes or
+                    // removes an entry calls `preserve` first, which keeps a clone of the entry
+                    // (its key and value) in `before`; a flush moves the map into `retired`; a
+                    // dropped shard hands both to the sink (see `Drop for Shard`); and a
+                    // string's buffer is never changed in place while another `Bytes` refers
+                    // to it (the clone in `before`).
+                    Value::Str(v) => Copied::Borrowed(BorrowedStr {
+                        key: k.as_ptr(),
+                        key_len: k.len(),
+                        value: v.as_ptr(),
+                        value_len: v.len(),
+                        expires_at: e.expires_at,
+                        meta: e.meta,
+                    }),
+                    Value::Hash(_) | Value::ZSet(_) => {
+                        Copied::Owned(Box::new((k.clone(), e.clone())))
+                    }
+                }),
         );
-        out.extend(before.into_iter().filter_map(|(k, e)| Some((k, e?))));
+        out.extend(
+            before
+                .into_iter()
+                .filter_map(|(k, e)| Some(Copied::Owned(Box::new((k, e?))))),
+        );
+    }
+
+    /// At most how many entries [`Shard::copy_for_snapshot`] would append now.
+    pub(crate) fn snapshot_copy_len(&self) -> usize {
+        self.map.len() + self.pending_snapshot.as_ref().map_or(0, |p| p.before.len())
+    }
+
+    /// The snapshot is done with its copy of this shard: stop keeping entries for it. Returns
+    /// what was kept, to be dropped after the shard's lock is released.
+    pub(crate) fn release_snapshot_copy(&mut self) -> Option<Box<PendingSnapshot>> {
+        if self.pending_snapshot.as_ref().is_some_and(|p| p.copied) {
+            self.pending_snapshot.take()
+        } else {
+            None
+        }
     }
 
     /// Number of entries, including expired ones not yet reclaimed.
@@ -563,17 +717,23 @@ impl Shard {
         // Keep versions monotonic across a flush so WATCH still sees later changes.
         self.next_version += 1;
         let mut map = std::mem::take(&mut self.map);
-        if let Some(pending) = self.pending_snapshot.take() {
+        if let Some(mut pending) = self.pending_snapshot.take() {
             if let Some(sink) = pending.sink.upgrade() {
-                // A waiting snapshot takes the flushed contents as its copy (moved, not
-                // copied), with the changes made since it was armed undone.
-                for (key, entry) in pending.before {
-                    match entry {
-                        Some(entry) => map.insert(key, entry),
-                        None => map.remove(&key),
-                    };
+                if pending.copied {
+                    // The snapshot's copy still reads the old buffers: keep them for it.
+                    pending.retired.push(std::mem::take(&mut map));
+                    self.pending_snapshot = Some(pending);
+                } else {
+                    // A waiting snapshot takes the flushed contents as its copy (moved, not
+                    // copied), with the changes made since it was armed undone.
+                    for (key, entry) in pending.before {
+                        match entry {
+                            Some(entry) => map.insert(key, entry),
+                            None => map.remove(&key),
+                        };
+                    }
+                    sink.deposit(pending.keyspace, pending.shard, std::mem::take(&mut map));
                 }
-                sink.deposit(pending.keyspace, pending.shard, std::mem::take(&mut map));
             }
         }
         Cleared {
@@ -596,6 +756,21 @@ impl Shard {
     /// True when a live entry exists for `key` (read-only: does not reclaim).
     pub fn contains_live(&self, key: &[u8], now_ms: u64) -> bool {
         matches!(self.map.get(key), Some(e) if !e.is_expired(now_ms))
+    }
+}
+
+impl Drop for Shard {
+    /// A shard dropped (or replaced) while a snapshot's copy borrows its strings hands its
+    /// contents to the snapshot, which drops them when it is done.
+    fn drop(&mut self) {
+        if let Some(mut pending) = self.pending_snapshot.take() {
+            if pending.copied {
+                if let Some(sink) = pending.sink.upgrade() {
+                    pending.retired.push(std::mem::take(&mut self.map));
+                    sink.retire(*pending);
+                }
+            }
+        }
     }
 }
 

@@ -5,19 +5,26 @@
 //! key of a pending shard keeps the key's entry as it was (or that it was absent) in the shard
 //! before the change is made: one entry's clone, values being reference-counted `Bytes`. Reads
 //! keep nothing. The snapshot writer walks the shards in order; for each, it takes the shard's
-//! lock just long enough to copy references to the shard's entries into a reused buffer, with the
-//! kept entries in place of the changed ones, and so sees the shard exactly as it was when the
-//! snapshot was armed. A flush of a pending shard hands its contents (with the changes undone) to
-//! the [`SnapshotSink`] instead of freeing them.
+//! lock just long enough to copy the shard's entries into a reused buffer, with the kept entries
+//! in place of the changed ones, and so sees the shard exactly as it was when the snapshot was
+//! armed. A flush of a pending shard hands its contents (with the changes undone) to the
+//! [`SnapshotSink`] instead of freeing them.
+//!
+//! The copy borrows strings instead of cloning them: it records where each key and string value
+//! is, without touching reference counts (for entries spread over memory, the two atomic
+//! increments per entry were cache misses, and most of the time the lock was held). The shard
+//! stays pending while the writer encodes what it copied, so every change still keeps the entry
+//! it replaces and a flush keeps the old map; the writer then releases the shard. Collections,
+//! which change in place, are cloned.
 //!
 //! So a command never copies a shard: it waits at most for the snapshot writer's copy of the one
-//! shard it needs (with 256 shards per keyspace, about 4 000 entries for a million keys: under
-//! a millisecond), and otherwise pays one entry clone for the first change of each key while the
-//! snapshot runs. (Before, the first command to touch a pending shard, read or write, cloned the
-//! whole shard's hash table under its lock, and there were 16 shards; with a million keys that
-//! kept the worker threads cloning for half a second.)
+//! shard it needs (with 256 shards per keyspace, about 4 000 entries for a million keys: a few
+//! hundred microseconds), and otherwise pays one entry clone for the first change of each key
+//! while the snapshot runs. (Before, the first command to touch a pending shard, read or write,
+//! cloned the whole shard's hash table under its lock, and there were 16 shards; with a million
+//! keys that kept the worker threads cloning for half a second.)
 
-use crate::shard::Entry;
+use crate::shard::{Copied, Entry, ItemView, PendingSnapshot};
 use crate::store::Store;
 use crate::SHARDS;
 use bytes::Bytes;
@@ -34,6 +41,9 @@ pub struct SnapshotSink {
     /// armed. Guarded by a mutex taken only to deposit or take one map; never held while a
     /// shard lock is being acquired.
     captured: Mutex<HashMap<(usize, usize), ShardMap>>,
+    /// What shards dropped while the writer's copy borrowed from them kept for it (see
+    /// `Drop for Shard`); dropped with the sink.
+    retired: Mutex<Vec<PendingSnapshot>>,
 }
 
 impl std::fmt::Debug for SnapshotSink {
@@ -49,18 +59,23 @@ impl SnapshotSink {
         self.captured.lock().insert((keyspace, shard), map);
     }
 
+    pub(crate) fn retire(&self, kept: PendingSnapshot) {
+        self.retired.lock().push(kept);
+    }
+
     /// Walk every shard of `store` in order, copying each as the snapshot sees it, and call
-    /// `f(keyspace index, key, entry)` for each entry that is live at `now_ms`. One shard's copy
-    /// is held at a time, in a buffer reused from shard to shard. Dropping the sink (after this,
-    /// or instead of it) ends the snapshot: shards not yet copied stop keeping entries for it.
+    /// `f(keyspace index, key, item)` for each entry that is live at `now_ms`. One shard's copy
+    /// is held at a time, in a buffer reused from shard to shard; the shard keeps what the copy
+    /// borrows until `f` has seen all of it. Dropping the sink (after this, or instead of it)
+    /// ends the snapshot: shards not yet copied stop keeping entries for it.
     /// Returns how long the longest shard copy took (see [`ShardCopyTimes`]).
     pub fn drain(
         &self,
         store: &Store,
         now_ms: u64,
-        mut f: impl FnMut(usize, &Bytes, &Entry),
+        mut f: impl FnMut(usize, &[u8], ItemView<'_>),
     ) -> ShardCopyTimes {
-        let mut copy = Vec::new();
+        let mut copy: Vec<Copied> = Vec::new();
         let mut longest = ShardCopyTimes::default();
         for keyspace in store.keyspaces() {
             for i in 0..SHARDS {
@@ -68,9 +83,10 @@ impl SnapshotSink {
                 // Grow the buffer before taking the shard's lock, and touch its pages: fresh
                 // memory is zeroed by the kernel on first touch, which must not happen while
                 // commands wait for the shard.
-                let wanted = keyspace.shard_len(i);
+                // (With room to spare: the shard may grow before its lock is taken.)
+                let wanted = keyspace.snapshot_copy_len(i) * 5 / 4 + 64;
                 if copy.capacity() < wanted {
-                    copy.reserve(wanted + wanted / 8);
+                    copy.reserve(wanted);
                     copy.spare_capacity_mut()
                         .iter_mut()
                         .for_each(|slot| *slot = std::mem::MaybeUninit::zeroed());
@@ -80,15 +96,23 @@ impl SnapshotSink {
                 longest.with_wait = longest.with_wait.max(started.elapsed());
                 longest.held = longest.held.max(held);
                 let flushed = self.captured.lock().remove(&(keyspace.index(), i));
-                let entries = copy
-                    .iter()
-                    .map(|(k, e)| (k, e))
-                    .chain(flushed.iter().flat_map(|map| map.iter()));
-                for (key, entry) in entries {
-                    if entry.expires_at().is_none_or(|t| t > now_ms) {
-                        f(keyspace.index(), key, entry);
+                // SAFETY: shard `i` is released only after the last read of `copy` (below).
+                let entries =
+                    copy.iter()
+                        .map(|c| unsafe { c.view() })
+                        .chain(flushed.iter().flat_map(|map| {
+                            map.iter()
+                                .map(|(k, e): (&Bytes, &Entry)| (&k[..], e.view()))
+                        }));
+                for (key, item) in entries {
+                    if item.expires_at.is_none_or(|t| t > now_ms) {
+                        f(keyspace.index(), key, item);
                     }
                 }
+                // Nothing borrowed from the shard is read after this.
+                copy.clear();
+                let kept = keyspace.release_snapshot_copy(i);
+                drop(kept);
             }
         }
         longest
@@ -109,6 +133,7 @@ pub struct ShardCopyTimes {
 #[cfg(test)]
 mod tests {
     use super::SnapshotSink;
+    use crate::shard::ValueView;
     use crate::value::HashValue;
     use crate::{Store, Value};
     use bytes::Bytes;
@@ -141,12 +166,21 @@ mod tests {
         let mut seen = 0;
         sink.drain(&store, 0, |db, _k, e| {
             assert_eq!(db, 0);
-            assert_eq!(e.value, Value::Str(Bytes::from_static(b"old")));
+            assert!(matches!(e.value, ValueView::Str(b"old")));
             seen += 1;
         });
         assert_eq!(seen, 1000);
         // ...but they are in the store.
         assert_eq!(store.db(0).unwrap().len(), 1001);
+    }
+
+    /// A value as the snapshot saw it, owned.
+    fn owned(v: ValueView<'_>) -> Value {
+        match v {
+            ValueView::Str(b) => Value::Str(Bytes::copy_from_slice(b)),
+            ValueView::Hash(h) => Value::Hash(h.clone()),
+            ValueView::ZSet(z) => Value::ZSet(z.clone()),
+        }
     }
 
     /// Every key of db 0 as the snapshot writes it: key → (value, expiry).
@@ -155,7 +189,7 @@ mod tests {
         sink.drain(store, 0, |db, k, e| {
             assert_eq!(db, 0);
             let key = String::from_utf8(k.to_vec()).unwrap();
-            assert!(out.insert(key, (e.value.clone(), e.expires_at())).is_none());
+            assert!(out.insert(key, (owned(e.value), e.expires_at)).is_none());
         });
         out
     }
@@ -276,5 +310,93 @@ mod tests {
         };
         put(&store, "k", "newer");
         assert_eq!(drained(&store, &sink)["k"].0, s("new"));
+    }
+
+    /// A value of `len` bytes that says which key it belongs to and when it was written.
+    fn tagged(key: usize, tag: &str, len: usize) -> Vec<u8> {
+        let mut v = format!("{tag}-{key}-").into_bytes();
+        v.resize(len, b'.');
+        v
+    }
+
+    /// The copy of a shard borrows its strings without reference counts; everything that
+    /// could free or change them while the writer reads them (overwrites, deletes, expiry, a
+    /// flush) must leave the bytes it reads as they were when the snapshot was armed. Freed
+    /// buffers are filled again with other bytes of the same size to make a read of freed
+    /// memory show.
+    #[test]
+    fn changes_while_the_writer_reads_a_shard_leave_its_bytes_as_armed() {
+        const N: usize = 3000;
+        const LEN: usize = 100;
+        let store = Store::new(1);
+        let db = store.db(0).unwrap();
+        for i in 0..N {
+            let key = format!("k{i}");
+            db.lock(key.as_bytes()).set(
+                key.as_bytes(),
+                Value::Str(Bytes::from(tagged(i, "old", LEN))),
+                Some(10_000),
+                0,
+            );
+        }
+        let sink = {
+            let _gate = store.exclusive();
+            store.arm_snapshot()
+        };
+        let mut seen = 0;
+        let mut shards_seen = 0;
+        let mut current = usize::MAX;
+        let mut garbage: Vec<Vec<u8>> = Vec::new();
+        // The keys of shard `shard`.
+        let keys_of = |shard: usize| {
+            (0..N)
+                .map(|i| format!("k{i}"))
+                .filter(move |k| db.shard_index(k.as_bytes()) == shard)
+        };
+        sink.drain(&store, 0, |_, key, item| {
+            seen += 1;
+            let shard = db.shard_index(key);
+            if shard != current {
+                // The writer has just copied `shard` and reads it now: change it under it.
+                current = shard;
+                shards_seen += 1;
+                match shards_seen {
+                    1 => {
+                        for (n, key) in keys_of(shard).enumerate() {
+                            let mut guard = db.lock(key.as_bytes());
+                            let value = Value::Str(Bytes::from(vec![b'n'; LEN]));
+                            guard.set(key.as_bytes(), value, None, 0);
+                            if n % 2 == 0 {
+                                guard.remove(key.as_bytes(), 0);
+                            }
+                        }
+                    }
+                    2 => {
+                        for key in keys_of(shard) {
+                            let mut guard = db.lock(key.as_bytes());
+                            guard.set_expiry(key.as_bytes(), Some(5), 0);
+                            guard.sweep_expired(10, usize::MAX);
+                        }
+                    }
+                    3 => drop(db.flush()),
+                    // A shard the writer has not reached yet: kept the usual way.
+                    4 => {
+                        for key in keys_of(shard + 1) {
+                            db.lock(key.as_bytes()).remove(key.as_bytes(), 0);
+                        }
+                    }
+                    _ => {}
+                }
+                garbage.extend((0..N).map(|_| vec![b'X'; LEN]));
+            }
+            let i: usize = std::str::from_utf8(&key[1..]).unwrap().parse().unwrap();
+            let ValueView::Str(bytes) = item.value else {
+                panic!("k{i} is not a string")
+            };
+            assert_eq!(bytes, &tagged(i, "old", LEN)[..], "k{i} in shard {shard}");
+            assert_eq!(item.expires_at, Some(10_000));
+        });
+        assert_eq!(seen, N);
+        assert!(shards_seen > 4);
     }
 }

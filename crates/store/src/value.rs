@@ -183,7 +183,7 @@ impl<V: Clone> Parts<V> {
 pub struct HashValue {
     map: Parts<Bytes>,
     len: usize,
-    bytes: usize,
+    pub(crate) bytes: usize,
 }
 
 impl PartialEq for HashValue {
@@ -403,7 +403,7 @@ pub struct ZSetValue {
     scores: Parts<f64>,
     ordered: Order,
     len: usize,
-    bytes: usize,
+    pub(crate) bytes: usize,
 }
 
 impl PartialEq for ZSetValue {

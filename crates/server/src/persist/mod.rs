@@ -619,10 +619,10 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
         let (written, longest_copy) = std::thread::scope(|scope| {
             let (drained, budget) = (&drained, &budget);
             let drain = scope.spawn(move || {
-                let longest = sink.drain(&shared.store, now, |db, key, entry| {
+                let longest = sink.drain(&shared.store, now, |db, key, item| {
                     if p.degrees.get(db).is_some_and(|d| d.is_logged()) {
                         // The receiver only goes away if the snapshot failed; stop quietly then.
-                        record::encode_item(db, key, entry, compress, |item| {
+                        record::encode_item(db, key, item, compress, |item| {
                             if budget.take(item.len()) {
                                 let _ = tx.send(item);
                             }

@@ -33,7 +33,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use gradus_log::format::MAX_RECORD_LEN;
-use gradus_store::{Entry, HashValue, ItemMeta, Value, ZSetValue};
+use gradus_store::{HashValue, ItemMeta, ItemView, Value, ValueView, ZSetValue};
 
 const TAG_COMMANDS: u8 = 1;
 const TAG_SNAPSHOT_ITEM: u8 = 2;
@@ -171,7 +171,7 @@ fn encode<'a>(now_ms: u64, commands: impl Iterator<Item = (usize, &'a [Bytes])> 
 pub fn encode_item(
     db: usize,
     key: &[u8],
-    entry: &Entry,
+    entry: ItemView<'_>,
     compress: bool,
     mut emit: impl FnMut(Bytes),
 ) {
@@ -222,7 +222,7 @@ pub fn reencode_item(record: &Record, compress: bool) -> Vec<Bytes> {
         let mut shard = gradus_store::Shard::new();
         shard.set_with_meta(key, value.clone(), *expires_at, *meta, 0);
         if let Some(entry) = shard.get(key, 0) {
-            encode_item(*db, key, entry, compress, |item| items.push(item));
+            encode_item(*db, key, entry.view(), compress, |item| items.push(item));
         }
     }
     items
@@ -246,7 +246,7 @@ fn looks_random(value: &[u8]) -> bool {
 fn encode_item_parts(
     db: usize,
     key: &[u8],
-    entry: &Entry,
+    entry: ItemView<'_>,
     part_bytes: usize,
     mut emit: impl FnMut(Bytes),
 ) {
@@ -255,14 +255,15 @@ fn encode_item_parts(
         out.put_u8(TAG_SNAPSHOT_ITEM);
         out.put_u16_le(db as u16);
         put_bytes(&mut out, key);
-        out.put_u64_le(entry.expires_at().unwrap_or(0));
+        out.put_u64_le(entry.expires_at.unwrap_or(0));
         out.put_u8(kind);
         out
     };
-    let meta = entry.meta();
+    let meta = entry.meta;
     let stale = meta.bits & ItemMeta::PERSISTED_BITS;
-    match &entry.value {
-        Value::Str(b) => {
+    let size = entry.value.mem_size();
+    match entry.value {
+        ValueView::Str(b) => {
             let mut parts = b.chunks(part_bytes.max(1));
             let first = parts.next().unwrap_or_default();
             let mut out = if meta.client_flags != 0 || stale != 0 {
@@ -281,21 +282,21 @@ fn encode_item_parts(
                 emit(out.freeze());
             }
         }
-        Value::Hash(h) => {
+        ValueView::Hash(h) => {
             let put = |out: &mut BytesMut, (f, v): (&Bytes, &Bytes)| {
                 put_bytes(out, f);
                 put_bytes(out, v);
             };
             let kinds = (KIND_HASH, KIND_MORE_HASH);
-            emit_counted_parts(entry, h.iter(), put, kinds, part_bytes, header, emit);
+            emit_counted_parts(size, h.iter(), put, kinds, part_bytes, header, emit);
         }
-        Value::ZSet(z) => {
+        ValueView::ZSet(z) => {
             let put = |out: &mut BytesMut, (m, s): (&Bytes, f64)| {
                 put_bytes(out, m);
                 out.put_u64_le(s.to_bits());
             };
             let kinds = (KIND_ZSET, KIND_MORE_ZSET);
-            emit_counted_parts(entry, z.iter(), put, kinds, part_bytes, header, emit);
+            emit_counted_parts(size, z.iter(), put, kinds, part_bytes, header, emit);
         }
     }
 }
@@ -304,7 +305,7 @@ fn encode_item_parts(
 /// kind `kinds.0`, any further ones (once an item's elements reach `part_bytes`) of kind
 /// `kinds.1`. An empty collection (never stored, but harmless) is one item with count 0.
 fn emit_counted_parts<T>(
-    entry: &Entry,
+    size: usize,
     elements: impl Iterator<Item = T>,
     put: impl Fn(&mut BytesMut, T),
     kinds: (u8, u8),
@@ -314,7 +315,7 @@ fn emit_counted_parts<T>(
 ) {
     // The count follows the header; it is filled in when the part ends.
     let start = |kind: u8| {
-        let mut out = header(kind, entry.value.mem_size());
+        let mut out = header(kind, size);
         let count_at = out.len();
         out.put_u32_le(0);
         (out, count_at)
@@ -618,9 +619,9 @@ mod tests {
     }
 
     /// The single item `encode_item` writes for a value below the part size.
-    fn one_item(db: usize, key: &[u8], entry: &Entry) -> Bytes {
+    fn one_item(db: usize, key: &[u8], entry: &gradus_store::Entry) -> Bytes {
         let mut items = Vec::new();
-        encode_item(db, key, entry, true, |item| items.push(item));
+        encode_item(db, key, entry.view(), true, |item| items.push(item));
         assert_eq!(items.len(), 1);
         items.pop().unwrap()
     }
@@ -650,7 +651,9 @@ mod tests {
         ] {
             let entry = shard.get(key.as_bytes(), 0).unwrap();
             let mut items = Vec::new();
-            encode_item_parts(3, key.as_bytes(), entry, 4096, |item| items.push(item));
+            encode_item_parts(3, key.as_bytes(), entry.view(), 4096, |item| {
+                items.push(item)
+            });
             assert!(items.len() >= 5, "{key}: {} parts", items.len());
             assert!(
                 items.iter().all(|i| i.len() < 4096 + 200),
@@ -815,7 +818,7 @@ mod tests {
             let entry = shard.get(key.as_bytes(), 0).unwrap();
             let plain = {
                 let mut items = Vec::new();
-                encode_item(1, key.as_bytes(), entry, false, |i| items.push(i));
+                encode_item(1, key.as_bytes(), entry.view(), false, |i| items.push(i));
                 items.pop().unwrap()
             };
             let item = one_item(1, key.as_bytes(), entry);
@@ -882,7 +885,7 @@ mod tests {
         let (mut shard, _) = compressible_entries();
         let entry = shard.get(b"h", 0).unwrap();
         let mut items = Vec::new();
-        encode_item_parts(0, b"h", entry, 512, |item| {
+        encode_item_parts(0, b"h", entry.view(), 512, |item| {
             items.push(compressed(item, 1 + 2 + 4 + 1 + 8))
         });
         assert!(items.len() > 3);
