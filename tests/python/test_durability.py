@@ -698,6 +698,34 @@ def test_bgsave_reply_and_lastsave(gradus):
     r.close()
 
 
+def test_info_persistence_gives_the_snapshot_fields_monitoring_tools_read(gradus_factory, tmp_path):
+    """The Redis fields that exporters and monitoring checks read, with their Redis meanings:
+    changes since the last save (here: records a restart would replay), snapshots written,
+    the last and the running snapshot's duration in seconds (-1 for none), the log's size."""
+    server = gradus_factory("--config", write_config(tmp_path, "[durability]\nsnapshot-log-bytes = 0\n"))
+    r = client(server)
+    info = persistence(r)
+    assert info["rdb_saves"] == 0
+    assert info["rdb_last_bgsave_time_sec"] == -1 and info["aof_last_rewrite_time_sec"] == -1
+    assert info["rdb_current_bgsave_time_sec"] == -1 and info["aof_current_rewrite_time_sec"] == -1
+    before = info["rdb_changes_since_last_save"]
+    for i in range(10):
+        r.set(f"k{i}", "v")
+    r.delete("k0")
+    info = persistence(r)
+    assert info["rdb_changes_since_last_save"] == before + 11
+    assert info["aof_current_size"] == info["gradus_log_size_bytes"] > 0
+    assert r.save()
+    info = persistence(r)
+    assert info["rdb_changes_since_last_save"] == 0
+    assert info["rdb_saves"] == 1
+    assert info["rdb_last_bgsave_time_sec"] == info["aof_last_rewrite_time_sec"] == 0
+    assert info["rdb_current_bgsave_time_sec"] == -1
+    r.set("after", "v")
+    assert persistence(r)["rdb_changes_since_last_save"] == 1
+    r.close()
+
+
 def test_a_snapshot_asked_for_while_one_runs_is_scheduled_after_it(gradus_factory, tmp_path):
     """As in Redis: `BGSAVE SCHEDULE` (and `BGREWRITEAOF`) while a snapshot runs answer
     "scheduled" and a snapshot follows the running one; a plain `BGSAVE` is refused."""

@@ -168,25 +168,36 @@ fn persistence(shared: &Shared, out: &mut String) {
     line!(out, "loading:0");
     line!(out, "async_loading:0");
     line!(out, "aof_enabled:{}", u8::from(p.log.get().is_some()));
-    line!(
-        out,
-        "rdb_bgsave_in_progress:{}",
-        u8::from(p.snapshot_in_progress.load(Ordering::Relaxed))
-    );
-    line!(
-        out,
-        "rdb_last_save_time:{}",
-        p.last_save_unix.load(Ordering::Relaxed)
-    );
+    let in_progress = u8::from(p.snapshot_in_progress.load(Ordering::Relaxed));
     let status = p.last_snapshot_status.lock().clone();
     let ok_or_err = if status == "ok" { "ok" } else { "err" };
+    // Seconds, -1 for none (as Redis): the last snapshot's duration and the running one's so far.
+    let last_secs = match p.last_snapshot_millis.load(Ordering::Relaxed) {
+        u64::MAX => -1,
+        ms => (ms / 1000) as i64,
+    };
+    let current_secs = match p.snapshot_started_ms.load(Ordering::Relaxed) {
+        0 => -1,
+        since => (gradus_store::now_ms().saturating_sub(since) / 1000) as i64,
+    };
+    let saves = p.snapshots_written.load(Ordering::Relaxed);
+    let last_save = p.last_save_unix.load(Ordering::Relaxed);
+    // Writes logged since the newest snapshot: what a restart would replay.
+    let stats = p.log.get().map(|log| log.stats());
+    let changes = stats
+        .as_ref()
+        .map_or(0, |s| s.last_lsn.saturating_sub(s.snapshot_lsn));
+    line!(out, "rdb_changes_since_last_save:{changes}");
+    line!(out, "rdb_bgsave_in_progress:{in_progress}");
+    line!(out, "rdb_last_save_time:{last_save}");
     line!(out, "rdb_last_bgsave_status:{ok_or_err}");
-    // BGREWRITEAOF takes a snapshot too (see the command): the same progress and status.
-    line!(
-        out,
-        "aof_rewrite_in_progress:{}",
-        u8::from(p.snapshot_in_progress.load(Ordering::Relaxed))
-    );
+    line!(out, "rdb_last_bgsave_time_sec:{last_secs}");
+    line!(out, "rdb_current_bgsave_time_sec:{current_secs}");
+    line!(out, "rdb_saves:{saves}");
+    // BGREWRITEAOF takes a snapshot too (see the command): the same progress, status and times.
+    line!(out, "aof_rewrite_in_progress:{in_progress}");
+    line!(out, "aof_last_rewrite_time_sec:{last_secs}");
+    line!(out, "aof_current_rewrite_time_sec:{current_secs}");
     line!(out, "aof_last_bgrewrite_status:{ok_or_err}");
     line!(out, "gradus_last_snapshot_status:{status}");
     line!(
@@ -231,8 +242,7 @@ fn persistence(shared: &Shared, out: &mut String) {
         "gradus_background_fsync_ms:{}",
         shared.config.durability.background_fsync_ms
     );
-    if let Some(log) = p.log.get() {
-        let s = log.stats();
+    if let (Some(log), Some(s)) = (p.log.get(), stats) {
         line!(out, "gradus_log_last_lsn:{}", s.last_lsn);
         line!(out, "gradus_log_written_lsn:{}", s.written_lsn);
         line!(out, "gradus_log_durable_lsn:{}", s.durable_lsn);
@@ -272,6 +282,7 @@ fn persistence(shared: &Shared, out: &mut String) {
         );
         let (log_bytes, snapshot_bytes) = data_dir_sizes(&shared.config.dir);
         line!(out, "gradus_log_size_bytes:{log_bytes}");
+        line!(out, "aof_current_size:{log_bytes}");
         line!(out, "gradus_snapshot_size_bytes:{snapshot_bytes}");
         line!(
             out,

@@ -49,6 +49,13 @@ pub struct Persistence {
     /// The longest the last snapshot held one shard's lock (µs): the copy itself, without the wait
     /// for the lock that the figure above includes.
     pub last_snapshot_max_hold_micros: AtomicU64,
+    /// Snapshots written since start (INFO `rdb_saves`).
+    pub snapshots_written: AtomicU64,
+    /// When the running snapshot started (Unix ms; 0 when none runs), and how long the last one
+    /// took, whether it succeeded or not (ms; `u64::MAX` before the first): INFO's
+    /// `rdb_current_bgsave_time_sec` and `rdb_last_bgsave_time_sec`.
+    pub snapshot_started_ms: AtomicU64,
+    pub last_snapshot_millis: AtomicU64,
     /// What start-up recovery found, for INFO.
     pub recovery: Mutex<RecoveryReport>,
     /// The locked `dir/LOCK` file (see `server::lock_data_dir`); held until exit.
@@ -596,8 +603,10 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
     if p.snapshot_in_progress.swap(true, Ordering::AcqRel) {
         return Err("Background save already in progress".into());
     }
+    p.snapshot_started_ms
+        .store(gradus_store::now_ms(), Ordering::Relaxed);
+    let started = std::time::Instant::now();
     let result = (|| {
-        let started = std::time::Instant::now();
         let (lsn, sink, bytes_now) = {
             // No command is half-applied while the gate is held exclusively, and every applied
             // write has been appended: the state is exactly the log up to `lsn`.
@@ -665,9 +674,13 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
         );
         Ok(written)
     })();
+    p.last_snapshot_millis
+        .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    p.snapshot_started_ms.store(0, Ordering::Relaxed);
     p.snapshot_in_progress.store(false, Ordering::Release);
     match &result {
         Ok(_) => {
+            p.snapshots_written.fetch_add(1, Ordering::Relaxed);
             p.last_save_unix.store(unix_now(), Ordering::Relaxed);
             *p.last_snapshot_status.lock() = "ok".into();
         }
