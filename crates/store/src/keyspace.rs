@@ -200,19 +200,20 @@ impl Keyspace {
         }
     }
 
-    /// At most how many entries a snapshot's copy of shard `i` would hold now.
-    pub(crate) fn snapshot_copy_len(&self, i: usize) -> usize {
+    /// How many entries a snapshot's copy of shard `i` would hold now (see
+    /// [`crate::shard::ShardCopy::prepare`]).
+    pub(crate) fn snapshot_copy_len(&self, i: usize) -> (usize, usize) {
         self.shards[i].lock().snapshot_copy_len()
     }
 
-    /// Append shard `i`'s entries as the armed snapshot sees them to `out`, unless a flush
+    /// Copy shard `i`'s entries as the armed snapshot sees them into `out`, unless a flush
     /// handed them to the snapshot already (see [`crate::snapshot`]). Holds the shard's lock
     /// for the copy (a walk of the table: strings are borrowed, see [`Shard::release_snapshot_copy`],
     /// unless the thread loses the CPU meanwhile) and returns how long it held it.
     pub(crate) fn copy_for_snapshot(
         &self,
         i: usize,
-        out: &mut Vec<crate::shard::Copied>,
+        out: &mut crate::shard::ShardCopy,
     ) -> std::time::Duration {
         let mut shard = self.shards[i].lock();
         let held = std::time::Instant::now();

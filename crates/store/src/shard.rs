@@ -134,21 +134,25 @@ impl ValueView<'_> {
     }
 }
 
-/// One entry of a snapshot's copy of a shard (see [`crate::snapshot`]).
-pub(crate) enum Copied {
-    /// A reference-counted clone: collections (changed in place, so they cannot be borrowed) and
-    /// the entries a change kept as they were at arming (boxed: they are few, and the common
-    /// variant stays small).
-    Owned(Box<(Bytes, Entry)>),
-    /// A string entry, its key and value borrowed from the shard without touching their
+/// A snapshot's copy of one shard (see [`Shard::copy_for_snapshot`]), reused from shard to shard
+/// so that its buffers are grown (and their fresh memory first touched, which costs the kernel a
+/// page fault per page) before a shard's lock is taken, not while it is held.
+#[derive(Default)]
+pub(crate) struct ShardCopy {
+    /// String entries, their keys and values borrowed from the shard without touching their
     /// reference counts (for entries spread over memory, taking those is what made a copy under
-    /// the lock slow: two cache misses per entry). Valid only while the shard keeps those
-    /// buffers alive and unchanged for it, that is until [`Shard::release_snapshot_copy`].
-    Borrowed(BorrowedStr),
+    /// the lock slow: two cache misses per entry). Valid only while the shard keeps those buffers
+    /// alive and unchanged for it, that is until [`Shard::release_snapshot_copy`].
+    borrowed: Vec<BorrowedStr>,
+    /// Reference-counted clones: collections (changed in place, so they cannot be borrowed) and
+    /// the entries a change kept as they were at arming.
+    owned: Vec<(Bytes, Entry)>,
+    /// Scratch for the copy: where the live entries of changed keys keep their keys.
+    changed: hashbrown::HashSet<(usize, usize)>,
 }
 
-/// See [`Copied::Borrowed`].
-pub(crate) struct BorrowedStr {
+/// See [`ShardCopy::borrowed`].
+struct BorrowedStr {
     key: *const u8,
     key_len: usize,
     value: *const u8,
@@ -157,27 +161,52 @@ pub(crate) struct BorrowedStr {
     meta: ItemMeta,
 }
 
-impl Copied {
-    /// The key and what the snapshot writes of it.
+impl ShardCopy {
+    /// Make room for a copy of a shard of `entries` entries of which `kept` were changed since
+    /// arming (see [`Shard::snapshot_copy_len`]), with some to spare: the shard may grow before
+    /// its lock is taken.
+    pub(crate) fn prepare(&mut self, (entries, kept): (usize, usize)) {
+        fn room<T>(v: &mut Vec<T>, wanted: usize) {
+            let wanted = wanted + wanted / 4 + 64;
+            if v.capacity() < wanted {
+                v.reserve(wanted);
+                v.spare_capacity_mut()
+                    .iter_mut()
+                    .for_each(|slot| *slot = std::mem::MaybeUninit::zeroed());
+            }
+        }
+        room(&mut self.borrowed, entries);
+        room(&mut self.owned, kept);
+        // (A new table's control bytes are written when it is made; its buckets, a few pages,
+        // are touched as they are used.)
+        self.changed.reserve(kept + kept / 4 + 64);
+    }
+
+    /// The key and what the snapshot writes of it, for every entry copied.
     ///
     /// # Safety
-    /// For a borrowed entry, the shard it was copied from must not have been released since.
-    pub(crate) unsafe fn view(&self) -> (&[u8], ItemView<'_>) {
-        match self {
-            Copied::Owned(owned) => (&owned.0, owned.1.view()),
-            // SAFETY: the shard keeps these buffers allocated and unchanged until it is
-            // released (see `Shard::copy_for_snapshot`), which the caller guarantees it is not.
-            Copied::Borrowed(b) => unsafe {
-                (
-                    std::slice::from_raw_parts(b.key, b.key_len),
-                    ItemView {
-                        value: ValueView::Str(std::slice::from_raw_parts(b.value, b.value_len)),
-                        expires_at: b.expires_at,
-                        meta: b.meta,
-                    },
-                )
-            },
-        }
+    /// The shard copied must not have been released since.
+    pub(crate) unsafe fn iter(&self) -> impl Iterator<Item = (&[u8], ItemView<'_>)> {
+        // SAFETY: the shard keeps these buffers allocated and unchanged until it is released
+        // (see `Shard::copy_for_snapshot`), which the caller guarantees it is not.
+        let borrowed = self.borrowed.iter().map(|b| unsafe {
+            (
+                std::slice::from_raw_parts(b.key, b.key_len),
+                ItemView {
+                    value: ValueView::Str(std::slice::from_raw_parts(b.value, b.value_len)),
+                    expires_at: b.expires_at,
+                    meta: b.meta,
+                },
+            )
+        });
+        borrowed.chain(self.owned.iter().map(|(k, e)| (&k[..], e.view())))
+    }
+
+    /// Drop the copy (not the buffers).
+    pub(crate) fn clear(&mut self) {
+        self.borrowed.clear();
+        self.owned.clear();
+        self.changed.clear();
     }
 }
 
@@ -334,13 +363,13 @@ impl Shard {
         pending.before.insert(key, entry);
     }
 
-    /// If a snapshot waits for this shard, append the shard's entries as they were when it was
-    /// armed to `out`, and keep every string buffer they refer to alive and unchanged until
-    /// [`Shard::release_snapshot_copy`]. No data is copied: strings are borrowed (pointers, no
-    /// reference count touched: the lock is held for a walk of the table and little more),
-    /// collections and the entries kept for the snapshot are cloned. Appends nothing if no
-    /// snapshot waits (none armed, or a flush handed the contents over already).
-    pub(crate) fn copy_for_snapshot(&mut self, out: &mut Vec<Copied>) {
+    /// If a snapshot waits for this shard, copy the shard's entries as they were when it was
+    /// armed into `out` (empty), and keep every string buffer they refer to alive and unchanged
+    /// until [`Shard::release_snapshot_copy`]. No data is copied: strings are borrowed
+    /// (pointers, no reference count touched: the lock is held for a walk of the table and
+    /// little more), collections and the entries kept for the snapshot are cloned. Copies
+    /// nothing if no snapshot waits (none armed, or a flush handed the contents over already).
+    pub(crate) fn copy_for_snapshot(&mut self, out: &mut ShardCopy) {
         let Some(pending) = self.pending_snapshot.as_deref_mut() else {
             return;
         };
@@ -349,57 +378,51 @@ impl Shard {
         }
         pending.copied = true;
         let before = std::mem::take(&mut pending.before);
-        out.reserve(self.map.len() + before.len());
         // The live entries of the keys changed since arming are left out (their entries as
         // armed are in `before`). They are few; looking each live entry up in `before` would
         // hash every key of the shard, reading every key's bytes: a cache miss per entry with
         // the lock held. So the changed keys' live entries are found once, and recognised in
         // the walk by where their key is stored (address and length: two live keys never
         // share both).
-        let mut changed = hashbrown::HashSet::with_capacity(before.len());
+        let changed = &mut out.changed;
         changed.extend(
             before
                 .keys()
                 .filter_map(|k| self.map.get_key_value(k))
                 .map(|(k, _)| (k.as_ptr() as usize, k.len())),
         );
-        out.extend(
-            self.map
-                .iter()
-                .filter(|(k, _)| {
-                    changed.is_empty() || !changed.contains(&(k.as_ptr() as usize, k.len()))
-                })
-                .map(|(k, e)| match &e.value {
-                    // The pointers stay valid and what they point to unchanged until
-                    // `release_snapshot_copy`: with `copied` set, every path that changes or
-                    // removes an entry calls `preserve` first, which keeps a clone of the entry
-                    // (its key and value) in `before`; a flush moves the map into `retired`; a
-                    // dropped shard hands both to the sink (see `Drop for Shard`); and a
-                    // string's buffer is never changed in place while another `Bytes` refers
-                    // to it (the clone in `before`).
-                    Value::Str(v) => Copied::Borrowed(BorrowedStr {
-                        key: k.as_ptr(),
-                        key_len: k.len(),
-                        value: v.as_ptr(),
-                        value_len: v.len(),
-                        expires_at: e.expires_at,
-                        meta: e.meta,
-                    }),
-                    Value::Hash(_) | Value::ZSet(_) => {
-                        Copied::Owned(Box::new((k.clone(), e.clone())))
-                    }
+        for (k, e) in self.map.iter() {
+            if !changed.is_empty() && changed.contains(&(k.as_ptr() as usize, k.len())) {
+                continue;
+            }
+            match &e.value {
+                // The pointers stay valid and what they point to unchanged until
+                // `release_snapshot_copy`: with `copied` set, every path that changes or
+                // removes an entry calls `preserve` first, which keeps a clone of the entry
+                // (its key and value) in `before`; a flush moves the map into `retired`; a
+                // dropped shard hands both to the sink (see `Drop for Shard`); and a string's
+                // buffer is never changed in place while another `Bytes` refers to it (the
+                // clone in `before`).
+                Value::Str(v) => out.borrowed.push(BorrowedStr {
+                    key: k.as_ptr(),
+                    key_len: k.len(),
+                    value: v.as_ptr(),
+                    value_len: v.len(),
+                    expires_at: e.expires_at,
+                    meta: e.meta,
                 }),
-        );
-        out.extend(
-            before
-                .into_iter()
-                .filter_map(|(k, e)| Some(Copied::Owned(Box::new((k, e?))))),
-        );
+                Value::Hash(_) | Value::ZSet(_) => out.owned.push((k.clone(), e.clone())),
+            }
+        }
+        out.owned
+            .extend(before.into_iter().filter_map(|(k, e)| Some((k, e?))));
     }
 
-    /// At most how many entries [`Shard::copy_for_snapshot`] would append now.
-    pub(crate) fn snapshot_copy_len(&self) -> usize {
-        self.map.len() + self.pending_snapshot.as_ref().map_or(0, |p| p.before.len())
+    /// How many entries, and how many kept for the snapshot, [`Shard::copy_for_snapshot`] would
+    /// copy now (see [`ShardCopy::prepare`]).
+    pub(crate) fn snapshot_copy_len(&self) -> (usize, usize) {
+        let kept = self.pending_snapshot.as_ref().map_or(0, |p| p.before.len());
+        (self.map.len(), kept)
     }
 
     /// The snapshot is done with its copy of this shard: stop keeping entries for it. Returns

@@ -24,7 +24,7 @@
 //! cloned the whole shard's hash table under its lock, and there were 16 shards; with a million
 //! keys that kept the worker threads cloning for half a second.)
 
-use crate::shard::{Copied, Entry, ItemView, PendingSnapshot};
+use crate::shard::{Entry, ItemView, PendingSnapshot, ShardCopy};
 use crate::store::Store;
 use crate::SHARDS;
 use bytes::Bytes;
@@ -75,35 +75,21 @@ impl SnapshotSink {
         now_ms: u64,
         mut f: impl FnMut(usize, &[u8], ItemView<'_>),
     ) -> ShardCopyTimes {
-        let mut copy: Vec<Copied> = Vec::new();
+        let mut copy = ShardCopy::default();
         let mut longest = ShardCopyTimes::default();
         for keyspace in store.keyspaces() {
             for i in 0..SHARDS {
-                copy.clear();
-                // Grow the buffer before taking the shard's lock, and touch its pages: fresh
-                // memory is zeroed by the kernel on first touch, which must not happen while
-                // commands wait for the shard.
-                // (With room to spare: the shard may grow before its lock is taken.)
-                let wanted = keyspace.snapshot_copy_len(i) * 5 / 4 + 64;
-                if copy.capacity() < wanted {
-                    copy.reserve(wanted);
-                    copy.spare_capacity_mut()
-                        .iter_mut()
-                        .for_each(|slot| *slot = std::mem::MaybeUninit::zeroed());
-                }
+                copy.prepare(keyspace.snapshot_copy_len(i));
                 let started = std::time::Instant::now();
                 let held = keyspace.copy_for_snapshot(i, &mut copy);
                 longest.with_wait = longest.with_wait.max(started.elapsed());
                 longest.held = longest.held.max(held);
                 let flushed = self.captured.lock().remove(&(keyspace.index(), i));
                 // SAFETY: shard `i` is released only after the last read of `copy` (below).
-                let entries =
-                    copy.iter()
-                        .map(|c| unsafe { c.view() })
-                        .chain(flushed.iter().flat_map(|map| {
-                            map.iter()
-                                .map(|(k, e): (&Bytes, &Entry)| (&k[..], e.view()))
-                        }));
+                let entries = unsafe { copy.iter() }.chain(flushed.iter().flat_map(|map| {
+                    map.iter()
+                        .map(|(k, e): (&Bytes, &Entry)| (&k[..], e.view()))
+                }));
                 for (key, item) in entries {
                     if item.expires_at.is_none_or(|t| t > now_ms) {
                         f(keyspace.index(), key, item);
