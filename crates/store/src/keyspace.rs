@@ -208,8 +208,8 @@ impl Keyspace {
 
     /// Copy shard `i`'s entries as the armed snapshot sees them into `out`, unless a flush
     /// handed them to the snapshot already (see [`crate::snapshot`]). Holds the shard's lock
-    /// for the copy (a walk of the table: strings are borrowed, see [`Shard::release_snapshot_copy`],
-    /// unless the thread loses the CPU meanwhile) and returns how long it held it.
+    /// for the copy (a walk of the table: strings are borrowed until
+    /// [`Keyspace::release_snapshot_copy`]) and returns how long it held it.
     pub(crate) fn copy_for_snapshot(
         &self,
         i: usize,

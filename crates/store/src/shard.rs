@@ -107,7 +107,7 @@ impl Entry {
 
 /// An entry as a snapshot writes it: its value, expiry and meta state, borrowed. A string is
 /// handed over as bytes, never as a `Bytes` that could be cloned: the snapshot's copy of a
-/// shard refers to string buffers without holding a reference count (see [`Copied`]).
+/// shard refers to string buffers without holding a reference count (see `ShardCopy`).
 #[derive(Debug, Clone, Copy)]
 pub struct ItemView<'a> {
     pub value: ValueView<'a>,
