@@ -94,11 +94,7 @@ impl Entry {
     /// What a snapshot writes of this entry.
     pub fn view(&self) -> ItemView<'_> {
         ItemView {
-            value: match &self.value {
-                Value::Str(b) => ValueView::Str(b),
-                Value::Hash(h) => ValueView::Hash(h),
-                Value::ZSet(z) => ValueView::ZSet(z),
-            },
+            value: self.value.view(),
             expires_at: self.expires_at,
             meta: self.meta,
         }
@@ -124,12 +120,23 @@ pub enum ValueView<'a> {
 }
 
 impl ValueView<'_> {
-    /// As [`Value::mem_size`].
+    /// Approximate heap bytes held by the value. O(1).
     pub fn mem_size(&self) -> usize {
         match self {
             ValueView::Str(b) => b.len(),
             ValueView::Hash(h) => h.bytes,
             ValueView::ZSet(z) => z.bytes,
+        }
+    }
+}
+
+impl Value {
+    /// The value borrowed, strings as bytes.
+    pub fn view(&self) -> ValueView<'_> {
+        match self {
+            Value::Str(b) => ValueView::Str(b),
+            Value::Hash(h) => ValueView::Hash(h),
+            Value::ZSet(z) => ValueView::ZSet(z),
         }
     }
 }

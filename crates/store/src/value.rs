@@ -63,11 +63,7 @@ impl Value {
 
     /// Approximate heap bytes held by the value. O(1).
     pub fn mem_size(&self) -> usize {
-        match self {
-            Value::Str(b) => b.len(),
-            Value::Hash(h) => h.bytes,
-            Value::ZSet(z) => z.bytes,
-        }
+        self.view().mem_size()
     }
 
     /// The hash, if this value is one.
