@@ -14,7 +14,7 @@ use crate::command::{table, Ctx};
 use crate::error::CmdError;
 use bytes::Bytes;
 use gradus_log::{Durability, Log, LogError, Lsn, Recovered};
-use gradus_store::{Store, Value};
+use gradus_store::Store;
 use parking_lot::Mutex;
 use record::{LoggedCommand, Record};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -439,37 +439,49 @@ fn partition_of(
 }
 
 /// Insert snapshot items into the store (keys of databases that are `none` now are skipped).
+/// A value split over several items is put together from its parts before it is inserted;
+/// parts whose first item came in an earlier batch are added to the value loaded from it.
 fn load_items(shared: &crate::state::Shared, items: &[bytes::Bytes]) -> Result<(), String> {
-    for item in items {
-        match record::decode(item).map_err(|e| e.to_string())? {
-            Record::Item {
-                db,
-                key,
-                expires_at,
-                value,
-                meta,
-                more,
-            } => {
-                if !shared.persist.db_logged(db) {
-                    // The database is `none` now (the config changed): it starts empty.
-                    continue;
-                }
-                let ks = shared
-                    .store
-                    .db(db)
-                    .ok_or_else(|| format!("snapshot names database {db}, which does not exist"))?;
-                let mut shard = ks.lock(&key);
-                if more {
-                    shard
-                        .modify(&key, 0, |loaded| add_part(loaded, value))
-                        .unwrap_or(Err("a later part of a value without its first part"))
-                        .map_err(|e| format!("snapshot item for key {key:?}: {e}"))?;
-                } else {
-                    shard.set_with_meta(&key, value, expires_at, meta, 0);
-                }
-            }
-            Record::Commands { .. } => return Err("command record inside a snapshot".into()),
+    let mut rest = items;
+    while let Some(item) = rest.first() {
+        let first = usize::from(!record::is_later_part(item));
+        let parts = rest[first..]
+            .iter()
+            .take_while(|i| record::is_later_part(i))
+            .count();
+        let (this, next) = rest.split_at(first + parts);
+        rest = next;
+        let (db, key) = record::item_key(item).map_err(|e| e.to_string())?;
+        if !shared.persist.db_logged(db) {
+            // The database is `none` now (the config changed): it starts empty.
+            continue;
         }
+        let ks = shared
+            .store
+            .db(db)
+            .ok_or_else(|| format!("snapshot names database {db}, which does not exist"))?;
+        let failed = |e: record::RecordError| format!("snapshot item for key {key:?}: {e}");
+        if first == 0 {
+            ks.lock(&key)
+                .modify(&key, 0, |loaded| record::add_parts(loaded, db, &key, this))
+                .unwrap_or(Err(record::RecordError(
+                    "a later part of a value without its first part",
+                )))
+                .map_err(failed)?;
+            continue;
+        }
+        let Record::Item {
+            expires_at,
+            mut value,
+            meta,
+            ..
+        } = record::decode(item).map_err(failed)?
+        else {
+            return Err("command record inside a snapshot".into());
+        };
+        record::add_parts(&mut value, db, &key, &this[1..]).map_err(failed)?;
+        ks.lock(&key)
+            .set_with_meta(&key, value, expires_at, meta, 0);
     }
     Ok(())
 }
@@ -528,31 +540,6 @@ impl Drop for Received<'_> {
     fn drop(&mut self) {
         self.budget.close();
     }
-}
-
-/// Adds a later part of a split value (see `record::ITEM_PART_BYTES`) to what its earlier parts
-/// loaded.
-fn add_part(loaded: &mut Value, part: Value) -> Result<(), &'static str> {
-    match (loaded, part) {
-        (Value::Str(s), Value::Str(more)) => {
-            let mut joined = bytes::BytesMut::with_capacity(s.len() + more.len());
-            joined.extend_from_slice(s);
-            joined.extend_from_slice(&more);
-            *s = joined.freeze();
-        }
-        (Value::Hash(h), Value::Hash(more)) => {
-            for (field, value) in more.iter() {
-                h.insert(field, value);
-            }
-        }
-        (Value::ZSet(z), Value::ZSet(more)) => {
-            for (member, score) in more.iter() {
-                z.insert(member, score);
-            }
-        }
-        _ => return Err("a later part of another type than its first part"),
-    }
-    Ok(())
 }
 
 fn replay_client() -> ClientState {

@@ -87,7 +87,7 @@ pub enum Record {
 /// A payload that does not parse.
 #[derive(Debug, thiserror::Error)]
 #[error("malformed record: {0}")]
-pub struct RecordError(&'static str);
+pub struct RecordError(pub(crate) &'static str);
 
 fn put_bytes(out: &mut BytesMut, b: &[u8]) {
     out.put_u32_le(b.len() as u32);
@@ -429,44 +429,18 @@ pub fn decode(payload: &Bytes) -> Result<Record, RecordError> {
             Record::Commands { now_ms, commands }
         }
         TAG_SNAPSHOT_ITEM => {
-            let db = r.u16()? as usize;
-            let key = r.owned()?;
-            let expires_at = Some(r.u64()?).filter(|&t| t != 0);
+            let header = read_item_header(&mut r)?;
             let mut meta = ItemMeta::default();
-            let kind = r.u8()?;
-            let value = if kind & COMPRESSED != 0 {
-                let raw_len = r.u32()? as usize;
-                let packed = r.take(payload.len() - r.pos)?;
-                if raw_len > packed.len().saturating_mul(MAX_LZ4_RATIO) {
-                    return Err(RecordError("compressed value longer than its block allows"));
-                }
-                let raw = lz4_flex::block::decompress(packed, raw_len)
-                    .map_err(|_| RecordError("compressed value does not decompress"))?;
-                if raw.len() != raw_len {
-                    return Err(RecordError("compressed value of the wrong length"));
-                }
-                let raw = Bytes::from(raw);
-                let mut inner = Reader {
-                    buf: &raw,
-                    pos: 0,
-                    copy: false,
-                };
-                let value = read_value(kind & !COMPRESSED, &mut inner, &mut meta)?;
-                if inner.pos != raw.len() {
-                    return Err(RecordError("trailing bytes in a compressed value"));
-                }
-                value
-            } else {
-                read_value(kind, &mut r, &mut meta)?
-            };
-            let kind = kind & !COMPRESSED;
+            let value = read_item_value(header.kind, &mut r, |kind, r| {
+                read_value(kind, r, &mut meta)
+            })?;
             Record::Item {
-                db,
-                key,
-                expires_at,
+                db: header.db,
+                key: header.key,
+                expires_at: header.expires_at,
                 value,
                 meta,
-                more: matches!(kind, KIND_MORE_STR | KIND_MORE_HASH | KIND_MORE_ZSET),
+                more: is_more_kind(header.kind & !COMPRESSED),
             }
         }
         _ => return Err(RecordError("unknown record tag")),
@@ -475,6 +449,62 @@ pub fn decode(payload: &Bytes) -> Result<Record, RecordError> {
         return Err(RecordError("trailing bytes"));
     }
     Ok(record)
+}
+
+/// What every snapshot item starts with, after its tag.
+struct ItemHeader {
+    db: usize,
+    key: Bytes,
+    expires_at: Option<u64>,
+    /// The value's kind, compression bit included.
+    kind: u8,
+}
+
+fn read_item_header(r: &mut Reader) -> Result<ItemHeader, RecordError> {
+    Ok(ItemHeader {
+        db: r.u16()? as usize,
+        key: r.owned()?,
+        expires_at: Some(r.u64()?).filter(|&t| t != 0),
+        kind: r.u8()?,
+    })
+}
+
+fn is_more_kind(kind: u8) -> bool {
+    matches!(kind, KIND_MORE_STR | KIND_MORE_HASH | KIND_MORE_ZSET)
+}
+
+/// Reads the value of an item of `kind` with `read`, which is given the kind without the
+/// compression bit: from `r`, or for a compressed value from the block it decompresses to,
+/// which `read` must read whole.
+fn read_item_value<T>(
+    kind: u8,
+    r: &mut Reader,
+    read: impl FnOnce(u8, &mut Reader) -> Result<T, RecordError>,
+) -> Result<T, RecordError> {
+    if kind & COMPRESSED == 0 {
+        return read(kind, r);
+    }
+    let raw_len = r.u32()? as usize;
+    let packed = r.take(r.buf.len() - r.pos)?;
+    if raw_len > packed.len().saturating_mul(MAX_LZ4_RATIO) {
+        return Err(RecordError("compressed value longer than its block allows"));
+    }
+    let raw = lz4_flex::block::decompress(packed, raw_len)
+        .map_err(|_| RecordError("compressed value does not decompress"))?;
+    if raw.len() != raw_len {
+        return Err(RecordError("compressed value of the wrong length"));
+    }
+    let raw = Bytes::from(raw);
+    let mut inner = Reader {
+        buf: &raw,
+        pos: 0,
+        copy: false,
+    };
+    let value = read(kind & !COMPRESSED, &mut inner)?;
+    if inner.pos != raw.len() {
+        return Err(RecordError("trailing bytes in a compressed value"));
+    }
+    Ok(value)
 }
 
 /// A snapshot item's value of `kind` (uncompressed), and its memcached state into `meta`.
@@ -487,30 +517,108 @@ fn read_value(kind: u8, r: &mut Reader, meta: &mut ItemMeta) -> Result<Value, Re
             Value::Str(r.owned()?)
         }
         KIND_HASH | KIND_MORE_HASH => {
-            let n = r.count(8)?;
             let mut h = HashValue::new();
-            for _ in 0..n {
-                let f = r.bytes()?;
-                let v = r.bytes()?;
-                h.insert(&f, &v);
-            }
+            read_hash_into(r, &mut h)?;
             Value::Hash(h)
         }
         KIND_ZSET | KIND_MORE_ZSET => {
-            let n = r.count(12)?;
             let mut z = ZSetValue::new();
-            for _ in 0..n {
-                let m = r.bytes()?;
-                let s = f64::from_bits(r.u64()?);
-                if s.is_nan() {
-                    return Err(RecordError("NaN score"));
-                }
-                z.insert(&m, s);
-            }
+            read_zset_into(r, &mut z)?;
             Value::ZSet(z)
         }
         _ => return Err(RecordError("unknown value kind")),
     })
+}
+
+/// A hash's elements (count, then field and value each), inserted into `h`.
+fn read_hash_into(r: &mut Reader, h: &mut HashValue) -> Result<(), RecordError> {
+    for _ in 0..r.count(8)? {
+        let f = r.bytes()?;
+        let v = r.bytes()?;
+        h.insert(&f, &v);
+    }
+    Ok(())
+}
+
+/// A sorted set's elements (count, then member and score each), inserted into `z`.
+fn read_zset_into(r: &mut Reader, z: &mut ZSetValue) -> Result<(), RecordError> {
+    for _ in 0..r.count(12)? {
+        let m = r.bytes()?;
+        let s = f64::from_bits(r.u64()?);
+        if s.is_nan() {
+            return Err(RecordError("NaN score"));
+        }
+        z.insert(&m, s);
+    }
+    Ok(())
+}
+
+/// Adds `parts` to `value`: the later parts of a value split over several items (kind 4–6 items
+/// of the same `db` and `key`, in order; see [`ITEM_PART_BYTES`]) that follow the item, or the
+/// parts, `value` was decoded from. A hash's or sorted set's elements are inserted straight
+/// into it (not into a collection of their own first); a string's parts are joined to it in one
+/// copy (not one copy of the whole per part).
+pub fn add_parts(
+    value: &mut Value,
+    db: usize,
+    key: &[u8],
+    parts: &[Bytes],
+) -> Result<(), RecordError> {
+    let mut strings = Vec::new();
+    for part in parts {
+        let mut r = Reader {
+            buf: part,
+            pos: 0,
+            copy: false,
+        };
+        if r.u8()? != TAG_SNAPSHOT_ITEM {
+            return Err(RecordError("a part of a value that is not a snapshot item"));
+        }
+        let header = read_item_header(&mut r)?;
+        if header.db != db || header.key != key {
+            return Err(RecordError("a part of a value under another key"));
+        }
+        read_item_value(header.kind, &mut r, |kind, r| match (kind, &mut *value) {
+            (KIND_MORE_STR, Value::Str(_)) => {
+                strings.push(r.bytes()?);
+                Ok(())
+            }
+            (KIND_MORE_HASH, Value::Hash(h)) => read_hash_into(r, h),
+            (KIND_MORE_ZSET, Value::ZSet(z)) => read_zset_into(r, z),
+            _ => Err(RecordError(
+                "a part of a value that is not a later part of the value's type",
+            )),
+        })?;
+        if r.pos != part.len() {
+            return Err(RecordError("trailing bytes"));
+        }
+    }
+    if let Value::Str(s) = value {
+        if !strings.is_empty() {
+            let len = s.len() + strings.iter().map(Bytes::len).sum::<usize>();
+            let mut joined = BytesMut::with_capacity(len);
+            joined.extend_from_slice(s);
+            strings
+                .iter()
+                .for_each(|more| joined.extend_from_slice(more));
+            *s = joined.freeze();
+        }
+    }
+    Ok(())
+}
+
+/// The database and key of a snapshot item, read without its value.
+pub fn item_key(payload: &Bytes) -> Result<(usize, Bytes), RecordError> {
+    let mut r = Reader {
+        buf: payload,
+        pos: 0,
+        copy: true,
+    };
+    if r.u8()? != TAG_SNAPSHOT_ITEM {
+        return Err(RecordError("command record inside a snapshot"));
+    }
+    let header = read_item_header(&mut r)?;
+    Ok((header.db, header.key))
 }
 
 /// Whether `payload` is a later part of a snapshot item split over several (kind 4–6), read from
@@ -523,10 +631,9 @@ pub fn is_later_part(payload: &[u8]) -> bool {
         _ => return false,
     };
     let kind_at = 7usize.saturating_add(key_len).saturating_add(8);
-    matches!(
-        payload.get(kind_at).map(|kind| kind & !COMPRESSED),
-        Some(KIND_MORE_STR | KIND_MORE_HASH | KIND_MORE_ZSET)
-    )
+    payload
+        .get(kind_at)
+        .is_some_and(|kind| is_more_kind(kind & !COMPRESSED))
 }
 
 #[cfg(test)]
@@ -659,16 +766,15 @@ mod tests {
                 items.iter().all(|i| i.len() < 4096 + 200),
                 "{key}: a part passed the size"
             );
-            let mut merged: Option<Value> = None;
             for (n, item) in items.iter().enumerate() {
                 assert_eq!(is_later_part(item), n > 0, "{key}: part {n}");
                 let Record::Item {
                     db,
                     key: k,
                     expires_at,
-                    value,
                     meta: m,
                     more,
+                    ..
                 } = decode(item).unwrap()
                 else {
                     panic!("not an item");
@@ -680,21 +786,36 @@ mod tests {
                 if n == 0 {
                     assert_eq!(m.client_flags, if key == "s" { 7 } else { 0 });
                 }
-                match (&mut merged, value) {
-                    (None, first) => merged = Some(first),
-                    (Some(Value::Str(s)), Value::Str(more)) => {
-                        *s = [&s[..], &more[..]].concat().into()
-                    }
-                    (Some(Value::Hash(h)), Value::Hash(more)) => more.iter().for_each(|(f, v)| {
-                        h.insert(f, v);
-                    }),
-                    (Some(Value::ZSet(z)), Value::ZSet(more)) => more.iter().for_each(|(m, s)| {
-                        z.insert(m, s);
-                    }),
-                    (_, other) => panic!("{key}: a part of another type: {other:?}"),
-                }
             }
-            assert_eq!(merged.unwrap(), whole, "{key}");
+            let Record::Item { mut value, .. } = decode(&items[0]).unwrap() else {
+                panic!("not an item");
+            };
+            add_parts(&mut value, 3, key.as_bytes(), &items[1..]).unwrap();
+            assert_eq!(value, whole, "{key}");
+            assert_eq!(item_key(&items[0]).unwrap(), (3, Bytes::from(key)));
+            assert_eq!(item_key(&items[2]).unwrap(), (3, Bytes::from(key)));
+            // Parts added in two steps (a value whose parts came in two batches) add up too.
+            let Record::Item { mut value, .. } = decode(&items[0]).unwrap() else {
+                panic!("not an item");
+            };
+            add_parts(&mut value, 3, key.as_bytes(), &items[1..3]).unwrap();
+            assert_ne!(value, whole, "{key}");
+            add_parts(&mut value, 3, key.as_bytes(), &items[3..]).unwrap();
+            assert_eq!(value, whole, "{key}");
+            // A part is refused under another key or database, after a value of another
+            // type, or when it is a first item rather than a later part.
+            let Record::Item { mut value, .. } = decode(&items[0]).unwrap() else {
+                panic!("not an item");
+            };
+            assert!(add_parts(&mut value, 3, b"other", &items[1..2]).is_err());
+            assert!(add_parts(&mut value, 4, key.as_bytes(), &items[1..2]).is_err());
+            assert!(add_parts(&mut value, 3, key.as_bytes(), &items[0..1]).is_err());
+            let mut wrong_type = if key == "s" {
+                Value::Hash(HashValue::new())
+            } else {
+                Value::Str(Bytes::from_static(b"x"))
+            };
+            assert!(add_parts(&mut wrong_type, 3, key.as_bytes(), &items[1..2]).is_err());
         }
     }
 
