@@ -13,10 +13,11 @@
 # through the page cache, so a third restart drops the caches first (as root) to time it cold.
 #
 # Every server runs on loopback with a fresh data directory under $TMPDIR (on the same disk as
-# the project). The throughput part runs `rounds` rounds; each round runs every target once, in
-# the same order, so a slow minute of the shared machine hits all targets of one round rather
-# than one target of every round. The tables give the median of the rounds, the ratios are
-# computed per round and their median given with the range. Prints Markdown on stdout.
+# the project). The throughput part runs `rounds` rounds; each round runs every target once, so
+# a slow minute of the shared machine hits all targets of one round rather than one target of
+# every round, and starts one target further on than the round before. The tables give the
+# median of the rounds, the ratios are computed per round and their median given with the
+# range. Every connection count runs the same number of requests. Prints Markdown on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REQUESTS=${1:-100000}
@@ -31,16 +32,20 @@ cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm
 trap cleanup EXIT
 
 wait_port() { for _ in $(seq 300); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "server on $1 did not start" >&2; exit 1; }
-set_rps() { # port clients → ops/s (one connection gets a fifth of the requests: it is slow at strict)
-  local n=$REQUESTS
-  [ "$2" = 1 ] && n=$((REQUESTS / 5))
-  redis-benchmark -p "$1" -t set -d 1024 -c "$2" -n "$n" -r 100000 --csv 2>/dev/null | tail -n 1 | tr -d '"' | cut -d, -f2
+# port clients → ops/s. Every connection count gets the same number of requests: a one-connection
+# run of a fifth of them (one second) swung by 30–50 % from round to round, for every target alike.
+set_rps() {
+  redis-benchmark -p "$1" -t set -d 1024 -c "$2" -n "$REQUESTS" -r 100000 --csv 2>/dev/null | tail -n 1 | tr -d '"' | cut -d, -f2
 }
 
 TARGETS="gradus:none gradus:lazy gradus:background gradus:strict redis:no redis:everysec redis:always"
 RAW=$TMP/raw.txt   # lines: round target conns ops/s
+read -ra TARGET_LIST <<<"$TARGETS"
 for round in $(seq "$ROUNDS"); do
-  for target in $TARGETS; do
+  # Each round starts one target further on, so no target always runs right after the same one
+  # (after its deleted data directory's write-back, say) or always first.
+  shift_by=$(( (round - 1) % ${#TARGET_LIST[@]} ))
+  for target in "${TARGET_LIST[@]:shift_by}" "${TARGET_LIST[@]:0:shift_by}"; do
     kind=${target%%:*}; mode=${target#*:}
     dir="$TMP/$kind-$mode-$round"; mkdir -p "$dir"
     if [ "$kind" = gradus ]; then
