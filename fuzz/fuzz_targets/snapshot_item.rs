@@ -1,18 +1,48 @@
 //! libFuzzer target for the decoder of log records and snapshot items
-//! (`gradus_server::persist::record::decode`), compressed items included. Checks: no panic, and a
-//! payload that decodes to an item re-encodes (compressed or not) to one that decodes the same.
+//! (`gradus_server::persist::record::decode`), compressed items included, and for the reader of
+//! a split value's later parts (`add_parts`). Checks: no panic; a payload that decodes to an
+//! item re-encodes (compressed or not) to one that decodes the same; one that decodes as a later
+//! part adds to an empty value of its kind exactly what it decodes to.
 //! Run with `cargo +nightly fuzz run snapshot_item`; the stable, time-bounded loop with mutated
 //! valid payloads is `crates/server/tests/fuzz_record.rs`.
 #![no_main]
 
 use bytes::Bytes;
-use gradus_server::persist::record::{decode, reencode_item};
+use gradus_server::persist::record::{add_parts, decode, reencode_item, Record};
+use gradus_store::{HashValue, Value, ZSetValue};
 use libfuzzer_sys::fuzz_target;
 
+fn empty_values() -> [Value; 3] {
+    [
+        Value::Str(Bytes::new()),
+        Value::Hash(HashValue::new()),
+        Value::ZSet(ZSetValue::new()),
+    ]
+}
+
 fuzz_target!(|data: &[u8]| {
-    let Ok(record) = decode(&Bytes::copy_from_slice(data)) else {
+    let payload = Bytes::copy_from_slice(data);
+    for mut value in empty_values() {
+        let _ = add_parts(&mut value, 0, b"key", std::slice::from_ref(&payload));
+    }
+    let Ok(record) = decode(&payload) else {
         return;
     };
+    if let Record::Item {
+        db,
+        key,
+        value,
+        more: true,
+        ..
+    } = &record
+    {
+        let mut added = empty_values()
+            .into_iter()
+            .find(|v| std::mem::discriminant(v) == std::mem::discriminant(value))
+            .expect("a value of every kind");
+        add_parts(&mut added, *db, key, std::slice::from_ref(&payload)).expect("it decoded");
+        assert_eq!(&added, value);
+    }
     for compress in [false, true] {
         if let [one] = &reencode_item(&record, compress)[..] {
             assert_eq!(decode(one).expect("re-encoded item decodes"), record);

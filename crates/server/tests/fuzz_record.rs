@@ -2,14 +2,16 @@
 //! (`gradus_server::persist::record`), bounded in time (env `GRADUS_FUZZ_SECS`, default 2;
 //! `GRADUS_FUZZ_SEED` picks the run). Valid payloads of every kind — commands, plain and
 //! compressed items of each value kind — are mutated (bytes flipped, cut, inserted, lengths
-//! and the compressed flag changed) and decoded. Checks: decoding never panics, an unmutated
-//! payload decodes to what was encoded, and a mutated one that still decodes re-encodes to a
-//! payload that decodes to the same record (no half-read state leaks out).
+//! the compressed flag and the kind changed) and decoded, and added as a later part of a split
+//! value to a value of each kind. Checks: neither panics, an unmutated payload decodes to what
+//! was encoded, a mutated one that still decodes re-encodes to a payload that decodes to the
+//! same record (no half-read state leaks out), and one that decodes as a later part adds to an
+//! empty value of its kind exactly what it decodes to.
 //! The same decoder is the libFuzzer target `fuzz/fuzz_targets/snapshot_item.rs`.
 
 use bytes::Bytes;
 use gradus_server::persist::record::{
-    decode, encode_commands, encode_item, reencode_item, LoggedCommand, Record,
+    add_parts, decode, encode_commands, encode_item, reencode_item, LoggedCommand, Record,
 };
 use gradus_store::{HashValue, ItemMeta, Shard, Value, ZSetValue};
 use rand::rngs::StdRng;
@@ -105,6 +107,15 @@ fn payload(rng: &mut StdRng) -> (Bytes, Record) {
     (items.pop().expect("one item"), record)
 }
 
+/// An empty string, hash and sorted set: what later parts are added to.
+fn empty_values() -> [Value; 3] {
+    [
+        Value::Str(Bytes::new()),
+        Value::Hash(HashValue::new()),
+        Value::ZSet(ZSetValue::new()),
+    ]
+}
+
 fn mutate(rng: &mut StdRng, payload: &mut Vec<u8>) {
     for _ in 0..rng.gen_range(1..4) {
         if payload.is_empty() {
@@ -112,7 +123,7 @@ fn mutate(rng: &mut StdRng, payload: &mut Vec<u8>) {
             continue;
         }
         let at = rng.gen_range(0..payload.len());
-        match rng.gen_range(0..6) {
+        match rng.gen_range(0..7) {
             0 => payload[at] ^= 1 << rng.gen_range(0..8),
             1 => payload[at] = rng.gen(),
             2 => payload.truncate(at),
@@ -124,7 +135,11 @@ fn mutate(rng: &mut StdRng, payload: &mut Vec<u8>) {
                     .unwrap();
                 payload[at..at + 4].copy_from_slice(&v.to_le_bytes());
             }
-            // The compressed flag, on an item's kind byte (key "key": at 1+2+4+3+8).
+            // An item's kind byte (key "key": at 1+2+4+3+8) made a later part's, kind 4-6.
+            5 if payload.len() > 18 => {
+                payload[18] = (payload[18] & 0x80) | (4 + payload[18] % 3);
+            }
+            // The compressed flag, on an item's kind byte.
             _ if payload.len() > 18 => payload[18] ^= 0x80,
             _ => payload[at] = !payload[at],
         }
@@ -143,21 +158,49 @@ fn mutated_records_and_items_never_panic_the_decoder() {
         .unwrap_or(0x7265_636f);
     let mut rng = StdRng::seed_from_u64(seed);
     let started = Instant::now();
-    let (mut cases, mut still_valid) = (0u64, 0u64);
+    let (mut cases, mut still_valid, mut later_parts) = (0u64, 0u64, 0u64);
     while started.elapsed() < Duration::from_secs_f64(secs) || cases < 200 {
         cases += 1;
         let (payload, expected) = payload(&mut rng);
         assert_eq!(decode(&payload).expect("valid"), expected, "seed {seed}");
         let mut bytes = payload.to_vec();
         mutate(&mut rng, &mut bytes);
-        let Ok(record) = decode(&Bytes::from(bytes)) else {
+        let bytes = Bytes::from(bytes);
+        // Read as a later part of a value of each kind: refused or added, never a panic.
+        for mut value in empty_values() {
+            let _ = add_parts(&mut value, 0, b"key", std::slice::from_ref(&bytes));
+        }
+        let Ok(record) = decode(&bytes) else {
             continue;
         };
         still_valid += 1;
+        // A later part adds to an empty value of its kind exactly what it decodes to.
+        if let Record::Item {
+            db,
+            key,
+            value,
+            more: true,
+            ..
+        } = &record
+        {
+            later_parts += 1;
+            let mut added = empty_values()
+                .into_iter()
+                .find(|v| std::mem::discriminant(v) == std::mem::discriminant(value))
+                .expect("a value of every kind");
+            add_parts(&mut added, *db, key, std::slice::from_ref(&bytes)).expect("it decoded");
+            assert_eq!(&added, value, "seed {seed}");
+        }
         // What still decodes is a whole record: encoding it again gives the same record.
         if let [one] = &reencode_item(&record, true)[..] {
             assert_eq!(decode(one).expect("re-encoded"), record, "seed {seed}");
         }
     }
-    eprintln!("{cases} cases, {still_valid} mutated payloads still decoded (seed {seed})");
+    eprintln!(
+        "{cases} cases, {still_valid} mutated payloads still decoded, {later_parts} as later parts (seed {seed})"
+    );
+    assert!(
+        later_parts > 0,
+        "no mutated payload was a later part (seed {seed})"
+    );
 }

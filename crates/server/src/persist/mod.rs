@@ -444,6 +444,7 @@ fn partition_of(
 fn load_items(shared: &crate::state::Shared, items: &[bytes::Bytes]) -> Result<(), String> {
     let mut rest = items;
     while let Some(item) = rest.first() {
+        // A first item (or, at the start of a batch, a later part) and the later parts after it.
         let first = usize::from(!record::is_later_part(item));
         let parts = rest[first..]
             .iter()
