@@ -204,6 +204,32 @@ fn compressed(item: Bytes, kind_at: usize) -> Bytes {
     out.freeze()
 }
 
+/// For the fuzzers: when `record`, decoded from `payload`, is a later part of a split value,
+/// `payload` added with [`add_parts`] to an empty value of the same kind (which must equal the
+/// value the part decodes to); `None` for anything else.
+#[doc(hidden)]
+pub fn later_part_added_to_empty(
+    payload: &Bytes,
+    record: &Record,
+) -> Option<Result<Value, RecordError>> {
+    let Record::Item {
+        db,
+        key,
+        value,
+        more: true,
+        ..
+    } = record
+    else {
+        return None;
+    };
+    let mut added = match value {
+        Value::Str(_) => Value::Str(Bytes::new()),
+        Value::Hash(_) => Value::Hash(HashValue::new()),
+        Value::ZSet(_) => Value::ZSet(ZSetValue::new()),
+    };
+    Some(add_parts(&mut added, *db, key, std::slice::from_ref(payload)).map(|()| added))
+}
+
 /// The items a snapshot would write for the key a decoded [`Record::Item`] describes (nothing
 /// for a command record or a later part): lets the fuzzers check that what decodes re-encodes
 /// to the same record.
