@@ -452,7 +452,23 @@ fn load_items(shared: &crate::state::Shared, items: &[bytes::Bytes]) -> Result<(
             .count();
         let (this, next) = rest.split_at(first + parts);
         rest = next;
-        let (db, key) = record::item_key(item).map_err(|e| e.to_string())?;
+        // A first item is decoded once, key and value; a later part only as far as its key.
+        let (db, key, first_item) = if first == 1 {
+            match record::decode(item).map_err(|e| e.to_string())? {
+                Record::Item {
+                    db,
+                    key,
+                    expires_at,
+                    value,
+                    meta,
+                    ..
+                } => (db, key, Some((expires_at, value, meta))),
+                Record::Commands { .. } => return Err("command record inside a snapshot".into()),
+            }
+        } else {
+            let (db, key) = record::item_key(item).map_err(|e| e.to_string())?;
+            (db, key, None)
+        };
         if !shared.persist.db_logged(db) {
             // The database is `none` now (the config changed): it starts empty.
             continue;
@@ -462,27 +478,20 @@ fn load_items(shared: &crate::state::Shared, items: &[bytes::Bytes]) -> Result<(
             .db(db)
             .ok_or_else(|| format!("snapshot names database {db}, which does not exist"))?;
         let failed = |e: record::RecordError| format!("snapshot item for key {key:?}: {e}");
-        if first == 0 {
-            ks.lock(&key)
+        match first_item {
+            Some((expires_at, mut value, meta)) => {
+                record::add_parts(&mut value, db, &key, &this[1..]).map_err(failed)?;
+                ks.lock(&key)
+                    .set_with_meta(&key, value, expires_at, meta, 0);
+            }
+            None => ks
+                .lock(&key)
                 .modify(&key, 0, |loaded| record::add_parts(loaded, db, &key, this))
                 .unwrap_or(Err(record::RecordError(
                     "a later part of a value without its first part",
                 )))
-                .map_err(failed)?;
-            continue;
+                .map_err(failed)?,
         }
-        let Record::Item {
-            expires_at,
-            mut value,
-            meta,
-            ..
-        } = record::decode(item).map_err(failed)?
-        else {
-            return Err("command record inside a snapshot".into());
-        };
-        record::add_parts(&mut value, db, &key, &this[1..]).map_err(failed)?;
-        ks.lock(&key)
-            .set_with_meta(&key, value, expires_at, meta, 0);
     }
     Ok(())
 }
