@@ -105,18 +105,10 @@ pub struct ClientState {
     /// Set by WAITAOF/SAVE; the connection completes it.
     pub deferred: Option<Deferred>,
     pub counters: LocalCounters,
-    /// Set while EXEC runs: a script inside the transaction (which already holds the exclusive
-    /// gate) hands its logged writes and degree here, and EXEC folds them into its own record.
-    pub exec_effects: Option<ExecEffects>,
-}
-
-/// What scripts run by EXEC add to the transaction's log record (see `ClientState::exec_effects`).
-#[derive(Debug)]
-pub struct ExecEffects {
-    pub logged: Vec<crate::persist::record::LoggedCommand>,
-    pub degree: gradus_log::Durability,
-    /// What the record has left for the scripts' writes.
-    pub room: crate::persist::record::RecordRoom,
+    /// The record of the write transaction this connection has open (see
+    /// `persist::write`): writes run inside EXEC or a script, and commands that log their own
+    /// effects, add to it.
+    pub record: Option<crate::persist::write::OpenRecord>,
 }
 
 impl ClientState {
@@ -139,7 +131,7 @@ impl ClientState {
             strict_lsn: 0,
             deferred: None,
             counters: LocalCounters::default(),
-            exec_effects: None,
+            record: None,
         }
     }
 

@@ -1,14 +1,18 @@
 //! Dispatch: one decoded request in, one reply frame out.
 //!
-//! Order of checks, as in Redis' `processCommand`: look the command up in the table, check arity,
-//! check authentication, queue it if the connection is inside MULTI, otherwise run it under a shared
-//! hold of the store gate (EXEC takes the exclusive hold itself). Every failure here is a reply,
-//! never a dropped connection.
+//! Order of checks, as in Redis' `processCommand`: look the command up in the table (and its
+//! subcommand's row), check arity, authentication and rights, queue it if the connection is inside
+//! MULTI, otherwise run it: a write through the write path (`persist::write`), anything else under
+//! a shared hold of the store gate (EXEC and scripts take the exclusive hold themselves). Every
+//! failure here is a reply, never a dropped connection.
+//!
+//! May import: `command` (the table and handlers), `persist::write`, `tenancy` (the rights check),
+//! `client`, `state`.
 
 use crate::client::ClientState;
 use crate::command::{arity_error, flags, table, CommandSpec, Ctx};
 use crate::error::CmdError;
-use crate::persist::record;
+use crate::persist::write::{Scope, WriteTxn};
 use crate::state::Shared;
 use bytes::Bytes;
 use gradus_proto::Frame;
@@ -26,6 +30,11 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     if !spec.arity_ok(args.len()) {
         return reject(client, arity_error(&args[0]));
     }
+    // The subcommand's row where there is one: its arity, and the rights it needs.
+    let row = spec.resolve(&args);
+    if !row.arity_ok(args.len()) {
+        return reject(client, CmdError::WrongArity(row.name.to_string()));
+    }
     if !client.authenticated && !spec.has(flags::NO_AUTH) {
         if shared.auth_required() {
             return reject(client, CmdError::NoAuth);
@@ -33,7 +42,7 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         // requirepass was cleared at run time: everyone is in.
         client.authenticated = true;
     }
-    if let Err(e) = crate::tenancy::check_perms(client, spec, &args) {
+    if let Err(e) = crate::tenancy::check_perms(client, row) {
         return reject(client, e);
     }
     if let Some(multi) = client.multi.as_mut() {
@@ -51,62 +60,55 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         }
     }
     crate::client::LocalCounters::bump(&client.counters.commands);
-    client.handle.touch(full_name(spec, &args), now_ms);
-    if shared.tenancy.tenants[client.tenant].limited && crate::quota::may_grow(spec, client) {
-        if let Err(e) = crate::quota::make_room(shared, client, now_ms) {
-            if spec.name == "exec" {
-                client.clear_transaction();
-            }
-            return e.to_frame();
-        }
-    }
+    client.handle.touch(row.name, now_ms);
     if spec.has(flags::OWN_GATE) {
         return run(shared, client, spec, &args, now_ms);
     }
-    if !spec.has(flags::WRITE) || spec.has(flags::SELF_LOGGED) {
-        let _gate = shared.store.shared(client.id);
-        return run(shared, client, spec, &args, now_ms);
+    if spec.has(flags::WRITE) {
+        return run_write(shared, client, spec, args, now_ms);
     }
-    let degree = match shared.persist.degree_for(client, spec) {
-        Ok(d) => d,
-        Err(e) => return e.to_frame(),
-    };
-    if let Err(e) = shared.persist.check_writable(degree) {
-        return e.to_frame();
-    }
-    // Encode the record first (it depends only on the arguments and the clock), so the
-    // write-order lock below covers just the in-memory apply and the queue push.
-    let db = client.db;
-    let payload = degree
-        .is_logged()
-        .then(|| record::encode_command(now_ms, db, &args));
-    // Over the log's record limit the append could only fail after the write was applied.
-    if let Some(len) = payload.as_ref().map(bytes::Bytes::len) {
-        if len > gradus_log::format::MAX_RECORD_LEN {
-            return CmdError::err(format!(
-                "the write's log record would be {len} bytes, over the {}-byte limit; not applied",
-                gradus_log::format::MAX_RECORD_LEN
-            ))
-            .to_frame();
-        }
-    }
-    // Apply and append while holding the gate (shared), so a snapshot — armed under the exclusive
-    // hold — sees a write either applied *and* appended or not at all; and under `write_order`, so
-    // the log order is exactly the order in which writes were applied to memory.
     let _gate = shared.store.shared(client.id);
-    // Writes that are not logged need no global order.
-    let _order = degree.is_logged().then(|| shared.write_order.lock());
-    let reply = run(shared, client, spec, &args, now_ms);
-    if let Some(payload) = payload.filter(|_| !reply.is_error()) {
-        if let Err(e) = shared.persist.append_encoded(client, payload, degree) {
-            tracing::error!(error = %e, "log append failed");
-            return CmdError::Other(format!(
-                "MISCONF write applied in memory but not logged: {e}"
-            ))
-            .to_frame();
+    run(shared, client, spec, &args, now_ms)
+}
+
+/// Run a command flagged `write` through the write path (`persist::write`): on its own, or
+/// inside the transaction the connection has open (EXEC, a script), whose record it joins. A
+/// command is logged as itself when it succeeds; one flagged `self_logged` logs its effects.
+pub fn run_write(
+    shared: &Shared,
+    client: &mut ClientState,
+    spec: &CommandSpec,
+    args: Vec<Bytes>,
+    now_ms: u64,
+) -> Frame {
+    let db = client.db;
+    let scope = if spec.has(flags::TENANT_WIDE) {
+        Scope::Tenant(db)
+    } else {
+        Scope::Keyspace(db)
+    };
+    let mut txn = match WriteTxn::begin(shared, client, scope, now_ms, spec.has(flags::DENYOOM)) {
+        Ok(txn) => txn,
+        Err(e) => return CmdError::from(e).to_frame(),
+    };
+    let reply = if spec.has(flags::SELF_LOGGED) {
+        txn.apply(|client| run(shared, client, spec, &args, now_ms))
+    } else {
+        let applied = txn.apply_command(
+            db,
+            args,
+            |client, args| run(shared, client, spec, args, now_ms),
+            |reply| !reply.is_error(),
+        );
+        match applied {
+            Ok(reply) => reply,
+            Err(e) => return CmdError::from(e).to_frame(),
         }
+    };
+    match txn.commit() {
+        Ok(()) => reply,
+        Err(e) => CmdError::from(e).to_frame(),
     }
-    reply
 }
 
 /// Run a command whose checks have passed, with the clock at `now_ms`. The caller holds the store
@@ -127,46 +129,6 @@ pub fn run(
         Ok(frame) => frame,
         Err(e) => e.to_frame(),
     }
-}
-
-/// Container commands' subcommands as CLIENT LIST reports them (`client|info`).
-const SUBCOMMANDS: &[&str] = &[
-    "client|id",
-    "client|getname",
-    "client|setname",
-    "client|setinfo",
-    "client|info",
-    "client|list",
-    "client|kill",
-    "client|no-evict",
-    "client|no-touch",
-    "client|help",
-    "client|durability",
-    "config|get",
-    "config|set",
-    "config|resetstat",
-    "config|rewrite",
-    "command|count",
-    "command|list",
-    "command|info",
-    "command|docs",
-    "command|getkeys",
-    "command|help",
-];
-
-/// The name CLIENT LIST shows for a command: `name|sub` for a known subcommand.
-fn full_name(spec: &CommandSpec, args: &[Bytes]) -> &'static str {
-    if args.len() > 1 && matches!(spec.name, "client" | "config" | "command") {
-        let sub = &args[1];
-        for full in SUBCOMMANDS {
-            if let Some(rest) = full.strip_prefix(spec.name) {
-                if rest.as_bytes()[1..].eq_ignore_ascii_case(sub) {
-                    return full;
-                }
-            }
-        }
-    }
-    spec.name
 }
 
 /// An error before queueing marks an open transaction as failed (EXEC will answer EXECABORT).

@@ -689,61 +689,44 @@ impl AuthThrottle {
     }
 }
 
-/// Commands that need the `flush` right (they empty a keyspace, a tenant or a key prefix).
-const FLUSH_COMMANDS: [&str; 3] = ["flushdb", "flushall", "purge"];
-
-/// The rights a command needs: `read` to look at keys, `write` to change keys or take locks,
-/// `flush` for FLUSHDB/FLUSHALL/PURGE, `admin` for server-wide operations (commands flagged
-/// `admin`, SCRIPT FLUSH which empties every tenant's script cache). Commands that touch no data
-/// (PING, AUTH, CLIENT SETNAME …) need nothing.
-pub fn required_perms(spec: &crate::command::CommandSpec, args: &[bytes::Bytes]) -> Perms {
+/// The rights a command needs, from its table row alone (`spec` is the subcommand's row where
+/// there is one, see `CommandSpec::resolve`): `read` to look at keys, `write` to change keys or
+/// take locks, `flush` to empty a keyspace, a tenant or a prefix, `admin` for server-wide
+/// operations. Commands that touch no data (PING, AUTH, CLIENT SETNAME …) need nothing.
+pub fn required_perms(spec: &crate::command::CommandSpec) -> Perms {
     use crate::command::flags;
     if spec.has(flags::ADMIN) {
         return Perms::ADMIN;
     }
-    if FLUSH_COMMANDS.contains(&spec.name) {
+    if spec.has(flags::FLUSHES) {
         return Perms::FLUSH;
     }
-    if spec.name == "script" && args.len() > 1 && args[1].eq_ignore_ascii_case(b"flush") {
-        return Perms::ADMIN;
-    }
     let mut need = Perms::NONE;
-    if spec.has(flags::WRITE) || matches!(spec.name, "lock" | "unlock" | "session.open") {
+    if spec.has(flags::WRITE | flags::TAKES_LOCKS) {
         need = need.union(Perms::WRITE);
     }
-    if !spec.has(flags::WRITE)
-        && (spec.first_key > 0
-            || matches!(
-                spec.name,
-                "keys" | "scan" | "randomkey" | "dbsize" | "locks.info" | "locks.list"
-            ))
-    {
-        need = need.union(Perms::READ);
-    }
-    if spec.name == "session.open" {
+    if (!spec.has(flags::WRITE) && spec.first_key > 0) || spec.has(flags::READS_KEYSPACE) {
         need = need.union(Perms::READ);
     }
     need
 }
 
-/// NOPERM unless the connection's user has the rights `spec` needs.
+/// NOPERM unless the connection's user has the rights `spec` (the subcommand's row where there
+/// is one) needs.
 pub fn check_perms(
     client: &crate::client::ClientState,
     spec: &crate::command::CommandSpec,
-    args: &[bytes::Bytes],
 ) -> Result<(), CmdError> {
     // Fast paths (every command of the default user, an admin, or a read/write/flush user):
-    // only admin-flagged commands and SCRIPT FLUSH can need more.
+    // only admin-flagged rows can need more.
     let perms = client.perms;
     if perms == Perms::ALL
         || (perms.contains(Perms::READ.union(Perms::WRITE).union(Perms::FLUSH))
-            && !spec.has(crate::command::flags::ADMIN)
-            && spec.name != "script")
+            && !spec.has(crate::command::flags::ADMIN))
     {
         return Ok(());
     }
-    let need = required_perms(spec, args);
-    if perms.contains(need) {
+    if perms.contains(required_perms(spec)) {
         Ok(())
     } else {
         Err(no_perm(&client.user, spec.name))

@@ -3,7 +3,7 @@
 //! These act on the calling connection's state (protocol version, database, name, authentication)
 //! and, for CLIENT LIST/KILL, on the registry of other connections. They never touch keys.
 
-use super::{cmd, flags, CommandSpec, Ctx, NO_KEYS};
+use super::{cmd, flags, sub, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, parse_i64, show};
 use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
@@ -16,12 +16,24 @@ const CONN: u32 = flags::FAST | flags::LOADING;
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("ping", -1, CONN, NO_KEYS, "connection", "Returns the server's liveliness response.", ping),
     cmd("echo", 2, CONN, NO_KEYS, "connection", "Returns the given string.", echo),
-    cmd("hello", -1, CONN | flags::NO_AUTH, NO_KEYS, "connection", "Handshakes with the Redis server.", hello),
-    cmd("auth", -2, CONN | flags::NO_AUTH, NO_KEYS, "connection", "Authenticates the connection.", auth),
+    cmd("hello", -1, CONN | flags::NO_AUTH | flags::NOSCRIPT, NO_KEYS, "connection", "Handshakes with the Redis server.", hello),
+    cmd("auth", -2, CONN | flags::NO_AUTH | flags::NOSCRIPT, NO_KEYS, "connection", "Authenticates the connection.", auth),
     cmd("select", 2, CONN, NO_KEYS, "connection", "Changes the selected database.", select),
-    cmd("quit", -1, CONN | flags::NO_AUTH | flags::NO_QUEUE, NO_KEYS, "connection", "Closes the connection.", quit),
-    cmd("reset", 1, CONN | flags::NO_AUTH | flags::NO_QUEUE, NO_KEYS, "connection", "Resets the connection.", reset),
-    cmd("client", -2, flags::LOADING, NO_KEYS, "connection", "A container for client connection commands.", client),
+    cmd("quit", -1, CONN | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Closes the connection.", quit),
+    cmd("reset", 1, CONN | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Resets the connection.", reset),
+    cmd("client", -2, flags::LOADING | flags::NOSCRIPT, NO_KEYS, "connection", "A container for client connection commands.", client).with_subcommands(&[
+        sub("client|id", 2, flags::LOADING | flags::NOSCRIPT, "Returns the unique client ID of the connection."),
+        sub("client|getname", 2, flags::LOADING | flags::NOSCRIPT, "Returns the name of the connection."),
+        sub("client|setname", 3, flags::LOADING | flags::NOSCRIPT, "Sets the connection name."),
+        sub("client|setinfo", 4, flags::LOADING | flags::NOSCRIPT, "Sets information specific to the client or connection."),
+        sub("client|info", 2, flags::LOADING | flags::NOSCRIPT, "Returns information about the connection."),
+        sub("client|list", -2, flags::LOADING | flags::NOSCRIPT, "Lists open connections."),
+        sub("client|kill", -3, flags::LOADING | flags::NOSCRIPT, "Terminates open connections."),
+        sub("client|no-evict", 3, flags::LOADING | flags::NOSCRIPT, "Sets the client eviction mode of the connection."),
+        sub("client|no-touch", 3, flags::LOADING | flags::NOSCRIPT, "Controls whether commands sent by the client affect the LRU/LFU of accessed keys."),
+        sub("client|help", 2, flags::LOADING | flags::NOSCRIPT, "Returns helpful text about the different subcommands."),
+        sub("client|durability", -2, flags::LOADING | flags::NOSCRIPT, "Sets the connection's durability degree (none, lazy, background, strict, default) or returns it."),
+    ]),
     cmd("acl", -2, flags::LOADING, NO_KEYS, "server", "A container for access list commands (WHOAMI, USERS, CAT of one's own rights).", acl),
 ];
 

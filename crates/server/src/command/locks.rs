@@ -25,11 +25,11 @@ const SW: u32 = flags::WRITE | flags::SELF_LOGGED;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("lock", -2, flags::FAST, NO_KEYS, "locks", "Takes a named lock, waiting server-side (FIFO) up to WAIT ms; returns a fencing token or nil.", lock),
-    cmd("unlock", 3, flags::FAST, NO_KEYS, "locks", "Releases a named lock held under the given token.", unlock),
-    cmd("locks.info", 2, flags::READONLY | flags::FAST, NO_KEYS, "locks", "Returns the holder, token, age, lease left and waiters of a lock.", locks_info),
-    cmd("locks.list", -1, flags::READONLY, NO_KEYS, "locks", "Lists the locks that are held (the tenant's own; every tenant's for admins), optionally matching a pattern.", locks_list),
-    cmd("session.open", -2, flags::READONLY, KEY1, "locks", "Locks a session and returns [token, data] in one round trip.", session_open),
+    cmd("lock", -2, flags::FAST | flags::TAKES_LOCKS | flags::NOSCRIPT, NO_KEYS, "locks", "Takes a named lock, waiting server-side (FIFO) up to WAIT ms; returns a fencing token or nil.", lock),
+    cmd("unlock", 3, flags::FAST | flags::TAKES_LOCKS, NO_KEYS, "locks", "Releases a named lock held under the given token.", unlock),
+    cmd("locks.info", 2, flags::READONLY | flags::FAST | flags::READS_KEYSPACE, NO_KEYS, "locks", "Returns the holder, token, age, lease left and waiters of a lock.", locks_info),
+    cmd("locks.list", -1, flags::READONLY | flags::READS_KEYSPACE, NO_KEYS, "locks", "Lists the locks that are held (the tenant's own; every tenant's for admins), optionally matching a pattern.", locks_list),
+    cmd("session.open", -2, flags::READONLY | flags::TAKES_LOCKS | flags::READS_KEYSPACE | flags::NOSCRIPT, KEY1, "locks", "Locks a session and returns [token, data] in one round trip.", session_open),
     cmd("session.close", -3, SW | flags::DENYOOM, KEY1, "locks", "Writes the session data, refreshes its TTL and unlocks, if the token still holds the lock.", session_close),
     cmd("session.touch", 4, SW | flags::FAST, KEY1, "locks", "Extends a session's TTL without rewriting its data.", session_touch),
     cmd("session.destroy", -2, SW, KEY1, "locks", "Deletes a session's data and releases its lock if the token holds it.", session_destroy),
@@ -79,7 +79,13 @@ fn parse_lock_options(opts: &[Bytes]) -> Result<LockOptions, CmdError> {
 
 /// Take the lock now, or park the connection (Deferred::LockWait), or fail.
 fn lock_generic(ctx: &mut Ctx<'_>, name: &Bytes, opts: &[Bytes], session: bool) -> CmdResult {
-    let o = parse_lock_options(opts)?;
+    let mut o = parse_lock_options(opts)?;
+    if ctx.client.record.is_some() {
+        // Inside MULTI/EXEC nothing may wait (Redis runs a blocking command in a transaction as
+        // if its timeout had passed): a lock held by someone else is a miss, like a try-lock, and
+        // EXEC keeps one reply per queued command.
+        o.wait = Some(Duration::ZERO);
+    }
     let db = ctx.client.db;
     match ctx
         .shared
@@ -253,49 +259,46 @@ fn session_close(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         i += 2;
     }
-    crate::persist::apply_with_effects(ctx, |ctx| {
-        let db = ctx.client.db;
-        if !ctx.shared.locks.holds(db, &sid, token) {
-            return Err(CmdError::Other(
-                "WRONGTOKEN the session lock is not held under this token; nothing was written"
-                    .into(),
-            ));
-        }
-        let now = ctx.now_ms;
-        let expires_at = ttl.map(|s| now + s * 1000);
-        let mut effects = Vec::new();
-        {
-            let mut shard = ctx.db().lock(&sid);
-            match (&data, expires_at) {
-                (Some(d), _) => {
-                    let keep = shard.get(&sid, now).and_then(|e| e.expires_at());
-                    let at = expires_at.or(keep);
-                    shard.set(&sid, Value::Str(Bytes::copy_from_slice(d)), at, now);
-                    let mut set = vec![Bytes::from_static(b"SET"), sid.clone(), d.clone()];
-                    if let Some(t) = at {
-                        set.push(Bytes::from_static(b"PXAT"));
-                        set.push(Bytes::from(t.to_string()));
-                    }
-                    effects.push(set);
+    let db = ctx.client.db;
+    if !ctx.shared.locks.holds(db, &sid, token) {
+        return Err(CmdError::Other(
+            "WRONGTOKEN the session lock is not held under this token; nothing was written".into(),
+        ));
+    }
+    let now = ctx.now_ms;
+    let expires_at = ttl.map(|s| now + s * 1000);
+    let effect = {
+        let mut shard = ctx.db().lock(&sid);
+        match (&data, expires_at) {
+            (Some(d), _) => {
+                let keep = shard.get(&sid, now).and_then(|e| e.expires_at());
+                let at = expires_at.or(keep);
+                shard.set(&sid, Value::Str(Bytes::copy_from_slice(d)), at, now);
+                let mut set = vec![Bytes::from_static(b"SET"), sid.clone(), d.clone()];
+                if let Some(t) = at {
+                    set.push(Bytes::from_static(b"PXAT"));
+                    set.push(Bytes::from(t.to_string()));
                 }
-                (None, Some(t)) => {
-                    if shard.set_expiry(&sid, Some(t), now) {
-                        effects.push(vec![
-                            Bytes::from_static(b"PEXPIREAT"),
-                            sid.clone(),
-                            Bytes::from(t.to_string()),
-                        ]);
-                    }
-                }
-                (None, None) => {}
+                Some(set)
             }
+            (None, Some(t)) => shard.set_expiry(&sid, Some(t), now).then(|| {
+                vec![
+                    Bytes::from_static(b"PEXPIREAT"),
+                    sid.clone(),
+                    Bytes::from(t.to_string()),
+                ]
+            }),
+            (None, None) => None,
         }
-        ctx.shared
-            .locks
-            .release(db, &sid, token)
-            .map_err(release_error)?;
-        Ok((Ok(Frame::ok()), effects))
-    })
+    };
+    if let Some(effect) = effect {
+        ctx.log_effect(effect);
+    }
+    ctx.shared
+        .locks
+        .release(db, &sid, token)
+        .map_err(release_error)?;
+    Ok(Frame::ok())
 }
 
 fn session_touch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -304,21 +307,17 @@ fn session_touch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let seconds = ttl_seconds(&args[3])?;
     let sid = args[1].clone();
-    crate::persist::apply_with_effects(ctx, |ctx| {
-        let now = ctx.now_ms;
-        let at = now + seconds * 1000;
-        let touched = ctx.db().lock(&sid).set_expiry(&sid, Some(at), now);
-        let effects = if touched {
-            vec![vec![
-                Bytes::from_static(b"PEXPIREAT"),
-                sid.clone(),
-                Bytes::from(at.to_string()),
-            ]]
-        } else {
-            Vec::new()
-        };
-        Ok((Ok(Frame::Integer(touched as i64)), effects))
-    })
+    let now = ctx.now_ms;
+    let at = now + seconds * 1000;
+    let touched = ctx.db().lock(&sid).set_expiry(&sid, Some(at), now);
+    if touched {
+        ctx.log_effect(vec![
+            Bytes::from_static(b"PEXPIREAT"),
+            sid,
+            Bytes::from(at.to_string()),
+        ]);
+    }
+    Ok(Frame::Integer(touched as i64))
 }
 
 fn session_destroy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -328,25 +327,21 @@ fn session_destroy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         3 => Some(token_arg(&args[2])?),
         _ => return Err(CmdError::Syntax),
     };
-    crate::persist::apply_with_effects(ctx, |ctx| {
-        let db = ctx.client.db;
-        if let Some(t) = token {
-            if !ctx.shared.locks.holds(db, &sid, t) {
-                return Err(CmdError::Other(
-                    "WRONGTOKEN the session lock is not held under this token; nothing was deleted"
-                        .into(),
-                ));
-            }
+    let db = ctx.client.db;
+    if let Some(t) = token {
+        if !ctx.shared.locks.holds(db, &sid, t) {
+            return Err(CmdError::Other(
+                "WRONGTOKEN the session lock is not held under this token; nothing was deleted"
+                    .into(),
+            ));
         }
-        let removed = ctx.db().lock(&sid).remove(&sid, ctx.now_ms).is_some();
-        if let Some(t) = token {
-            let _ = ctx.shared.locks.release(db, &sid, t);
-        }
-        let effects = if removed {
-            vec![vec![Bytes::from_static(b"DEL"), sid.clone()]]
-        } else {
-            Vec::new()
-        };
-        Ok((Ok(Frame::Integer(removed as i64)), effects))
-    })
+    }
+    let removed = ctx.db().lock(&sid).remove(&sid, ctx.now_ms).is_some();
+    if let Some(t) = token {
+        let _ = ctx.shared.locks.release(db, &sid, t);
+    }
+    if removed {
+        ctx.log_effect(vec![Bytes::from_static(b"DEL"), sid]);
+    }
+    Ok(Frame::Integer(removed as i64))
 }

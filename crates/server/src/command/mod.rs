@@ -51,8 +51,20 @@ pub mod flags {
     /// SAVE/BGSAVE arm a snapshot, which needs the exclusive hold).
     pub const OWN_GATE: u32 = 1 << 10;
     /// A write that logs its *effects* itself (SESSION.*: the lock check must not be replayed),
-    /// so the dispatcher does not log the command.
+    /// so the write path does not log the command: the handler hands its effects to the open
+    /// write transaction (`persist::write::log_effect`).
     pub const SELF_LOGGED: u32 = 1 << 11;
+    /// Writes every keyspace of the caller's tenant (FLUSHALL): logged at the strongest degree
+    /// among them, and replayed even where the recorded keyspace is no longer logged.
+    pub const TENANT_WIDE: u32 = 1 << 12;
+    /// Empties a keyspace, a tenant or a key prefix: needs the `flush` right (Redis' `@dangerous`).
+    pub const FLUSHES: u32 = 1 << 13;
+    /// Takes or releases named locks: needs the `write` right though it changes no key.
+    pub const TAKES_LOCKS: u32 = 1 << 14;
+    /// Reads the keyspace without naming keys (KEYS, SCAN, DBSIZE, lock listings): needs `read`.
+    pub const READS_KEYSPACE: u32 = 1 << 15;
+    /// Not allowed from scripts (Redis' `noscript`).
+    pub const NOSCRIPT: u32 = 1 << 16;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -64,6 +76,7 @@ pub mod flags {
         (FAST, "fast"),
         (LOADING, "loading"),
         (RANDOM, "random"),
+        (NOSCRIPT, "noscript"),
     ];
 }
 
@@ -83,6 +96,9 @@ pub struct CommandSpec {
     pub group: &'static str,
     pub summary: &'static str,
     pub handler: Handler,
+    /// Subcommand rows of a container command (`CONFIG GET` is `config|get`): their own arity,
+    /// flags and summary; the container's handler runs them.
+    pub subcommands: &'static [CommandSpec],
 }
 
 impl CommandSpec {
@@ -107,6 +123,26 @@ impl CommandSpec {
             .filter(|(f, _)| self.has(*f))
             .map(|(_, n)| *n)
             .collect()
+    }
+
+    /// The row that describes `args`: a container's subcommand row when `args[1]` names one,
+    /// else this row.
+    pub fn resolve(&'static self, args: &[Bytes]) -> &'static CommandSpec {
+        if let (false, Some(sub)) = (self.subcommands.is_empty(), args.get(1)) {
+            for row in self.subcommands {
+                let name = row.name.rsplit('|').next().unwrap_or(row.name);
+                if name.as_bytes().eq_ignore_ascii_case(sub) {
+                    return row;
+                }
+            }
+        }
+        self
+    }
+
+    /// The same row with subcommand rows (table rows: `cmd(...).with_subcommands(&[...])`).
+    pub const fn with_subcommands(mut self, subcommands: &'static [CommandSpec]) -> CommandSpec {
+        self.subcommands = subcommands;
+        self
     }
 
     /// Indexes of the key arguments in `args`.
@@ -147,7 +183,32 @@ pub const fn cmd(
         group,
         summary,
         handler,
+        subcommands: &[],
     }
+}
+
+/// A subcommand row (`full_name` is `container|sub`): the container's handler runs it, so the
+/// row carries what differs: arity, flags and summary.
+pub const fn sub(
+    full_name: &'static str,
+    arity: i32,
+    flags: u32,
+    summary: &'static str,
+) -> CommandSpec {
+    cmd(
+        full_name,
+        arity,
+        flags,
+        NO_KEYS,
+        "",
+        summary,
+        container_handler,
+    )
+}
+
+/// Never called: dispatch runs a subcommand through its container's handler.
+fn container_handler(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    Err(CmdError::err("subcommand rows are run by their container"))
 }
 
 /// Redis keeps small hashes and sorted sets (up to this many entries) in a listpack, which
@@ -246,6 +307,13 @@ impl Ctx<'_> {
         crate::client::LocalCounters::bump(c);
     }
 
+    /// Log `args` as an effect of the write running now, in the selected keyspace (for commands
+    /// flagged `self_logged`; see `persist::write::log_effect`).
+    pub fn log_effect(&mut self, args: Vec<Bytes>) {
+        let db = self.client.db;
+        crate::persist::write::log_effect(self.client, db, args);
+    }
+
     /// The connection's selected keyspace.
     pub fn db(&self) -> &Keyspace {
         self.shared
@@ -284,4 +352,104 @@ pub fn lookup_typed<'s, T>(
 /// Error for a wrong number of arguments, named after the command (lower-case like Redis).
 pub fn arity_error(name: &[u8]) -> CmdError {
     CmdError::WrongArity(String::from_utf8_lossy(name).to_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenancy::{required_perms, Perms};
+
+    /// The same row under another name: what the table says of a command, without its name.
+    fn renamed(spec: &CommandSpec) -> CommandSpec {
+        CommandSpec {
+            name: "renamed",
+            subcommands: &[],
+            ..*spec
+        }
+    }
+
+    #[test]
+    fn every_commands_rights_come_from_its_table_row() {
+        let mut rows: Vec<&CommandSpec> = table().all().to_vec();
+        rows.extend(table().all().iter().flat_map(|s| s.subcommands.iter()));
+        for spec in rows {
+            assert_eq!(
+                required_perms(spec),
+                required_perms(&renamed(spec)),
+                "{}: its rights depend on its name",
+                spec.name
+            );
+        }
+        let need = |words: &[&str]| {
+            let args: Vec<Bytes> = words.iter().map(|w| Bytes::from(w.to_string())).collect();
+            required_perms(table().get(&args[0]).expect("in the table").resolve(&args))
+        };
+        assert_eq!(need(&["flushall"]), Perms::FLUSH);
+        assert_eq!(need(&["purge", "p:"]), Perms::FLUSH);
+        assert_eq!(
+            need(&["script", "flush"]),
+            Perms::ADMIN,
+            "a subcommand's row"
+        );
+        assert_eq!(need(&["script", "load", "return 1"]), Perms::NONE);
+        assert_eq!(need(&["lock", "l"]), Perms::WRITE);
+        assert_eq!(
+            need(&["session.open", "s"]),
+            Perms::WRITE.union(Perms::READ)
+        );
+        assert_eq!(need(&["scan", "0"]), Perms::READ);
+        assert_eq!(need(&["get", "k"]), Perms::READ);
+        assert_eq!(need(&["set", "k", "v"]), Perms::WRITE);
+        assert_eq!(need(&["ping"]), Perms::NONE);
+    }
+
+    #[test]
+    fn subcommand_rows_belong_to_their_container() {
+        for spec in table().all() {
+            for row in spec.subcommands {
+                let (container, sub) = row.name.split_once('|').expect("container|sub");
+                assert_eq!(container, spec.name);
+                let args = [Bytes::from(spec.name), Bytes::from(sub.to_uppercase())];
+                assert!(std::ptr::eq(spec.resolve(&args), row), "{}", row.name);
+            }
+            let unknown = [Bytes::from(spec.name), Bytes::from_static(b"no-such-sub")];
+            assert!(std::ptr::eq(spec.resolve(&unknown), *spec));
+        }
+    }
+
+    /// The command table is the only list of commands: no code outside it picks a command out by
+    /// its name (a flag, an ACL category or a subcommand row says what is special).
+    #[test]
+    fn no_code_matches_commands_by_name() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut pending = vec![root];
+        let mut found = Vec::new();
+        let patterns = [
+            concat!("spec.name ", "=="),
+            concat!("spec.name ", "!="),
+            concat!("matches!(", "spec.name"),
+            concat!("contains(&", "spec.name)"),
+            concat!("spec.group ", "=="),
+        ];
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir).expect("readable source tree") {
+                let path = entry.expect("entry").path();
+                if path.is_dir() && !path.ends_with("target") {
+                    pending.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).expect("utf-8 source");
+                    for (i, line) in text.lines().enumerate() {
+                        if patterns.iter().any(|p| line.contains(p)) {
+                            found.push(format!("{}:{}: {line}", path.display(), i + 1));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "commands matched by name:\n{}",
+            found.join("\n")
+        );
+    }
 }

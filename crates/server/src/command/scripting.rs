@@ -19,15 +19,13 @@
 //! This module depends on the command table and dispatch only; it must not touch the log directly
 //! other than through `shared.persist`.
 
-use super::{cmd, flags, table, CommandSpec, Ctx, NO_KEYS};
+use super::{cmd, flags, sub, table, CommandSpec, Ctx, NO_KEYS};
 use crate::client::ClientState;
 use crate::dispatch;
 use crate::error::{CmdError, CmdResult};
-use crate::persist::record::{LoggedCommand, RecordRoom};
+use crate::persist::write::WriteTxn;
 use crate::state::Shared;
 use bytes::Bytes;
-use gradus_log::format::MAX_RECORD_LEN;
-use gradus_log::Durability;
 use gradus_proto::Frame;
 use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
 use parking_lot::Mutex;
@@ -46,14 +44,20 @@ const HOOK_EVERY: u32 = 10_000;
 /// Memory a single script's Lua state may allocate.
 const SCRIPT_MEMORY_LIMIT: usize = 256 * 1024 * 1024;
 
-const SCRIPT_FLAGS: u32 = flags::OWN_GATE | flags::DENYOOM;
+const SCRIPT_FLAGS: u32 = flags::OWN_GATE | flags::DENYOOM | flags::NOSCRIPT;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("eval", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Executes a server-side Lua script.", eval),
     cmd("evalsha", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Executes a server-side Lua script by SHA1 digest.", evalsha),
-    cmd("script", -2, flags::NO_MULTI, NO_KEYS, "scripting", "A container for Lua scripts management commands.", script),
-    cmd("function", -2, flags::NO_MULTI, NO_KEYS, "scripting", "A container for function commands (only FUNCTION FLUSH, which has nothing to flush).", function),
+    cmd("script", -2, flags::NO_MULTI | flags::NOSCRIPT, NO_KEYS, "scripting", "A container for Lua scripts management commands.", script).with_subcommands(&[
+        sub("script|load", 3, flags::NO_MULTI | flags::NOSCRIPT, "Loads a server-side Lua script to the script cache."),
+        sub("script|exists", -3, flags::NO_MULTI | flags::NOSCRIPT, "Determines whether server-side Lua scripts exist in the script cache."),
+        // Empties every tenant's script cache: an administrator's right.
+        sub("script|flush", -2, flags::ADMIN | flags::NO_MULTI | flags::NOSCRIPT, "Removes all server-side Lua scripts from the script cache."),
+        sub("script|help", 2, flags::NO_MULTI | flags::NOSCRIPT, "Returns helpful text about the different subcommands."),
+    ]),
+    cmd("function", -2, flags::NO_MULTI | flags::NOSCRIPT, NO_KEYS, "scripting", "A container for function commands (only FUNCTION FLUSH, which has nothing to flush).", function),
 ];
 
 /// The script cache: lower-case hex SHA1 → script body.
@@ -188,37 +192,11 @@ fn function(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     ))
 }
 
-/// Commands a script may not call (Redis flags them `noscript`), besides every command that is
-/// itself not allowed in MULTI, manages the gate itself, or is never queued.
-const NOT_IN_SCRIPTS: &[&str] = &[
-    "eval",
-    "evalsha",
-    "script",
-    "function",
-    "subscribe",
-    "psubscribe",
-    "unsubscribe",
-    "punsubscribe",
-    "ssubscribe",
-    "sunsubscribe",
-    "monitor",
-    "auth",
-    "hello",
-    "reset",
-    "quit",
-    "client",
-    "config",
-    "sync",
-    "psync",
-    "debug",
-];
-
+/// Whether a script may call `spec`: not one flagged `noscript` (scripts, AUTH, CLIENT, LOCK
+/// and SESSION.OPEN, which may wait server-side), nor one that is itself not allowed in MULTI,
+/// manages the gate itself, or is never queued.
 fn allowed_in_script(spec: &CommandSpec) -> bool {
-    !(spec.has(flags::NO_MULTI | flags::NO_QUEUE | flags::OWN_GATE)
-        || NOT_IN_SCRIPTS.contains(&spec.name)
-        // Locks wait server-side and log themselves: neither fits under the exclusive gate.
-        || spec.group == "locks"
-        || spec.has(flags::SELF_LOGGED))
+    !spec.has(flags::NO_MULTI | flags::NO_QUEUE | flags::OWN_GATE | flags::NOSCRIPT)
 }
 
 /// What `redis.call` needs while a script runs.
@@ -226,14 +204,14 @@ struct ScriptRun<'a> {
     shared: &'a Shared,
     client: &'a mut ClientState,
     now_ms: u64,
-    logged: Vec<LoggedCommand>,
-    degree: Durability,
-    /// What the record of the script's writes (or of the EXEC running it) has left.
-    room: RecordRoom,
 }
 
 impl ScriptRun<'_> {
-    /// Run one command for the script and return its reply (errors as error frames).
+    /// Run one command for the script and return its reply (errors as error frames). A write
+    /// joins the script's write transaction (or the EXEC's running the script): the script's
+    /// writes are logged as one record after it has run, and one that would take that record
+    /// over the log's limit is refused before it is applied (the script's earlier writes stand,
+    /// as after any error in a script).
     fn call(&mut self, args: Vec<Bytes>) -> Frame {
         let Some(spec) = table().get(&args[0]) else {
             return CmdError::err("Unknown Redis command called from script").to_frame();
@@ -245,41 +223,20 @@ impl ScriptRun<'_> {
         if !allowed_in_script(spec) {
             return CmdError::err("This Redis command is not allowed from script").to_frame();
         }
-        if let Err(e) = crate::tenancy::check_perms(self.client, spec, &args) {
+        if let Err(e) = crate::tenancy::check_perms(self.client, spec.resolve(&args)) {
             return e.to_frame();
         }
-        if !spec.has(flags::WRITE) {
-            return dispatch::run(self.shared, self.client, spec, &args, self.now_ms);
+        if spec.has(flags::WRITE) {
+            dispatch::run_write(self.shared, self.client, spec, args, self.now_ms)
+        } else {
+            dispatch::run(self.shared, self.client, spec, &args, self.now_ms)
         }
-        let persist = &self.shared.persist;
-        let checked = persist
-            .degree_for(self.client, spec)
-            .and_then(|d| persist.check_writable(d).map(|_| d));
-        let degree = match checked {
-            Ok(d) => d,
-            Err(e) => return e.to_frame(),
-        };
-        // The script's writes are logged as one record after it has run; one the log would
-        // refuse could not be undone then. A write that would take the record over the log's
-        // limit is refused (the script's earlier writes stand, as after any error in a script).
-        if degree.is_logged() && !self.room.fits(&args) {
-            return CmdError::err(format!(
-                "this write would take the script's log record over the {MAX_RECORD_LEN}-byte limit; not applied"
-            ))
-            .to_frame();
-        }
-        let db = self.client.db;
-        let reply = dispatch::run(self.shared, self.client, spec, &args, self.now_ms);
-        if degree.is_logged() && !reply.is_error() {
-            self.room.take(&args);
-            self.logged.push(LoggedCommand { db, args });
-            self.degree = self.degree.max(degree);
-        }
-        reply
     }
 }
 
-/// Run a script under the exclusive gate and log its writes as one record.
+/// Run a script as one write transaction under the exclusive gate (inside EXEC: joined to the
+/// EXEC's, with its clock), so its writes are one record: replay applies all of them or none,
+/// and never runs the script again.
 fn run_script(
     ctx: &mut Ctx<'_>,
     sha: &str,
@@ -288,41 +245,23 @@ fn run_script(
     argv: &[Bytes],
 ) -> CmdResult {
     let shared = ctx.shared;
-    // Inside EXEC the transaction already holds the gate exclusively (and its clock is used).
-    let in_exec = ctx.client.exec_effects.is_some();
-    let _exclusive = (!in_exec).then(|| shared.store.exclusive());
     let now = ctx.now_ms;
     // SELECT inside a script does not change the caller's database (as in Redis 7).
     let caller_db = ctx.client.db;
-    let room = (ctx.client.exec_effects.as_ref()).map_or_else(RecordRoom::whole, |e| e.room);
-    let run = RefCell::new(ScriptRun {
-        shared,
-        client: &mut *ctx.client,
-        now_ms: now,
-        logged: Vec::new(),
-        degree: Durability::None,
-        room,
-    });
-    let reply = execute(&run, sha, body, keys, argv);
-    let run = run.into_inner();
-    let (logged, degree, room) = (run.logged, run.degree, run.room);
-    ctx.client.db = caller_db;
-    // All writes of the script go into one record: replay applies all of them or none, and
-    // never runs the script again.
-    if let Some(effects) = ctx.client.exec_effects.as_mut() {
-        effects.logged.extend(logged);
-        effects.degree = effects.degree.max(degree);
-        effects.room = room;
-        return Ok(reply);
-    }
-    if !logged.is_empty() {
-        if let Err(e) = shared.persist.append(ctx.client, now, &logged, degree) {
-            tracing::error!(error = %e, "log append failed");
-            return Err(CmdError::Other(format!(
-                "MISCONF script applied in memory but not logged: {e}"
-            )));
-        }
-    }
+    let mut txn = WriteTxn::begin_exclusive(shared, ctx.client, now, true)?;
+    let reply = execute(
+        &RefCell::new(ScriptRun {
+            shared,
+            client: txn.client(),
+            now_ms: now,
+        }),
+        sha,
+        body,
+        keys,
+        argv,
+    );
+    txn.client().db = caller_db;
+    txn.commit()?;
     Ok(reply)
 }
 

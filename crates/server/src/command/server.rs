@@ -3,7 +3,7 @@
 //! `COMMAND` output is generated from the command table; `CONFIG` reads and writes the live settings
 //! in [`crate::state::LiveSettings`]; nothing here keeps its own copy of either.
 
-use super::{cmd, flags, table, CommandSpec, Ctx, NO_KEYS};
+use super::{cmd, flags, sub, table, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, show, usize_arg};
 use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
@@ -16,12 +16,25 @@ const ADMIN: u32 = flags::ADMIN | flags::LOADING;
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("info", -1, flags::LOADING, NO_KEYS, "server", "Returns information and statistics about the server.", info),
-    cmd("config", -2, ADMIN, NO_KEYS, "server", "A container for server configuration commands.", config),
-    cmd("command", -1, flags::LOADING, NO_KEYS, "server", "Returns detailed information about all commands.", command),
-    cmd("dbsize", 1, flags::READONLY | flags::FAST, NO_KEYS, "server", "Returns the number of keys in the database.", dbsize),
-    cmd("flushdb", -1, flags::WRITE, NO_KEYS, "server", "Removes all keys from the current keyspace, in O(1).", flushdb),
-    cmd("flushall", -1, flags::WRITE, NO_KEYS, "server", "Removes all keys from every keyspace of the caller's tenant, in O(1).", flushall),
-    cmd("purge", 2, flags::WRITE, NO_KEYS, "server", "Removes every key starting with the given prefix from the current keyspace; returns how many.", purge),
+    cmd("config", -2, ADMIN, NO_KEYS, "server", "A container for server configuration commands.", config).with_subcommands(&[
+        sub("config|get", -3, ADMIN | flags::LOADING, "Returns the effective values of configuration parameters."),
+        sub("config|set", -4, ADMIN, "Sets configuration parameters in-flight."),
+        sub("config|resetstat", 2, ADMIN, "Resets the server's statistics."),
+        sub("config|rewrite", 2, ADMIN, "Persists the effective configuration to file."),
+        sub("config|help", 2, flags::LOADING, "Returns helpful text about the different subcommands."),
+    ]),
+    cmd("command", -1, flags::LOADING, NO_KEYS, "server", "Returns detailed information about all commands.", command).with_subcommands(&[
+        sub("command|count", 2, flags::LOADING, "Returns a count of commands."),
+        sub("command|list", -2, flags::LOADING, "Returns a list of command names."),
+        sub("command|info", -2, flags::LOADING, "Returns information about one, multiple or all commands."),
+        sub("command|docs", -2, flags::LOADING, "Returns documentary information about one, multiple or all commands."),
+        sub("command|getkeys", -3, flags::LOADING, "Extracts the key names from an arbitrary command."),
+        sub("command|help", 2, flags::LOADING, "Returns helpful text about the different subcommands."),
+    ]),
+    cmd("dbsize", 1, flags::READONLY | flags::FAST | flags::READS_KEYSPACE, NO_KEYS, "server", "Returns the number of keys in the database.", dbsize),
+    cmd("flushdb", -1, flags::WRITE | flags::FLUSHES, NO_KEYS, "server", "Removes all keys from the current keyspace, in O(1).", flushdb),
+    cmd("flushall", -1, flags::WRITE | flags::FLUSHES | flags::TENANT_WIDE, NO_KEYS, "server", "Removes all keys from every keyspace of the caller's tenant, in O(1).", flushall),
+    cmd("purge", 2, flags::WRITE | flags::FLUSHES, NO_KEYS, "server", "Removes every key starting with the given prefix from the current keyspace; returns how many.", purge),
     cmd("time", 1, flags::FAST | flags::LOADING | flags::RANDOM, NO_KEYS, "server", "Returns the server time.", time),
     cmd("save", 1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Synchronously saves the database(s) to disk.", save),
     cmd("bgsave", -1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Asynchronously saves the database(s) to disk.", bgsave),
@@ -387,8 +400,13 @@ fn bulk(s: &str) -> Frame {
     Frame::Bulk(Bytes::from(s.to_string()))
 }
 
-/// `COMMAND INFO` entry for one spec (Redis 7 shape: 10 fields).
+/// `COMMAND INFO` entry for one spec (Redis 7 shape: 10 fields, the last its subcommands').
 fn command_info(spec: &CommandSpec) -> Frame {
+    info_entry(spec, spec.group)
+}
+
+/// A row's `COMMAND INFO` entry; `group`: its container's, for a subcommand row.
+fn info_entry(spec: &CommandSpec, group: &'static str) -> Frame {
     Frame::Array(vec![
         bulk(spec.name),
         Frame::Integer(spec.arity as i64),
@@ -396,28 +414,39 @@ fn command_info(spec: &CommandSpec) -> Frame {
         Frame::Integer(spec.first_key as i64),
         Frame::Integer(spec.last_key as i64),
         Frame::Integer(spec.step as i64),
-        Frame::Set(acl_categories(spec).into_iter().map(simple).collect()),
+        Frame::Set(
+            acl_categories(spec, group)
+                .into_iter()
+                .map(simple)
+                .collect(),
+        ),
         Frame::Set(vec![]),
         Frame::Array(vec![]),
-        Frame::Array(vec![]),
+        Frame::Array(
+            spec.subcommands
+                .iter()
+                .map(|sub| info_entry(sub, group))
+                .collect(),
+        ),
     ])
 }
 
-/// Redis' ACL categories for a command, derived from its flags and group.
-fn acl_categories(spec: &CommandSpec) -> Vec<&'static str> {
+/// Redis' ACL categories for a command, derived from its flags and (its container's) group.
+fn acl_categories(spec: &CommandSpec, group: &str) -> Vec<&'static str> {
     let mut out = Vec::new();
     if spec.has(flags::WRITE) {
         out.push("@write");
     } else if spec.has(flags::READONLY) {
         out.push("@read");
     }
-    out.push(match spec.group {
+    out.push(match group {
         "string" => "@string",
         "hash" => "@hash",
         "sorted-set" => "@sortedset",
         "generic" => "@keyspace",
         "transactions" => "@transaction",
         "connection" => "@connection",
+        "scripting" => "@scripting",
         _ => "@admin",
     });
     out.push(if spec.has(flags::FAST) {
@@ -425,18 +454,34 @@ fn acl_categories(spec: &CommandSpec) -> Vec<&'static str> {
     } else {
         "@slow"
     });
-    if spec.has(flags::ADMIN) {
+    if spec.has(flags::ADMIN | flags::FLUSHES) {
         out.push("@dangerous");
     }
     out
 }
 
 fn command_docs(spec: &CommandSpec) -> Frame {
-    Frame::Map(vec![
+    let mut doc = vec![
         (bulk("summary"), bulk(spec.summary)),
         (bulk("since"), bulk("1.0.0")),
         (bulk("group"), bulk(spec.group)),
-    ])
+    ];
+    if !spec.subcommands.is_empty() {
+        let subs = spec
+            .subcommands
+            .iter()
+            .map(|sub| {
+                let entry = vec![
+                    (bulk("summary"), bulk(sub.summary)),
+                    (bulk("since"), bulk("1.0.0")),
+                    (bulk("group"), bulk(spec.group)),
+                ];
+                (bulk(sub.name), Frame::Map(entry))
+            })
+            .collect();
+        doc.push((bulk("subcommands"), Frame::Map(subs)));
+    }
+    Frame::Map(doc)
 }
 
 fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {

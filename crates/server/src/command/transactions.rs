@@ -1,16 +1,18 @@
 //! MULTI/EXEC/DISCARD/WATCH/UNWATCH.
 //!
 //! Queueing happens in the dispatcher (commands are checked for existence and arity when queued, and
-//! a failure makes EXEC answer EXECABORT). EXEC takes the store gate *exclusively*: the WATCH check
-//! and every queued command run with no other command interleaving, which is what makes the
-//! transaction atomic. WATCH remembers each key's version; any write, expiry or flush of the key
+//! a failure makes EXEC answer EXECABORT). EXEC is a write transaction (`persist::write`) under
+//! the *exclusive* store gate: the WATCH check and every queued command run with no other command
+//! interleaving, which is what makes the transaction atomic, and every queued write (commands
+//! that log their own effects and scripts included) joins its one log record. WATCH remembers each key's version; any write, expiry or flush of the key
 //! changes it, and EXEC then returns a null array without running anything.
 
 use super::{cmd, flags, CommandSpec, Ctx, NO_KEYS};
-use crate::client::{ExecEffects, MultiState, Watch};
+use crate::client::{Deferred, MultiState, Watch};
 use crate::dispatch;
 use crate::error::{CmdError, CmdResult};
-use crate::persist::record::{commands_record_len, LoggedCommand, RecordRoom};
+use crate::persist::record::commands_record_len;
+use crate::persist::write::{WriteError, WriteTxn};
 use bytes::Bytes;
 use gradus_log::format::MAX_RECORD_LEN;
 use gradus_proto::Frame;
@@ -78,7 +80,9 @@ fn unwatch(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-/// Runs without the shared gate (see dispatch): it takes the exclusive one.
+/// Runs without the dispatcher's shared gate: its write transaction takes the exclusive one, and
+/// every queued write joins that transaction's record (one record, in queue order: replay applies
+/// all of it or none). The reply has one element per queued command.
 fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     let Some(multi) = ctx.client.multi.take() else {
         return Err(CmdError::err("EXEC without MULTI"));
@@ -92,16 +96,21 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     }
     // All its writes go into one log record; one over the log's limit could only fail after
     // the transaction was applied, so refuse it first (from the queued arguments: commands are
-    // logged as queued, or rewritten to about the same size).
+    // logged as queued, or as effects of about the same size).
     let record_len = commands_record_len(multi.queued.iter().map(|(_, args)| args.as_slice()));
     if record_len > MAX_RECORD_LEN {
         return Err(CmdError::Other(format!(
-            "EXECABORT Transaction discarded: its log record would be {record_len} bytes, over the {MAX_RECORD_LEN}-byte limit"
+            "EXECABORT Transaction discarded: {}",
+            CmdError::from(WriteError::RecordTooLarge { len: record_len })
+                .to_string()
+                .trim_start_matches("ERR ")
         )));
     }
     let shared = ctx.shared;
-    let _exclusive = shared.store.exclusive();
+    let grows = multi.queued.iter().any(|(s, _)| s.has(flags::DENYOOM));
+    // One clock for the whole transaction, so its replay is exact.
     let now = gradus_store::now_ms();
+    let mut txn = WriteTxn::begin_exclusive(shared, ctx.client, now, grows)?;
     for w in &watched {
         let changed = match shared.store.db(w.db) {
             Some(db) => db.lock(&w.key).version_of(&w.key, now) != w.version,
@@ -111,58 +120,37 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
             return Ok(Frame::NullArray);
         }
     }
-    // One clock for the whole transaction, so its replay is exact.
-    let mut logged = Vec::new();
-    let mut degree = gradus_log::Durability::None;
     let mut replies = Vec::with_capacity(multi.queued.len());
-    // Scripts queued in the transaction hand their effects over through `exec_effects`.
-    // The queued arguments counted above include the scripts' own (EVAL and its body), which are
-    // not logged: what the scripts write must fit in what the queued commands leave.
-    ctx.client.exec_effects = Some(ExecEffects {
-        logged: Vec::new(),
-        degree: gradus_log::Durability::None,
-        room: RecordRoom::after(record_len),
-    });
+    // A throttled AUTH answers late: the whole EXEC reply is then held until then (nothing else
+    // in a transaction waits: locks are tried, not waited for).
+    let mut hold_until = None;
     for (spec, args) in multi.queued {
-        if !spec.has(flags::WRITE) {
-            replies.push(dispatch::run(shared, ctx.client, spec, &args, now));
-            if let Some(effects) = ctx.client.exec_effects.as_mut() {
-                logged.append(&mut effects.logged);
-                degree = degree.max(std::mem::replace(
-                    &mut effects.degree,
-                    gradus_log::Durability::None,
-                ));
-            }
-            continue;
-        }
-        let checked = shared
-            .persist
-            .degree_for(ctx.client, spec)
-            .and_then(|d| shared.persist.check_writable(d).map(|_| d));
-        let this_degree = match checked {
-            Ok(d) => d,
-            Err(e) => {
-                replies.push(e.to_frame());
-                continue;
-            }
+        let mut reply = if spec.has(flags::WRITE) {
+            dispatch::run_write(shared, txn.client(), spec, args, now)
+        } else {
+            dispatch::run(shared, txn.client(), spec, &args, now)
         };
-        let db = ctx.client.db;
-        let reply = dispatch::run(shared, ctx.client, spec, &args, now);
-        if this_degree.is_logged() && !reply.is_error() {
-            logged.push(LoggedCommand { db, args });
-            degree = degree.max(this_degree);
+        match txn.client().deferred.take() {
+            None => {}
+            Some(Deferred::Delay { until, reply: late }) => {
+                reply = late;
+                hold_until = hold_until.max(Some(until));
+            }
+            Some(other) => {
+                debug_assert!(false, "{other:?} deferred inside EXEC");
+                tracing::error!(deferred = ?other, "a command inside EXEC deferred its reply");
+            }
         }
         replies.push(reply);
     }
-    ctx.client.exec_effects = None;
-    // All writes of the transaction go into one record: replay applies all of them or none.
-    if !logged.is_empty() {
-        if let Err(e) = shared.persist.append(ctx.client, now, &logged, degree) {
-            tracing::error!(error = %e, "log append failed");
-            return Err(CmdError::Other(format!(
-                "MISCONF transaction applied in memory but not logged: {e}"
-            )));
-        }
+    txn.commit()?;
+    let replies = Frame::Array(replies);
+    if let Some(until) = hold_until {
+        ctx.client.deferred = Some(Deferred::Delay {
+            until,
+            reply: replies,
+        });
+        return Ok(Frame::Null);
     }
-    Ok(Frame::Array(replies))
+    Ok(replies)
 }

@@ -13,8 +13,7 @@ use super::records::{del_args, expiry_args, mcstore_args};
 use super::stats::{Counter, LocalCounters};
 use super::{ttl_secs, Expiry, MEMCACHED_COMPAT_VERSION};
 use crate::client::ClientState;
-use crate::error::CmdError;
-use crate::persist::record::LoggedCommand;
+use crate::persist::write::{effects_logged, log_effect, Scope, WriteError, WriteTxn};
 use crate::state::Shared;
 use bytes::{BufMut, Bytes, BytesMut};
 use gradus_memcache::reply;
@@ -151,36 +150,31 @@ impl<'a> Session<'a> {
             .expect("memcached-db validated at start")
     }
 
-    /// Run `f` as a write (see the module docs). An Err is answered with a `SERVER_ERROR` line.
-    fn write<R>(&mut self, f: impl FnOnce(&Keyspace, u64) -> (R, Effects)) -> Result<R, CmdError> {
-        let spec = super::records::COMMANDS
-            .first()
-            .expect("MCSTORE is the records table's row");
-        let persist = &self.shared.persist;
-        let degree = persist.degree_for(self.client, spec)?;
-        persist.check_writable(degree)?;
-        let shared = self.shared;
+    /// Run `f` as a write through the write path (`persist::write`) in the mapped keyspace; the
+    /// effects it returns are logged when the keyspace is. `grows`: the write may take memory, so
+    /// the keyspace's and tenant's `memory-limit`s are enforced first (an `lru` keyspace evicts, a
+    /// `none` one refuses with memcached's out-of-memory error).
+    fn write<R>(
+        &mut self,
+        grows: bool,
+        f: impl FnOnce(&Keyspace, u64) -> (R, Effects),
+    ) -> Result<R, WriteError> {
+        let (shared, db, now_ms) = (self.shared, self.db, self.now_ms);
         let ks = shared
             .store
-            .db(self.db)
+            .db(db)
             .expect("memcached-db validated at start");
-        let _gate = shared.store.shared(self.client.id);
-        let _order = degree.is_logged().then(|| shared.write_order.lock());
-        let (result, effects) = f(ks, self.now_ms);
-        if degree.is_logged() && !effects.is_empty() {
-            let logged: Vec<LoggedCommand> = effects
-                .into_iter()
-                .map(|effect| LoggedCommand {
-                    db: self.db,
-                    args: effect.into_args(),
-                })
-                .collect();
-            persist
-                .append(self.client, self.now_ms, &logged, degree)
-                .map_err(|e| {
-                    CmdError::Other(format!("write applied in memory but not logged: {e}"))
-                })?;
-        }
+        let mut txn = WriteTxn::begin(shared, self.client, Scope::Keyspace(db), now_ms, grows)?;
+        let result = txn.apply(|client| {
+            let (result, effects) = f(ks, now_ms);
+            if effects_logged(client) {
+                for effect in effects {
+                    log_effect(client, db, effect.into_args());
+                }
+            }
+            result
+        });
+        txn.commit()?;
         Ok(result)
     }
 
@@ -251,14 +245,14 @@ impl<'a> Session<'a> {
                     Ok(StoreOutcome::NotStored) => b"NOT_STORED",
                     Ok(StoreOutcome::Exists) => b"EXISTS",
                     Ok(StoreOutcome::NotFound) => b"NOT_FOUND",
-                    Err(e) => return server_error(out, &e),
+                    Err(e) => return server_error(out, &e.memcached_line()),
                 };
                 if !noreply {
                     reply::line(out, text);
                 }
             }
             Command::Delete { key, noreply } => {
-                let r = self.write(|ks, now| {
+                let r = self.write(false, |ks, now| {
                     let removed = ks.lock(&key).remove(&key, now).is_some();
                     (
                         removed,
@@ -280,7 +274,7 @@ impl<'a> Session<'a> {
                             reply::line(out, if found { &b"DELETED"[..] } else { b"NOT_FOUND" });
                         }
                     }
-                    Err(e) => return server_error(out, &e),
+                    Err(e) => return server_error(out, &e.memcached_line()),
                 }
             }
             Command::Arith {
@@ -304,7 +298,7 @@ impl<'a> Session<'a> {
                     out,
                     b"CLIENT_ERROR cannot increment or decrement non-numeric value",
                 ),
-                Err(e) => return server_error(out, &e),
+                Err(e) => return server_error(out, &e.memcached_line()),
             },
             Command::Touch {
                 key,
@@ -313,7 +307,9 @@ impl<'a> Session<'a> {
             } => {
                 self.counters.bump(Counter::CmdTouch);
                 let expiry = Expiry::from_exptime(exptime, self.now_ms);
-                match self.write(|ks, now| touch_locked(&mut ks.lock(&key), &key, expiry, now)) {
+                match self.write(false, |ks, now| {
+                    touch_locked(&mut ks.lock(&key), &key, expiry, now)
+                }) {
                     Ok(found) => {
                         self.counters.bump(if found {
                             Counter::TouchHits
@@ -324,13 +320,13 @@ impl<'a> Session<'a> {
                             reply::line(out, if found { &b"TOUCHED"[..] } else { b"NOT_FOUND" });
                         }
                     }
-                    Err(e) => return server_error(out, &e),
+                    Err(e) => return server_error(out, &e.memcached_line()),
                 }
             }
             Command::FlushAll { delay, noreply } => {
                 self.counters.bump(Counter::CmdFlush);
-                if let Err(e) = self.flush_all(delay) {
-                    return server_error(out, &e);
+                if let Err(line) = self.flush_all(delay) {
+                    return server_error(out, &line);
                 }
                 if !noreply {
                     reply::line(out, b"OK");
@@ -391,7 +387,7 @@ impl<'a> Session<'a> {
             }
             Some(exptime) => {
                 let expiry = Expiry::from_exptime(exptime, now);
-                let found = self.write(|ks, now| {
+                let found = self.write(false, |ks, now| {
                     let mut found = Vec::with_capacity(keys.len());
                     let mut effects = Vec::new();
                     for key in keys {
@@ -415,7 +411,7 @@ impl<'a> Session<'a> {
                 let found = match found {
                     Ok(f) => f,
                     Err(e) => {
-                        server_error(out, &e);
+                        server_error(out, &e.memcached_line());
                         return;
                     }
                 };
@@ -448,10 +444,10 @@ impl<'a> Session<'a> {
     }
 
     /// The storage commands' common core (memcached's `do_store_item`).
-    fn store(&mut self, key: &Bytes, req: StoreReq) -> Result<StoreOutcome, CmdError> {
+    fn store(&mut self, key: &Bytes, req: StoreReq) -> Result<StoreOutcome, WriteError> {
         self.counters.bump(Counter::CmdSet);
         let max_value = self.max_value;
-        let stored = self.write(|ks, now| {
+        let stored = self.write(true, |ks, now| {
             let mut shard = ks.lock(key);
             let old = fetch(&mut shard, key, now, false);
             let exists_other_type = old.is_none() && shard.contains_live(key, now);
@@ -595,8 +591,8 @@ impl<'a> Session<'a> {
         compare_cas: Option<u64>,
         vivify: Option<(Expiry, u64)>,
         new_ttl: Option<Expiry>,
-    ) -> Result<ArithResult, CmdError> {
-        let result = self.write(|ks, now| {
+    ) -> Result<ArithResult, WriteError> {
+        let result = self.write(true, |ks, now| {
             let mut shard = ks.lock(key);
             let Some(item) = fetch(&mut shard, key, now, false) else {
                 if shard.contains_live(key, now) {
@@ -669,9 +665,11 @@ impl<'a> Session<'a> {
     }
 
     /// flush_all: now, or after `delay` seconds (memcached exptime rules for the delay).
-    fn flush_all(&mut self, delay: i64) -> Result<(), CmdError> {
+    /// Err: the `SERVER_ERROR` line.
+    fn flush_all(&mut self, delay: i64) -> Result<(), String> {
         if !self.client.perms.contains(crate::tenancy::Perms::FLUSH) {
-            return Err(crate::tenancy::no_perm(&self.client.user, "flush_all"));
+            let refusal = crate::tenancy::no_perm(&self.client.user, "flush_all");
+            return Err(format!("SERVER_ERROR {refusal}"));
         }
         match Expiry::from_exptime(delay, self.now_ms) {
             Expiry::At(due) => {
@@ -687,6 +685,7 @@ impl<'a> Session<'a> {
                     .flush_due_ms
                     .store(0, Ordering::Relaxed);
                 flush_db(self.shared, self.client, self.db, self.now_ms)
+                    .map_err(|e| e.memcached_line())
             }
         }
     }
@@ -761,9 +760,9 @@ impl<'a> Session<'a> {
             (Some((item, created, won)), effects)
         };
         let found = if ttl.is_some() || vivify.is_some() {
-            match self.write(run) {
+            match self.write(vivify.is_some(), run) {
                 Ok(found) => found,
-                Err(e) => return server_error(out, &e),
+                Err(e) => return server_error(out, &e.memcached_line()),
             }
         } else {
             let _gate = self.shared.store.shared(self.client.id);
@@ -838,7 +837,7 @@ impl<'a> Session<'a> {
         };
         let stored = match self.store(key, req) {
             Ok(s) => s,
-            Err(e) => return server_error(out, &e),
+            Err(e) => return server_error(out, &e.memcached_line()),
         };
         let code: &[u8] = match stored {
             StoreOutcome::Yes { .. } if f.quiet => return Flow::Continue,
@@ -874,7 +873,7 @@ impl<'a> Session<'a> {
 
     fn meta_delete(&mut self, key: &Bytes, f: &MetaFlags, out: &mut BytesMut) -> Flow {
         let ttl = f.ttl.map(|t| Expiry::from_exptime(t, self.now_ms));
-        let result = self.write(|ks, now| {
+        let result = self.write(false, |ks, now| {
             let mut shard = ks.lock(key);
             let Some(item) = fetch(&mut shard, key, now, false) else {
                 if shard.contains_live(key, now) && f.compare_cas.is_none() && !f.invalidate {
@@ -915,7 +914,7 @@ impl<'a> Session<'a> {
         });
         let code: &[u8; 2] = match result {
             Ok(c) => c,
-            Err(e) => return server_error(out, &e),
+            Err(e) => return server_error(out, &e.memcached_line()),
         };
         self.counters.bump(if code == b"HD" {
             Counter::DeleteHits
@@ -947,7 +946,7 @@ impl<'a> Session<'a> {
         let ttl = f.ttl.map(|t| Expiry::from_exptime(t, now));
         let result = self.arith(key, incr, f.delta.unwrap_or(1), f.compare_cas, vivify, ttl);
         match result {
-            Err(e) => server_error(out, &e),
+            Err(e) => server_error(out, &e.memcached_line()),
             Ok(ArithResult::NonNumeric) => {
                 reply::line(
                     out,
@@ -1089,46 +1088,34 @@ fn opaque_and_key(out: &mut BytesMut, f: &MetaFlags, key: &[u8]) {
     }
 }
 
-/// A `SERVER_ERROR` line; the connection carries on (the write was refused, or applied but not
-/// logged, which the text says).
-fn server_error(out: &mut BytesMut, error: &CmdError) -> Flow {
-    let text = error.to_string();
-    let text = text.strip_prefix("ERR ").unwrap_or(&text);
-    reply::line(out, format!("SERVER_ERROR {text}").as_bytes());
+/// A `SERVER_ERROR …` line (the write was refused, or applied but not logged, which the text
+/// says); the connection carries on.
+fn server_error(out: &mut BytesMut, line: &str) -> Flow {
+    reply::line(out, line.as_bytes());
     Flow::Continue
 }
 
 /// Empty database `db` and log it as `FLUSHDB` (memcached's `flush_all`, scoped to the mapped
-/// database only).
+/// database only), through the write path.
 pub fn flush_db(
     shared: &Shared,
     client: &mut ClientState,
     db: usize,
     now_ms: u64,
-) -> Result<(), CmdError> {
-    let spec = crate::command::table()
-        .get(b"flushdb")
-        .expect("FLUSHDB is in the command table");
-    let persist = &shared.persist;
-    let degree = persist.degree_for(client, spec)?;
-    persist.check_writable(degree)?;
-    let _gate = shared.store.shared(client.id);
-    let _order = degree.is_logged().then(|| shared.write_order.lock());
-    let old = shared
-        .store
-        .db(db)
-        .expect("memcached-db validated at start")
-        .flush();
-    if degree.is_logged() {
-        let logged = [LoggedCommand {
-            db,
-            args: vec![Bytes::from_static(b"FLUSHDB")],
-        }];
-        persist
-            .append(client, now_ms, &logged, degree)
-            .map_err(|e| CmdError::Other(format!("flush applied in memory but not logged: {e}")))?;
-    }
-    drop(old);
+) -> Result<(), WriteError> {
+    let mut txn = WriteTxn::begin(shared, client, Scope::Keyspace(db), now_ms, false)?;
+    let old = txn.apply(|client| {
+        let old = shared
+            .store
+            .db(db)
+            .expect("memcached-db validated at start")
+            .flush();
+        log_effect(client, db, vec![Bytes::from_static(b"FLUSHDB")]);
+        old
+    });
+    txn.commit()?;
+    // Freed off the request path, as FLUSHDB frees.
+    crate::command::server::dispose(old);
     Ok(())
 }
 

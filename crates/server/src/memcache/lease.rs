@@ -54,53 +54,50 @@ fn getlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let lease_ms = positive(&args[2])
         .ok_or_else(|| CmdError::err("invalid lease time in 'getlease' command"))?;
     let key = args[1].clone();
-    crate::persist::apply_with_effects(ctx, |ctx| {
-        let now = ctx.now_ms;
-        let mut shard = ctx.db().lock(&key);
-        let reply = |value: Option<Bytes>, token: Option<u64>, stale: bool| {
-            Frame::Array(vec![
-                value.map_or(Frame::Null, Frame::Bulk),
-                token.map_or(Frame::Null, |t| Frame::Integer(t as i64)),
-                Frame::Integer(i64::from(stale)),
-            ])
+    let now = ctx.now_ms;
+    let mut shard = ctx.db().lock(&key);
+    let reply = |value: Option<Bytes>, token: Option<u64>, stale: bool| {
+        Frame::Array(vec![
+            value.map_or(Frame::Null, Frame::Bulk),
+            token.map_or(Frame::Null, |t| Frame::Integer(t as i64)),
+            Frame::Integer(i64::from(stale)),
+        ])
+    };
+    if let Some((entry, before)) = shard.fetch(&key, now, true) {
+        let Value::Str(value) = &entry.value else {
+            return Err(CmdError::WrongType);
         };
-        if let Some((entry, before)) = shard.fetch(&key, now, true) {
-            let Value::Str(value) = &entry.value else {
-                return Ok((Err(CmdError::WrongType), vec![]));
-            };
-            let (value, version) = (value.clone(), entry.version());
-            let stale = before.has(ItemMeta::STALE);
-            let lease_out = before.has(ItemMeta::WIN_SENT);
-            ctx.lookup(true);
-            if stale && !lease_out {
-                if let Some(m) = shard.meta_mut(&key, now) {
-                    m.bits |= ItemMeta::WIN_SENT;
-                }
-                return Ok((Ok(reply(Some(value), Some(version), true)), vec![]));
+        let (value, version) = (value.clone(), entry.version());
+        let stale = before.has(ItemMeta::STALE);
+        let lease_out = before.has(ItemMeta::WIN_SENT);
+        ctx.lookup(true);
+        if stale && !lease_out {
+            if let Some(m) = shard.meta_mut(&key, now) {
+                m.bits |= ItemMeta::WIN_SENT;
             }
-            if lease_out && !stale && value.is_empty() {
-                // The placeholder of a lease someone else holds.
-                return Ok((Ok(reply(None, None, false)), vec![]));
-            }
-            return Ok((Ok(reply(Some(value), None, stale)), vec![]));
+            return Ok(reply(Some(value), Some(version), true));
         }
-        ctx.lookup(false);
-        if shard.contains_live(&key, now) {
-            return Ok((Err(CmdError::WrongType), vec![]));
+        if lease_out && !stale && value.is_empty() {
+            // The placeholder of a lease someone else holds.
+            return Ok(reply(None, None, false));
         }
-        let expires_at = Some(now + lease_ms);
-        let meta = ItemMeta {
-            last_access_s: (now / 1000) as u32,
-            bits: ItemMeta::WIN_SENT,
-            ..ItemMeta::default()
-        };
-        shard.set_with_meta(&key, Value::Str(Bytes::new()), expires_at, meta, now);
-        let token = shard.version_of(&key, now);
-        Ok((
-            Ok(reply(None, Some(token), false)),
-            vec![mcstore_args(&key, Bytes::new(), meta, expires_at)],
-        ))
-    })
+        return Ok(reply(Some(value), None, stale));
+    }
+    ctx.lookup(false);
+    if shard.contains_live(&key, now) {
+        return Err(CmdError::WrongType);
+    }
+    let expires_at = Some(now + lease_ms);
+    let meta = ItemMeta {
+        last_access_s: (now / 1000) as u32,
+        bits: ItemMeta::WIN_SENT,
+        ..ItemMeta::default()
+    };
+    shard.set_with_meta(&key, Value::Str(Bytes::new()), expires_at, meta, now);
+    let token = shard.version_of(&key, now);
+    drop(shard);
+    ctx.log_effect(mcstore_args(&key, Bytes::new(), meta, expires_at));
+    Ok(reply(None, Some(token), false))
 }
 
 fn setlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -122,25 +119,22 @@ fn setlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let key = args[1].clone();
     // Copied: a stored value must not pin the request buffer it arrived in.
     let value = Bytes::copy_from_slice(&args[3]);
-    crate::persist::apply_with_effects(ctx, |ctx| {
-        let now = ctx.now_ms;
-        let mut shard = ctx.db().lock(&key);
-        let current = shard
-            .get(&key, now)
-            .filter(|e| matches!(e.value, Value::Str(_)))
-            .map(|e| e.version());
-        if current != Some(token) {
-            return Ok((Ok(Frame::Null), vec![]));
-        }
-        let expires_at = ttl_ms.map(|ms| now + ms);
-        let meta = ItemMeta {
-            last_access_s: (now / 1000) as u32,
-            ..ItemMeta::default()
-        };
-        shard.set_with_meta(&key, Value::Str(value.clone()), expires_at, meta, now);
-        Ok((
-            Ok(Frame::ok()),
-            vec![mcstore_args(&key, value, meta, expires_at)],
-        ))
-    })
+    let now = ctx.now_ms;
+    let mut shard = ctx.db().lock(&key);
+    let current = shard
+        .get(&key, now)
+        .filter(|e| matches!(e.value, Value::Str(_)))
+        .map(|e| e.version());
+    if current != Some(token) {
+        return Ok(Frame::Null);
+    }
+    let expires_at = ttl_ms.map(|ms| now + ms);
+    let meta = ItemMeta {
+        last_access_s: (now / 1000) as u32,
+        ..ItemMeta::default()
+    };
+    shard.set_with_meta(&key, Value::Str(value.clone()), expires_at, meta, now);
+    drop(shard);
+    ctx.log_effect(mcstore_args(&key, value, meta, expires_at));
+    Ok(Frame::ok())
 }

@@ -142,7 +142,8 @@ pub fn write_stats(
                 n => n,
             };
             stat(out, "threads", threads);
-            stat(out, "evictions", 0);
+            // Keys the keyspace's `memory-limit` evicted (an `lru` keyspace; 0 otherwise).
+            stat(out, "evictions", ks.evictions());
             stat(out, "gradus_db", db);
         }
         Some(b"settings") => {
@@ -154,7 +155,8 @@ pub fn write_stats(
             stat(out, "tcpport", shared.config.memcached_port);
             stat(out, "item_size_max", shared.config.memcached_item_size_max);
             stat(out, "cas_enabled", "yes");
-            stat(out, "evictions", "off");
+            let evicts = shared.tenancy.keyspaces.get(db).is_some_and(|k| k.evict);
+            stat(out, "evictions", if evicts { "on" } else { "off" });
             stat(out, "binding_protocol", "ascii");
         }
         Some(b"items") => {

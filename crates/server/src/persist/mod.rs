@@ -1,17 +1,18 @@
 //! Durability glue: which degree a write gets, appending it to the log, snapshots, and recovery.
 //!
-//! The order of a logged write is fixed here and in `dispatch`: the command is applied to memory
-//! while the store gate is held (shared), its record is appended to the log *before* the gate is
-//! released, so the log order is the order in which writes became visible; a `strict` reply is then
-//! held back by the connection until the log's durable LSN covers the record (see `connection`).
+//! Every write goes through [`write::WriteTxn`], the one write path: the change is applied to
+//! memory while the store gate is held (shared), its record is appended to the log *before* the
+//! gate is released, so the log order is the order in which writes became visible; a `strict`
+//! reply is then held back by the connection until the log's durable LSN covers the record (see
+//! `connection`).
 //! Keyspaces whose degree is `none` are never logged and never snapshotted, so neither a replay
 //! nor a snapshot can bring back a stale value of theirs.
 
 pub mod record;
+pub mod write;
 
 use crate::client::ClientState;
 use crate::command::{table, Ctx};
-use crate::error::CmdError;
 use bytes::Bytes;
 use gradus_log::{Durability, Log, LogError, Lsn, Recovered};
 use gradus_store::Store;
@@ -96,48 +97,6 @@ impl Persistence {
         self.logged && self.degrees.get(db).is_some_and(|d| d.is_logged())
     }
 
-    /// The degree a write by `client` in its selected database gets.
-    /// Err when the connection asks for a logged degree in a database that is never logged.
-    /// In a logged database an override of `none` is raised to `lazy`: every write there is
-    /// logged, so a replay can never resurrect an older value over an unlogged newer one.
-    /// FLUSHALL empties every keyspace of the caller's tenant, so it is logged at the strongest
-    /// degree of any of them, whichever one the connection has selected.
-    pub fn degree_for(
-        &self,
-        client: &ClientState,
-        spec: &crate::command::CommandSpec,
-    ) -> Result<Durability, CmdError> {
-        let base = if spec.name == "flushall" {
-            let group = self.flush_groups.get(client.db);
-            self.degrees
-                .iter()
-                .zip(&self.flush_groups)
-                .filter(|(_, g)| Some(*g) == group)
-                .map(|(d, _)| *d)
-                .max()
-                .unwrap_or(Durability::None)
-        } else {
-            self.degrees
-                .get(client.db)
-                .copied()
-                .unwrap_or(Durability::None)
-        };
-        if !self.logged || !base.is_logged() {
-            return match client.durability {
-                Some(d) if d.is_logged() => Err(CmdError::err(format!(
-                    "durability '{d}' requested but database {} is not logged (its degree is none)",
-                    client.db
-                ))),
-                _ => Ok(Durability::None),
-            };
-        }
-        Ok(match client.durability {
-            Some(Durability::None) => Durability::Lazy,
-            Some(d) => d,
-            None => base,
-        })
-    }
-
     /// Waits until `lsn` is durable before a strict reply (or a background one held for a late
     /// log thread). A lone strict writer — no other connection waiting now, and the last fsync
     /// covered at most [`LONE_COMMIT_RECORDS`] records — polls for its fsync, yielding to the
@@ -164,90 +123,6 @@ impl Persistence {
         }
         log.wait_durable(lsn).await
     }
-
-    /// Refuse durable writes once the log is poisoned (Redis' MISCONF for a failing AOF).
-    pub fn check_writable(&self, degree: Durability) -> Result<(), CmdError> {
-        if let (true, Some(log)) = (degree.is_logged(), self.log.get()) {
-            if let Some(reason) = log.poisoned() {
-                return Err(CmdError::Other(format!(
-                    "MISCONF the write-ahead log is poisoned ({reason}); durable writes are refused until restart"
-                )));
-            }
-            if let Some(reason) = log.stalled() {
-                return Err(CmdError::Other(format!(
-                    "MISCONF the write-ahead log cannot write ({reason}); durable writes are refused until there is room on the disk again"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Append applied `commands` as one atomic record; records the LSN on the client.
-    pub fn append(
-        &self,
-        client: &mut ClientState,
-        now_ms: u64,
-        commands: &[LoggedCommand],
-        degree: Durability,
-    ) -> Result<Lsn, LogError> {
-        self.append_encoded(client, record::encode_commands(now_ms, commands), degree)
-    }
-
-    /// Append a record already encoded with `record::encode_commands` (the dispatcher encodes
-    /// before it takes the write-order lock, to keep that critical section short).
-    pub fn append_encoded(
-        &self,
-        client: &mut ClientState,
-        payload: bytes::Bytes,
-        degree: Durability,
-    ) -> Result<Lsn, LogError> {
-        let Some(log) = self.log.get() else {
-            return Err(LogError::NotLogged);
-        };
-        let appended = log.append_bounded(payload, degree)?;
-        let lsn = appended.lsn;
-        client.last_write_lsn = lsn;
-        // A background write made while the writer is late is held like a strict one, so an
-        // acknowledged write is never outside the loss window by more than one fsync.
-        if degree == Durability::Strict || appended.late {
-            client.strict_lsn = client.strict_lsn.max(lsn);
-        }
-        Ok(lsn)
-    }
-}
-
-/// For commands that log their effects instead of themselves (SESSION.*): pick the degree, then
-/// under the write-order lock run `f` — which applies the change and returns the reply plus the
-/// effect commands (plain SET/PEXPIREAT/DEL that replay without any lock state) — and append the
-/// effects as one record.
-pub fn apply_with_effects(
-    ctx: &mut Ctx<'_>,
-    f: impl FnOnce(&mut Ctx<'_>) -> Result<(crate::error::CmdResult, Vec<Vec<Bytes>>), CmdError>,
-) -> crate::error::CmdResult {
-    let spec = table()
-        .get(b"session.close")
-        .expect("session.close is in the command table");
-    let degree = ctx.shared.persist.degree_for(ctx.client, spec)?;
-    ctx.shared.persist.check_writable(degree)?;
-    let shared = ctx.shared;
-    let _order = degree.is_logged().then(|| shared.write_order.lock());
-    let (reply, effects) = f(ctx)?;
-    if degree.is_logged() && !effects.is_empty() {
-        let db = ctx.client.db;
-        let logged: Vec<LoggedCommand> = effects
-            .into_iter()
-            .map(|args| LoggedCommand { db, args })
-            .collect();
-        shared
-            .persist
-            .append(ctx.client, ctx.now_ms, &logged, degree)
-            .map_err(|e| {
-                CmdError::Other(format!(
-                    "MISCONF write applied in memory but not logged: {e}"
-                ))
-            })?;
-    }
-    reply
 }
 
 /// Open the log and apply what recovery finds as it finds it: the snapshot's items, then each
@@ -577,7 +452,7 @@ fn replay_command(
     }
     // A database whose degree is `none` now starts empty, even if it was logged before the
     // config changed; FLUSHALL still applies (it may have been issued from such a database).
-    if !shared.persist.db_logged(c.db) && spec.name != "flushall" {
+    if !shared.persist.db_logged(c.db) && !spec.has(crate::command::flags::TENANT_WIDE) {
         return Ok(());
     }
     client.db = c.db;

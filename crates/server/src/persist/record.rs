@@ -143,6 +143,11 @@ impl RecordRoom {
     pub fn take(&mut self, args: &[Bytes]) {
         self.0 = self.0.saturating_sub(command_len(args));
     }
+
+    /// The record's length with a command with these arguments added.
+    pub fn len_with(&self, args: &[Bytes]) -> usize {
+        MAX_RECORD_LEN - self.0.min(MAX_RECORD_LEN) + command_len(args)
+    }
 }
 
 fn encode<'a>(now_ms: u64, commands: impl Iterator<Item = (usize, &'a [Bytes])> + Clone) -> Bytes {

@@ -1,0 +1,696 @@
+//! The write path: every mutation of the keyspaces goes through one [`WriteTxn`].
+//!
+//! A write transaction is begun by a connection for a [`Scope`] (a keyspace, every keyspace of a
+//! tenant, or the evictions that make room in a tenant) and owns, in this order:
+//! 1. the memory quota: room is made (an `lru` keyspace evicts) or the write is refused with OOM;
+//! 2. the degree: the scope's default, or the connection's override (`CLIENT DURABILITY`);
+//! 3. the writable check: a poisoned or stalled log refuses logged writes (`MISCONF`);
+//! 4. the record-size check, before anything is applied (an append cannot be undone);
+//! 5. the store gate (shared) and, when logged, the write-order lock, so a snapshot sees a write
+//!    applied *and* appended or neither, and the log order is the order writes reached memory;
+//! 6. the append of one record holding everything the transaction logged, and the LSN the
+//!    connection must see durable before it replies (`ClientState::strict_lsn`).
+//!
+//! Transactions nest: EXEC and scripts open one under the exclusive gate, and every write they
+//! run (a queued SET, a SESSION.CLOSE that logs its effects, a script's `redis.call`) *joins* it:
+//! its degree is checked on its own, and what it logs goes into the enclosing record in the order
+//! it ran, so a replay applies the whole transaction or none of it, in that order. The open
+//! record lives on the connection ([`ClientState::record`]): a command that logs its own effects
+//! hands them over with [`log_effect`], wherever it runs.
+//!
+//! One error type, [`WriteError`], has one text per failure in Redis' form (`CmdError`) and in
+//! memcached's ([`WriteError::memcached_line`]).
+//!
+//! May import: `state`, `client`, `quota`, `persist::record`, `error`. Must not import command
+//! modules or the front ends: they call this.
+
+use crate::client::ClientState;
+use crate::error::CmdError;
+use crate::persist::record::{self, LoggedCommand, RecordRoom};
+use crate::state::Shared;
+use bytes::Bytes;
+use gradus_log::format::MAX_RECORD_LEN;
+use gradus_log::{Durability, LogError, Lsn};
+use gradus_store::gate::{ExclusiveHold, SharedHold};
+
+/// What a write transaction may change; it decides the degree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// One keyspace (global index).
+    Keyspace(usize),
+    /// Every keyspace of the tenant that owns this keyspace (FLUSHALL): logged at the strongest
+    /// degree among them.
+    Tenant(usize),
+    /// Evictions that make room in this tenant: logged at the strongest degree of its evicting
+    /// keyspaces, whatever the connection asked for.
+    Evictions(usize),
+}
+
+/// Why a write was refused (or, for [`WriteError::NotLogged`], applied but not logged).
+#[derive(Debug)]
+pub enum WriteError {
+    /// The connection asked for a logged degree in a keyspace that is never logged.
+    UnloggedKeyspace { degree: Durability, db: usize },
+    /// An fsync failed: the log refuses durable writes until a restart.
+    Poisoned(String),
+    /// The disk is full: the log refuses durable writes until there is room again.
+    Stalled(String),
+    /// The record would be over the log's limit; nothing was applied.
+    RecordTooLarge { len: usize },
+    /// Over a `memory-limit` that nothing can be evicted from (`what`: the keyspace or tenant).
+    Oom { what: String },
+    /// Applied in memory, but the append failed.
+    NotLogged(LogError),
+}
+
+impl WriteError {
+    /// The reply line of the memcached front end (`SERVER_ERROR …`, memcached's own text for OOM).
+    pub fn memcached_line(&self) -> String {
+        match self {
+            WriteError::Oom { .. } => "SERVER_ERROR out of memory storing object".into(),
+            other => {
+                let text = CmdError::from(other).to_string();
+                let text = text.strip_prefix("ERR ").unwrap_or(&text);
+                format!("SERVER_ERROR {text}")
+            }
+        }
+    }
+}
+
+impl From<&WriteError> for CmdError {
+    fn from(e: &WriteError) -> CmdError {
+        match e {
+            WriteError::UnloggedKeyspace { degree, db } => CmdError::err(format!(
+                "durability '{degree}' requested but database {db} is not logged (its degree is none)"
+            )),
+            WriteError::Poisoned(reason) => CmdError::Other(format!(
+                "MISCONF the write-ahead log is poisoned ({reason}); durable writes are refused until restart"
+            )),
+            WriteError::Stalled(reason) => CmdError::Other(format!(
+                "MISCONF the write-ahead log cannot write ({reason}); durable writes are refused until there is room on the disk again"
+            )),
+            WriteError::RecordTooLarge { len } => CmdError::err(format!(
+                "the write's log record would be {len} bytes, over the {MAX_RECORD_LEN}-byte limit; not applied"
+            )),
+            WriteError::Oom { what } => CmdError::Other(format!(
+                "OOM command not allowed when used memory > 'memory-limit' of {what}"
+            )),
+            WriteError::NotLogged(e) => CmdError::Other(format!(
+                "MISCONF write applied in memory but not logged: {e}"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for WriteError {
+    /// The Redis form's text (as `CmdError` renders it).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        CmdError::from(self).fmt(f)
+    }
+}
+
+impl std::error::Error for WriteError {}
+
+impl From<WriteError> for CmdError {
+    fn from(e: WriteError) -> CmdError {
+        CmdError::from(&e)
+    }
+}
+
+/// The record a write transaction is building, kept on the connection while it is open.
+#[derive(Debug)]
+pub struct OpenRecord {
+    now_ms: u64,
+    commands: Vec<LoggedCommand>,
+    /// The strongest degree among what was logged so far.
+    degree: Durability,
+    /// The degree of the write running now: its effects are logged only when it is logged.
+    current: Durability,
+    /// What the record has left under the log's limit.
+    room: RecordRoom,
+    /// A lone command encoded before the write-order lock was taken (see
+    /// [`WriteTxn::apply_command`]); appended as it is.
+    encoded: Option<Bytes>,
+}
+
+impl OpenRecord {
+    fn new(now_ms: u64, current: Durability) -> Self {
+        Self {
+            now_ms,
+            commands: Vec::new(),
+            degree: Durability::None,
+            current,
+            room: RecordRoom::whole(),
+            encoded: None,
+        }
+    }
+
+    fn push(&mut self, db: usize, args: Vec<Bytes>) {
+        self.room.take(&args);
+        self.commands.push(LoggedCommand { db, args });
+        self.degree = self.degree.max(self.current);
+    }
+}
+
+/// Log `args` as an effect of the write running now on `client`, in keyspace `db`, if that write
+/// is logged (a command flagged `SELF_LOGGED` calls this for what it changed; outside a write
+/// transaction, as in a replay, it does nothing).
+pub fn log_effect(client: &mut ClientState, db: usize, args: Vec<Bytes>) {
+    if let Some(record) = client.record.as_mut().filter(|r| r.current.is_logged()) {
+        record.push(db, args);
+    }
+}
+
+/// Whether the write running now on `client` is logged (so a caller can skip building effects).
+pub fn effects_logged(client: &ClientState) -> bool {
+    client
+        .record
+        .as_ref()
+        .is_some_and(|r| r.current.is_logged())
+}
+
+enum Gate<'s> {
+    /// Joined a transaction further out, which holds the gate.
+    Joined,
+    /// Not taken yet ([`WriteTxn::apply`] and [`WriteTxn::apply_command`] take it).
+    Pending,
+    Shared(#[allow(dead_code)] SharedHold<'s>),
+    Exclusive(#[allow(dead_code)] ExclusiveHold<'s>),
+}
+
+/// One write transaction (see the module docs). It borrows the connection for its whole life;
+/// dropping it without [`WriteTxn::commit`] (a write refused before it applied anything, a
+/// transaction whose WATCH failed) logs nothing and closes its record.
+pub struct WriteTxn<'s, 'c> {
+    shared: &'s Shared,
+    client: &'c mut ClientState,
+    degree: Durability,
+    gate: Gate<'s>,
+    order: Option<parking_lot::MutexGuard<'s, ()>>,
+}
+
+impl<'s, 'c> WriteTxn<'s, 'c> {
+    /// Begin a write by `client` in `scope`. `grows`: the write may take memory, so room is made
+    /// first under a `memory-limit`. Inside an open transaction the write joins it (no quota, no
+    /// locks: the enclosing one holds the exclusive gate). No lock is held yet: the caller applies
+    /// through [`WriteTxn::apply`] or [`WriteTxn::apply_command`].
+    pub fn begin(
+        shared: &'s Shared,
+        client: &'c mut ClientState,
+        scope: Scope,
+        now_ms: u64,
+        grows: bool,
+    ) -> Result<Self, WriteError> {
+        if client.record.is_some() {
+            let degree = writable_degree(shared, client, scope)?;
+            if let Some(record) = client.record.as_mut() {
+                record.current = degree;
+            }
+            return Ok(Self {
+                shared,
+                client,
+                degree,
+                gate: Gate::Joined,
+                order: None,
+            });
+        }
+        if grows {
+            if let Scope::Keyspace(db) = scope {
+                crate::quota::make_room(shared, client, db, now_ms)?;
+            }
+        }
+        let degree = writable_degree(shared, client, scope)?;
+        client.record = Some(OpenRecord::new(now_ms, degree));
+        Ok(Self {
+            shared,
+            client,
+            degree,
+            gate: Gate::Pending,
+            order: None,
+        })
+    }
+
+    /// Begin a transaction that runs other writes (EXEC, a script) under the exclusive gate:
+    /// nothing else runs until it ends, and the writes it runs join its record. `grows`: room is
+    /// made first in the selected keyspace. Inside an open transaction (a script in EXEC) it joins.
+    pub fn begin_exclusive(
+        shared: &'s Shared,
+        client: &'c mut ClientState,
+        now_ms: u64,
+        grows: bool,
+    ) -> Result<Self, WriteError> {
+        if client.record.is_some() {
+            return Ok(Self {
+                shared,
+                client,
+                degree: Durability::None,
+                gate: Gate::Joined,
+                order: None,
+            });
+        }
+        if grows {
+            let db = client.db;
+            crate::quota::make_room(shared, client, db, now_ms)?;
+        }
+        client.record = Some(OpenRecord::new(now_ms, Durability::None));
+        Ok(Self {
+            shared,
+            client,
+            degree: Durability::None,
+            // The exclusive hold keeps every other writer out (each holds the gate shared while
+            // it holds the write-order lock): no write-order lock is needed under it.
+            gate: Gate::Exclusive(shared.store.exclusive()),
+            order: None,
+        })
+    }
+
+    /// The connection, for the writes a transaction runs (they begin transactions that join it).
+    pub fn client(&mut self) -> &mut ClientState {
+        self.client
+    }
+
+    /// Whether this write is logged (for a transaction that runs others: whether its own effects
+    /// are; theirs are decided one by one).
+    pub fn is_logged(&self) -> bool {
+        self.degree.is_logged()
+    }
+
+    /// Take the gate (shared) and, for a logged write, the write-order lock.
+    fn lock(&mut self) {
+        if matches!(self.gate, Gate::Pending) {
+            self.gate = Gate::Shared(self.shared.store.shared(self.client.id));
+            self.order = self
+                .degree
+                .is_logged()
+                .then(|| self.shared.write_order.lock());
+        }
+    }
+
+    /// Apply a write whose effects `apply` logs itself, through [`log_effect`].
+    pub fn apply<R>(&mut self, apply: impl FnOnce(&mut ClientState) -> R) -> R {
+        self.lock();
+        apply(self.client)
+    }
+
+    /// Apply a command that is logged as itself (`args`, in keyspace `db`) when `apply` succeeds
+    /// (`ok` says whether it did). The record-size check comes first; a lone write is encoded
+    /// before the write-order lock is taken, to keep that critical section short.
+    pub fn apply_command<R>(
+        &mut self,
+        db: usize,
+        args: Vec<Bytes>,
+        apply: impl FnOnce(&mut ClientState, &[Bytes]) -> R,
+        ok: impl FnOnce(&R) -> bool,
+    ) -> Result<R, WriteError> {
+        let logged = self.degree.is_logged();
+        let lone = matches!(self.gate, Gate::Pending);
+        if logged {
+            let record = self.record();
+            if !record.room.fits(&args) {
+                return Err(WriteError::RecordTooLarge {
+                    len: record.room.len_with(&args),
+                });
+            }
+            if lone {
+                record.encoded = Some(record::encode_command(record.now_ms, db, &args));
+            }
+        }
+        self.lock();
+        let result = apply(self.client, &args);
+        let record = self.record();
+        if logged && ok(&result) {
+            if lone {
+                record.degree = record.degree.max(record.current);
+            } else {
+                record.push(db, args);
+            }
+        } else if lone {
+            record.encoded = None;
+        }
+        Ok(result)
+    }
+
+    fn record(&mut self) -> &mut OpenRecord {
+        self.client
+            .record
+            .as_mut()
+            .expect("a write transaction's record is open until it ends")
+    }
+
+    /// End the transaction: append what it logged as one record, while its locks are still held,
+    /// and note the LSN the connection's reply must wait for (strict, or background while the log
+    /// is late). A transaction joined to an enclosing one leaves its writes in that one's record.
+    pub fn commit(mut self) -> Result<(), WriteError> {
+        if matches!(self.gate, Gate::Joined) {
+            return Ok(());
+        }
+        let Some(record) = self.client.record.take() else {
+            return Ok(());
+        };
+        let payload = match record.encoded {
+            Some(payload) if record.degree.is_logged() => payload,
+            _ if record.commands.is_empty() => return Ok(()),
+            _ => record::encode_commands(record.now_ms, &record.commands),
+        };
+        append(self.shared, self.client, payload, record.degree).map_err(|e| {
+            tracing::error!(error = %e, "log append failed");
+            WriteError::NotLogged(e)
+        })?;
+        // The locks go only now (with `self`): the record is in the log in the order it applied.
+        self.order.take();
+        Ok(())
+    }
+}
+
+impl Drop for WriteTxn<'_, '_> {
+    fn drop(&mut self) {
+        if !matches!(self.gate, Gate::Joined) {
+            self.client.record = None;
+        }
+    }
+}
+
+/// The degree a write by `client` in `scope` gets, once the log is known to take it.
+fn writable_degree(
+    shared: &Shared,
+    client: &ClientState,
+    scope: Scope,
+) -> Result<Durability, WriteError> {
+    let degree = degree(shared, client, scope)?;
+    check_writable(shared, degree)?;
+    Ok(degree)
+}
+
+/// The degree of a write by `client` in `scope`. In a logged keyspace an override of `none` is
+/// raised to `lazy`: every write there is logged, so a replay can never resurrect an older value
+/// over an unlogged newer one. A logged override in a keyspace that is never logged is refused.
+pub fn degree(
+    shared: &Shared,
+    client: &ClientState,
+    scope: Scope,
+) -> Result<Durability, WriteError> {
+    let p = &shared.persist;
+    let (base, db) = match scope {
+        Scope::Keyspace(db) => (p.degrees.get(db).copied().unwrap_or(Durability::None), db),
+        Scope::Tenant(db) => {
+            let group = p.flush_groups.get(db);
+            let strongest = p
+                .degrees
+                .iter()
+                .zip(&p.flush_groups)
+                .filter(|(_, g)| Some(*g) == group)
+                .map(|(d, _)| *d)
+                .max()
+                .unwrap_or(Durability::None);
+            (strongest, db)
+        }
+        Scope::Evictions(tenant) => {
+            let t = &shared.tenancy;
+            let strongest = t.tenants[tenant]
+                .keyspaces
+                .iter()
+                .filter(|&&k| t.keyspaces[k].evict && p.db_logged(k))
+                .filter_map(|&k| p.degrees.get(k).copied())
+                .max()
+                .unwrap_or(Durability::None);
+            return Ok(strongest);
+        }
+    };
+    if !p.logged || !base.is_logged() {
+        return match client.durability {
+            Some(d) if d.is_logged() => Err(WriteError::UnloggedKeyspace { degree: d, db }),
+            _ => Ok(Durability::None),
+        };
+    }
+    Ok(match client.durability {
+        Some(Durability::None) => Durability::Lazy,
+        Some(d) => d,
+        None => base,
+    })
+}
+
+/// Refuse logged writes once the log is poisoned or stalled (Redis' MISCONF for a failing AOF).
+pub fn check_writable(shared: &Shared, degree: Durability) -> Result<(), WriteError> {
+    if let (true, Some(log)) = (degree.is_logged(), shared.persist.log.get()) {
+        if let Some(reason) = log.poisoned() {
+            return Err(WriteError::Poisoned(reason.to_string()));
+        }
+        if let Some(reason) = log.stalled() {
+            return Err(WriteError::Stalled(reason.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// Append an encoded record; records the LSN on the client.
+fn append(
+    shared: &Shared,
+    client: &mut ClientState,
+    payload: Bytes,
+    degree: Durability,
+) -> Result<Lsn, LogError> {
+    let Some(log) = shared.persist.log.get() else {
+        return Err(LogError::NotLogged);
+    };
+    let appended = log.append_bounded(payload, degree)?;
+    let lsn = appended.lsn;
+    client.last_write_lsn = lsn;
+    // A background write made while the writer is late is held like a strict one, so an
+    // acknowledged write is never outside the loss window by more than one fsync.
+    if degree == Durability::Strict || appended.late {
+        client.strict_lsn = client.strict_lsn.max(lsn);
+    }
+    Ok(lsn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Shared;
+    use gradus_log::{Log, LogOptions, RecoveryBatch, SimStorage};
+    use std::sync::Arc;
+
+    /// A server state whose database 0 is `background` and database 1 `none`, with a log on a
+    /// simulated disk (so the records a transaction appends can be read back).
+    struct Fixture {
+        shared: Shared,
+        storage: SimStorage,
+        client: ClientState,
+    }
+
+    const NOW: u64 = 1_800_000_000_000;
+
+    fn options() -> LogOptions {
+        let mut options = LogOptions::new(std::path::PathBuf::from("/data"));
+        options.zero_fill_window = std::time::Duration::ZERO;
+        options
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let mut config = crate::Config::embedded();
+            config.durability.default = "background".into();
+            config
+                .durability
+                .databases
+                .insert("1".into(), "none".into());
+            let tenancy = crate::tenancy::Tenancy::build(&config, &[]).expect("default tenancy");
+            let shared = Shared::new(config, None, tenancy);
+            let storage = SimStorage::new(7);
+            let (log, _) =
+                Log::open_streaming(options(), Arc::new(storage.clone()), &mut |_| Ok(()))
+                    .expect("a fresh log opens");
+            let _ = shared.persist.log.set(log);
+            let unspecified = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+            let handle = Arc::new(crate::client::ClientHandle::new(
+                1,
+                unspecified,
+                unspecified,
+            ));
+            Fixture {
+                shared,
+                storage,
+                client: ClientState::new(handle, true),
+            }
+        }
+
+        /// Every record in the log, each as its commands' arguments joined by spaces.
+        fn records(&self) -> Vec<Vec<String>> {
+            let log = self.shared.persist.log.get().expect("open");
+            log.sync_now().expect("sync");
+            let mut found = Vec::new();
+            let mut sink = |batch: RecoveryBatch<'_>| {
+                if let RecoveryBatch::Records(records) = batch {
+                    for (_, payload) in records.drain(..) {
+                        let Ok(record::Record::Commands { commands, .. }) =
+                            record::decode(&payload)
+                        else {
+                            return Err("not a command record".to_string());
+                        };
+                        found.push(
+                            commands
+                                .iter()
+                                .map(|c| {
+                                    let words: Vec<_> =
+                                        c.args.iter().map(|a| String::from_utf8_lossy(a)).collect();
+                                    format!("{}:{}", c.db, words.join(" "))
+                                })
+                                .collect(),
+                        );
+                    }
+                }
+                Ok(())
+            };
+            Log::open_streaming(options(), Arc::new(self.storage.reboot()), &mut sink)
+                .expect("the log reopens");
+            found
+        }
+    }
+
+    fn args(words: &str) -> Vec<Bytes> {
+        words
+            .split(' ')
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect()
+    }
+
+    /// Apply-and-log one command the way the RESP front end does, inside whatever is open.
+    fn set(f: &mut Fixture, command: &str, succeeds: bool) -> Result<(), WriteError> {
+        let db = f.client.db;
+        let mut txn = WriteTxn::begin(&f.shared, &mut f.client, Scope::Keyspace(db), NOW, false)?;
+        txn.apply_command(db, args(command), |_, _| succeeds, |ok| *ok)?;
+        txn.commit()
+    }
+
+    #[test]
+    fn a_lone_write_is_one_record_and_a_strict_one_holds_its_reply() {
+        let mut f = Fixture::new();
+        set(&mut f, "SET a 1", true).unwrap();
+        assert_eq!(f.client.strict_lsn, 0, "background: the reply goes at once");
+        f.client.durability = Some(Durability::Strict);
+        set(&mut f, "SET b 2", true).unwrap();
+        assert_eq!(f.client.strict_lsn, f.client.last_write_lsn);
+        assert!(f.client.strict_lsn > 0);
+        set(&mut f, "SET c 3", false).unwrap();
+        assert!(
+            f.client.record.is_none(),
+            "every transaction closes its record"
+        );
+        assert_eq!(
+            f.records(),
+            [["0:SET a 1"], ["0:SET b 2"]],
+            "a failed write is not logged"
+        );
+    }
+
+    #[test]
+    fn writes_inside_a_transaction_join_its_one_record_in_the_order_they_ran() {
+        let mut f = Fixture::new();
+        let shared = &f.shared;
+        let mut exec = WriteTxn::begin_exclusive(shared, &mut f.client, NOW, false).unwrap();
+        {
+            let client = exec.client();
+            let mut txn = WriteTxn::begin(shared, client, Scope::Keyspace(0), NOW, false).unwrap();
+            txn.apply_command(0, args("SET s x"), |_, _| true, |ok| *ok)
+                .unwrap();
+            txn.commit().unwrap();
+            // A command that logs its effects (SESSION.CLOSE) joins the same record, after it.
+            let mut txn = WriteTxn::begin(shared, client, Scope::Keyspace(0), NOW, false).unwrap();
+            txn.apply(|client| log_effect(client, 0, args("SET s y")));
+            txn.commit().unwrap();
+            // A write in a `none` keyspace runs but is not logged.
+            client.db = 1;
+            let mut txn = WriteTxn::begin(shared, client, Scope::Keyspace(1), NOW, false).unwrap();
+            txn.apply(|client| log_effect(client, 1, args("SET cache z")));
+            txn.commit().unwrap();
+            client.db = 0;
+            // A script inside the transaction joins it too.
+            let script = WriteTxn::begin_exclusive(shared, client, NOW, false).unwrap();
+            script.commit().unwrap();
+            let mut txn = WriteTxn::begin(shared, client, Scope::Keyspace(0), NOW, false).unwrap();
+            txn.apply_command(0, args("DEL t"), |_, _| true, |ok| *ok)
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        assert!(exec.client().record.is_some(), "open until EXEC commits");
+        exec.commit().unwrap();
+        assert!(f.client.record.is_none());
+        assert_eq!(f.records(), [["0:SET s x", "0:SET s y", "0:DEL t"]]);
+    }
+
+    #[test]
+    fn a_transaction_dropped_without_commit_logs_nothing_and_closes_its_record() {
+        let mut f = Fixture::new();
+        {
+            let mut exec = WriteTxn::begin_exclusive(&f.shared, &mut f.client, NOW, false).unwrap();
+            let client = exec.client();
+            let mut txn =
+                WriteTxn::begin(&f.shared, client, Scope::Keyspace(0), NOW, false).unwrap();
+            txn.apply(|client| log_effect(client, 0, args("SET a 1")));
+            txn.commit().unwrap();
+        }
+        assert!(f.client.record.is_none());
+        set(&mut f, "SET b 2", true).unwrap();
+        assert_eq!(f.records(), [["0:SET b 2"]]);
+    }
+
+    #[test]
+    fn the_degree_follows_the_scope_and_the_connections_override() {
+        let mut f = Fixture::new();
+        let d = |f: &Fixture, scope| degree(&f.shared, &f.client, scope).unwrap();
+        assert_eq!(d(&f, Scope::Keyspace(0)), Durability::Background);
+        assert_eq!(d(&f, Scope::Keyspace(1)), Durability::None);
+        assert_eq!(
+            d(&f, Scope::Tenant(1)),
+            Durability::Background,
+            "the strongest of the tenant"
+        );
+        f.client.durability = Some(Durability::None);
+        assert_eq!(
+            d(&f, Scope::Keyspace(0)),
+            Durability::Lazy,
+            "a logged keyspace is always logged"
+        );
+        f.client.durability = Some(Durability::Strict);
+        assert_eq!(d(&f, Scope::Keyspace(0)), Durability::Strict);
+        assert!(matches!(
+            degree(&f.shared, &f.client, Scope::Keyspace(1)),
+            Err(WriteError::UnloggedKeyspace { db: 1, .. })
+        ));
+        // Refused before anything is applied, and no record is left open.
+        f.client.db = 1;
+        assert!(set(&mut f, "SET k v", true).is_err());
+        assert!(f.client.record.is_none());
+        assert!(f.records().is_empty());
+    }
+
+    #[test]
+    fn each_failure_has_one_text_in_each_protocols_form() {
+        let oom = WriteError::Oom {
+            what: "keyspace site:cache".into(),
+        };
+        assert_eq!(
+            oom.memcached_line(),
+            "SERVER_ERROR out of memory storing object"
+        );
+        assert_eq!(
+            CmdError::from(&oom).to_string(),
+            "OOM command not allowed when used memory > 'memory-limit' of keyspace site:cache"
+        );
+        let poisoned = WriteError::Poisoned("fsync failed".into());
+        assert!(poisoned
+            .to_string()
+            .starts_with("MISCONF the write-ahead log is poisoned"));
+        assert_eq!(
+            poisoned.memcached_line(),
+            format!("SERVER_ERROR {poisoned}"),
+            "memcached's form carries the same text"
+        );
+        let large = WriteError::RecordTooLarge {
+            len: MAX_RECORD_LEN + 1,
+        };
+        assert!(large
+            .memcached_line()
+            .starts_with("SERVER_ERROR the write's log record would be"));
+    }
+}
