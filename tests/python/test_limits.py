@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +140,71 @@ def test_config_file(gradus_factory, tmp_path):
         assert conn.call("SELECT", "3") == Simple(b"OK")
         assert conn.call("SELECT", "4") == Err(b"ERR DB index is out of range")
         assert conn.call("CONFIG", "GET", "maxclients") == [b"maxclients", b"7"]
+
+
+def test_config_set_errors_match_redis(gradus, redis_server):
+    # The same CONFIG SET mistakes against both servers: the same replies, and a
+    # failed command changes nothing (Redis checks every pair before applying any).
+    cases = [
+        ("CONFIG", "SET", "no-such-option", "1"),
+        ("CONFIG", "SET", "databases", "4"),
+        ("CONFIG", "SET", "DATABASES", "4"),
+        ("CONFIG", "SET", "maxclients", "abc"),
+        ("CONFIG", "SET", "maxclients", "0"),
+        ("CONFIG", "SET", "maxclients", "-5"),
+        ("CONFIG", "SET", "maxclients", "99999999999"),
+        ("CONFIG", "SET", "maxclients", "10", "MAXCLIENTS", "11"),
+        ("CONFIG", "SET", "maxclients", "10", "no-such-option", "1"),
+        ("CONFIG", "SET", "databases", "4", "no-such-option", "1"),
+        ("CONFIG", "SET", "no-such-option", "1", "databases", "4"),
+        ("CONFIG", "SET", "maxclients", "10", "proto-max-bulk-len", "-1"),
+        ("CONFIG", "SET", "maxclients", "10", "databases"),
+        ("CONFIG", "SET", "maxclients"),
+        ("CONFIG", "SET", "MaxClients", "123"),
+        ("CONFIG", "GET", "maxclients"),
+        ("CONFIG", "GET", "MAXCLIENTS", "maxclient?"),
+        ("CONFIG", "SET", "proto-max-bulk-len", "2mb"),
+        ("CONFIG", "GET", "proto-max-bulk-len"),
+        ("CONFIG", "GET", "no-such-option"),
+    ]
+    with RawConnection(gradus.host, gradus.port) as ours, \
+            RawConnection(redis_server.host, redis_server.port) as theirs:
+        for case in cases:
+            assert ours.call(*case) == theirs.call(*case), case
+
+
+@pytest.mark.gradus_only
+def test_config_get_lists_every_setting_of_print_config(gradus, tmp_path):
+    # --print-config renders the settings in force from the same table CONFIG GET reads.
+    import subprocess
+    import tomllib
+
+    from servers import gradus_binary
+
+    config = tmp_path / "gradus.toml"
+    config.write_text('maxclients = 50\n[durability]\nlazy-flush-ms = 20\n')
+    out = subprocess.run(
+        [str(gradus_binary()), "--config", str(config), "--hz", "20", "--print-config"],
+        check=True, capture_output=True, text=True, timeout=30,
+    ).stdout
+    printed = tomllib.loads(out)
+    assert printed["maxclients"] == 50 and printed["hz"] == 20
+    assert printed["durability"]["lazy-flush-ms"] == 20
+    defaults = subprocess.run(
+        [str(gradus_binary()), "--print-config"], check=True, capture_output=True, text=True, timeout=30,
+    ).stdout
+    repo = Path(__file__).resolve().parents[2]
+    assert defaults == (repo / "crates/server/gradus.toml").read_text()
+    with RawConnection(gradus.host, gradus.port) as conn:
+        got = conn.call("CONFIG", "GET", "*")
+    names = {k.decode() for k in got[0::2]}
+    durability = tomllib.loads(defaults)["durability"]
+    expected = {k for k in tomllib.loads(defaults) if k != "durability"}
+    expected |= {"durability" if k == "default" else k for k in durability if k != "databases"}
+    assert expected <= names, expected - names
+    assert {"appendonly", "appendfsync", "maxmemory", "save"} <= names
+    bad = subprocess.run(
+        [str(gradus_binary()), "--maxclients", "0", "--print-config"], capture_output=True, text=True, timeout=30,
+    )
+    assert bad.returncode == 2
+    assert "--maxclients" in bad.stderr and "between 1 and 4294967295" in bad.stderr, bad.stderr

@@ -10,7 +10,9 @@
 //! - [`quota`]: memory limits per keyspace and tenant: LRU eviction for caches, OOM for the rest;
 //! - [`persist`]: durability degrees, log records, snapshots, recovery (the log itself is `gradus-log`);
 //! - [`memcache`]: the memcached text/meta protocol listener over the same keyspaces;
-//! - [`config`]: embedded defaults, TOML file, flags; [`info`]: the INFO text;
+//! - [`settings`]: the table of settings (name, type, default, live, flag, doc) that the TOML file,
+//!   flags, CONFIG GET/SET, `--print-config` and the README's table all come from;
+//! - [`config`]: defaults, TOML file, flags, validation; [`info`]: the INFO text;
 //! - [`args`]: argument parsing with Redis' rules; [`long_double`]: Redis' float arithmetic for
 //!   INCRBYFLOAT/HINCRBYFLOAT; [`error`]: this layer's error type.
 //!
@@ -30,6 +32,7 @@ pub mod memcache;
 pub mod persist;
 pub mod quota;
 pub mod server;
+pub mod settings;
 pub mod state;
 pub mod tenancy;
 

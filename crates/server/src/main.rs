@@ -14,10 +14,6 @@ fn main() -> std::process::ExitCode {
     if let Some(gradus_server::config::Command::Passwd { password }) = &cli.command {
         return passwd(password.clone());
     }
-    if cli.print_config {
-        print!("{}", gradus_server::config::DEFAULT_CONFIG_TOML);
-        return std::process::ExitCode::SUCCESS;
-    }
     let config = match Config::load(&cli) {
         Ok(c) => c,
         Err(e) => {
@@ -25,6 +21,18 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    if cli.print_config {
+        return match gradus_server::settings::render_toml(&config) {
+            Ok(text) => {
+                print!("{text}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("gradus: cannot print the configuration: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let filter = tracing_subscriber::EnvFilter::try_new(&config.loglevel)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()

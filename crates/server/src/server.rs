@@ -78,6 +78,8 @@ impl Server {
         // After the data-directory lock, so a second server on the same directory reports that.
         let memcached_listeners = crate::memcache::listener::bind(&config).await?;
         let dir = config.dir.clone();
+        // With port 0, CONFIG GET port shows the port the OS picked.
+        let config = Config { port, ..config };
         // The log is opened into the state: recovery replays each segment as it is read.
         let shared = Arc::new(Shared::new(config, config_file, tenancy));
         *shared.persist.dir_lock.lock() = dir_lock;

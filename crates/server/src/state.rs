@@ -46,7 +46,8 @@ impl Stats {
     }
 }
 
-/// Settings that can change at run time (CONFIG SET).
+/// Where the settings that can change at run time (CONFIG SET) keep their values; the settings
+/// table says which these are, and reads and sets them.
 pub struct LiveSettings {
     pub maxclients: AtomicUsize,
     pub proto_max_bulk_len: AtomicUsize,
@@ -69,7 +70,8 @@ impl LiveSettings {
 /// Everything connections share.
 pub struct Shared {
     pub store: Store,
-    /// The configuration the server started with (CONFIG GET reads live values from `live`).
+    /// The configuration the server started with (`port`: the one bound; CONFIG GET reads live
+    /// values from `live`).
     pub config: Config,
     pub config_file: Option<std::path::PathBuf>,
     pub live: LiveSettings,
@@ -106,12 +108,13 @@ impl Shared {
     ) -> Self {
         let degrees = tenancy.degrees();
         let live = LiveSettings {
-            maxclients: AtomicUsize::new(config.maxclients),
-            proto_max_bulk_len: AtomicUsize::new(config.proto_max_bulk_len),
-            max_multibulk_len: AtomicUsize::new(config.max_multibulk_len),
-            max_inline_len: AtomicUsize::new(config.max_inline_len),
-            requirepass: Mutex::new(config.requirepass.clone()),
+            maxclients: AtomicUsize::new(0),
+            proto_max_bulk_len: AtomicUsize::new(0),
+            max_multibulk_len: AtomicUsize::new(0),
+            max_inline_len: AtomicUsize::new(0),
+            requirepass: Mutex::new(String::new()),
         };
+        crate::settings::init_live(&live, &config);
         let (shutdown, _) = watch::channel(false);
         let persist = crate::persist::Persistence {
             // Set by start-up recovery, which replays into this state before the log exists.

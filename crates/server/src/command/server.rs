@@ -1,11 +1,13 @@
 //! Server commands: INFO, CONFIG, COMMAND, DBSIZE, FLUSHDB, FLUSHALL, TIME, SHUTDOWN.
 //!
-//! `COMMAND` output is generated from the command table; `CONFIG` reads and writes the live settings
-//! in [`crate::state::LiveSettings`]; nothing here keeps its own copy of either.
+//! `COMMAND` output is generated from the command table; `CONFIG` reads the settings table
+//! ([`crate::settings`]), which reads and writes the live settings; nothing here keeps its own copy
+//! of either.
 
 use super::{cmd, flags, sub, table, CommandSpec, Ctx, NO_KEYS};
-use crate::args::{is, show, usize_arg};
+use crate::args::{is, show};
 use crate::error::{CmdError, CmdResult};
+use crate::settings;
 use bytes::Bytes;
 use gradus_proto::Frame;
 use gradus_store::glob::glob_match;
@@ -255,115 +257,87 @@ fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-/// Applies a new value to a live setting; Err(reason) when the value is unacceptable.
-type Setter = fn(&Ctx<'_>, &[u8]) -> Result<(), String>;
-
-/// One CONFIG parameter: its name, how to read it, and how to set it (None = immutable).
-struct Param {
-    name: &'static str,
-    get: fn(&Ctx<'_>) -> String,
-    set: Option<Setter>,
+/// CONFIG GET pattern [pattern ...]: every setting (and reported value) whose name matches one of
+/// the glob patterns (ASCII case-insensitive), each once. As in Redis, a setting found by an
+/// argument without `*`, `?` or `[` is named as that argument was typed.
+fn config_get(ctx: &Ctx<'_>, patterns: &[Bytes]) -> Frame {
+    let reply_name = |name: &'static str| -> Option<Bytes> {
+        let first = patterns
+            .iter()
+            .find(|p| glob_match(&p.to_ascii_lowercase(), name.as_bytes()))?;
+        Some(if first.iter().any(|b| b"*?[".contains(b)) {
+            Bytes::from_static(name.as_bytes())
+        } else {
+            first.clone()
+        })
+    };
+    let settings = settings::SETTINGS
+        .iter()
+        .filter_map(|s| Some((reply_name(s.name)?, s.current(ctx.shared))));
+    let reported = settings::REPORTED
+        .iter()
+        .filter_map(|(name, get)| Some((reply_name(name)?, get(ctx.shared))));
+    Frame::Map(
+        settings
+            .chain(reported)
+            .map(|(name, value)| (Frame::Bulk(name), Frame::Bulk(Bytes::from(value))))
+            .collect(),
+    )
 }
 
-fn set_usize(target: &std::sync::atomic::AtomicUsize, v: &[u8], min: usize) -> Result<(), String> {
-    match usize_arg(v) {
-        Ok(n) if n >= min => {
-            target.store(n, Ordering::Relaxed);
-            Ok(())
+/// CONFIG SET name value [name value ...], as Redis does it: every name is looked up first (the
+/// first unknown, immutable or repeated one fails the command), then every value is parsed, and
+/// only when all are valid are they applied, so a failure changes nothing.
+fn config_set(ctx: &Ctx<'_>, pairs: &[Bytes]) -> CmdResult {
+    let failed = |name: &str, why: &str| {
+        CmdError::err(format!(
+            "CONFIG SET failed (possibly related to argument '{name}') - {why}"
+        ))
+    };
+    let mut rows: Vec<(&settings::Setting, &settings::Live, &Bytes)> = Vec::new();
+    for pair in pairs.chunks_exact(2) {
+        let (name, value) = (&pair[0], &pair[1]);
+        let row = std::str::from_utf8(name).ok().and_then(settings::find);
+        let reported = settings::REPORTED
+            .iter()
+            .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name));
+        let Some(row) = row else {
+            if reported {
+                return Err(failed(&show(name), "can't set immutable config"));
+            }
+            return Err(CmdError::err(format!(
+                "Unknown option or number of arguments for CONFIG SET - '{}'",
+                show(name)
+            )));
+        };
+        let Some(live) = &row.live else {
+            return Err(failed(&show(name), "can't set immutable config"));
+        };
+        if rows.iter().any(|(r, _, _)| std::ptr::eq(*r, row)) {
+            return Err(failed(&show(name), "duplicate parameter"));
         }
-        Ok(_) => Err(format!("argument must be at least {min}")),
-        Err(_) => Err("argument couldn't be parsed into an integer".into()),
+        rows.push((row, live, value));
     }
-}
-
-#[rustfmt::skip]
-const PARAMS: &[Param] = &[
-    Param { name: "bind", get: |c| c.shared.config.bind.join(" "), set: None },
-    Param { name: "port", get: |c| c.shared.port.load(Ordering::Relaxed).to_string(), set: None },
-    Param { name: "dir", get: |c| c.shared.config.dir.display().to_string(), set: None },
-    Param { name: "databases", get: |c| c.shared.config.databases.to_string(), set: None },
-    Param { name: "hz", get: |c| c.shared.config.hz.to_string(), set: None },
-    Param { name: "threads", get: |c| c.shared.config.threads.to_string(), set: None },
-    Param { name: "loglevel", get: |c| c.shared.config.loglevel.clone(), set: None },
-    Param { name: "memcached-port", get: |c| c.shared.config.memcached_port.to_string(), set: None },
-    Param { name: "memcached-db", get: |c| c.shared.config.memcached_db.to_string(), set: None },
-    Param { name: "memcached-item-size-max", get: |c| c.shared.config.memcached_item_size_max.to_string(), set: None },
-    Param { name: "maxclients", get: |c| live(&c.shared.live.maxclients), set: Some(|c, v| set_usize(&c.shared.live.maxclients, v, 1)) },
-    Param { name: "requirepass", get: |c| c.shared.live.requirepass.lock().clone(), set: Some(|c, v| { *c.shared.live.requirepass.lock() = show(v); Ok(()) }) },
-    Param { name: "proto-max-bulk-len", get: |c| live(&c.shared.live.proto_max_bulk_len), set: Some(|c, v| set_usize(&c.shared.live.proto_max_bulk_len, v, 1024)) },
-    Param { name: "max-multibulk-len", get: |c| live(&c.shared.live.max_multibulk_len), set: Some(|c, v| set_usize(&c.shared.live.max_multibulk_len, v, 1)) },
-    Param { name: "max-inline-len", get: |c| live(&c.shared.live.max_inline_len), set: Some(|c, v| set_usize(&c.shared.live.max_inline_len, v, 64)) },
-    // Read-only values some clients and tools query; they describe what this server does today.
-    Param { name: "maxmemory", get: |_| "0".into(), set: None },
-    Param { name: "maxmemory-policy", get: |_| "noeviction".into(), set: None },
-    Param { name: "save", get: |_| String::new(), set: None },
-    Param { name: "appendonly", get: |c| if c.shared.persist.log.get().is_some() { "yes".into() } else { "no".into() }, set: None },
-    Param { name: "durability", get: |c| c.shared.config.durability.default.clone(), set: None },
-    // The default degree in Redis' terms, for tools that check it: `strict` fsyncs before the
-    // reply (always), `background` within 10 ms (closest: everysec), `lazy` leaves it to the OS.
-    Param { name: "appendfsync", get: |c| appendfsync_of(&c.shared.config.durability.default).into(), set: None },
-    Param { name: "timeout", get: |_| "0".into(), set: None },
-];
-
-/// Redis' `appendfsync` value closest to a durability degree.
-fn appendfsync_of(degree: &str) -> &'static str {
-    match degree {
-        "strict" => "always",
-        "background" => "everysec",
-        _ => "no",
+    let mut parsed = Vec::with_capacity(rows.len());
+    for (row, live, value) in rows {
+        let v = row
+            .kind
+            .parse(&show(value))
+            .map_err(|why| failed(row.name, &why))?;
+        parsed.push((live, v));
     }
-}
-
-/// A live numeric setting as text.
-fn live(v: &std::sync::atomic::AtomicUsize) -> String {
-    v.load(Ordering::Relaxed).to_string()
+    for (live, v) in parsed {
+        (live.set)(&ctx.shared.live, &v);
+    }
+    Ok(Frame::ok())
 }
 
 fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_lowercase();
     match sub.as_str() {
-        "get" if args.len() >= 3 => {
-            let mut pairs = Vec::new();
-            for p in PARAMS {
-                let wanted = args[2..]
-                    .iter()
-                    .any(|pat| glob_match(&pat.to_ascii_lowercase(), p.name.as_bytes()));
-                if wanted {
-                    pairs.push((
-                        Frame::Bulk(Bytes::from_static(p.name.as_bytes())),
-                        Frame::Bulk(Bytes::from((p.get)(ctx))),
-                    ));
-                }
-            }
-            Ok(Frame::Map(pairs))
-        }
-        "set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
-            // Validate every pair first so a failure changes nothing.
-            let mut todo = Vec::new();
-            for pair in args[2..].chunks_exact(2) {
-                let name = String::from_utf8_lossy(&pair[0]).to_lowercase();
-                let Some(p) = PARAMS.iter().find(|p| p.name == name) else {
-                    return Err(CmdError::err(format!(
-                        "Unknown option or number of arguments for CONFIG SET - '{}'",
-                        show(&pair[0])
-                    )));
-                };
-                let Some(set) = p.set else {
-                    return Err(CmdError::err(format!(
-                        "CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
-                    )));
-                };
-                todo.push((name, set, &pair[1]));
-            }
-            for (name, set, value) in todo {
-                set(ctx, value).map_err(|why| {
-                    CmdError::err(format!(
-                        "CONFIG SET failed (possibly related to argument '{name}') - {why}"
-                    ))
-                })?;
-            }
-            Ok(Frame::ok())
-        }
+        "get" if args.len() >= 3 => Ok(config_get(ctx, &args[2..])),
+        "set" if args.len() >= 4 && args.len().is_multiple_of(2) => config_set(ctx, &args[2..]),
+        "set" if args.len() >= 4 => Err(CmdError::Syntax),
         "resetstat" if args.len() == 2 => {
             let s = &ctx.shared.stats;
             for counter in [

@@ -1,0 +1,873 @@
+//! The settings table: one row per scalar setting — its name (redis-style kebab-case, also its
+//! TOML key and flag), type, default, whether `CONFIG SET` may change it at run time, its flag, a
+//! one-line doc, and how to read and write it. Everything that lists settings reads this table:
+//! the TOML reader and the flags ([`crate::config`]), `CONFIG GET`/`SET`, `--print-config` (and so
+//! `crates/server/gradus.toml`, which is its output) and the README's table (the tests compare
+//! both). Redis' `standardConfig static_configs[]` in `config.c` is the model.
+//!
+//! The nested sections (`[durability] databases`, `[[tenants]]`, `[[users]]`) are not rows: serde
+//! reads them into [`Config`] as before. This module may import [`crate::config`] (the structure
+//! rows write into) and [`crate::state`] (the live values rows read and set); it knows nothing of
+//! sockets or commands.
+
+use crate::config::{Config, MAX_ITEM_SIZE};
+use crate::state::{LiveSettings, Shared};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+/// Where a setting's key lives in the TOML file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    /// At the top of the file, before any `[section]`.
+    Top,
+    /// In `[durability]`.
+    Durability,
+}
+
+impl Section {
+    /// The TOML table header, if any.
+    pub fn header(self) -> Option<&'static str> {
+        match self {
+            Section::Top => None,
+            Section::Durability => Some("durability"),
+        }
+    }
+}
+
+/// The largest value of an integer setting with no smaller limit (Redis' `LLONG_MAX`).
+const UNBOUNDED: u64 = i64::MAX as u64;
+
+/// A setting's type: how its text (flag, `CONFIG SET`, default) is parsed and which values are valid.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    /// `yes` or `no` (TOML: `true` or `false`).
+    Bool,
+    /// A whole number in `min..=max`.
+    Int { min: u64, max: u64 },
+    /// A number of bytes in `min..=max`; text may carry a unit (`64kb`, `4mb`, `1g`: powers of 1024).
+    Size { min: u64, max: u64 },
+    /// Any text.
+    Text,
+    /// One of the words (ASCII case-insensitive; kept in lower case).
+    Enum(&'static [&'static str]),
+    /// One of the words or a whole number (kept as text).
+    EnumOrInt(&'static [&'static str]),
+    /// A list of words (`CONFIG GET` shows them separated by spaces; TOML: an array of strings).
+    List,
+}
+
+/// A setting's value, whatever the field's Rust type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    Int(u64),
+    Bool(bool),
+    Text(String),
+    List(Vec<String>),
+}
+
+impl Value {
+    /// As `CONFIG GET` shows it (Redis' forms: `yes`/`no`, lists separated by spaces).
+    pub fn text(&self) -> String {
+        match self {
+            Value::Int(n) => n.to_string(),
+            Value::Bool(b) => if *b { "yes" } else { "no" }.to_string(),
+            Value::Text(s) => s.clone(),
+            Value::List(items) => items.join(" "),
+        }
+    }
+
+    /// As a TOML value.
+    pub fn toml(&self) -> String {
+        match self {
+            Value::Int(n) => n.to_string(),
+            Value::Bool(b) => b.to_string(),
+            Value::Text(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s.clone(),
+            Value::Text(s) => toml::Value::String(s.clone()).to_string(),
+            Value::List(items) => {
+                let quoted: Vec<String> = items
+                    .iter()
+                    .map(|s| toml::Value::String(s.clone()).to_string())
+                    .collect();
+                format!("[{}]", quoted.join(", "))
+            }
+        }
+    }
+}
+
+impl Kind {
+    /// Parse a value given as text (a flag, `CONFIG SET`, a row's default). Errors are Redis'
+    /// `CONFIG SET` texts.
+    pub fn parse(self, text: &str) -> Result<Value, String> {
+        let v = match self {
+            Kind::Bool => match text.to_ascii_lowercase().as_str() {
+                "yes" => Value::Bool(true),
+                "no" => Value::Bool(false),
+                _ => return Err("argument must be 'yes' or 'no'".into()),
+            },
+            Kind::Int { .. } => match text.parse::<i64>() {
+                Ok(n) if n >= 0 => Value::Int(n as u64),
+                Ok(_) => return Err(self.range_error()),
+                Err(_) => return Err("argument couldn't be parsed into an integer".into()),
+            },
+            Kind::Size { .. } => match crate::tenancy::parse_size(text) {
+                Some(n) => Value::Int(n as u64),
+                None => return Err("argument must be a memory value".into()),
+            },
+            Kind::Text | Kind::Enum(_) | Kind::EnumOrInt(_) => Value::Text(text.to_string()),
+            Kind::List => Value::List(text.split_whitespace().map(str::to_string).collect()),
+        };
+        self.check(v)
+    }
+
+    /// Parse a value read from the TOML file (`what` names it in errors).
+    pub fn from_toml(self, v: &toml::Value) -> Result<Value, String> {
+        let value = match (self, v) {
+            (Kind::Bool, toml::Value::Boolean(b)) => Value::Bool(*b),
+            (Kind::Int { .. } | Kind::Size { .. }, toml::Value::Integer(n)) => u64::try_from(*n)
+                .map(Value::Int)
+                .map_err(|_| self.range_error())?,
+            (Kind::Size { .. }, toml::Value::String(s)) => return self.parse(s),
+            (Kind::Text | Kind::Enum(_) | Kind::EnumOrInt(_), toml::Value::String(s)) => {
+                Value::Text(s.clone())
+            }
+            (Kind::EnumOrInt(_), toml::Value::Integer(n)) if *n >= 0 => Value::Text(n.to_string()),
+            (Kind::List, toml::Value::Array(items)) => Value::List(
+                items
+                    .iter()
+                    .map(|i| i.as_str().map(str::to_string))
+                    .collect::<Option<_>>()
+                    .ok_or("expected an array of strings")?,
+            ),
+            _ => return Err(format!("expected {}", self.expected())),
+        };
+        self.check(value)
+    }
+
+    /// Accept a value of the right shape if it is in range (normalising enum words to lower case).
+    pub fn check(self, v: Value) -> Result<Value, String> {
+        match (self, v) {
+            (Kind::Int { min, max } | Kind::Size { min, max }, Value::Int(n)) => {
+                if (min..=max).contains(&n) {
+                    Ok(Value::Int(n))
+                } else {
+                    Err(self.range_error())
+                }
+            }
+            (Kind::Enum(words), Value::Text(s)) => words
+                .iter()
+                .find(|w| w.eq_ignore_ascii_case(&s))
+                .map(|w| Value::Text(w.to_string()))
+                .ok_or_else(|| {
+                    format!(
+                        "argument(s) must be one of the following: {}",
+                        words.join(", ")
+                    )
+                }),
+            (Kind::EnumOrInt(words), Value::Text(s)) => {
+                if let Some(w) = words.iter().find(|w| w.eq_ignore_ascii_case(&s)) {
+                    Ok(Value::Text(w.to_string()))
+                } else if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+                    s.parse::<u64>()
+                        .map(|n| Value::Text(n.to_string()))
+                        .map_err(|_| "argument couldn't be parsed into an integer".to_string())
+                } else {
+                    Err(format!(
+                        "argument must be a whole number or one of the following: {}",
+                        words.join(", ")
+                    ))
+                }
+            }
+            (Kind::Bool, v @ Value::Bool(_))
+            | (Kind::Text, v @ Value::Text(_))
+            | (Kind::List, v @ Value::List(_)) => Ok(v),
+            (_, v) => Err(format!("expected {}, not {v:?}", self.expected())),
+        }
+    }
+
+    fn range_error(self) -> String {
+        match self {
+            Kind::Int { min, max } | Kind::Size { min, max } => {
+                format!("argument must be between {min} and {max} inclusive")
+            }
+            _ => format!("expected {}", self.expected()),
+        }
+    }
+
+    /// What a value of this kind looks like, for errors.
+    fn expected(self) -> &'static str {
+        match self {
+            Kind::Bool => "true or false",
+            Kind::Int { .. } => "a whole number",
+            Kind::Size { .. } => "a number of bytes or a size such as \"64mb\"",
+            Kind::Text | Kind::Enum(_) => "a string",
+            Kind::EnumOrInt(_) => "a string or a whole number",
+            Kind::List => "an array of strings",
+        }
+    }
+
+    /// The type as the README table shows it.
+    pub fn describe(self) -> String {
+        let range = |name: &str, min: u64, max: u64| {
+            if max == UNBOUNDED {
+                format!("{name} ≥ {min}")
+            } else {
+                format!("{name} {min}–{max}")
+            }
+        };
+        match self {
+            Kind::Bool => "bool".into(),
+            Kind::Int { min, max } => range("int", min, max),
+            Kind::Size { min, max } => range("size", min, max),
+            Kind::Text => "string".into(),
+            Kind::Enum(words) => format!("enum: {}", words.join(", ")),
+            Kind::EnumOrInt(words) => format!("{} or int", words.join(", ")),
+            Kind::List => "list".into(),
+        }
+    }
+}
+
+/// Reads and writes a setting's field of [`Config`].
+#[derive(Clone, Copy)]
+pub struct Access {
+    pub get: fn(&Config) -> Value,
+    /// Stores a value [`Kind::check`] accepted (Err only if the row's kind does not fit its field).
+    pub put: fn(&mut Config, Value) -> Result<(), String>,
+}
+
+/// Reads and sets a live setting's value in [`LiveSettings`].
+#[derive(Clone, Copy)]
+pub struct Live {
+    pub get: fn(&LiveSettings) -> Value,
+    /// Stores a value [`Kind::check`] accepted.
+    pub set: fn(&LiveSettings, &Value),
+}
+
+/// A command-line flag (its long name is the setting's name).
+#[derive(Debug, Clone, Copy)]
+pub struct Flag {
+    pub short: Option<char>,
+    pub value_name: &'static str,
+}
+
+/// One setting.
+pub struct Setting {
+    /// Redis-style name: `CONFIG GET`/`SET`, the flag (`--name`), and the TOML key unless `key` differs.
+    pub name: &'static str,
+    pub section: Section,
+    /// The key within `section`.
+    pub key: &'static str,
+    pub kind: Kind,
+    /// The default, as text [`Kind::parse`] reads.
+    pub default: &'static str,
+    pub flag: Option<Flag>,
+    /// One line: what it does.
+    pub doc: &'static str,
+    pub field: Access,
+    /// `Some` when `CONFIG SET` may change it at run time; otherwise it is immutable.
+    pub live: Option<Live>,
+}
+
+impl Setting {
+    /// The setting's value in a configuration.
+    pub fn get(&self, config: &Config) -> Value {
+        (self.field.get)(config)
+    }
+
+    /// Parse `text` and store it in `config`.
+    pub fn set_text(&self, config: &mut Config, text: &str) -> Result<(), String> {
+        let v = self.kind.parse(text)?;
+        (self.field.put)(config, v)
+    }
+
+    /// The value in force now (the live one for live settings), as `CONFIG GET` shows it.
+    pub fn current(&self, shared: &Shared) -> String {
+        match &self.live {
+            Some(live) => (live.get)(&shared.live),
+            None => self.get(&shared.config),
+        }
+        .text()
+    }
+
+    /// Where it is in the TOML file: `port`, or `[durability] lazy-flush-ms`.
+    pub fn toml_path(&self) -> String {
+        match self.section.header() {
+            None => self.key.to_string(),
+            Some(h) => format!("[{h}] {}", self.key),
+        }
+    }
+}
+
+/// Conversion between a [`Config`] field and a [`Value`].
+pub trait Field: Sized {
+    fn to_value(&self) -> Value;
+    fn from_value(v: Value) -> Option<Self>;
+}
+
+macro_rules! int_field {
+    ($($t:ty),*) => {$(
+        impl Field for $t {
+            fn to_value(&self) -> Value {
+                Value::Int(*self as u64)
+            }
+            fn from_value(v: Value) -> Option<Self> {
+                match v {
+                    Value::Int(n) => n.try_into().ok(),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+int_field!(u16, u32, u64, usize);
+
+impl Field for bool {
+    fn to_value(&self) -> Value {
+        Value::Bool(*self)
+    }
+    fn from_value(v: Value) -> Option<Self> {
+        match v {
+            Value::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+impl Field for String {
+    fn to_value(&self) -> Value {
+        Value::Text(self.clone())
+    }
+    fn from_value(v: Value) -> Option<Self> {
+        match v {
+            Value::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl Field for PathBuf {
+    fn to_value(&self) -> Value {
+        Value::Text(self.display().to_string())
+    }
+    fn from_value(v: Value) -> Option<Self> {
+        String::from_value(v).map(PathBuf::from)
+    }
+}
+
+impl Field for Vec<String> {
+    fn to_value(&self) -> Value {
+        Value::List(self.clone())
+    }
+    fn from_value(v: Value) -> Option<Self> {
+        match v {
+            Value::List(items) => Some(items),
+            _ => None,
+        }
+    }
+}
+
+/// [`Access`] to a field of [`Config`], by path: `field!(durability.lazy_flush_ms)`.
+macro_rules! field {
+    ($($f:ident).+) => {
+        Access {
+            get: |c| Field::to_value(&c.$($f).+),
+            put: |c, v| {
+                c.$($f).+ = Field::from_value(v).ok_or("value does not fit the setting")?;
+                Ok(())
+            },
+        }
+    };
+}
+
+/// [`Live`] access to an `AtomicUsize` of [`LiveSettings`].
+macro_rules! live_usize {
+    ($f:ident) => {
+        Some(Live {
+            get: |l| Value::Int(l.$f.load(Ordering::Relaxed) as u64),
+            set: |l, v| {
+                if let Value::Int(n) = v {
+                    l.$f.store(usize::try_from(*n).unwrap_or(usize::MAX), Ordering::Relaxed);
+                }
+            },
+        })
+    };
+}
+
+const fn flag(value_name: &'static str) -> Option<Flag> {
+    Some(Flag {
+        short: None,
+        value_name,
+    })
+}
+
+const PORT: Kind = Kind::Int { min: 0, max: 65535 };
+const COUNT: Kind = Kind::Int {
+    min: 1,
+    max: UNBOUNDED,
+};
+const DEGREES: Kind = Kind::Enum(&["none", "lazy", "background", "strict"]);
+
+/// Every scalar setting, in the order `--print-config`, `CONFIG GET *` and the README list them.
+#[rustfmt::skip]
+pub static SETTINGS: &[Setting] = &[
+    Setting { name: "bind", section: Section::Top, key: "bind", kind: Kind::List, default: "127.0.0.1",
+        flag: flag("ADDR"), live: None, field: field!(bind),
+        doc: "Addresses to listen on (IPv4 or IPv6 literals; the flag may be repeated); loopback only by default." },
+    Setting { name: "port", section: Section::Top, key: "port", kind: PORT, default: "6379",
+        flag: Some(Flag { short: Some('p'), value_name: "PORT" }), live: None, field: field!(port),
+        doc: "TCP port for the RESP (Redis protocol) listener; 0: the OS picks one and it is logged." },
+    Setting { name: "dir", section: Section::Top, key: "dir", kind: Kind::Text, default: "./gradus-data",
+        flag: flag("DIR"), live: None, field: field!(dir),
+        doc: "Data directory: log segments and snapshots (created if missing)." },
+    Setting { name: "maxclients", section: Section::Top, key: "maxclients", kind: Kind::Int { min: 1, max: u32::MAX as u64 }, default: "10000",
+        flag: flag("N"), live: live_usize!(maxclients), field: field!(maxclients),
+        doc: "Most simultaneous client connections; the next one gets \"-ERR max number of clients reached\"." },
+    Setting { name: "requirepass", section: Section::Top, key: "requirepass", kind: Kind::Text, default: "",
+        flag: flag("PASSWORD"), field: field!(requirepass),
+        live: Some(Live { get: |l| Value::Text(l.requirepass.lock().clone()), set: |l, v| *l.requirepass.lock() = v.text() }),
+        doc: "Password of the default user (AUTH); empty: none, and then Gradus listens on loopback only (unused with [[tenants]])." },
+    Setting { name: "databases", section: Section::Top, key: "databases", kind: Kind::Int { min: 1, max: 1024 }, default: "16",
+        flag: flag("N"), live: None, field: field!(databases),
+        doc: "Number of databases (SELECT 0 to databases-1)." },
+    Setting { name: "proto-max-bulk-len", section: Section::Top, key: "proto-max-bulk-len", kind: Kind::Size { min: 1024, max: UNBOUNDED }, default: "4194304",
+        flag: flag("BYTES"), live: live_usize!(proto_max_bulk_len), field: field!(proto_max_bulk_len),
+        doc: "Largest bulk string (value) a client may send, in bytes." },
+    Setting { name: "max-multibulk-len", section: Section::Top, key: "max-multibulk-len", kind: COUNT, default: "1048576",
+        flag: flag("N"), live: live_usize!(max_multibulk_len), field: field!(max_multibulk_len),
+        doc: "Most elements in one multibulk request." },
+    Setting { name: "max-inline-len", section: Section::Top, key: "max-inline-len", kind: Kind::Size { min: 64, max: UNBOUNDED }, default: "65536",
+        flag: flag("BYTES"), live: live_usize!(max_inline_len), field: field!(max_inline_len),
+        doc: "Longest inline command (typed by hand) and longest unterminated request header, in bytes." },
+    Setting { name: "hz", section: Section::Top, key: "hz", kind: Kind::Int { min: 1, max: 500 }, default: "10",
+        flag: flag("N"), live: None, field: field!(hz),
+        doc: "Active expiry cycles per second." },
+    Setting { name: "threads", section: Section::Top, key: "threads", kind: Kind::Int { min: 0, max: 4096 }, default: "0",
+        flag: flag("N"), live: None, field: field!(threads),
+        doc: "Worker threads for the network and command handling; 0: one per CPU core." },
+    Setting { name: "loglevel", section: Section::Top, key: "loglevel", kind: Kind::Text, default: "info",
+        flag: flag("FILTER"), live: None, field: field!(loglevel),
+        doc: "Log filter: error, warn, info, debug, trace, or a tracing env-filter expression (logs go to stderr)." },
+    Setting { name: "memcached-port", section: Section::Top, key: "memcached-port", kind: PORT, default: "11211",
+        flag: flag("PORT"), live: None, field: field!(memcached_port),
+        doc: "TCP port for the memcached text/meta protocol listener, on the same bind addresses; 0 disables it." },
+    Setting { name: "memcached-db", section: Section::Top, key: "memcached-db", kind: Kind::Int { min: 0, max: UNBOUNDED }, default: "0",
+        flag: flag("N"), live: None, field: field!(memcached_db),
+        doc: "The database (SELECT index) the memcached port reads and writes; flush_all empties it only." },
+    Setting { name: "memcached-tenant", section: Section::Top, key: "memcached-tenant", kind: Kind::Text, default: "",
+        flag: None, live: None, field: field!(memcached_tenant),
+        doc: "With [[tenants]]: the tenant whose keyspace memcached-db names (empty: the first); logins on the port must be its users." },
+    Setting { name: "memcached-item-size-max", section: Section::Top, key: "memcached-item-size-max", kind: Kind::Size { min: 1024, max: MAX_ITEM_SIZE as u64 }, default: "1048576",
+        flag: flag("BYTES"), live: None, field: field!(memcached_item_size_max),
+        doc: "Largest value over the memcached port (memcached's -I); at most the log's record limit less 1 MiB." },
+    Setting { name: "durability", section: Section::Durability, key: "default", kind: DEGREES, default: "background",
+        flag: flag("DEGREE"), live: None, field: field!(durability.default),
+        doc: "Default durability degree of every database: none, lazy, background or strict (see README, Durability)." },
+    Setting { name: "lazy-flush-ms", section: Section::Durability, key: "lazy-flush-ms", kind: COUNT, default: "1000",
+        flag: None, live: None, field: field!(durability.lazy_flush_ms),
+        doc: "lazy: the log is handed to the OS at least this often, in milliseconds." },
+    Setting { name: "background-fsync-ms", section: Section::Durability, key: "background-fsync-ms", kind: COUNT, default: "10",
+        flag: None, live: None, field: field!(durability.background_fsync_ms),
+        doc: "background: a write is fsynced within this many milliseconds of its reply." },
+    Setting { name: "strict-linger-us", section: Section::Durability, key: "strict-linger-us", kind: Kind::Int { min: 0, max: 10_000 }, default: "100",
+        flag: None, live: None, field: field!(durability.strict_linger_us),
+        doc: "After a strict fsync the log thread watches this many microseconds for the next record before it sleeps; 0: off." },
+    Setting { name: "zero-fill", section: Section::Durability, key: "zero-fill", kind: Kind::EnumOrInt(&["always", "never"]), default: "always",
+        flag: None, live: None, field: field!(durability.zero_fill),
+        doc: "Zero-fill log segments ahead of their records: always, never, or N (only while strict writes were made in the last N seconds)." },
+    Setting { name: "segment-bytes", section: Section::Durability, key: "segment-bytes", kind: Kind::Size { min: 4096, max: UNBOUNDED }, default: "67108864",
+        flag: None, live: None, field: field!(durability.segment_bytes),
+        doc: "Log segment size in bytes." },
+    Setting { name: "direct-io", section: Section::Durability, key: "direct-io", kind: Kind::Bool, default: "yes",
+        flag: None, live: None, field: field!(durability.direct_io),
+        doc: "Write log segments with O_DIRECT where the file system takes it (INFO persistence: gradus_log_direct_io)." },
+    Setting { name: "snapshot-log-bytes", section: Section::Durability, key: "snapshot-log-bytes", kind: Kind::Size { min: 0, max: UNBOUNDED }, default: "268435456",
+        flag: None, live: None, field: field!(durability.snapshot_log_bytes),
+        doc: "Take a snapshot (and drop the log it covers) once the log has grown by this many bytes; 0: never by size." },
+    Setting { name: "snapshot-interval-s", section: Section::Durability, key: "snapshot-interval-s", kind: Kind::Int { min: 0, max: UNBOUNDED }, default: "3600",
+        flag: None, live: None, field: field!(durability.snapshot_interval_s),
+        doc: "... or this many seconds after the last snapshot if anything was written; 0: never by time." },
+    Setting { name: "snapshot-compression", section: Section::Durability, key: "snapshot-compression", kind: Kind::Bool, default: "yes",
+        flag: None, live: None, field: field!(durability.snapshot_compression),
+        doc: "Store snapshot values of 64 bytes or more LZ4-compressed when that saves at least an eighth (as rdbcompression)." },
+];
+
+/// How a reported value is read from the server's state.
+pub type Reported = fn(&Shared) -> String;
+
+/// Values some Redis clients and tools query with `CONFIG GET` that are not settings here: they
+/// describe what this server does and cannot be set.
+#[rustfmt::skip]
+pub static REPORTED: &[(&str, Reported)] = &[
+    ("maxmemory", |_| "0".into()),
+    ("maxmemory-policy", |_| "noeviction".into()),
+    ("save", |_| String::new()),
+    ("appendonly", |s| if s.persist.log.get().is_some() { "yes".into() } else { "no".into() }),
+    // The default degree in Redis' terms, for tools that check it: `strict` fsyncs before the
+    // reply (always), `background` within 10 ms (closest: everysec), `lazy` leaves it to the OS.
+    ("appendfsync", |s| appendfsync_of(&s.config.durability.default).into()),
+    ("timeout", |_| "0".into()),
+];
+
+/// Redis' `appendfsync` value closest to a durability degree.
+fn appendfsync_of(degree: &str) -> &'static str {
+    match degree {
+        "strict" => "always",
+        "background" => "everysec",
+        _ => "no",
+    }
+}
+
+/// The row named `name` (ASCII case-insensitive, as Redis looks configs up).
+pub fn find(name: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.name.eq_ignore_ascii_case(name))
+}
+
+/// The row for a TOML key in a section.
+pub fn by_key(section: Section, key: &str) -> Option<&'static Setting> {
+    SETTINGS
+        .iter()
+        .find(|s| s.section == section && s.key == key)
+}
+
+/// A configuration with every row at its default and the nested sections empty.
+pub fn defaults() -> Config {
+    let mut c = Config::blank();
+    for s in SETTINGS {
+        s.set_text(&mut c, s.default)
+            .unwrap_or_else(|e| panic!("settings table: default of {}: {e}", s.name));
+    }
+    c
+}
+
+/// Set live settings from a configuration (at start-up).
+pub fn init_live(live: &LiveSettings, config: &Config) {
+    for s in SETTINGS {
+        if let Some(l) = &s.live {
+            (l.set)(live, &s.get(config));
+        }
+    }
+}
+
+const HEADER: &str = "\
+# Gradus configuration: every setting with its value (`gradus --print-config` prints the ones in
+# force: the defaults, then --config FILE, then flags; with neither, the defaults, which is the
+# text of crates/server/gradus.toml).
+#
+# A file may set any subset of the settings: copy this, edit what you need and start with
+# `gradus --config my.toml`; command-line flags override the file. Names follow redis-server's
+# where one exists. Settings marked \"live\" can also be changed at run time with CONFIG SET;
+# CONFIG GET shows every setting by the name given with its flag.
+";
+
+const DATABASES_DOC: &str = "\
+# Per-database degrees by SELECT index, e.g. { \"1\" = \"none\" }. A database whose degree is \"none\"
+# is never logged, whatever a connection asks.
+";
+
+const TENANTS_SKETCH: &str = "
+# Tenants (none by default: one tenant, \"default\", with databases 0..databases-1 and the
+# \"default\" user above). Declaring tenants makes every connection authenticate as a tenant's
+# user; see examples/tenants.toml and the README (\"Tenants\"). Sketch:
+#
+# [[tenants]]
+# name = \"alpha\"
+# memory-limit = \"512mb\"                   # optional, all of the tenant's keyspaces together
+#   [[tenants.users]]
+#   name = \"alpha\"
+#   password = \"pbkdf2-sha256$...\"         # from `gradus passwd`, never the password itself
+#   permissions = [\"read\", \"write\", \"flush\"]
+#   [[tenants.keyspaces]]
+#   name = \"session\"
+#   select = 0
+#   durability = \"background\"              # default: [durability] default
+#   eviction = \"none\"                      # none (refuse with OOM) | lru (a cache)
+#   memory-limit = \"1gb\"                   # optional
+#
+# [[users]]                                 # e.g. the global admin
+# name = \"admin\"
+# password = \"pbkdf2-sha256$...\"
+# permissions = [\"admin\"]
+# tenant = \"alpha\"                          # where its key commands run (default: the first tenant)
+";
+
+/// Comment lines of at most 100 columns.
+fn comment(out: &mut String, text: &str) {
+    let mut line = String::from("#");
+    for word in text.split_whitespace() {
+        if line.len() + 1 + word.len() > 100 && line.len() > 1 {
+            out.push_str(&line);
+            out.push('\n');
+            line = String::from("#");
+        }
+        line.push(' ');
+        line.push_str(word);
+    }
+    out.push_str(&line);
+    out.push('\n');
+}
+
+/// The configuration as a TOML file: every row with its doc, then the nested sections
+/// (`--print-config`; for [`defaults`], the text of `crates/server/gradus.toml`).
+pub fn render_toml(config: &Config) -> Result<String, String> {
+    let mut out = String::from(HEADER);
+    for section in [Section::Top, Section::Durability] {
+        if let Some(h) = section.header() {
+            let _ = write!(out, "\n[{h}]\n");
+        }
+        for s in SETTINGS.iter().filter(|s| s.section == section) {
+            out.push('\n');
+            comment(&mut out, s.doc);
+            let mut how = Vec::new();
+            if s.key != s.name {
+                how.push(format!("CONFIG GET {}", s.name));
+            }
+            if let Some(f) = &s.flag {
+                let short = f.short.map(|c| format!(", -{c}")).unwrap_or_default();
+                how.push(format!("flag --{} {}{short}", s.name, f.value_name));
+            }
+            if s.live.is_some() {
+                how.push("live".into());
+            }
+            if !how.is_empty() {
+                let _ = writeln!(out, "# ({})", how.join("; "));
+            }
+            let _ = writeln!(out, "{} = {}", s.key, s.get(config).toml());
+        }
+    }
+    out.push('\n');
+    out.push_str(DATABASES_DOC);
+    let map: toml::Table = config
+        .durability
+        .databases
+        .iter()
+        .map(|(k, v)| (k.clone(), toml::Value::String(v.clone())))
+        .collect();
+    let _ = writeln!(out, "databases = {}", toml::Value::Table(map));
+    if config.tenants.is_empty() && config.users.is_empty() {
+        out.push_str(TENANTS_SKETCH);
+    } else {
+        // Empty lists are left out: `users = []` after `[durability]` would land in that table.
+        #[derive(serde::Serialize)]
+        struct Nested<'a> {
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            tenants: &'a [crate::config::TenantConfig],
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            users: &'a [crate::config::UserConfig],
+        }
+        let nested = Nested {
+            tenants: &config.tenants,
+            users: &config.users,
+        };
+        out.push('\n');
+        out.push_str(&toml::to_string(&nested).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+/// The README's settings table (the tests check README.md holds exactly this).
+pub fn markdown_table() -> String {
+    let mut out = String::from(
+        "| setting | flag | type | default | live | meaning |\n\
+         |---------|------|------|---------|------|---------|\n",
+    );
+    for s in SETTINGS {
+        let name = if s.section == Section::Top && s.key == s.name {
+            format!("`{}`", s.name)
+        } else {
+            format!("`{}` (TOML: `{}`)", s.name, s.toml_path())
+        };
+        let flag = match &s.flag {
+            Some(f) => {
+                let short = f.short.map(|c| format!(", `-{c}`")).unwrap_or_default();
+                format!("`--{} {}`{short}", s.name, f.value_name)
+            }
+            None => String::new(),
+        };
+        let default = match s.default {
+            "" => "empty".to_string(),
+            d => format!("`{d}`"),
+        };
+        let live = if s.live.is_some() { "yes" } else { "no" };
+        let _ = writeln!(
+            out,
+            "| {name} | {flag} | {} | {default} | {live} | {} |",
+            s.kind.describe(),
+            s.doc
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRADUS_TOML: &str = include_str!("../gradus.toml");
+    const README: &str = include_str!("../../../README.md");
+
+    #[test]
+    fn names_are_unique_kebab_case_and_keys_unique_per_section() {
+        for (i, s) in SETTINGS.iter().enumerate() {
+            assert!(
+                s.name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{}",
+                s.name
+            );
+            for t in &SETTINGS[i + 1..] {
+                assert_ne!(s.name, t.name);
+                assert!(s.section != t.section || s.key != t.key, "{}", s.key);
+            }
+            assert!(REPORTED.iter().all(|(n, _)| *n != s.name), "{}", s.name);
+        }
+    }
+
+    #[test]
+    fn every_default_parses_into_its_field_and_reads_back() {
+        let c = defaults();
+        for s in SETTINGS {
+            assert_eq!(s.get(&c), s.kind.parse(s.default).unwrap(), "{}", s.name);
+            assert_eq!(s.get(&c).text(), s.default, "{}", s.name);
+        }
+    }
+
+    #[test]
+    fn every_row_takes_its_extreme_values() {
+        for s in SETTINGS {
+            let mut c = defaults();
+            if let Kind::Int { min, max } | Kind::Size { min, max } = s.kind {
+                for n in [min, max] {
+                    s.set_text(&mut c, &n.to_string()).unwrap();
+                    assert_eq!(s.get(&c), Value::Int(n), "{}", s.name);
+                }
+                if max < UNBOUNDED {
+                    let err = s.set_text(&mut c, &(max + 1).to_string()).unwrap_err();
+                    assert!(err.contains("must be between"), "{}: {err}", s.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gradus_toml_is_the_rendered_defaults() {
+        let rendered = render_toml(&defaults()).unwrap();
+        assert!(
+            rendered == GRADUS_TOML,
+            "crates/server/gradus.toml differs from the settings table; regenerate it with \
+             `gradus --print-config > crates/server/gradus.toml`. Expected:\n{rendered}"
+        );
+        // And so every row is in it, under its section, with its default.
+        let table: toml::Table = GRADUS_TOML.parse().unwrap();
+        for s in SETTINGS {
+            let section = match s.section.header() {
+                None => &table,
+                Some(h) => table[h].as_table().unwrap(),
+            };
+            let v = section
+                .get(s.key)
+                .unwrap_or_else(|| panic!("{} missing", s.name));
+            assert_eq!(s.kind.from_toml(v).unwrap().text(), s.default, "{}", s.name);
+        }
+    }
+
+    #[test]
+    fn rendering_reads_back_as_the_same_config() {
+        let mut c = defaults();
+        c.merge_toml(
+            "port = 7000\nbind = [\"127.0.0.1\", \"::1\"]\nrequirepass = \"a \\\"b\\\"\"\n\
+             [durability]\ndatabases = { \"1\" = \"none\" }\nzero-fill = 5\ndirect-io = false\n\
+             [[tenants]]\nname = \"t\"\nmemory-limit = \"1mb\"\n\
+             [[tenants.keyspaces]]\nname = \"k\"\nselect = 0\n",
+        )
+        .unwrap();
+        let text = render_toml(&c).unwrap();
+        let mut back = defaults();
+        back.merge_toml(&text).unwrap();
+        assert_eq!(back, c, "{text}");
+    }
+
+    #[test]
+    fn readme_has_the_settings_table() {
+        let table = markdown_table();
+        assert!(
+            README.contains(&table),
+            "README.md's settings table differs from the settings table; it should read:\n{table}"
+        );
+        for s in SETTINGS {
+            assert!(table.contains(&format!("| `{}`", s.name)), "{}", s.name);
+        }
+    }
+
+    #[test]
+    fn every_flag_maps_to_a_row() {
+        use clap::CommandFactory;
+        let cmd = crate::config::Cli::command();
+        let own = ["config", "repair", "print-config", "help", "version"];
+        let mut flagged = 0;
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if own.contains(&long) {
+                continue;
+            }
+            let row = find(long).unwrap_or_else(|| panic!("--{long} is not a settings row"));
+            let flag = row
+                .flag
+                .unwrap_or_else(|| panic!("{} has no flag", row.name));
+            assert_eq!(arg.get_short(), flag.short, "--{long}");
+            flagged += 1;
+        }
+        assert_eq!(
+            flagged,
+            SETTINGS.iter().filter(|s| s.flag.is_some()).count()
+        );
+    }
+
+    #[test]
+    fn kinds_parse_as_redis_does() {
+        let int = Kind::Int { min: 1, max: 10 };
+        assert_eq!(int.parse("10"), Ok(Value::Int(10)));
+        assert_eq!(
+            int.parse("x").unwrap_err(),
+            "argument couldn't be parsed into an integer"
+        );
+        assert_eq!(
+            int.parse("0").unwrap_err(),
+            "argument must be between 1 and 10 inclusive"
+        );
+        assert_eq!(
+            int.parse("-1").unwrap_err(),
+            "argument must be between 1 and 10 inclusive"
+        );
+        let size = Kind::Size {
+            min: 1024,
+            max: UNBOUNDED,
+        };
+        assert_eq!(size.parse("2mb"), Ok(Value::Int(2 << 20)));
+        assert_eq!(
+            size.parse("-1").unwrap_err(),
+            "argument must be a memory value"
+        );
+        assert_eq!(Kind::Bool.parse("YES"), Ok(Value::Bool(true)));
+        assert_eq!(
+            Kind::Bool.parse("1").unwrap_err(),
+            "argument must be 'yes' or 'no'"
+        );
+        assert_eq!(DEGREES.parse("Strict"), Ok(Value::Text("strict".into())));
+        assert_eq!(
+            DEGREES.parse("x").unwrap_err(),
+            "argument(s) must be one of the following: none, lazy, background, strict"
+        );
+        let zf = Kind::EnumOrInt(&["always", "never"]);
+        assert_eq!(zf.parse("30"), Ok(Value::Text("30".into())));
+        assert!(zf.parse("sometimes").is_err());
+        assert_eq!(
+            Kind::List.parse(" a  b "),
+            Ok(Value::List(vec!["a".into(), "b".into()]))
+        );
+        assert_eq!(
+            Kind::Bool.from_toml(&toml::Value::Integer(1)).unwrap_err(),
+            "expected true or false"
+        );
+    }
+}
