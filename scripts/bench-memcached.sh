@@ -6,6 +6,8 @@
 #   scripts/bench-memcached.sh [connections] [value-bytes] [secs-per-round] [rounds]
 #                              (defaults: 50 1024 10 3)
 #   GRADUS_THREADS=N sets gradus --threads (default: one worker per core).
+#   GRADUS_BASELINE=path/to/gradus adds an earlier build at durability none as a fourth target, in
+#   the same rounds (to show that a change did not make the request path slower).
 #
 # Prints Markdown (crates/server/examples/memcache_bench.rs does the measuring).
 set -euo pipefail
@@ -30,10 +32,18 @@ target/release/gradus --port 7602 --memcached-port 7612 --dir "$TMP/bg" --durabi
 PIDS+=($!)
 memcached -l 127.0.0.1 -p 7613 -U 0 -t 2 -m 1024 -c 1024 -u "$(id -un)" >"$TMP/memcached.log" 2>&1 &
 PIDS+=($!)
+BASELINE_TARGET=()
+if [ -n "${GRADUS_BASELINE:-}" ]; then
+    "$GRADUS_BASELINE" --port 7604 --memcached-port 7614 --dir "$TMP/baseline" --durability none \
+        ${GRADUS_THREADS:+--threads $GRADUS_THREADS} --loglevel warn >"$TMP/baseline.log" 2>&1 &
+    PIDS+=($!)
+    wait_port 7614
+    BASELINE_TARGET=(--target baseline-none=127.0.0.1:7614)
+fi
 wait_port 7611; wait_port 7612; wait_port 7613
 echo "gradus $(target/release/gradus --version | cut -d' ' -f2), $(memcached -V), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(date -u +%Y-%m-%dT%H:%MZ)"
 echo
 target/release/examples/memcache_bench \
     --target gradus-none=127.0.0.1:7611 --target gradus-background=127.0.0.1:7612 \
-    --target memcached=127.0.0.1:7613 \
+    --target memcached=127.0.0.1:7613 "${BASELINE_TARGET[@]}" \
     --connections "$CONNS" --value "$SIZE" --keys 10000 --get-ratio 0.9 --secs "$SECS" --rounds "$ROUNDS"

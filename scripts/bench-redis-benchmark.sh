@@ -3,6 +3,8 @@
 #
 #   scripts/bench-redis-benchmark.sh [requests] [rounds]   (defaults: 200000 requests, 3 rounds)
 #   GRADUS_THREADS=N sets gradus --threads (default: one worker per core).
+#   GRADUS_BASELINE=path/to/gradus adds a third target, an earlier build, to every round (to show
+#   that a change did not make the request path slower, as a same-run ratio).
 #
 # Both servers run on loopback, one at a time, with the same redis-benchmark command lines:
 #   redis-benchmark -t set,get,incr,hset -c 50 -d 1024 -n N            (no pipelining)
@@ -26,9 +28,14 @@ run_bench() { # port pipeline → lines "TEST,rps"
     | tail -n +2 | tr -d '"' | cut -d, -f1,2
 }
 
+TARGETS="redis gradus${GRADUS_BASELINE:+ baseline}"
 for round in $(seq "$ROUNDS"); do
-  for target in redis gradus; do
-    if [ "$target" = redis ]; then
+  for target in $TARGETS; do
+    if [ "$target" = baseline ]; then
+      "$GRADUS_BASELINE" --port 7302 --memcached-port 0 --dir "$TMP/bdata" --durability none ${GRADUS_THREADS:+--threads $GRADUS_THREADS} --loglevel warn >"$TMP/baseline.log" 2>&1 &
+      echo $! >"$TMP/gradus.pid"
+      port=7302
+    elif [ "$target" = redis ]; then
       redis-server --port 7301 --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" --daemonize no >"$TMP/redis.log" 2>&1 &
       port=7301
     else
@@ -51,12 +58,21 @@ rows = list(csv.reader(open(sys.argv[1])))
 data = {}
 for target, pipe, rnd, test, rps in rows:
     data.setdefault((test, int(pipe)), {}).setdefault(target, []).append(float(rps))
-print("| test | pipeline | redis-server ops/s (median) | Gradus ops/s (median) | Gradus / Redis |")
-print("|---|---|---|---|---|")
+baseline = any("baseline" in d for d in data.values())
+if baseline:
+    print("| test | pipeline | redis-server ops/s (median) | Gradus ops/s (median) | Gradus / Redis | baseline ops/s (median) | baseline / Redis |")
+    print("|---|---|---|---|---|---|---|")
+else:
+    print("| test | pipeline | redis-server ops/s (median) | Gradus ops/s (median) | Gradus / Redis |")
+    print("|---|---|---|---|---|")
 for (test, pipe) in sorted(data, key=lambda k: (k[1], k[0])):
     d = data[(test, pipe)]
     r, g = statistics.median(d["redis"]), statistics.median(d["gradus"])
-    print(f"| {test} | {pipe} | {r:,.0f} | {g:,.0f} | {g / r:.2f}x |")
+    line = f"| {test} | {pipe} | {r:,.0f} | {g:,.0f} | {g / r:.2f}x |"
+    if baseline:
+        b = statistics.median(d["baseline"])
+        line += f" {b:,.0f} | {b / r:.2f}x |"
+    print(line)
 print()
 print("Per-round figures (target, pipeline, round, test, ops/s):")
 print()

@@ -9,7 +9,9 @@ use bytes::Bytes;
 use gradus_proto::ProtocolVersion;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,35 +32,58 @@ pub struct Watch {
     pub version: u64,
 }
 
-/// Work a command asked the connection to finish asynchronously, after the replies before it
-/// are written (the handler itself must not block).
-#[derive(Debug)]
-pub enum Deferred {
-    /// WAITAOF: wait until `lsn` is durable (numlocal > 0) and reply `[local, replicas]`.
-    WaitAof {
-        lsn: u64,
-        numlocal: i64,
-        numreplicas: i64,
-        timeout_ms: u64,
-    },
-    /// SAVE: take a snapshot, then reply.
-    Save,
-    /// A throttled AUTH: send `reply` at `until`.
-    Delay {
-        until: std::time::Instant,
-        reply: gradus_proto::Frame,
-    },
-    /// LOCK / SESSION.OPEN queued behind the holder: wait for the grant or the deadline.
-    LockWait {
-        db: usize,
-        name: bytes::Bytes,
-        waiter: u64,
-        grant: tokio::sync::oneshot::Receiver<u64>,
-        /// None = wait until granted (or the connection goes).
-        deadline: Option<std::time::Instant>,
-        /// SESSION.OPEN: reply `[token, data]` (read after the grant) instead of the token.
-        session: bool,
-    },
+/// The future that finishes a deferred reply: it may use the connection's state while it runs.
+pub type Completion<'c> = Pin<Box<dyn Future<Output = gradus_proto::Frame> + Send + 'c>>;
+
+/// What finishes a deferred reply, given the server state and the connection.
+pub trait Finish:
+    for<'c> FnOnce(Arc<crate::state::Shared>, &'c mut ClientState) -> Completion<'c> + Send
+{
+}
+
+impl<F> Finish for F where
+    F: for<'c> FnOnce(Arc<crate::state::Shared>, &'c mut ClientState) -> Completion<'c> + Send
+{
+}
+
+/// A reply a command could not give at once (a lock wait, WAITAOF, SAVE, a throttled AUTH): the
+/// connection writes the replies before it, then awaits this and writes what it yields. The
+/// module that defers owns the completion; the connection loop only runs it, so it never calls
+/// back into a command module. A handler must not block: it defers instead.
+pub struct Deferred {
+    /// What it waits for (for logs).
+    pub what: &'static str,
+    finish: Box<dyn Finish>,
+}
+
+impl Deferred {
+    /// Defer the reply to `finish`, which is given the server state and the connection.
+    pub fn new(
+        what: &'static str,
+        finish: impl for<'c> FnOnce(Arc<crate::state::Shared>, &'c mut ClientState) -> Completion<'c>
+            + Send
+            + 'static,
+    ) -> Self {
+        Self {
+            what,
+            finish: Box::new(finish),
+        }
+    }
+
+    /// Run the completion: the reply.
+    pub async fn complete(
+        self,
+        shared: Arc<crate::state::Shared>,
+        client: &mut ClientState,
+    ) -> gradus_proto::Frame {
+        (self.finish)(shared, client).await
+    }
+}
+
+impl std::fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Deferred({})", self.what)
+    }
 }
 
 /// Counters a connection keeps locally and adds to the shared ones once per batch, so the hot
@@ -102,7 +127,7 @@ pub struct ClientState {
     pub last_write_lsn: u64,
     /// Highest LSN of a `strict` write whose reply is still pending in this batch.
     pub strict_lsn: u64,
-    /// Set by WAITAOF/SAVE; the connection completes it.
+    /// A reply the running command deferred (see [`Deferred`]); the connection completes it.
     pub deferred: Option<Deferred>,
     pub counters: LocalCounters,
     /// The record of the write transaction this connection has open (see

@@ -10,14 +10,13 @@
 //! fsync: group commit). If that wait fails (the log is poisoned), the connection is closed
 //! *without* writing those replies: a strict write is never acknowledged unless it is durable.
 
-use crate::client::{ClientState, Deferred};
+use crate::client::ClientState;
 use crate::dispatch::dispatch;
 use crate::state::Shared;
 use bytes::BytesMut;
 use gradus_proto::{encode, Frame, Limits, ProtoError, ProtocolVersion, RequestDecoder};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -51,7 +50,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                         if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
                             break 'conn;
                         }
-                        let reply = complete(&shared, &mut client, work).await;
+                        let reply = work.complete(shared.clone(), &mut client).await;
                         encode(&reply, client.resp, &mut wbuf);
                         now_ms = gradus_store::now_ms();
                     } else if !client.suppress_reply {
@@ -165,107 +164,4 @@ pub(crate) async fn flush(
         .fetch_add(wbuf.len() as u64, Ordering::Relaxed);
     wbuf.clear();
     true
-}
-
-/// Finish a deferred command (WAITAOF, SAVE) and return its reply.
-async fn complete(shared: &Arc<Shared>, client: &mut ClientState, work: Deferred) -> Frame {
-    match work {
-        Deferred::LockWait {
-            db,
-            name,
-            waiter,
-            mut grant,
-            deadline,
-            session,
-        } => {
-            let handle = client.handle.clone();
-            let mut shutdown = shared.shutdown.subscribe();
-            let timeout = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let token = tokio::select! {
-                granted = &mut grant => granted.ok(),
-                _ = timeout => None,
-                _ = handle.killed() => None,
-                _ = shutdown.wait_for(|down| *down) => None,
-            };
-            // A grant that raced the timeout is kept, never leaked (cancel_wait reports it).
-            let token = match token {
-                Some(t) => Some(t),
-                None => shared.locks.cancel_wait(db, &name, waiter, grant),
-            };
-            match token {
-                None if session => Frame::NullArray,
-                None => Frame::Null,
-                Some(t) if session => {
-                    crate::command::locks::session_open_reply(shared, client, &name, t, true)
-                }
-                Some(t) => Frame::Integer(t as i64),
-            }
-        }
-        Deferred::WaitAof {
-            lsn,
-            numlocal,
-            numreplicas,
-            timeout_ms,
-        } => {
-            let deadline = (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms));
-            let mut local = 0;
-            if let Some(log) = shared.persist.log.get().cloned() {
-                if numlocal > 0 && log.durable_lsn() < lsn {
-                    // Force the fsync rather than wait for the background one.
-                    let sync = tokio::task::spawn_blocking(move || log.sync_now());
-                    let synced = match deadline {
-                        Some(d) => tokio::time::timeout(d, sync).await.ok(),
-                        None => Some(sync.await),
-                    };
-                    if let Some(Ok(Err(e))) = synced {
-                        return Frame::Error(format!("ERR {e}"));
-                    }
-                }
-                if shared
-                    .persist
-                    .log
-                    .get()
-                    .is_some_and(|l| l.durable_lsn() >= lsn)
-                {
-                    local = 1;
-                }
-            }
-            if numreplicas > 0 {
-                // There are no replicas (yet): like Redis, wait out the timeout (0 = until the
-                // connection or the server goes away).
-                let handle = client.handle.clone();
-                let mut shutdown = shared.shutdown.subscribe();
-                let forever = async {
-                    tokio::select! {
-                        _ = handle.killed() => {}
-                        _ = shutdown.wait_for(|down| *down) => {}
-                    }
-                };
-                match deadline {
-                    Some(d) => {
-                        let _ = tokio::time::timeout(d, forever).await;
-                    }
-                    None => forever.await,
-                }
-            }
-            Frame::Array(vec![Frame::Integer(local), Frame::Integer(0)])
-        }
-        Deferred::Delay { until, reply } => {
-            tokio::time::sleep_until(tokio::time::Instant::from_std(until)).await;
-            reply
-        }
-        Deferred::Save => {
-            let s = shared.clone();
-            match tokio::task::spawn_blocking(move || crate::persist::take_snapshot(&s)).await {
-                Ok(Ok(_)) => Frame::ok(),
-                Ok(Err(e)) => Frame::Error(format!("ERR {e}")),
-                Err(e) => Frame::Error(format!("ERR snapshot task failed: {e}")),
-            }
-        }
-    }
 }

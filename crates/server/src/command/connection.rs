@@ -92,10 +92,16 @@ fn authenticate(ctx: &mut Ctx<'_>, user: &[u8], pass: &[u8]) -> Result<(), CmdEr
             Ok(()) => Frame::ok(),
             Err(e) => e.to_frame(),
         };
-        ctx.client.deferred = Some(crate::client::Deferred::Delay {
-            until: std::time::Instant::now() + delay,
-            reply,
-        });
+        let until = tokio::time::Instant::now() + delay;
+        ctx.client.deferred = Some(crate::client::Deferred::new(
+            "auth throttle",
+            move |_, _| {
+                Box::pin(async move {
+                    tokio::time::sleep_until(until).await;
+                    reply
+                })
+            },
+        ));
     }
     result
 }

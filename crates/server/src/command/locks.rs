@@ -2,8 +2,8 @@
 //!
 //! `LOCK`/`UNLOCK`/`LOCKS.INFO`/`LOCKS.LIST` expose the lock table of `gradus_store::locks`
 //! (FIFO, fencing tokens, leases, waiter cap; released when the holding connection closes).
-//! A waiting connection is parked by the connection task (`Deferred::LockWait`): the server does
-//! no work for it until the grant or the deadline.
+//! A waiting connection is parked by a deferred reply this module owns ([`wait_for_grant`]): the
+//! server does no work for it until the grant or the deadline.
 //!
 //! `SESSION.OPEN` = lock + read; `SESSION.CLOSE` = write + refresh TTL + unlock, atomically and
 //! only while the token holds the lock. The session data is an ordinary string key `sid` in the
@@ -77,7 +77,49 @@ fn parse_lock_options(opts: &[Bytes]) -> Result<LockOptions, CmdError> {
     Ok(o)
 }
 
-/// Take the lock now, or park the connection (Deferred::LockWait), or fail.
+/// The deferred reply of a queued LOCK / SESSION.OPEN: wait (costing nothing: the task parks on
+/// the grant) for the grant, the deadline (None: forever), the connection being killed or the
+/// server shutting down. A grant that races the timeout is kept, never leaked (`cancel_wait`
+/// reports it).
+fn wait_for_grant(
+    db: usize,
+    name: Bytes,
+    waiter: u64,
+    mut grant: tokio::sync::oneshot::Receiver<u64>,
+    deadline: Option<Instant>,
+    session: bool,
+) -> Deferred {
+    Deferred::new("lock grant", move |shared, client| {
+        Box::pin(async move {
+            let handle = client.handle.clone();
+            let mut shutdown = shared.shutdown.subscribe();
+            let timeout = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let token = tokio::select! {
+                granted = &mut grant => granted.ok(),
+                _ = timeout => None,
+                _ = handle.killed() => None,
+                _ = shutdown.wait_for(|down| *down) => None,
+            };
+            let token = match token {
+                Some(t) => Some(t),
+                None => shared.locks.cancel_wait(db, &name, waiter, grant),
+            };
+            match token {
+                None if session => Frame::NullArray,
+                None => Frame::Null,
+                Some(t) if session => session_open_reply(&shared, client, &name, t, true),
+                Some(t) => Frame::Integer(t as i64),
+            }
+        })
+    })
+}
+
+/// Take the lock now, or park the connection (a deferred reply: [`wait_for_grant`]), or fail.
 fn lock_generic(ctx: &mut Ctx<'_>, name: &Bytes, opts: &[Bytes], session: bool) -> CmdResult {
     let mut o = parse_lock_options(opts)?;
     if ctx.client.record.is_some() {
@@ -110,14 +152,15 @@ fn lock_generic(ctx: &mut Ctx<'_>, name: &Bytes, opts: &[Bytes], session: bool) 
                     Frame::Null
                 });
             }
-            ctx.client.deferred = Some(Deferred::LockWait {
+            let deadline = o.wait.map(|w| Instant::now() + w);
+            ctx.client.deferred = Some(wait_for_grant(
                 db,
-                name: name.clone(),
+                name.clone(),
                 waiter,
                 grant,
-                deadline: o.wait.map(|w| Instant::now() + w),
+                deadline,
                 session,
-            });
+            ));
             Ok(Frame::Null)
         }
     }
@@ -206,7 +249,7 @@ fn locks_list(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// `[token, data | nil]` for a granted SESSION.OPEN (the read happens after the grant).
 /// `take_gate`: false when called from a handler, which already runs under the dispatcher's
 /// shared hold of the store gate (taking it again could deadlock behind a waiting EXEC).
-pub fn session_open_reply(
+fn session_open_reply(
     shared: &Shared,
     client: &mut ClientState,
     sid: &[u8],

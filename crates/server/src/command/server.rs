@@ -6,6 +6,7 @@
 
 use super::{cmd, flags, sub, table, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, show};
+use crate::client::Deferred;
 use crate::error::{CmdError, CmdResult};
 use crate::settings;
 use bytes::Bytes;
@@ -142,7 +143,17 @@ fn check_snapshot_possible(ctx: &Ctx<'_>) -> Result<(), CmdError> {
 
 fn save(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     check_snapshot_possible(ctx)?;
-    ctx.client.deferred = Some(crate::client::Deferred::Save);
+    // Run off the async workers; the reply waits for it.
+    ctx.client.deferred = Some(Deferred::new("snapshot", |shared, _client| {
+        Box::pin(async move {
+            let s = shared.clone();
+            match tokio::task::spawn_blocking(move || crate::persist::take_snapshot(&s)).await {
+                Ok(Ok(_)) => Frame::ok(),
+                Ok(Err(e)) => Frame::Error(format!("ERR {e}")),
+                Err(e) => Frame::Error(format!("ERR snapshot task failed: {e}")),
+            }
+        })
+    }));
     Ok(Frame::ok())
 }
 
@@ -231,13 +242,71 @@ fn waitaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             "WAITAOF cannot be used when numlocal is set but appendonly is disabled.",
         ));
     }
-    ctx.client.deferred = Some(crate::client::Deferred::WaitAof {
-        lsn: ctx.client.last_write_lsn,
-        numlocal,
-        numreplicas,
-        timeout_ms: timeout as u64,
-    });
+    let lsn = ctx.client.last_write_lsn;
+    ctx.client.deferred = Some(Deferred::new("waitaof", move |shared, client| {
+        Box::pin(wait_aof(
+            shared,
+            client,
+            lsn,
+            numlocal,
+            numreplicas,
+            timeout as u64,
+        ))
+    }));
     Ok(Frame::ok())
+}
+
+/// WAITAOF's reply `[local, replicas]`: forces the fsync covering `lsn` when `numlocal` > 0;
+/// with no replicas, a wait for any waits out the timeout (0: until the connection or the server
+/// goes away), as Redis does.
+async fn wait_aof(
+    shared: std::sync::Arc<crate::state::Shared>,
+    client: &mut crate::client::ClientState,
+    lsn: u64,
+    numlocal: i64,
+    numreplicas: i64,
+    timeout_ms: u64,
+) -> Frame {
+    let deadline = (timeout_ms > 0).then(|| std::time::Duration::from_millis(timeout_ms));
+    let mut local = 0;
+    if let Some(log) = shared.persist.log.get().cloned() {
+        if numlocal > 0 && log.durable_lsn() < lsn {
+            // Force the fsync rather than wait for the background one.
+            let sync = tokio::task::spawn_blocking(move || log.sync_now());
+            let synced = match deadline {
+                Some(d) => tokio::time::timeout(d, sync).await.ok(),
+                None => Some(sync.await),
+            };
+            if let Some(Ok(Err(e))) = synced {
+                return Frame::Error(format!("ERR {e}"));
+            }
+        }
+        if shared
+            .persist
+            .log
+            .get()
+            .is_some_and(|l| l.durable_lsn() >= lsn)
+        {
+            local = 1;
+        }
+    }
+    if numreplicas > 0 {
+        let handle = client.handle.clone();
+        let mut shutdown = shared.shutdown.subscribe();
+        let forever = async {
+            tokio::select! {
+                _ = handle.killed() => {}
+                _ = shutdown.wait_for(|down| *down) => {}
+            }
+        };
+        match deadline {
+            Some(d) => {
+                let _ = tokio::time::timeout(d, forever).await;
+            }
+            None => forever.await,
+        }
+    }
+    Frame::Array(vec![Frame::Integer(local), Frame::Integer(0)])
 }
 
 fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {

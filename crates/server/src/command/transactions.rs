@@ -121,36 +121,31 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
         }
     }
     let mut replies = Vec::with_capacity(multi.queued.len());
-    // A throttled AUTH answers late: the whole EXEC reply is then held until then (nothing else
-    // in a transaction waits: locks are tried, not waited for).
-    let mut hold_until = None;
+    // A command that defers its reply (a throttled AUTH; nothing else in a transaction waits:
+    // locks are tried, not waited for) holds the whole EXEC reply until its own is known.
+    let mut late = Vec::new();
     for (spec, args) in multi.queued {
-        let mut reply = if spec.has(flags::WRITE) {
+        replies.push(if spec.has(flags::WRITE) {
             dispatch::run_write(shared, txn.client(), spec, args, now)
         } else {
             dispatch::run(shared, txn.client(), spec, &args, now)
-        };
-        match txn.client().deferred.take() {
-            None => {}
-            Some(Deferred::Delay { until, reply: late }) => {
-                reply = late;
-                hold_until = hold_until.max(Some(until));
-            }
-            Some(other) => {
-                debug_assert!(false, "{other:?} deferred inside EXEC");
-                tracing::error!(deferred = ?other, "a command inside EXEC deferred its reply");
-            }
+        });
+        if let Some(work) = txn.client().deferred.take() {
+            late.push((replies.len() - 1, work));
         }
-        replies.push(reply);
     }
     txn.commit()?;
-    let replies = Frame::Array(replies);
-    if let Some(until) = hold_until {
-        ctx.client.deferred = Some(Deferred::Delay {
-            until,
-            reply: replies,
-        });
+    if !late.is_empty() {
+        ctx.client.deferred = Some(Deferred::new("exec", move |shared, client| {
+            Box::pin(async move {
+                for (i, work) in late {
+                    replies[i] = work.complete(shared.clone(), client).await;
+                }
+                Frame::Array(replies)
+            })
+        }));
         return Ok(Frame::Null);
     }
+    let replies = Frame::Array(replies);
     Ok(replies)
 }
