@@ -134,6 +134,9 @@ pub struct ClientState {
     /// `persist::write`): writes run inside EXEC or a script, and commands that log their own
     /// effects, add to it.
     pub record: Option<crate::persist::write::OpenRecord>,
+    /// Keys this connection's writes touched while clients were blocked (see `blocking`): served
+    /// once the running command has finished.
+    pub ready_keys: Vec<(usize, Bytes)>,
 }
 
 impl ClientState {
@@ -157,7 +160,13 @@ impl ClientState {
             deferred: None,
             counters: LocalCounters::default(),
             record: None,
+            ready_keys: Vec::new(),
         }
+    }
+
+    /// Whether the command running now runs inside EXEC or a script, where nothing may wait.
+    pub fn in_transaction(&self) -> bool {
+        self.record.as_ref().is_some_and(|r| r.runs_others())
     }
 
     /// Forget MULTI and WATCH state (DISCARD, EXEC, RESET).

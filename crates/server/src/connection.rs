@@ -50,7 +50,12 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                         if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
                             break 'conn;
                         }
-                        let reply = work.complete(shared.clone(), &mut client).await;
+                        // A client that hangs up while it waits stops waiting (a blocked
+                        // pop must not be served to a closed connection).
+                        let reply = tokio::select! {
+                            reply = work.complete(shared.clone(), &mut client) => reply,
+                            _ = peer_closed(&stream) => break 'conn,
+                        };
                         encode(&reply, client.resp, &mut wbuf);
                         now_ms = gradus_store::now_ms();
                     } else if !client.suppress_reply {
@@ -116,6 +121,16 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
     shared.locks.release_client(client.id);
     let _ = stream.shutdown().await;
     shared.clients.unregister(client.id);
+}
+
+/// Resolves when the peer has closed the connection (end of stream or an error); pends while the
+/// peer is connected, including when it has sent more requests (they wait in the socket).
+async fn peer_closed(stream: &TcpStream) {
+    let mut byte = [0u8; 1];
+    match stream.peek(&mut byte).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending().await,
+    }
 }
 
 /// Before AUTH, a client may send only small requests (Redis: 10 elements, 16 KiB bulks), so an

@@ -61,14 +61,38 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     }
     crate::client::LocalCounters::bump(&client.counters.commands);
     client.handle.touch(row.name, now_ms);
-    if spec.has(flags::OWN_GATE) {
-        return run(shared, client, spec, &args, now_ms);
+    let reply = if spec.has(flags::OWN_GATE) {
+        run(shared, client, spec, &args, now_ms)
+    } else if spec.has(flags::WRITE) {
+        run_write(shared, client, spec, args, now_ms)
+    } else {
+        let _gate = shared.store.shared(client.id);
+        run(shared, client, spec, &args, now_ms)
+    };
+    // Clients blocked on keys this command wrote (EXEC's and scripts' writes included) are
+    // served now that it has finished, first blocked first (see `blocking`).
+    if !client.ready_keys.is_empty() {
+        crate::blocking::serve(shared, std::mem::take(&mut client.ready_keys));
     }
-    if spec.has(flags::WRITE) {
-        return run_write(shared, client, spec, args, now_ms);
+    reply
+}
+
+/// Note the keys of a write that has just been applied, when clients are blocked: one of them
+/// may be ready for them. (Read after the change left its shard: see `blocking`'s docs.)
+fn note_ready_keys(
+    shared: &Shared,
+    client: &mut ClientState,
+    spec: &CommandSpec,
+    db: usize,
+    args: &[Bytes],
+) {
+    if shared.blocked.any() {
+        for i in spec.key_indexes(args.len()) {
+            if let Some(key) = args.get(i) {
+                client.ready_keys.push((db, key.clone()));
+            }
+        }
     }
-    let _gate = shared.store.shared(client.id);
-    run(shared, client, spec, &args, now_ms)
 }
 
 /// Run a command flagged `write` through the write path (`persist::write`): on its own, or
@@ -92,12 +116,20 @@ pub fn run_write(
         Err(e) => return CmdError::from(e).to_frame(),
     };
     let reply = if spec.has(flags::SELF_LOGGED) {
-        txn.apply(|client| run(shared, client, spec, &args, now_ms))
+        txn.apply(|client| {
+            let reply = run(shared, client, spec, &args, now_ms);
+            note_ready_keys(shared, client, spec, db, &args);
+            reply
+        })
     } else {
         let applied = txn.apply_command(
             db,
             args,
-            |client, args| run(shared, client, spec, args, now_ms),
+            |client, args| {
+                let reply = run(shared, client, spec, args, now_ms);
+                note_ready_keys(shared, client, spec, db, args);
+                reply
+            },
             |reply| !reply.is_error(),
         );
         match applied {

@@ -119,7 +119,7 @@ fn clients(shared: &Shared, out: &mut String) {
         "maxclients:{}",
         shared.live.maxclients.load(Ordering::Relaxed)
     );
-    line!(out, "blocked_clients:0");
+    line!(out, "blocked_clients:{}", shared.blocked.count());
 }
 
 /// Resident set size from /proc (0 where unavailable).

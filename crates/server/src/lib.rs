@@ -7,6 +7,7 @@
 //! - [`client`]: per-connection state and the registry behind CLIENT LIST/KILL;
 //! - [`state`]: what all connections share (store, live settings, counters);
 //! - [`tenancy`]: tenants, users and permissions, keyspace layout, AUTH throttling;
+//! - [`blocking`]: clients blocked in BLPOP & co., served first-come first-served by writers;
 //! - [`quota`]: memory limits per keyspace and tenant: LRU eviction for caches, OOM for the rest;
 //! - [`persist`]: durability degrees, log records, snapshots, recovery (the log itself is `gradus-log`);
 //! - [`memcache`]: the memcached text/meta protocol listener over the same keyspaces;
@@ -20,6 +21,7 @@
 //! sockets and must not reimplement either.
 
 pub mod args;
+pub mod blocking;
 pub mod client;
 pub mod command;
 pub mod config;

@@ -84,6 +84,8 @@ pub struct Shared {
     /// Held while a write is applied and appended, so log order = application order (a queue
     /// push and a hash update: short, never held across an `.await`).
     pub write_order: Mutex<()>,
+    /// Clients blocked in BLPOP & co., by key.
+    pub blocked: crate::blocking::BlockTable,
     /// Native session locks (in memory only; empty after a restart).
     pub locks: gradus_store::locks::LockTable,
     /// The log, degrees and snapshot state.
@@ -158,6 +160,7 @@ impl Shared {
             persist,
             write_order: Mutex::new(()),
             locks: gradus_store::locks::LockTable::new(),
+            blocked: Default::default(),
             snapshot_request: tokio::sync::Notify::new(),
             shutdown,
             memcache: Default::default(),

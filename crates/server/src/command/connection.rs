@@ -31,6 +31,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         sub("client|kill", -3, flags::LOADING | flags::NOSCRIPT, "Terminates open connections."),
         sub("client|no-evict", 3, flags::LOADING | flags::NOSCRIPT, "Sets the client eviction mode of the connection."),
         sub("client|no-touch", 3, flags::LOADING | flags::NOSCRIPT, "Controls whether commands sent by the client affect the LRU/LFU of accessed keys."),
+        sub("client|unblock", -3, flags::LOADING | flags::NOSCRIPT, "Unblocks a client blocked by a blocking command from a different connection."),
         sub("client|help", 2, flags::LOADING | flags::NOSCRIPT, "Returns helpful text about the different subcommands."),
         sub("client|durability", -2, flags::LOADING | flags::NOSCRIPT, "Sets the connection's durability degree (none, lazy, background, strict, default) or returns it."),
     ]),
@@ -286,6 +287,8 @@ const CLIENT_HELP: &[&str] = &[
     "    Kill connection made from <ip:port>.",
     "KILL <option> <value> [<option> <value> [...]]",
     "    Kill connections. Options are: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>, TYPE NORMAL, USER default, SKIPME (YES|NO).",
+    "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+    "    Unblock the specified blocked client.",
     "DURABILITY (NONE|LAZY|BACKGROUND|STRICT|DEFAULT)",
     "    Set the durability degree of this connection's writes (DEFAULT: the database's own).",
     "NO-EVICT (ON|OFF)",
@@ -339,6 +342,26 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         "info" if argc == 2 => Ok(verbatim(ctx.client.handle.describe() + "\n")),
         "list" => client_list(ctx, &args[2..]),
         "kill" if argc >= 3 => client_kill(ctx, &args[2..]),
+        "unblock" if argc == 3 || argc == 4 => {
+            let id = parse_i64(&args[2]).ok_or(CmdError::NotInteger)?;
+            let error = match args.get(3) {
+                None => false,
+                Some(a) if is(a, "timeout") => false,
+                Some(a) if is(a, "error") => true,
+                Some(_) => {
+                    return Err(CmdError::err(
+                        "CLIENT UNBLOCK reason should be TIMEOUT or ERROR",
+                    ))
+                }
+            };
+            // Only a client one may kill may be unblocked (an admin, or the same user).
+            let allowed = u64::try_from(id)
+                .ok()
+                .and_then(|id| ctx.shared.clients.get(id))
+                .is_some_and(|c| may_kill(ctx, &c));
+            let unblocked = allowed && ctx.shared.blocked.unblock(id as u64, error);
+            Ok(Frame::Integer(unblocked as i64))
+        }
         "durability" if argc == 3 => {
             if is(&args[2], "default") {
                 ctx.client.durability = None;
@@ -373,7 +396,7 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 .collect(),
         )),
         "id" | "getname" | "setname" | "setinfo" | "info" | "kill" | "no-evict" | "no-touch"
-        | "help" | "durability" => Err(wrong()),
+        | "help" | "durability" | "unblock" => Err(wrong()),
         _ => Err(CmdError::UnknownSubcommand {
             cmd: "CLIENT".into(),
             sub: show(&args[1]),

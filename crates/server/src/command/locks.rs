@@ -122,7 +122,7 @@ fn wait_for_grant(
 /// Take the lock now, or park the connection (a deferred reply: [`wait_for_grant`]), or fail.
 fn lock_generic(ctx: &mut Ctx<'_>, name: &Bytes, opts: &[Bytes], session: bool) -> CmdResult {
     let mut o = parse_lock_options(opts)?;
-    if ctx.client.record.is_some() {
+    if ctx.client.in_transaction() {
         // Inside MULTI/EXEC nothing may wait (Redis runs a blocking command in a transaction as
         // if its timeout had passed): a lock held by someone else is a miss, like a try-lock, and
         // EXEC keeps one reply per queued command.

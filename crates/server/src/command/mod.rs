@@ -5,6 +5,7 @@
 //! auth check and MULTI queueing all read it; nothing else keeps its own list of commands.
 //! Each submodule implements one family and exports its rows as `COMMANDS`.
 
+pub mod blocking;
 pub mod connection;
 pub mod hashes;
 pub mod keys;
@@ -65,6 +66,8 @@ pub mod flags {
     pub const READS_KEYSPACE: u32 = 1 << 15;
     /// Not allowed from scripts (Redis' `noscript`).
     pub const NOSCRIPT: u32 = 1 << 16;
+    /// May block the connection until a key is ready (Redis' `blocking`).
+    pub const BLOCKING: u32 = 1 << 17;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -77,6 +80,7 @@ pub mod flags {
         (LOADING, "loading"),
         (RANDOM, "random"),
         (NOSCRIPT, "noscript"),
+        (BLOCKING, "blocking"),
     ];
 }
 
@@ -233,6 +237,7 @@ pub fn table() -> &'static CommandTable {
             keys::COMMANDS,
             hashes::COMMANDS,
             zsets::COMMANDS,
+            blocking::COMMANDS,
             transactions::COMMANDS,
             locks::COMMANDS,
             scripting::COMMANDS,

@@ -131,6 +131,8 @@ pub struct OpenRecord {
     /// A lone command encoded before the write-order lock was taken (see
     /// [`WriteTxn::apply_command`]); appended as it is.
     encoded: Option<Bytes>,
+    /// Opened by EXEC or a script, which run other writes.
+    runs_others: bool,
 }
 
 impl OpenRecord {
@@ -142,7 +144,13 @@ impl OpenRecord {
             current,
             room: RecordRoom::whole(),
             encoded: None,
+            runs_others: false,
         }
+    }
+
+    /// Whether EXEC or a script opened it (the writes running now run inside one).
+    pub fn runs_others(&self) -> bool {
+        self.runs_others
     }
 
     fn push(&mut self, db: usize, args: Vec<Bytes>) {
@@ -252,7 +260,10 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             let db = client.db;
             crate::quota::make_room(shared, client, db, now_ms)?;
         }
-        client.record = Some(OpenRecord::new(now_ms, Durability::None));
+        client.record = Some(OpenRecord {
+            runs_others: true,
+            ..OpenRecord::new(now_ms, Durability::None)
+        });
         Ok(Self {
             shared,
             client,
