@@ -261,7 +261,9 @@ async fn complete(shared: &Arc<Shared>, client: &mut ClientState, work: Deferred
         }
         Deferred::Save => {
             let s = shared.clone();
-            match tokio::task::spawn_blocking(move || crate::persist::take_snapshot(&s)).await {
+            match tokio::task::spawn_blocking(move || crate::persist::snapshot::take_snapshot(&s))
+                .await
+            {
                 Ok(Ok(_)) => Frame::ok(),
                 Ok(Err(e)) => Frame::Error(format!("ERR {e}")),
                 Err(e) => Frame::Error(format!("ERR snapshot task failed: {e}")),
