@@ -6,11 +6,16 @@
 //! - [`command`]: the command table (data) and one module per command family;
 //! - [`client`]: per-connection state and the registry behind CLIENT LIST/KILL;
 //! - [`state`]: what all connections share (store, live settings, counters);
-//! - [`tenancy`]: tenants, users and permissions, keyspace layout, AUTH throttling;
+//! - [`tenancy`]: tenants and keyspaces, the keyspace layout, the users lookup; `tenancy::auth`:
+//!   password checks and AUTH throttling; `tenancy::acl`: rights and the per-command check;
 //! - [`blocking`]: clients blocked in BLPOP & co., served first-come first-served by writers;
 //! - [`quota`]: memory limits per keyspace and tenant: LRU eviction for caches, OOM for the rest;
-//! - [`persist`]: durability degrees, log records, snapshots, recovery (the log itself is `gradus-log`);
-//! - [`memcache`]: the memcached text/meta protocol listener over the same keyspaces;
+//! - [`persist`]: durability degrees and the strict wait; `persist::write`: the one write path;
+//!   `persist::record`: log records and snapshot items; `persist::replay`: recovery;
+//!   `persist::snapshot`: taking snapshots; `persist::layout`: the data directory's lock and
+//!   `LAYOUT` file (the log itself is `gradus-log`);
+//! - [`memcache`]: the memcached listener over the same keyspaces: `memcache::session` (the
+//!   storage core both protocols share), `memcache::text` and `memcache::meta` (the commands);
 //! - [`settings`]: the table of settings (name, type, default, live, flag, doc) that the TOML file,
 //!   flags, CONFIG GET/SET, `--print-config` and the README's table all come from;
 //! - [`config`]: defaults, TOML file, flags, validation; [`info`]: the INFO text;

@@ -66,10 +66,10 @@ impl Server {
                 Arc::new(gradus_log::OsStorage::new(config.durability.direct_io));
             let mut options = config.log_options();
             options.repair = repair;
-            let lock = lock_data_dir(&config.dir)?;
-            let previous = read_layout(&config)?;
+            let lock = crate::persist::layout::lock_data_dir(&config.dir)?;
+            let previous = crate::persist::layout::read(&config)?;
             tenancy = crate::tenancy::Tenancy::build(&config, &previous)?;
-            layout_path = Some((config.dir.join("LAYOUT"), previous));
+            layout_path = Some((crate::persist::layout::path(&config.dir), previous));
             log_setup = Some((options, storage));
             Some(lock)
         } else {
@@ -86,7 +86,7 @@ impl Server {
         shared.port.store(port as usize, Ordering::Relaxed);
         if let Some((options, storage)) = log_setup {
             let (log, recovered) =
-                crate::persist::recover(&shared, options, storage).map_err(|e| match e {
+                crate::persist::replay::recover(&shared, options, storage).map_err(|e| match e {
                     gradus_log::LogError::Apply(e) => {
                         ServerError::Config(format!("recovery failed: {e}"))
                     }
@@ -107,9 +107,9 @@ impl Server {
                 recovered.snapshot_items_recovered,
                 recovered.records_recovered,
             );
-            let report = crate::persist::RecoveryReport {
+            let report = crate::persist::replay::RecoveryReport {
                 millis: started.elapsed().as_millis() as u64,
-                keys: crate::persist::logged_keys(&shared.store, &shared.persist.degrees),
+                keys: crate::persist::replay::logged_keys(&shared.store, &shared.persist.degrees),
                 snapshot_items: items,
                 records_replayed: records,
                 torn_tail_bytes: recovered.torn_tail_bytes,
@@ -131,7 +131,7 @@ impl Server {
             *shared.persist.recovery.lock() = report;
         }
         if let Some((path, previous)) = layout_path {
-            write_layout(&path, &previous, &shared.tenancy)?;
+            crate::persist::layout::write(&path, &previous, &shared.tenancy)?;
         }
         Ok(Self {
             shared,
@@ -197,86 +197,6 @@ impl Server {
         }
         tracing::info!("bye");
         Ok(())
-    }
-}
-
-/// Take an exclusive lock on `dir/LOCK` so two servers never write one log. Held for the life of
-/// the process (the file handle lives in `Persistence::dir_lock`); the OS releases it on exit.
-/// The data directory's keyspace layout. A directory from before layouts existed (data but no
-/// LAYOUT file) used the default tenant's databases `0..databases`.
-fn read_layout(config: &Config) -> Result<Vec<(usize, String)>, ServerError> {
-    let path = config.dir.join("LAYOUT");
-    match std::fs::read_to_string(&path) {
-        Ok(text) => crate::tenancy::parse_layout(&text)
-            .map_err(|e| ServerError::Config(format!("{}: {e}", path.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let has_data = std::fs::read_dir(&config.dir)?
-                .filter_map(|e| e.ok())
-                .any(|e| e.file_name() != "LOCK");
-            Ok(if has_data {
-                (0..config.databases)
-                    .map(|i| (i, format!("default/{i}")))
-                    .collect()
-            } else {
-                Vec::new()
-            })
-        }
-        Err(e) => Err(ServerError::Config(format!(
-            "cannot read {}: {e}",
-            path.display()
-        ))),
-    }
-}
-
-/// Write LAYOUT when it changed: temp file, fsync, rename, directory fsync.
-fn write_layout(
-    path: &std::path::Path,
-    previous: &[(usize, String)],
-    tenancy: &crate::tenancy::Tenancy,
-) -> Result<(), ServerError> {
-    let unchanged = previous.len() == tenancy.keyspaces.len()
-        && previous
-            .iter()
-            .all(|(i, n)| tenancy.keyspaces.get(*i).is_some_and(|k| &k.full_name == n));
-    if unchanged {
-        return Ok(());
-    }
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(crate::tenancy::render_layout(tenancy).as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
-}
-
-fn lock_data_dir(dir: &std::path::Path) -> Result<std::fs::File, ServerError> {
-    std::fs::create_dir_all(dir).map_err(|e| {
-        ServerError::Config(format!(
-            "cannot create data directory {}: {e}",
-            dir.display()
-        ))
-    })?;
-    let path = dir.join("LOCK");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| ServerError::Config(format!("cannot open {}: {e}", path.display())))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(ServerError::Config(format!(
-            "data directory {} is in use by another gradus process",
-            dir.display()
-        ))),
-        Err(std::fs::TryLockError::Error(e)) => Err(ServerError::Config(format!(
-            "cannot lock {}: {e}",
-            path.display()
-        ))),
     }
 }
 
@@ -413,7 +333,8 @@ async fn snapshot_loop(shared: Arc<Shared>) {
         let failures = || shared.persist.snapshot_failures.load(Ordering::Relaxed);
         let failures_before = failures();
         let s = shared.clone();
-        let _ = tokio::task::spawn_blocking(move || crate::persist::take_snapshot(&s)).await;
+        let _ =
+            tokio::task::spawn_blocking(move || crate::persist::snapshot::take_snapshot(&s)).await;
         if failures() > failures_before {
             let delay = backoff.map_or(SNAPSHOT_RETRY_FIRST, |(_, d)| {
                 (d * 2).min(SNAPSHOT_RETRY_MAX)

@@ -147,7 +147,9 @@ fn save(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     ctx.client.deferred = Some(Deferred::new("snapshot", |shared, _client| {
         Box::pin(async move {
             let s = shared.clone();
-            match tokio::task::spawn_blocking(move || crate::persist::take_snapshot(&s)).await {
+            match tokio::task::spawn_blocking(move || crate::persist::snapshot::take_snapshot(&s))
+                .await
+            {
                 Ok(Ok(_)) => Frame::ok(),
                 Ok(Err(e)) => Frame::Error(format!("ERR {e}")),
                 Err(e) => Frame::Error(format!("ERR snapshot task failed: {e}")),

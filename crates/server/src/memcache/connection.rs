@@ -1,4 +1,4 @@
-//! One memcached connection: bytes in → `gradus_memcache::Decoder` → [`super::exec`] → replies
+//! One memcached connection: bytes in → `gradus_memcache::Decoder` → [`super::session`] → replies
 //! out, with the same batching as the RESP connection: every complete request in the read buffer
 //! runs (one clock reading per batch), then the replies go out in one write.
 //!
@@ -13,7 +13,7 @@
 //! `STORED`, or `CLIENT_ERROR authentication failure`); every other command gets
 //! `CLIENT_ERROR unauthenticated`. Until then values are capped at `MAX_AUTH_REQ_LEN` bytes.
 
-use super::exec::{Flow, Session};
+use super::session::{Flow, Session};
 use super::stats::LocalCounters;
 use crate::client::ClientState;
 use crate::connection::flush;

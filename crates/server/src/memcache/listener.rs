@@ -99,7 +99,7 @@ pub async fn delayed_flush_loop(shared: Arc<Shared>) {
         let mut client = ClientState::new(handle, true);
         let db = shared.tenancy.memcached.1;
         client.db = db;
-        if let Err(e) = super::exec::flush_db(&shared, &mut client, db, now) {
+        if let Err(e) = super::session::flush_db(&shared, &mut client, db, now) {
             tracing::error!(error = %e, "delayed flush_all failed");
         }
     }

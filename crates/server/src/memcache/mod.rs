@@ -2,11 +2,12 @@
 //! memcached's text and meta protocols over the same keyspaces as RESP.
 //!
 //! The path is the module list: [`listener`] accepts → [`connection`] turns bytes into
-//! `gradus_memcache::Command`s and back → [`exec`] runs each command against the keyspace
-//! `memcached-db` (the text protocol has no SELECT and no login) → the log, through the same
-//! store gate and write-order lock as RESP writes. [`records`] holds the internal `MCSTORE`
-//! command that memcached writes are logged as, [`lease`] the RESP side of stampede protection
-//! (`GETLEASE`/`SETLEASE`), [`stats`] the `stats` replies.
+//! `gradus_memcache::Command`s and back → [`session`] hands each command to [`text`] (the text
+//! protocol) or [`meta`] (the meta protocol), which both run on the storage core in [`session`]
+//! against the keyspace `memcached-db` (the text protocol has no SELECT and no login) → the log,
+//! through the same write path (`persist::write`) as RESP writes. [`records`] holds the internal
+//! `MCSTORE` command that memcached writes are logged as, [`lease`] the RESP side of stampede
+//! protection (`GETLEASE`/`SETLEASE`), [`stats`] the `stats` replies.
 //!
 //! What memcached keeps per item (32-bit client flags, the CAS value, stale/win state) lives in
 //! the store entry itself (`gradus_store::ItemMeta`, the entry version as CAS), so an item
@@ -15,11 +16,13 @@
 //! shard lock or the write-order lock across an `.await`.
 
 pub mod connection;
-pub mod exec;
 pub mod lease;
 pub mod listener;
+pub mod meta;
 pub mod records;
+pub mod session;
 pub mod stats;
+pub mod text;
 
 /// The memcached version Gradus reports (`version`, `stats`): the 1.6 protocol it follows.
 pub const MEMCACHED_COMPAT_VERSION: &str = "1.6.21";

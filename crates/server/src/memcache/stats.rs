@@ -70,7 +70,7 @@ pub struct McShared {
     counters: [AtomicU64; NAMES.len()],
     pub curr_connections: AtomicU64,
     pub total_connections: AtomicU64,
-    /// Unix ms at which a delayed `flush_all` is due (0 = none pending); see `exec`.
+    /// Unix ms at which a delayed `flush_all` is due (0 = none pending); see `text`.
     pub flush_due_ms: AtomicU64,
 }
 

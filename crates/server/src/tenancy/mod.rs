@@ -13,76 +13,28 @@
 //!
 //! With no `[[tenants]]` in the configuration there is one tenant, `default`, with the databases
 //! `0..databases` and the Redis-style `default` user guarded by `requirepass`.
+//!
+//! This module is the model and the keyspace layout: [`Tenancy`] built from the configuration,
+//! its tenants and keyspaces, the users lookup, and the `LAYOUT` text (the file itself is
+//! `persist::layout`'s). [`auth`] verifies users and throttles AUTH; [`acl`] holds the rights
+//! and the check of a command against them.
+//!
+//! May import: `config`, `error`; `acl` also reads command table rows (`command::CommandSpec`)
+//! and the connection's rights (`client`). Must not import `state`, `persist` or command
+//! handlers: they import this.
+
+pub mod acl;
+pub mod auth;
+
+pub use acl::{check_perms, no_perm, required_perms, Perms};
+pub use auth::{hash_password, AuthThrottle, User};
 
 use crate::config::{Config, KeyspaceConfig, UserConfig};
-use crate::error::{CmdError, ServerError};
+use crate::error::ServerError;
+use auth::{parse_secret, Secret};
 use gradus_log::Durability;
-use parking_lot::Mutex;
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-
-/// A user's rights, as a bit set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Perms(u8);
-
-impl Perms {
-    pub const NONE: Perms = Perms(0);
-    pub const READ: Perms = Perms(1);
-    pub const WRITE: Perms = Perms(2);
-    pub const FLUSH: Perms = Perms(4);
-    pub const ADMIN: Perms = Perms(8);
-    pub const ALL: Perms = Perms(15);
-    const NAMES: [(&'static str, Perms); 4] = [
-        ("read", Perms::READ),
-        ("write", Perms::WRITE),
-        ("flush", Perms::FLUSH),
-        ("admin", Perms::ADMIN),
-    ];
-
-    pub fn contains(self, other: Perms) -> bool {
-        self.0 & other.0 == other.0
-    }
-    pub fn union(self, other: Perms) -> Perms {
-        Perms(self.0 | other.0)
-    }
-    /// The rights in `other` that `self` lacks.
-    pub fn missing(self, other: Perms) -> Perms {
-        Perms(other.0 & !self.0)
-    }
-    pub fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-
-    /// Parse a config list such as `["read", "write"]`; `admin` implies every other right.
-    pub fn parse(names: &[String]) -> Result<Perms, String> {
-        let mut p = Perms::NONE;
-        for name in names {
-            let found = Self::NAMES
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                .ok_or_else(|| {
-                    format!("unknown permission {name:?} (expected read, write, flush or admin)")
-                })?;
-            p = p.union(found.1);
-        }
-        if p.contains(Perms::ADMIN) {
-            p = Perms::ALL;
-        }
-        Ok(p)
-    }
-
-    /// Names of the rights in this set, e.g. `read write`.
-    pub fn names(self) -> Vec<&'static str> {
-        Self::NAMES
-            .iter()
-            .filter(|(_, p)| self.contains(*p))
-            .map(|(n, _)| *n)
-            .collect()
-    }
-}
+use std::sync::atomic::AtomicU64;
 
 /// One keyspace, by global index.
 #[derive(Debug)]
@@ -112,125 +64,6 @@ pub struct TenantDef {
     pub ops: AtomicU64,
     /// True when any of its keyspaces, or the tenant, has a memory limit.
     pub limited: bool,
-}
-
-/// How a user proves who it is.
-enum Secret {
-    /// The Redis-style default user: the live `requirepass` (empty = no password).
-    RequirePass,
-    /// `pbkdf2-sha256$rounds$salt-hex$hash-hex`.
-    Pbkdf2 {
-        rounds: u32,
-        salt: Vec<u8>,
-        hash: [u8; 32],
-    },
-}
-
-/// A configured user.
-pub struct User {
-    pub name: String,
-    pub tenant: usize,
-    pub perms: Perms,
-    secret: Secret,
-    /// SHA-256(salt ‖ password) of the last password that passed the slow check, so a client
-    /// that connects for every page does not pay the key derivation every time.
-    verified: Mutex<Option<[u8; 32]>>,
-}
-
-impl User {
-    /// Check `pass` (constant time in the compared bytes). `requirepass` is the live setting.
-    pub fn verify(&self, pass: &[u8], requirepass: &str) -> bool {
-        match &self.secret {
-            Secret::RequirePass => {
-                requirepass.is_empty() || same_secret(requirepass.as_bytes(), pass)
-            }
-            Secret::Pbkdf2 { rounds, salt, hash } => {
-                let quick: [u8; 32] = Sha256::new()
-                    .chain_update(salt)
-                    .chain_update(pass)
-                    .finalize()
-                    .into();
-                if self
-                    .verified
-                    .lock()
-                    .is_some_and(|v| same_secret(&v, &quick))
-                {
-                    return true;
-                }
-                let derived = derive(pass, salt, *rounds);
-                let ok = same_secret(&derived, hash);
-                if ok {
-                    *self.verified.lock() = Some(quick);
-                }
-                ok
-            }
-        }
-    }
-}
-
-/// Compare without an early exit on the first differing byte.
-pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-fn derive(pass: &[u8], salt: &[u8], rounds: u32) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    pbkdf2::pbkdf2_hmac::<Sha256>(pass, salt, rounds, &mut out);
-    out
-}
-
-/// Rounds of PBKDF2-HMAC-SHA256 for new hashes (`gradus passwd`).
-pub const PASSWD_ROUNDS: u32 = 20_000;
-
-/// The stored form of `password` with a fresh random salt (what `gradus passwd` prints).
-pub fn hash_password(password: &str) -> String {
-    let salt: [u8; 16] = rand::random();
-    let hash = derive(password.as_bytes(), &salt, PASSWD_ROUNDS);
-    format!(
-        "pbkdf2-sha256${PASSWD_ROUNDS}${}${}",
-        hex(&salt),
-        hex(&hash)
-    )
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-fn parse_secret(user: &str, stored: &str) -> Result<Secret, ServerError> {
-    let bad = || {
-        ServerError::Config(format!(
-            "user {user:?}: password must be a hash printed by `gradus passwd` \
-             (pbkdf2-sha256$rounds$salt$hash); passwords are never stored in clear"
-        ))
-    };
-    let parts: Vec<&str> = stored.split('$').collect();
-    let [scheme, rounds, salt, hash] = parts[..] else {
-        return Err(bad());
-    };
-    if scheme != "pbkdf2-sha256" {
-        return Err(bad());
-    }
-    let rounds: u32 = rounds
-        .parse()
-        .ok()
-        .filter(|r| (1..=10_000_000).contains(r))
-        .ok_or_else(bad)?;
-    let salt = unhex(salt).filter(|s| !s.is_empty()).ok_or_else(bad)?;
-    let hash: [u8; 32] = unhex(hash)
-        .and_then(|h| h.try_into().ok())
-        .ok_or_else(bad)?;
-    Ok(Secret::Pbkdf2 { rounds, salt, hash })
 }
 
 /// Everything about tenants, fixed at startup.
@@ -343,13 +176,7 @@ impl Tenancy {
             }
             users.insert(
                 "default".to_string(),
-                User {
-                    name: "default".into(),
-                    tenant: 0,
-                    perms: Perms::ALL,
-                    secret: Secret::RequirePass,
-                    verified: Mutex::new(None),
-                },
+                User::new("default".into(), 0, Perms::ALL, Secret::RequirePass),
             );
         } else {
             if !config.requirepass.is_empty() {
@@ -579,13 +406,12 @@ impl Tenancy {
             .map_err(|e| ServerError::Config(format!("user {:?}: {e}", u.name)))?;
         users.insert(
             u.name.clone(),
-            User {
-                name: u.name.clone(),
+            User::new(
+                u.name.clone(),
                 tenant,
                 perms,
-                secret: parse_secret(&u.name, &u.password)?,
-                verified: Mutex::new(None),
-            },
+                parse_secret(&u.name, &u.password)?,
+            ),
         );
         Ok(())
     }
@@ -645,132 +471,9 @@ impl Tenancy {
     }
 }
 
-/// Failed AUTH attempts per source address, and the delay they earn: every attempt from an
-/// address with `n` recent failures waits 10 ms × 2^(n-1), at most 2 s; failures older than a
-/// minute are forgotten, and a success clears the address.
-#[derive(Default)]
-pub struct AuthThrottle {
-    failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
-    pub total_failures: AtomicU64,
-}
-
-const FORGET_AFTER: Duration = Duration::from_secs(60);
-const MAX_DELAY: Duration = Duration::from_secs(2);
-
-impl AuthThrottle {
-    /// How long an attempt from `ip` must wait before its answer.
-    pub fn delay(&self, ip: IpAddr) -> Duration {
-        let map = self.failures.lock();
-        match map.get(&ip) {
-            Some(&(n, at)) if n > 0 && at.elapsed() < FORGET_AFTER => {
-                let ms = 10u64.saturating_mul(1 << (n - 1).min(16));
-                Duration::from_millis(ms).min(MAX_DELAY)
-            }
-            _ => Duration::ZERO,
-        }
-    }
-
-    pub fn failed(&self, ip: IpAddr) {
-        self.total_failures.fetch_add(1, Ordering::Relaxed);
-        let mut map = self.failures.lock();
-        if map.len() > 100_000 {
-            map.retain(|_, (_, at)| at.elapsed() < FORGET_AFTER);
-        }
-        let e = map.entry(ip).or_insert((0, Instant::now()));
-        if e.1.elapsed() >= FORGET_AFTER {
-            e.0 = 0;
-        }
-        e.0 = e.0.saturating_add(1);
-        e.1 = Instant::now();
-    }
-
-    pub fn succeeded(&self, ip: IpAddr) {
-        self.failures.lock().remove(&ip);
-    }
-}
-
-/// The rights a command needs, from its table row alone (`spec` is the subcommand's row where
-/// there is one, see `CommandSpec::resolve`): `read` to look at keys, `write` to change keys or
-/// take locks, `flush` to empty a keyspace, a tenant or a prefix, `admin` for server-wide
-/// operations. Commands that touch no data (PING, AUTH, CLIENT SETNAME …) need nothing.
-pub fn required_perms(spec: &crate::command::CommandSpec) -> Perms {
-    use crate::command::flags;
-    if spec.has(flags::ADMIN) {
-        return Perms::ADMIN;
-    }
-    if spec.has(flags::FLUSHES) {
-        return Perms::FLUSH;
-    }
-    let mut need = Perms::NONE;
-    if spec.has(flags::WRITE | flags::TAKES_LOCKS) {
-        need = need.union(Perms::WRITE);
-    }
-    if (!spec.has(flags::WRITE) && spec.first_key > 0) || spec.has(flags::READS_KEYSPACE) {
-        need = need.union(Perms::READ);
-    }
-    need
-}
-
-/// NOPERM unless the connection's user has the rights `spec` (the subcommand's row where there
-/// is one) needs.
-pub fn check_perms(
-    client: &crate::client::ClientState,
-    spec: &crate::command::CommandSpec,
-) -> Result<(), CmdError> {
-    // Fast paths (every command of the default user, an admin, or a read/write/flush user):
-    // only admin-flagged rows can need more.
-    let perms = client.perms;
-    if perms == Perms::ALL
-        || (perms.contains(Perms::READ.union(Perms::WRITE).union(Perms::FLUSH))
-            && !spec.has(crate::command::flags::ADMIN))
-    {
-        return Ok(());
-    }
-    if perms.contains(required_perms(spec)) {
-        Ok(())
-    } else {
-        Err(no_perm(&client.user, spec.name))
-    }
-}
-
-/// NOPERM in Redis' words.
-pub fn no_perm(user: &str, command: &str) -> CmdError {
-    CmdError::Other(format!(
-        "NOPERM User {user} has no permissions to run the '{command}' command"
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn password_hash_round_trip() {
-        let stored = hash_password("alpha-pass");
-        let secret = parse_secret("u", &stored).unwrap();
-        let user = User {
-            name: "u".into(),
-            tenant: 0,
-            perms: Perms::READ,
-            secret,
-            verified: Mutex::new(None),
-        };
-        assert!(user.verify(b"alpha-pass", ""));
-        assert!(user.verify(b"alpha-pass", ""), "cached path");
-        assert!(!user.verify(b"alpha-pas", ""));
-        assert!(!user.verify(b"", ""));
-        assert!(parse_secret("u", "alpha-pass").is_err());
-    }
-
-    #[test]
-    fn perms_parse() {
-        let p = Perms::parse(&["read".into(), "write".into()]).unwrap();
-        assert!(p.contains(Perms::READ) && p.contains(Perms::WRITE));
-        assert!(!p.contains(Perms::FLUSH));
-        assert_eq!(Perms::parse(&["admin".into()]).unwrap(), Perms::ALL);
-        assert!(Perms::parse(&["root".into()]).is_err());
-        assert_eq!(p.missing(Perms::FLUSH), Perms::FLUSH);
-    }
 
     #[test]
     fn sizes() {
@@ -865,23 +568,5 @@ mod tests {
             let line = format!("{n} {name}\n");
             proptest::prop_assert_eq!(parse_layout(&line).unwrap(), vec![(n, name)]);
         }
-    }
-
-    #[test]
-    fn throttle_grows_and_clears() {
-        let t = AuthThrottle::default();
-        let ip: IpAddr = "127.0.0.1".parse().unwrap();
-        assert_eq!(t.delay(ip), Duration::ZERO);
-        t.failed(ip);
-        assert_eq!(t.delay(ip), Duration::from_millis(10));
-        t.failed(ip);
-        t.failed(ip);
-        assert_eq!(t.delay(ip), Duration::from_millis(40));
-        for _ in 0..30 {
-            t.failed(ip);
-        }
-        assert_eq!(t.delay(ip), MAX_DELAY);
-        t.succeeded(ip);
-        assert_eq!(t.delay(ip), Duration::ZERO);
     }
 }
