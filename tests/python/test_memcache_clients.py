@@ -445,6 +445,17 @@ SCRIPT = [
     b"mg viv R90\r\n", b"mg viv R90\r\n", b"me nope\r\n", b"stats cachedump 250 0\r\n",
     b"set text 0 0 1\r\nx\r\n", b"incr text 1 noreply\r\nmn\r\n", b"incr nope 1 noreply\r\nmn\r\n",
     b"add text 0 0 1 noreply\r\ny\r\nmn\r\n", b"cas text 0 0 1 1 noreply\r\ny\r\nmn\r\n",
+    # Regressions: a set (or ms) refused as too large removes the old item, add/append keep it;
+    # data lengths beyond memcached's 32-bit int are a bad command line; a multi-get of 25 000
+    # keys on one line is served.
+    b"set big 0 0 1\r\nx\r\n", b"set big 0 0 1048600\r\n" + b"y" * 1048600 + b"\r\n", b"get big\r\n",
+    b"set big 0 0 1\r\nx\r\n", b"append big 0 0 1048600\r\n" + b"y" * 1048600 + b"\r\n", b"get big\r\n",
+    b"add big 0 0 1048600\r\n" + b"y" * 1048600 + b"\r\n", b"get big\r\n",
+    b"ms big 1048600\r\n" + b"y" * 1048600 + b"\r\n", b"get big\r\n",
+    b"set k 0 0 4294967295\r\n", b"set k 0 0 2147483647\r\n", b"set k 0 0 2147483646\r\n",
+    b"ms k 4294967295\r\n", b"ms k -1\r\n", b"get k\r\n",
+    b"set key000007 0 0 1\r\n7\r\n",
+    b"get " + b" ".join(b"key%06d" % i for i in range(25000)) + b"\r\n",
     b"flush_all\r\n", b"get viv\r\n", b"quit\r\n",
 ]
 

@@ -25,7 +25,8 @@ pub const MAX_KEY_LEN: usize = 250;
 pub struct Limits {
     /// Longest command line (memcached: 2048 bytes with no newline closes the connection).
     pub max_line: usize,
-    /// Longest retrieval line (`get k1 k2 …`).
+    /// Longest retrieval line (`get k1 k2 …`): memcached reads a multi-get line of any length,
+    /// tens of thousands of keys are common; 2 MiB by default (~80 000 keys of 25 bytes).
     pub max_get_line: usize,
     /// Largest data block (memcached's item size limit, 1 MiB by default).
     pub max_value: usize,
@@ -35,7 +36,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_line: 2048,
-            max_get_line: 64 * 1024,
+            max_get_line: 2 * 1024 * 1024,
             max_value: 1024 * 1024,
         }
     }
@@ -139,7 +140,19 @@ pub enum Decoded {
         line: &'static str,
         noreply: bool,
     },
+    /// A data block over the item size limit was swallowed: answer `SERVER_ERROR object too large
+    /// for cache`, and when `unlink` (a `set` or `ms`, as memcached does) first remove `key`, so no
+    /// stale item survives a failed update.
+    TooLarge {
+        key: Bytes,
+        unlink: bool,
+        noreply: bool,
+    },
 }
+
+/// The largest data block length memcached accepts on a command line: its length plus the
+/// CRLF must fit in a 32-bit int.
+pub const MAX_DATA_LEN: i64 = i32::MAX as i64 - 2;
 
 /// Incremental request decoder. The only state kept between calls is how many bytes of an
 /// oversized data block remain to be swallowed.
@@ -147,6 +160,9 @@ pub enum Decoded {
 pub struct Decoder {
     limits: Limits,
     swallow: usize,
+    /// Bytes at the front of the buffer already searched for a newline (a long multi-get line
+    /// arriving in pieces is scanned once, not once per piece).
+    scanned: usize,
 }
 
 const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
@@ -209,7 +225,11 @@ fn is_retrieval(line: &[u8]) -> bool {
 
 impl Decoder {
     pub fn new(limits: Limits) -> Self {
-        Decoder { limits, swallow: 0 }
+        Decoder {
+            limits,
+            swallow: 0,
+            scanned: 0,
+        }
     }
 
     pub fn limits(&self) -> Limits {
@@ -244,7 +264,13 @@ impl Decoder {
         let scan = buf
             .len()
             .min(self.limits.max_get_line.max(self.limits.max_line) + 1);
-        let Some(nl) = buf[..scan].iter().position(|&c| c == b'\n') else {
+        let from = self.scanned.min(scan);
+        let Some(nl) = buf[from..scan]
+            .iter()
+            .position(|&c| c == b'\n')
+            .map(|i| from + i)
+        else {
+            self.scanned = scan;
             if buf.len() > self.limits.max_line
                 && (!is_retrieval(&buf[..buf.len().min(128)])
                     || buf.len() > self.limits.max_get_line)
@@ -253,6 +279,7 @@ impl Decoder {
             }
             return Ok(None);
         };
+        self.scanned = 0;
         let line_end = if nl > 0 && buf[nl - 1] == b'\r' {
             nl - 1
         } else {
@@ -280,7 +307,7 @@ impl Decoder {
                     return Ok(Some(reply("ERROR")));
                 }
                 match num::<i64>(token(4)) {
-                    Some(n) if n >= 0 => Some(n as usize),
+                    Some(n) if (0..=MAX_DATA_LEN).contains(&n) => Some(n as usize),
                     _ => {
                         buf.advance(consumed_line);
                         return Ok(Some(reply(BAD_FORMAT)));
@@ -293,7 +320,7 @@ impl Decoder {
                     return Ok(Some(reply(BAD_FORMAT)));
                 }
                 match num::<i64>(token(2)) {
-                    Some(n) if n >= 0 => Some(n as usize),
+                    Some(n) if (0..=MAX_DATA_LEN).contains(&n) => Some(n as usize),
                     _ => {
                         buf.advance(consumed_line);
                         return Ok(Some(reply(BAD_FORMAT)));
@@ -318,13 +345,16 @@ impl Decoder {
             }
         }
         if data_len > self.limits.max_value {
+            let key = Bytes::copy_from_slice(token(1));
+            let unlink = name == b"set" || is_meta_set;
             buf.advance(consumed_line);
             self.swallow = data_len + 2;
             let n = self.swallow.min(buf.len());
             buf.advance(n);
             self.swallow -= n;
-            return Ok(Some(Decoded::Reply {
-                line: "SERVER_ERROR object too large for cache",
+            return Ok(Some(Decoded::TooLarge {
+                key,
+                unlink,
                 noreply,
             }));
         }
@@ -665,8 +695,9 @@ mod tests {
         let mut buf = BytesMut::from(&b"set k 0 0 6\r\nabc"[..]);
         assert_eq!(
             d.decode(&mut buf),
-            Ok(Some(Decoded::Reply {
-                line: "SERVER_ERROR object too large for cache",
+            Ok(Some(Decoded::TooLarge {
+                key: Bytes::from_static(b"k"),
+                unlink: true,
                 noreply: false
             }))
         );
@@ -675,6 +706,61 @@ mod tests {
             d.decode(&mut buf),
             Ok(Some(Decoded::Command(Command::MetaNoop)))
         );
+        // Only set and ms drop the old item, as memcached does; add/replace/append keep it.
+        let mut buf = BytesMut::from(&b"add k 0 0 6 noreply\r\nabcdef\r\n"[..]);
+        assert_eq!(
+            d.decode(&mut buf),
+            Ok(Some(Decoded::TooLarge {
+                key: Bytes::from_static(b"k"),
+                unlink: false,
+                noreply: true
+            }))
+        );
+        let mut buf = BytesMut::from(&b"ms k 6\r\nabcdef\r\n"[..]);
+        assert!(matches!(
+            d.decode(&mut buf),
+            Ok(Some(Decoded::TooLarge { unlink: true, .. }))
+        ));
+    }
+
+    /// Regression: memcached reads data lengths as a 32-bit int with room for the CRLF; longer or
+    /// negative ones are a bad command line, not a block to swallow.
+    #[test]
+    fn data_lengths_beyond_memcacheds_int_are_a_bad_command_line() {
+        for line in [
+            "set k 0 0 4294967295\r\n",
+            "set k 0 0 2147483647\r\n",
+            "set k 0 0 2147483646\r\n",
+            "set k 0 0 -1\r\n",
+            "ms k 4294967295\r\n",
+            "ms k -1\r\n",
+        ] {
+            let mut d = Decoder::new(Limits::default());
+            let mut buf = BytesMut::from(line.as_bytes());
+            assert_eq!(d.decode(&mut buf), Ok(Some(reply(BAD_FORMAT))), "{line}");
+            assert!(buf.is_empty());
+        }
+    }
+
+    /// Regression: a multi-get of tens of thousands of keys on one line is served, as memcached
+    /// serves it, and a line arriving in pieces is not scanned again from its start each time.
+    #[test]
+    fn a_multiget_of_25000_keys_is_one_request() {
+        let keys: Vec<String> = (0..25_000).map(|i| format!("key{i:06}")).collect();
+        let line = format!("get {}\r\n", keys.join(" "));
+        let mut d = Decoder::new(Limits::default());
+        let mut buf = BytesMut::new();
+        let mut got = None;
+        for piece in line.as_bytes().chunks(16 * 1024) {
+            buf.extend_from_slice(piece);
+            if let Some(decoded) = d.decode(&mut buf).expect("a long get line is accepted") {
+                got = Some(decoded);
+            }
+        }
+        match got {
+            Some(Decoded::Command(Command::Get { keys: got, .. })) => assert_eq!(got.len(), 25_000),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

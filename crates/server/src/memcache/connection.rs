@@ -101,6 +101,31 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                         gradus_memcache::reply::line(&mut wbuf, line.as_bytes());
                     }
                 }
+                Decoded::TooLarge {
+                    key,
+                    unlink,
+                    noreply,
+                } => {
+                    counters.bump(super::stats::Counter::StoreTooLarge);
+                    let mut line = "SERVER_ERROR object too large for cache".to_string();
+                    if unlink && authenticated {
+                        // As memcached: a failed update leaves no stale item behind.
+                        let mut session = Session {
+                            shared: &shared,
+                            client: &mut client,
+                            db,
+                            now_ms,
+                            counters: &mut counters,
+                            max_value,
+                        };
+                        if let Err(e) = session.remove(&key) {
+                            line = e.memcached_line();
+                        }
+                    }
+                    if !noreply {
+                        gradus_memcache::reply::line(&mut wbuf, line.as_bytes());
+                    }
+                }
                 Decoded::Command(command) if !authenticated => {
                     let delay = shared.auth_throttle.delay(handle.addr.ip());
                     if !delay.is_zero() {

@@ -194,6 +194,19 @@ impl<'a> Session<'a> {
         Ok(result)
     }
 
+    /// Remove `key` (delete, and a `set` refused as too large); whether it was there.
+    pub fn remove(&mut self, key: &Bytes) -> Result<bool, WriteError> {
+        self.write(false, |ks, now| {
+            let removed = ks.lock(key).remove(key, now).is_some();
+            let effects = if removed {
+                vec![Effect::Del(key.clone())]
+            } else {
+                vec![]
+            };
+            (removed, effects)
+        })
+    }
+
     pub(super) fn count_lookup(&self, hit: bool) {
         let c = if hit {
             &self.client.counters.hits
@@ -593,6 +606,10 @@ pub(super) mod fixture {
                     Decoded::Reply { line, .. } => {
                         gradus_memcache::reply::line(&mut out, line.as_bytes())
                     }
+                    Decoded::TooLarge { .. } => gradus_memcache::reply::line(
+                        &mut out,
+                        b"SERVER_ERROR object too large for cache",
+                    ),
                 }
             }
             String::from_utf8_lossy(&out).into_owned()

@@ -10,8 +10,7 @@
 //! `persist` (writes go through `Session::write`).
 
 use super::session::{
-    fetch, flush_db, server_error, touch_locked, ArithResult, Effect, Flow, Session, StoreOutcome,
-    StoreReq,
+    fetch, flush_db, server_error, touch_locked, ArithResult, Flow, Session, StoreOutcome, StoreReq,
 };
 use super::stats::Counter;
 use super::{Expiry, MEMCACHED_COMPAT_VERSION};
@@ -66,32 +65,19 @@ impl<'a> Session<'a> {
                     reply::line(out, text);
                 }
             }
-            Command::Delete { key, noreply } => {
-                let r = self.write(false, |ks, now| {
-                    let removed = ks.lock(&key).remove(&key, now).is_some();
-                    (
-                        removed,
-                        if removed {
-                            vec![Effect::Del(key.clone())]
-                        } else {
-                            vec![]
-                        },
-                    )
-                });
-                match r {
-                    Ok(found) => {
-                        self.counters.bump(if found {
-                            Counter::DeleteHits
-                        } else {
-                            Counter::DeleteMisses
-                        });
-                        if !noreply {
-                            reply::line(out, if found { &b"DELETED"[..] } else { b"NOT_FOUND" });
-                        }
+            Command::Delete { key, noreply } => match self.remove(&key) {
+                Ok(found) => {
+                    self.counters.bump(if found {
+                        Counter::DeleteHits
+                    } else {
+                        Counter::DeleteMisses
+                    });
+                    if !noreply {
+                        reply::line(out, if found { &b"DELETED"[..] } else { b"NOT_FOUND" });
                     }
-                    Err(e) => return server_error(out, &e.memcached_line()),
                 }
-            }
+                Err(e) => return server_error(out, &e.memcached_line()),
+            },
             Command::Arith {
                 key,
                 incr,
