@@ -2,6 +2,8 @@
 //! Redis' exact acceptance rules and error texts.
 //!
 //! Pure functions over byte slices; no keyspace, no connection state.
+//!
+//! May import: `error` only.
 
 use crate::error::CmdError;
 use gradus_store::ScoreBound;

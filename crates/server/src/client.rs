@@ -3,6 +3,9 @@
 //!
 //! The split keeps the hot path lock-free: the connection task owns `ClientState` outright, and the
 //! shared handle holds only atomics and small mutexes that are never held across an `.await`.
+//!
+//! May import: `command` (the spec type of queued commands), `state` (the type deferred replies
+//! receive), `persist::write` (the open record); no command handlers.
 
 use crate::command::CommandSpec;
 use bytes::Bytes;

@@ -6,6 +6,8 @@
 //! `[[users]]`) are read with serde.
 //!
 //! This module only parses and validates; it does not open sockets or files other than the config.
+//!
+//! May import: `settings`, `error`.
 
 use crate::error::ServerError;
 use crate::settings::{self, Section, SETTINGS};

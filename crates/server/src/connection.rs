@@ -9,6 +9,9 @@
 //! durable LSN covers the highest `strict` write among them (so concurrent connections share one
 //! fsync: group commit). If that wait fails (the log is poisoned), the connection is closed
 //! *without* writing those replies: a strict write is never acknowledged unless it is durable.
+//!
+//! May import: `dispatch`, `client`, `state`, `gradus-proto`. Must not import command modules: a
+//! deferred reply is a future the command made (`client::Deferred`).
 
 use crate::client::ClientState;
 use crate::dispatch::dispatch;

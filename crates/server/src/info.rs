@@ -3,6 +3,8 @@
 //! Field names follow Redis where a client or dashboard may read them (Moodle checks
 //! `redis_version`; monitoring reads `used_memory`, `connected_clients`, `keyspace_hits`, `dbN:`).
 //! Gradus-specific fields are prefixed `gradus_`.
+//!
+//! May import: `state` (and what it holds); read-only: it never changes state.
 
 use crate::state::Shared;
 use std::fmt::Write;

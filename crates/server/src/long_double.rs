@@ -7,6 +7,8 @@
 //! unsigned big integer. Subnormal results are flushed to zero (Redis would keep a subnormal
 //! long double; no realistic counter gets there). Pure arithmetic: no I/O, no allocation beyond
 //! the big integers, which input length bounds (Redis rejects number texts of 5 KiB or more).
+//!
+//! May import: nothing of the server.
 
 use std::cmp::Ordering;
 

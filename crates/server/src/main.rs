@@ -1,4 +1,6 @@
 //! The `gradus` binary: parse flags, load config, start logging, run the server.
+//!
+//! May import: the library (`gradus_server`) only.
 
 use clap::Parser;
 use gradus_server::{Cli, Config, Server};

@@ -11,6 +11,9 @@
 //!
 //! So cache pressure can never evict session data: only `lru` keyspaces ever lose keys. Evictions
 //! from a logged keyspace are logged as DEL, so replay agrees with memory.
+//!
+//! May import: `persist::write` (evictions are a write transaction), `state`, `client`. Must not
+//! import command modules.
 
 use crate::client::ClientState;
 use crate::persist::write::{log_effect, Scope, WriteError, WriteTxn};

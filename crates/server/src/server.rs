@@ -3,6 +3,9 @@
 //! `run` owns the lifecycle: it binds every configured address, spawns one task per connection, a
 //! timer task for active expiry, and waits for SIGINT/SIGTERM or SHUTDOWN; then it stops accepting,
 //! tells connections to finish their current batch, and waits (bounded) for them to go.
+//!
+//! May import: `connection`, `memcache::listener`, `persist` (recovery, layout, snapshots),
+//! `state`, `config`. Must not import command modules.
 
 use crate::client::ClientState;
 use crate::config::Config;

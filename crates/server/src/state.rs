@@ -2,6 +2,9 @@
 //!
 //! One `Arc<Shared>` is handed to every connection. Settings that `CONFIG SET` may change live in
 //! atomics or a small mutex so the request path reads them without locking anything shared for long.
+//!
+//! May import: `client`, `config`, `persist`, `tenancy`, `blocking`, `memcache::stats` (the state
+//! they keep); never command modules.
 
 use crate::client::ClientRegistry;
 use crate::config::Config;

@@ -2,6 +2,8 @@
 //!
 //! These act on the calling connection's state (protocol version, database, name, authentication)
 //! and, for CLIENT LIST/KILL, on the registry of other connections. They never touch keys.
+//!
+//! May import: `args`, `client`, `tenancy` (AUTH), `blocking` (CLIENT UNBLOCK), `state`.
 
 use super::{cmd, flags, sub, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, parse_i64, show};

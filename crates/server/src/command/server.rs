@@ -3,6 +3,8 @@
 //! `COMMAND` output is generated from the command table; `CONFIG` reads the settings table
 //! ([`crate::settings`]), which reads and writes the live settings; nothing here keeps its own copy
 //! of either.
+//!
+//! May import: `settings`, `info`, `persist` (snapshots), `client` (deferred replies), `state`.
 
 use super::{cmd, flags, sub, table, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, show};

@@ -6,6 +6,8 @@
 //! interleaving, which is what makes the transaction atomic, and every queued write (commands
 //! that log their own effects and scripts included) joins its one log record. WATCH remembers each key's version; any write, expiry or flush of the key
 //! changes it, and EXEC then returns a null array without running anything.
+//!
+//! May import: `dispatch` (to run queued commands), `persist::write`, `client`.
 
 use super::{cmd, flags, CommandSpec, Ctx, NO_KEYS};
 use crate::client::{Deferred, MultiState, Watch};

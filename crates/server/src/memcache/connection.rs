@@ -12,6 +12,9 @@
 //! login before anything else — a `set` of any key whose data is `default <password>` (answered
 //! `STORED`, or `CLIENT_ERROR authentication failure`); every other command gets
 //! `CLIENT_ERROR unauthenticated`. Until then values are capped at `MAX_AUTH_REQ_LEN` bytes.
+//!
+//! May import: `memcache::session`, `memcache::stats`, `connection::flush` (the strict wait before
+//! replies), `client`, `state`, `tenancy`. Must not import RESP command modules.
 
 use super::session::{Flow, Session};
 use super::stats::LocalCounters;

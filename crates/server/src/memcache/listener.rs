@@ -1,6 +1,8 @@
 //! The memcached listener: bind `memcached-port` on every `bind` address, accept connections
 //! (counted against the same `maxclients` as RESP, and listed by CLIENT LIST), and run delayed
 //! `flush_all`s when they fall due.
+//!
+//! May import: `memcache::connection`, `memcache::session` (delayed flush_all), `client`, `state`.
 
 use crate::client::ClientState;
 use crate::error::ServerError;

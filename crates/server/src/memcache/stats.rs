@@ -3,6 +3,8 @@
 //!
 //! Counters are kept per connection in plain integers and added to the shared atomics once per
 //! batch of requests (as the RESP side does), so the hot path never writes a shared cache line.
+//!
+//! May import: `state`.
 
 use crate::state::Shared;
 use bytes::{BufMut, Bytes, BytesMut};

@@ -30,6 +30,9 @@
 //! relative TTLs and expiry decisions come out exactly as they did the first time.
 //! Decoding never panics: a malformed payload is an error (the log's checksum makes that corruption
 //! of a kind the checksum cannot see, i.e. a bug, but recovery still reports it instead of crashing).
+//!
+//! May import: `gradus-log`'s format limits and `gradus-store`'s values; nothing of the server's
+//! state.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use gradus_log::format::MAX_RECORD_LEN;
