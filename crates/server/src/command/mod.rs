@@ -5,6 +5,7 @@
 //! auth check and MULTI queueing all read it; nothing else keeps its own list of commands.
 //! Each submodule implements one family and exports its rows as `COMMANDS`.
 
+pub mod bitmaps;
 pub mod connection;
 pub mod hashes;
 pub mod keys;
@@ -230,6 +231,7 @@ pub fn table() -> &'static CommandTable {
             connection::COMMANDS,
             server::COMMANDS,
             strings::COMMANDS,
+            bitmaps::COMMANDS,
             keys::COMMANDS,
             hashes::COMMANDS,
             zsets::COMMANDS,

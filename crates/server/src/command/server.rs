@@ -484,6 +484,8 @@ fn acl_categories(spec: &CommandSpec, group: &str) -> Vec<&'static str> {
     }
     out.push(match group {
         "string" => "@string",
+        "bitmap" => "@bitmap",
+        "hyperloglog" => "@hyperloglog",
         "hash" => "@hash",
         "sorted-set" => "@sortedset",
         "generic" => "@keyspace",
