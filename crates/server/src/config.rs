@@ -38,6 +38,7 @@ pub struct Config {
     /// The tenant whose keyspace `memcached-db` names (empty: the first; with no tenants, `default`).
     pub memcached_tenant: String,
     pub memcached_item_size_max: usize,
+    pub hll_sparse_max_bytes: usize,
     pub durability: DurabilityConfig,
     /// `[[tenants]]`: when present, every connection authenticates as a tenant's user.
     pub tenants: Vec<TenantConfig>,
@@ -235,6 +236,7 @@ impl Config {
             memcached_db: 0,
             memcached_tenant: String::new(),
             memcached_item_size_max: 0,
+            hll_sparse_max_bytes: 0,
             durability: DurabilityConfig {
                 default: String::new(),
                 databases: Default::default(),

@@ -64,14 +64,14 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     if spec.has(flags::OWN_GATE) {
         return run(shared, client, spec, &args, now_ms);
     }
-    if spec.has(flags::WRITE) {
+    if spec.runs_as_write() {
         return run_write(shared, client, spec, args, now_ms);
     }
     let _gate = shared.store.shared(client.id);
     run(shared, client, spec, &args, now_ms)
 }
 
-/// Run a command flagged `write` through the write path (`persist::write`): on its own, or
+/// Run a command flagged `write` (or `may_replicate`) through the write path (`persist::write`): on its own, or
 /// inside the transaction the connection has open (EXEC, a script), whose record it joins. A
 /// command is logged as itself when it succeeds; one flagged `self_logged` logs its effects.
 pub fn run_write(

@@ -54,6 +54,7 @@ pub struct LiveSettings {
     pub max_multibulk_len: AtomicUsize,
     pub max_inline_len: AtomicUsize,
     pub requirepass: Mutex<String>,
+    pub hll_sparse_max_bytes: AtomicUsize,
 }
 
 impl LiveSettings {
@@ -113,6 +114,7 @@ impl Shared {
             max_multibulk_len: AtomicUsize::new(0),
             max_inline_len: AtomicUsize::new(0),
             requirepass: Mutex::new(String::new()),
+            hll_sparse_max_bytes: AtomicUsize::new(0),
         };
         crate::settings::init_live(&live, &config);
         let (shutdown, _) = watch::channel(false);

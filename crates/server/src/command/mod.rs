@@ -8,6 +8,7 @@
 pub mod bitmaps;
 pub mod connection;
 pub mod hashes;
+pub mod hyperloglog;
 pub mod keys;
 pub mod locks;
 pub mod scripting;
@@ -66,6 +67,10 @@ pub mod flags {
     pub const READS_KEYSPACE: u32 = 1 << 15;
     /// Not allowed from scripts (Redis' `noscript`).
     pub const NOSCRIPT: u32 = 1 << 16;
+    /// A read that may change the stored value as a side effect (PFCOUNT refreshes the cached
+    /// cardinality): it runs on the write path like a write and logs what it changed itself
+    /// (with `SELF_LOGGED`), but needs only the rights of a read (Redis' `may_replicate`).
+    pub const MAY_REPLICATE: u32 = 1 << 17;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -78,6 +83,7 @@ pub mod flags {
         (LOADING, "loading"),
         (RANDOM, "random"),
         (NOSCRIPT, "noscript"),
+        (MAY_REPLICATE, "may_replicate"),
     ];
 }
 
@@ -105,6 +111,12 @@ pub struct CommandSpec {
 impl CommandSpec {
     pub fn has(&self, flag: u32) -> bool {
         self.flags & flag != 0
+    }
+
+    /// Whether it runs on the write path (`persist::write`): a write, or a read that may change
+    /// the stored value.
+    pub fn runs_as_write(&self) -> bool {
+        self.has(flags::WRITE | flags::MAY_REPLICATE)
     }
 
     /// True when `argc` (name included) satisfies the arity.
@@ -232,6 +244,7 @@ pub fn table() -> &'static CommandTable {
             server::COMMANDS,
             strings::COMMANDS,
             bitmaps::COMMANDS,
+            hyperloglog::COMMANDS,
             keys::COMMANDS,
             hashes::COMMANDS,
             zsets::COMMANDS,
