@@ -63,7 +63,7 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     client.handle.touch(row.name, now_ms);
     let reply = if spec.has(flags::OWN_GATE) {
         run(shared, client, spec, &args, now_ms)
-    } else if spec.has(flags::WRITE) {
+    } else if spec.runs_as_write() {
         run_write(shared, client, spec, args, now_ms)
     } else {
         let _gate = shared.store.shared(client.id);
@@ -95,7 +95,7 @@ fn note_ready_keys(
     }
 }
 
-/// Run a command flagged `write` through the write path (`persist::write`): on its own, or
+/// Run a command flagged `write` (or `may_replicate`) through the write path (`persist::write`): on its own, or
 /// inside the transaction the connection has open (EXEC, a script), whose record it joins. A
 /// command is logged as itself when it succeeds; one flagged `self_logged` logs its effects.
 pub fn run_write(

@@ -33,6 +33,7 @@ pub mod config;
 pub mod connection;
 pub mod dispatch;
 pub mod error;
+pub mod hll;
 pub mod info;
 pub mod long_double;
 pub mod memcache;

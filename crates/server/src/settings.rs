@@ -45,6 +45,8 @@ pub enum Kind {
     Bool,
     /// A whole number in `min..=max`.
     Int { min: u64, max: u64 },
+    /// A whole number that may be negative, in `min..=max`.
+    Signed { min: i64, max: i64 },
     /// A number of bytes in `min..=max`; text may carry a unit (`64kb`, `4mb`, `1g`: powers of 1024).
     Size { min: u64, max: u64 },
     /// Any text.
@@ -61,6 +63,7 @@ pub enum Kind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
     Int(u64),
+    Signed(i64),
     Bool(bool),
     Text(String),
     List(Vec<String>),
@@ -71,6 +74,7 @@ impl Value {
     pub fn text(&self) -> String {
         match self {
             Value::Int(n) => n.to_string(),
+            Value::Signed(n) => n.to_string(),
             Value::Bool(b) => if *b { "yes" } else { "no" }.to_string(),
             Value::Text(s) => s.clone(),
             Value::List(items) => items.join(" "),
@@ -81,6 +85,7 @@ impl Value {
     pub fn toml(&self) -> String {
         match self {
             Value::Int(n) => n.to_string(),
+            Value::Signed(n) => n.to_string(),
             Value::Bool(b) => b.to_string(),
             Value::Text(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s.clone(),
             Value::Text(s) => toml::Value::String(s.clone()).to_string(),
@@ -110,6 +115,11 @@ impl Kind {
                 Ok(_) => return Err(self.range_error()),
                 Err(_) => return Err("argument couldn't be parsed into an integer".into()),
             },
+            Kind::Signed { .. } => match text.parse::<i64>() {
+                Ok(n) => Value::Signed(n),
+                Err(_) if text.parse::<i128>().is_ok() => return Err(self.range_error()),
+                Err(_) => return Err("argument couldn't be parsed into an integer".into()),
+            },
             Kind::Size { .. } => match crate::tenancy::parse_size(text) {
                 Some(n) => Value::Int(n as u64),
                 None => return Err("argument must be a memory value".into()),
@@ -127,6 +137,7 @@ impl Kind {
             (Kind::Int { .. } | Kind::Size { .. }, toml::Value::Integer(n)) => u64::try_from(*n)
                 .map(Value::Int)
                 .map_err(|_| self.range_error())?,
+            (Kind::Signed { .. }, toml::Value::Integer(n)) => Value::Signed(*n),
             (Kind::Size { .. }, toml::Value::String(s)) => return self.parse(s),
             (Kind::Text | Kind::Enum(_) | Kind::EnumOrInt(_), toml::Value::String(s)) => {
                 Value::Text(s.clone())
@@ -150,6 +161,13 @@ impl Kind {
             (Kind::Int { min, max } | Kind::Size { min, max }, Value::Int(n)) => {
                 if (min..=max).contains(&n) {
                     Ok(Value::Int(n))
+                } else {
+                    Err(self.range_error())
+                }
+            }
+            (Kind::Signed { min, max }, Value::Signed(n)) => {
+                if (min..=max).contains(&n) {
+                    Ok(Value::Signed(n))
                 } else {
                     Err(self.range_error())
                 }
@@ -190,6 +208,9 @@ impl Kind {
             Kind::Int { min, max } | Kind::Size { min, max } => {
                 format!("argument must be between {min} and {max} inclusive")
             }
+            Kind::Signed { min, max } => {
+                format!("argument must be between {min} and {max} inclusive")
+            }
             _ => format!("expected {}", self.expected()),
         }
     }
@@ -198,7 +219,7 @@ impl Kind {
     fn expected(self) -> &'static str {
         match self {
             Kind::Bool => "true or false",
-            Kind::Int { .. } => "a whole number",
+            Kind::Int { .. } | Kind::Signed { .. } => "a whole number",
             Kind::Size { .. } => "a number of bytes or a size such as \"64mb\"",
             Kind::Text | Kind::Enum(_) => "a string",
             Kind::EnumOrInt(_) => "a string or a whole number",
@@ -219,6 +240,7 @@ impl Kind {
             Kind::Bool => "bool".into(),
             Kind::Int { min, max } => range("int", min, max),
             Kind::Size { min, max } => range("size", min, max),
+            Kind::Signed { min, max } => format!("int {min}–{max}"),
             Kind::Text => "string".into(),
             Kind::Enum(words) => format!("enum: {}", words.join(", ")),
             Kind::EnumOrInt(words) => format!("{} or int", words.join(", ")),
@@ -321,6 +343,18 @@ macro_rules! int_field {
 }
 int_field!(u16, u32, u64, usize);
 
+impl Field for i64 {
+    fn to_value(&self) -> Value {
+        Value::Signed(*self)
+    }
+    fn from_value(v: Value) -> Option<Self> {
+        match v {
+            Value::Signed(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
 impl Field for bool {
     fn to_value(&self) -> Value {
         Value::Bool(*self)
@@ -393,6 +427,34 @@ macro_rules! live_usize {
     };
 }
 
+/// [`Live`] access to an `AtomicU64` of [`LiveSettings`].
+macro_rules! live_u64 {
+    ($f:ident) => {
+        Some(Live {
+            get: |l| Value::Int(l.$f.load(Ordering::Relaxed)),
+            set: |l, v| {
+                if let Value::Int(n) = v {
+                    l.$f.store(*n, Ordering::Relaxed);
+                }
+            },
+        })
+    };
+}
+
+/// [`Live`] access to an `AtomicI64` of [`LiveSettings`] (a [`Kind::Signed`] row).
+macro_rules! live_i64 {
+    ($f:ident) => {
+        Some(Live {
+            get: |l| Value::Signed(l.$f.load(Ordering::Relaxed)),
+            set: |l, v| {
+                if let Value::Signed(n) = v {
+                    l.$f.store(*n, Ordering::Relaxed);
+                }
+            },
+        })
+    };
+}
+
 const fn flag(value_name: &'static str) -> Option<Flag> {
     Some(Flag {
         short: None,
@@ -403,6 +465,15 @@ const fn flag(value_name: &'static str) -> Option<Flag> {
 const PORT: Kind = Kind::Int { min: 0, max: 65535 };
 const COUNT: Kind = Kind::Int {
     min: 1,
+    max: UNBOUNDED,
+};
+/// Redis' size_t encoding knobs: 0 to LONG_MAX, in plain numbers or (memory knobs) with units.
+const KNOB: Kind = Kind::Int {
+    min: 0,
+    max: UNBOUNDED,
+};
+const KNOB_BYTES: Kind = Kind::Size {
+    min: 0,
     max: UNBOUNDED,
 };
 const DEGREES: Kind = Kind::Enum(&["none", "lazy", "background", "strict"]);
@@ -459,6 +530,36 @@ pub static SETTINGS: &[Setting] = &[
     Setting { name: "memcached-item-size-max", section: Section::Top, key: "memcached-item-size-max", kind: Kind::Size { min: 1024, max: MAX_ITEM_SIZE as u64 }, default: "1048576",
         flag: flag("BYTES"), live: None, field: field!(memcached_item_size_max),
         doc: "Largest value over the memcached port (memcached's -I); at most the log's record limit less 1 MiB." },
+    Setting { name: "hll-sparse-max-bytes", section: Section::Top, key: "hll-sparse-max-bytes", kind: Kind::Size { min: 0, max: UNBOUNDED }, default: "3000",
+        flag: None, live: live_usize!(hll_sparse_max_bytes), field: field!(hll_sparse_max_bytes),
+        doc: "A HyperLogLog stays in the sparse encoding while it is at most this many bytes (header included), then becomes dense (as Redis)." },
+    Setting { name: "list-max-listpack-size", section: Section::Top, key: "list-max-listpack-size", kind: Kind::Signed { min: i32::MIN as i64, max: i32::MAX as i64 }, default: "-2",
+        flag: None, live: live_i64!(list_max_listpack_size), field: field!(list_max_listpack_size),
+        doc: "Redis' list encoding knob (Redis: entries or, negative, kilobytes per list node); accepted and reported, no effect here." },
+    Setting { name: "list-compress-depth", section: Section::Top, key: "list-compress-depth", kind: Kind::Int { min: 0, max: i32::MAX as u64 }, default: "0",
+        flag: None, live: live_u64!(list_compress_depth), field: field!(list_compress_depth),
+        doc: "Redis' list compression knob; accepted and reported, no effect here." },
+    Setting { name: "set-max-intset-entries", section: Section::Top, key: "set-max-intset-entries", kind: KNOB, default: "512",
+        flag: None, live: live_u64!(set_max_intset_entries), field: field!(set_max_intset_entries),
+        doc: "Redis' set encoding knob (largest integer-only set kept as an intset); accepted and reported, no effect here." },
+    Setting { name: "set-max-listpack-entries", section: Section::Top, key: "set-max-listpack-entries", kind: KNOB, default: "128",
+        flag: None, live: live_u64!(set_max_listpack_entries), field: field!(set_max_listpack_entries),
+        doc: "Redis' set encoding knob (most members of a listpack set); accepted and reported, no effect here." },
+    Setting { name: "set-max-listpack-value", section: Section::Top, key: "set-max-listpack-value", kind: KNOB, default: "64",
+        flag: None, live: live_u64!(set_max_listpack_value), field: field!(set_max_listpack_value),
+        doc: "Redis' set encoding knob (longest member of a listpack set); accepted and reported, no effect here." },
+    Setting { name: "hash-max-listpack-entries", section: Section::Top, key: "hash-max-listpack-entries", kind: KNOB, default: "512",
+        flag: None, live: live_u64!(hash_max_listpack_entries), field: field!(hash_max_listpack_entries),
+        doc: "Redis' hash encoding knob (most fields of a listpack hash; alias hash-max-ziplist-entries); accepted and reported, no effect here." },
+    Setting { name: "hash-max-listpack-value", section: Section::Top, key: "hash-max-listpack-value", kind: KNOB_BYTES, default: "64",
+        flag: None, live: live_u64!(hash_max_listpack_value), field: field!(hash_max_listpack_value),
+        doc: "Redis' hash encoding knob (longest field or value of a listpack hash; alias hash-max-ziplist-value); accepted and reported, no effect here." },
+    Setting { name: "zset-max-listpack-entries", section: Section::Top, key: "zset-max-listpack-entries", kind: KNOB, default: "128",
+        flag: None, live: live_u64!(zset_max_listpack_entries), field: field!(zset_max_listpack_entries),
+        doc: "Redis' sorted set encoding knob (most members of a listpack zset; alias zset-max-ziplist-entries); accepted and reported, no effect here." },
+    Setting { name: "zset-max-listpack-value", section: Section::Top, key: "zset-max-listpack-value", kind: KNOB_BYTES, default: "64",
+        flag: None, live: live_u64!(zset_max_listpack_value), field: field!(zset_max_listpack_value),
+        doc: "Redis' sorted set encoding knob (longest member of a listpack zset; alias zset-max-ziplist-value); accepted and reported, no effect here." },
     Setting { name: "durability", section: Section::Durability, key: "default", kind: DEGREES, default: "background",
         flag: flag("DEGREE"), live: None, field: field!(durability.default),
         doc: "Default durability degree of every database: none, lazy, background or strict (see README, Durability)." },
@@ -517,8 +618,23 @@ fn appendfsync_of(degree: &str) -> &'static str {
     }
 }
 
-/// The row named `name` (ASCII case-insensitive, as Redis looks configs up).
+/// Old names Redis 7 still accepts for a setting (its `*-ziplist-*` encoding knobs): CONFIG GET
+/// reports them too and CONFIG SET takes them.
+pub static ALIASES: &[(&str, &str)] = &[
+    ("list-max-ziplist-size", "list-max-listpack-size"),
+    ("hash-max-ziplist-entries", "hash-max-listpack-entries"),
+    ("hash-max-ziplist-value", "hash-max-listpack-value"),
+    ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
+    ("zset-max-ziplist-value", "zset-max-listpack-value"),
+];
+
+/// The row named `name` or one of its [`ALIASES`] (ASCII case-insensitive, as Redis looks
+/// configs up).
 pub fn find(name: &str) -> Option<&'static Setting> {
+    let name = ALIASES
+        .iter()
+        .find(|(alias, _)| alias.eq_ignore_ascii_case(name))
+        .map_or(name, |(_, row)| row);
     SETTINGS.iter().find(|s| s.name.eq_ignore_ascii_case(name))
 }
 
@@ -736,6 +852,16 @@ mod tests {
     fn every_row_takes_its_extreme_values() {
         for s in SETTINGS {
             let mut c = defaults();
+            if let Kind::Signed { min, max } = s.kind {
+                for n in [min, max] {
+                    s.set_text(&mut c, &n.to_string()).unwrap();
+                    assert_eq!(s.get(&c), Value::Signed(n), "{}", s.name);
+                }
+                let err = s
+                    .set_text(&mut c, &(max as i128 + 1).to_string())
+                    .unwrap_err();
+                assert!(err.contains("must be between"), "{}: {err}", s.name);
+            }
             if let Kind::Int { min, max } | Kind::Size { min, max } = s.kind {
                 for n in [min, max] {
                     s.set_text(&mut c, &n.to_string()).unwrap();
@@ -824,7 +950,29 @@ mod tests {
     }
 
     #[test]
+    fn aliases_name_rows() {
+        for (alias, name) in ALIASES {
+            assert_eq!(find(alias).map(|s| s.name), Some(*name));
+            assert_eq!(find(&alias.to_uppercase()).map(|s| s.name), Some(*name));
+            assert!(SETTINGS.iter().all(|s| s.name != *alias));
+        }
+    }
+
+    #[test]
     fn kinds_parse_as_redis_does() {
+        let signed = Kind::Signed {
+            min: i32::MIN as i64,
+            max: i32::MAX as i64,
+        };
+        assert_eq!(signed.parse("-2"), Ok(Value::Signed(-2)));
+        assert_eq!(
+            signed.parse("3000000000").unwrap_err(),
+            "argument must be between -2147483648 and 2147483647 inclusive"
+        );
+        assert_eq!(
+            signed.parse("x").unwrap_err(),
+            "argument couldn't be parsed into an integer"
+        );
         let int = Kind::Int { min: 1, max: 10 };
         assert_eq!(int.parse("10"), Ok(Value::Int(10)));
         assert_eq!(

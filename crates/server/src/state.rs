@@ -11,7 +11,7 @@ use crate::config::Config;
 use gradus_proto::Limits;
 use gradus_store::Store;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
@@ -57,6 +57,17 @@ pub struct LiveSettings {
     pub max_multibulk_len: AtomicUsize,
     pub max_inline_len: AtomicUsize,
     pub requirepass: Mutex<String>,
+    pub hll_sparse_max_bytes: AtomicUsize,
+    /// Redis' encoding knobs (reported by CONFIG GET, no effect on how values are kept).
+    pub list_max_listpack_size: AtomicI64,
+    pub list_compress_depth: AtomicU64,
+    pub set_max_intset_entries: AtomicU64,
+    pub set_max_listpack_entries: AtomicU64,
+    pub set_max_listpack_value: AtomicU64,
+    pub hash_max_listpack_entries: AtomicU64,
+    pub hash_max_listpack_value: AtomicU64,
+    pub zset_max_listpack_entries: AtomicU64,
+    pub zset_max_listpack_value: AtomicU64,
 }
 
 impl LiveSettings {
@@ -118,6 +129,16 @@ impl Shared {
             max_multibulk_len: AtomicUsize::new(0),
             max_inline_len: AtomicUsize::new(0),
             requirepass: Mutex::new(String::new()),
+            hll_sparse_max_bytes: AtomicUsize::new(0),
+            list_max_listpack_size: AtomicI64::new(0),
+            list_compress_depth: AtomicU64::new(0),
+            set_max_intset_entries: AtomicU64::new(0),
+            set_max_listpack_entries: AtomicU64::new(0),
+            set_max_listpack_value: AtomicU64::new(0),
+            hash_max_listpack_entries: AtomicU64::new(0),
+            hash_max_listpack_value: AtomicU64::new(0),
+            zset_max_listpack_entries: AtomicU64::new(0),
+            zset_max_listpack_value: AtomicU64::new(0),
         };
         crate::settings::init_live(&live, &config);
         let (shutdown, _) = watch::channel(false);

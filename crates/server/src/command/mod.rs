@@ -5,9 +5,11 @@
 //! auth check and MULTI queueing all read it; nothing else keeps its own list of commands.
 //! Each submodule implements one family and exports its rows as `COMMANDS`.
 
+pub mod bitmaps;
 pub mod blocking;
 pub mod connection;
 pub mod hashes;
+pub mod hyperloglog;
 pub mod keys;
 pub mod locks;
 pub mod scripting;
@@ -67,7 +69,11 @@ pub mod flags {
     /// Not allowed from scripts (Redis' `noscript`).
     pub const NOSCRIPT: u32 = 1 << 16;
     /// May block the connection until a key is ready (Redis' `blocking`).
-    pub const BLOCKING: u32 = 1 << 17;
+    pub const BLOCKING: u32 = 1 << 18;
+    /// A read that may change the stored value as a side effect (PFCOUNT refreshes the cached
+    /// cardinality): it runs on the write path like a write and logs what it changed itself
+    /// (with `SELF_LOGGED`), but needs only the rights of a read (Redis' `may_replicate`).
+    pub const MAY_REPLICATE: u32 = 1 << 17;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -81,6 +87,7 @@ pub mod flags {
         (RANDOM, "random"),
         (NOSCRIPT, "noscript"),
         (BLOCKING, "blocking"),
+        (MAY_REPLICATE, "may_replicate"),
     ];
 }
 
@@ -108,6 +115,12 @@ pub struct CommandSpec {
 impl CommandSpec {
     pub fn has(&self, flag: u32) -> bool {
         self.flags & flag != 0
+    }
+
+    /// Whether it runs on the write path (`persist::write`): a write, or a read that may change
+    /// the stored value.
+    pub fn runs_as_write(&self) -> bool {
+        self.has(flags::WRITE | flags::MAY_REPLICATE)
     }
 
     /// True when `argc` (name included) satisfies the arity.
@@ -234,6 +247,8 @@ pub fn table() -> &'static CommandTable {
             connection::COMMANDS,
             server::COMMANDS,
             strings::COMMANDS,
+            bitmaps::COMMANDS,
+            hyperloglog::COMMANDS,
             keys::COMMANDS,
             hashes::COMMANDS,
             zsets::COMMANDS,

@@ -226,7 +226,7 @@ impl ScriptRun<'_> {
         if let Err(e) = crate::tenancy::check_perms(self.client, spec.resolve(&args)) {
             return e.to_frame();
         }
-        if spec.has(flags::WRITE) {
+        if spec.runs_as_write() {
             dispatch::run_write(self.shared, self.client, spec, args, self.now_ms)
         } else {
             dispatch::run(self.shared, self.client, spec, &args, self.now_ms)

@@ -347,11 +347,16 @@ fn config_get(ctx: &Ctx<'_>, patterns: &[Bytes]) -> Frame {
     let settings = settings::SETTINGS
         .iter()
         .filter_map(|s| Some((reply_name(s.name)?, s.current(ctx.shared))));
+    let aliases = settings::ALIASES.iter().filter_map(|(alias, _)| {
+        let row = settings::find(alias)?;
+        Some((reply_name(alias)?, row.current(ctx.shared)))
+    });
     let reported = settings::REPORTED
         .iter()
         .filter_map(|(name, get)| Some((reply_name(name)?, get(ctx.shared))));
     Frame::Map(
         settings
+            .chain(aliases)
             .chain(reported)
             .map(|(name, value)| (Frame::Bulk(name), Frame::Bulk(Bytes::from(value))))
             .collect(),
@@ -488,6 +493,8 @@ fn acl_categories(spec: &CommandSpec, group: &str) -> Vec<&'static str> {
     }
     out.push(match group {
         "string" => "@string",
+        "bitmap" => "@bitmap",
+        "hyperloglog" => "@hyperloglog",
         "hash" => "@hash",
         "sorted-set" => "@sortedset",
         "generic" => "@keyspace",

@@ -46,7 +46,11 @@ fn str_value(v: &[u8]) -> Value {
 }
 
 /// The string at `key`: Ok(None) when absent, WRONGTYPE when another type.
-fn read_string(shard: &mut Shard, key: &[u8], now: u64) -> Result<Option<Bytes>, CmdError> {
+pub(crate) fn read_string(
+    shard: &mut Shard,
+    key: &[u8],
+    now: u64,
+) -> Result<Option<Bytes>, CmdError> {
     match shard.get(key, now) {
         None => Ok(None),
         Some(e) => match &e.value {

@@ -127,7 +127,7 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     // locks are tried, not waited for) holds the whole EXEC reply until its own is known.
     let mut late = Vec::new();
     for (spec, args) in multi.queued {
-        replies.push(if spec.has(flags::WRITE) {
+        replies.push(if spec.runs_as_write() {
             dispatch::run_write(shared, txn.client(), spec, args, now)
         } else {
             dispatch::run(shared, txn.client(), spec, &args, now)
