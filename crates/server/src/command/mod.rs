@@ -8,6 +8,7 @@
 pub mod connection;
 pub mod hashes;
 pub mod keys;
+pub mod lists;
 pub mod locks;
 pub mod scripting;
 pub mod server;
@@ -65,6 +66,9 @@ pub mod flags {
     pub const READS_KEYSPACE: u32 = 1 << 15;
     /// Not allowed from scripts (Redis' `noscript`).
     pub const NOSCRIPT: u32 = 1 << 16;
+    /// Its keys are found from a `numkeys` argument (LMPOP), not from the fixed positions: set
+    /// by [`super::CommandSpec::with_numkeys`].
+    pub const MOVABLE_KEYS: u32 = 1 << 17;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -77,6 +81,7 @@ pub mod flags {
         (LOADING, "loading"),
         (RANDOM, "random"),
         (NOSCRIPT, "noscript"),
+        (MOVABLE_KEYS, "movablekeys"),
     ];
 }
 
@@ -99,6 +104,9 @@ pub struct CommandSpec {
     /// Subcommand rows of a container command (`CONFIG GET` is `config|get`): their own arity,
     /// flags and summary; the container's handler runs them.
     pub subcommands: &'static [CommandSpec],
+    /// For a command flagged `movablekeys`: the index of its `numkeys` argument, which the keys
+    /// follow (LMPOP numkeys key [key ...]); 0 otherwise.
+    pub numkeys_at: usize,
 }
 
 impl CommandSpec {
@@ -145,8 +153,27 @@ impl CommandSpec {
         self
     }
 
-    /// Indexes of the key arguments in `args`.
-    pub fn key_indexes(&self, argc: usize) -> Vec<usize> {
+    /// The same row with its keys after a `numkeys` argument at `index` (table rows:
+    /// `cmd(...).with_numkeys(1)`); flags it `movablekeys`.
+    pub const fn with_numkeys(mut self, index: usize) -> CommandSpec {
+        self.numkeys_at = index;
+        self.flags |= flags::MOVABLE_KEYS;
+        self
+    }
+
+    /// Indexes of the key arguments in `args` (the command name first). For a `numkeys`
+    /// command, none when its `numkeys` is not a count of arguments that are there.
+    pub fn key_indexes(&self, args: &[Bytes]) -> Vec<usize> {
+        let argc = args.len();
+        if self.numkeys_at > 0 {
+            let at = self.numkeys_at;
+            return match args.get(at).and_then(|n| crate::args::parse_i64(n)) {
+                Some(n) if n > 0 && (n as u64) < (argc - at) as u64 => {
+                    (at + 1..=at + n as usize).collect()
+                }
+                _ => Vec::new(),
+            };
+        }
         if self.first_key <= 0 || self.step <= 0 {
             return Vec::new();
         }
@@ -184,6 +211,7 @@ pub const fn cmd(
         summary,
         handler,
         subcommands: &[],
+        numkeys_at: 0,
     }
 }
 
@@ -233,6 +261,7 @@ pub fn table() -> &'static CommandTable {
             keys::COMMANDS,
             hashes::COMMANDS,
             zsets::COMMANDS,
+            lists::COMMANDS,
             transactions::COMMANDS,
             locks::COMMANDS,
             scripting::COMMANDS,
