@@ -314,13 +314,14 @@ fn lindex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 fn lset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let index = int_arg(&args[2])?;
     let (key, item) = (&args[1], &args[3]);
     let now = ctx.now_ms;
     let mut shard = ctx.db().lock(key);
+    // Redis looks the key up before it parses the index.
     let Some(list) = read_list(&mut shard, key, now)? else {
         return Err(CmdError::NoSuchKey);
     };
+    let index = int_arg(&args[2])?;
     if list.get(index).is_none() {
         return Err(CmdError::err("index out of range"));
     }
