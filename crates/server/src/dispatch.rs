@@ -87,7 +87,7 @@ fn note_ready_keys(
     args: &[Bytes],
 ) {
     if shared.blocked.any() {
-        for i in spec.key_indexes(args.len()) {
+        for i in spec.key_indexes(args) {
             if let Some(key) = args.get(i) {
                 client.ready_keys.push((db, key.clone()));
             }

@@ -1,7 +1,7 @@
 //! Stable-Rust fuzzing of the decoder for log records and snapshot items
 //! (`gradus_server::persist::record`), bounded in time (env `GRADUS_FUZZ_SECS`, default 2;
 //! `GRADUS_FUZZ_SEED` picks the run). Valid payloads of every kind — commands, plain and
-//! compressed items of each value kind — are mutated (bytes flipped, cut, inserted, lengths
+//! compressed items of each value kind (strings, hashes, sorted sets, lists) — are mutated (bytes flipped, cut, inserted, lengths
 //! the compressed flag and the kind changed) and decoded, and added as a later part of a split
 //! value to a value of each kind. Checks: neither panics, an unmutated payload decodes to what
 //! was encoded, a mutated one that still decodes re-encodes to a payload that decodes to the
@@ -14,7 +14,7 @@ use gradus_server::persist::record::{
     add_parts, decode, encode_commands, encode_item, later_part_added_to_empty, reencode_item,
     LoggedCommand, Record,
 };
-use gradus_store::{HashValue, ItemMeta, Shard, Value, ZSetValue};
+use gradus_store::{HashValue, ItemMeta, ListValue, Shard, Value, ZSetValue};
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 use std::time::{Duration, Instant};
@@ -31,8 +31,11 @@ fn value(rng: &mut StdRng) -> Value {
             b
         }
     };
-    match rng.gen_range(0..3) {
+    match rng.gen_range(0..4) {
         0 => Value::Str(piece(rng).into()),
+        3 => Value::List(ListValue::from_items(
+            (0..rng.gen_range(1..40)).map(|_| piece(rng)),
+        )),
         1 => {
             let mut h = HashValue::new();
             for i in 0..rng.gen_range(1..20) {
@@ -108,12 +111,13 @@ fn payload(rng: &mut StdRng) -> (Bytes, Record) {
     (items.pop().expect("one item"), record)
 }
 
-/// An empty string, hash and sorted set: what later parts are added to.
-fn empty_values() -> [Value; 3] {
+/// An empty string, hash, sorted set and list: what later parts are added to.
+fn empty_values() -> [Value; 4] {
     [
         Value::Str(Bytes::new()),
         Value::Hash(HashValue::new()),
         Value::ZSet(ZSetValue::new()),
+        Value::List(ListValue::new()),
     ]
 }
 
@@ -136,9 +140,10 @@ fn mutate(rng: &mut StdRng, payload: &mut Vec<u8>) {
                     .unwrap();
                 payload[at..at + 4].copy_from_slice(&v.to_le_bytes());
             }
-            // An item's kind byte (key "key": at 1+2+4+3+8) made a later part's, kind 4-6.
+            // An item's kind byte (key "key": at 1+2+4+3+8) made a later part's, kind 4-6 or 8.
             5 if payload.len() > 18 => {
-                payload[18] = (payload[18] & 0x80) | (4 + payload[18] % 3);
+                let more = [4, 5, 6, 8][usize::from(payload[18] % 4)];
+                payload[18] = (payload[18] & 0x80) | more;
             }
             // The compressed flag, on an item's kind byte.
             _ if payload.len() > 18 => payload[18] ^= 0x80,

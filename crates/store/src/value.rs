@@ -1,8 +1,9 @@
-//! The value types a key can hold: strings, hashes and sorted sets.
+//! The value types a key can hold: strings, hashes, sorted sets and lists (see [`crate::list`]).
 //!
 //! Each collection keeps a running byte count so `mem_size()` is O(1); the shard uses it to account
 //! memory on every write without walking the value. Nothing here knows about keys, expiry or locking.
 
+use crate::list::ListValue;
 use bytes::Bytes;
 use hashbrown::HashMap;
 use imbl::OrdSet;
@@ -21,6 +22,7 @@ pub enum ValueKind {
     String,
     Hash,
     ZSet,
+    List,
 }
 
 impl ValueKind {
@@ -30,6 +32,7 @@ impl ValueKind {
             ValueKind::String => "string",
             ValueKind::Hash => "hash",
             ValueKind::ZSet => "zset",
+            ValueKind::List => "list",
         }
     }
 
@@ -39,6 +42,7 @@ impl ValueKind {
             b"string" => Some(ValueKind::String),
             b"hash" => Some(ValueKind::Hash),
             b"zset" => Some(ValueKind::ZSet),
+            b"list" => Some(ValueKind::List),
             _ => None,
         }
     }
@@ -50,6 +54,7 @@ pub enum Value {
     Str(Bytes),
     Hash(HashValue),
     ZSet(ZSetValue),
+    List(ListValue),
 }
 
 impl Value {
@@ -58,6 +63,7 @@ impl Value {
             Value::Str(_) => ValueKind::String,
             Value::Hash(_) => ValueKind::Hash,
             Value::ZSet(_) => ValueKind::ZSet,
+            Value::List(_) => ValueKind::List,
         }
     }
 
@@ -82,12 +88,21 @@ impl Value {
         }
     }
 
+    /// The list, if this value is one.
+    pub fn as_list(&self) -> Option<&ListValue> {
+        match self {
+            Value::List(l) => Some(l),
+            _ => None,
+        }
+    }
+
     /// Collections that become empty are deleted, as in Redis.
     pub fn is_empty_collection(&self) -> bool {
         match self {
             Value::Str(_) => false,
             Value::Hash(h) => h.is_empty(),
             Value::ZSet(z) => z.is_empty(),
+            Value::List(l) => l.is_empty(),
         }
     }
 }

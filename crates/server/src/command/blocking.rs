@@ -29,10 +29,10 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("brpop", -3, BN, KEYS_THEN_TIMEOUT, "list", "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", brpop),
     cmd("blmove", 6, BN | flags::DENYOOM, (1, 2, 1), "list", "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.", blmove),
     cmd("brpoplpush", 4, BN | flags::DENYOOM, (1, 2, 1), "list", "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.", brpoplpush),
-    cmd("blmpop", -5, B, NO_KEYS, "list", "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", blmpop),
+    cmd("blmpop", -5, B, NO_KEYS, "list", "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", blmpop).with_numkeys(2),
     cmd("bzpopmin", -3, BN | flags::FAST, KEYS_THEN_TIMEOUT, "sorted-set", "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzpopmin),
     cmd("bzpopmax", -3, BN | flags::FAST, KEYS_THEN_TIMEOUT, "sorted-set", "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise. Deletes the sorted set if the last element was popped.", bzpopmax),
-    cmd("bzmpop", -5, B, NO_KEYS, "sorted-set", "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzmpop),
+    cmd("bzmpop", -5, B, NO_KEYS, "sorted-set", "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzmpop).with_numkeys(2),
 ];
 
 /// A blocking command's timeout: `None` waits forever (0). Redis' texts and rules: seconds as a

@@ -11,6 +11,7 @@ pub mod connection;
 pub mod hashes;
 pub mod hyperloglog;
 pub mod keys;
+pub mod lists;
 pub mod locks;
 pub mod scripting;
 pub mod server;
@@ -74,6 +75,9 @@ pub mod flags {
     /// cardinality): it runs on the write path like a write and logs what it changed itself
     /// (with `SELF_LOGGED`), but needs only the rights of a read (Redis' `may_replicate`).
     pub const MAY_REPLICATE: u32 = 1 << 17;
+    /// Its keys are found from a `numkeys` argument (LMPOP), not from the fixed positions: set
+    /// by [`super::CommandSpec::with_numkeys`].
+    pub const MOVABLE_KEYS: u32 = 1 << 19;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -88,6 +92,7 @@ pub mod flags {
         (NOSCRIPT, "noscript"),
         (BLOCKING, "blocking"),
         (MAY_REPLICATE, "may_replicate"),
+        (MOVABLE_KEYS, "movablekeys"),
     ];
 }
 
@@ -110,6 +115,9 @@ pub struct CommandSpec {
     /// Subcommand rows of a container command (`CONFIG GET` is `config|get`): their own arity,
     /// flags and summary; the container's handler runs them.
     pub subcommands: &'static [CommandSpec],
+    /// For a command flagged `movablekeys`: the index of its `numkeys` argument, which the keys
+    /// follow (LMPOP numkeys key [key ...]); 0 otherwise.
+    pub numkeys_at: usize,
 }
 
 impl CommandSpec {
@@ -162,8 +170,27 @@ impl CommandSpec {
         self
     }
 
-    /// Indexes of the key arguments in `args`.
-    pub fn key_indexes(&self, argc: usize) -> Vec<usize> {
+    /// The same row with its keys after a `numkeys` argument at `index` (table rows:
+    /// `cmd(...).with_numkeys(1)`); flags it `movablekeys`.
+    pub const fn with_numkeys(mut self, index: usize) -> CommandSpec {
+        self.numkeys_at = index;
+        self.flags |= flags::MOVABLE_KEYS;
+        self
+    }
+
+    /// Indexes of the key arguments in `args` (the command name first). For a `numkeys`
+    /// command, none when its `numkeys` is not a count of arguments that are there.
+    pub fn key_indexes(&self, args: &[Bytes]) -> Vec<usize> {
+        let argc = args.len();
+        if self.numkeys_at > 0 {
+            let at = self.numkeys_at;
+            return match args.get(at).and_then(|n| crate::args::parse_i64(n)) {
+                Some(n) if n > 0 && (n as u64) < (argc - at) as u64 => {
+                    (at + 1..=at + n as usize).collect()
+                }
+                _ => Vec::new(),
+            };
+        }
         if self.first_key <= 0 || self.step <= 0 {
             return Vec::new();
         }
@@ -201,6 +228,7 @@ pub const fn cmd(
         summary,
         handler,
         subcommands: &[],
+        numkeys_at: 0,
     }
 }
 
@@ -252,6 +280,7 @@ pub fn table() -> &'static CommandTable {
             keys::COMMANDS,
             hashes::COMMANDS,
             zsets::COMMANDS,
+            lists::COMMANDS,
             blocking::COMMANDS,
             transactions::COMMANDS,
             locks::COMMANDS,

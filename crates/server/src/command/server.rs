@@ -586,7 +586,7 @@ fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                     "Invalid number of arguments specified for command",
                 ));
             }
-            let keys = spec.key_indexes(inner.len());
+            let keys = spec.key_indexes(inner);
             if keys.is_empty() {
                 return Err(CmdError::err("The command has no key arguments"));
             }

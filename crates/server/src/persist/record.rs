@@ -18,11 +18,13 @@
 //!          (written only when the flags or the stale bit are set; kinds 0–2 read as before)
 //!   kind 4 more of a string: (len|bytes), appended      kind 5 more of a hash: as kind 1
 //!   kind 6 more of a zset: as kind 2
+//!   kind 7 list: n u32, n × element (len|bytes), head first     kind 8 more of a list: as kind 7,
+//!          appended at the tail
 //!   kind | 0x80: the same value, compressed: raw_len u32, then an LZ4 block that decompresses to
 //!          exactly raw_len bytes, the value as its kind describes it (written when the value is
 //!          at least 64 bytes and compresses by at least an eighth; as Redis' `rdbcompression`)
 //!          (a value whose item would pass ITEM_PART_BYTES is written as its first part, in
-//!          kind 0–3, followed by items of kind 4–6 for the same key, which add to it; so an
+//!          kind 0–3 or 7, followed by items of kind 4–6 or 8 for the same key, which add to it; so an
 //!          item stays below the log's record limit whatever the value's size, and the loader
 //!          threads get even shares)
 //! ```
@@ -36,7 +38,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use gradus_log::format::MAX_RECORD_LEN;
-use gradus_store::{HashValue, ItemMeta, ItemView, Value, ValueView, ZSetValue};
+use gradus_store::{End, HashValue, ItemMeta, ItemView, ListValue, Value, ValueView, ZSetValue};
 
 const TAG_COMMANDS: u8 = 1;
 const TAG_SNAPSHOT_ITEM: u8 = 2;
@@ -52,6 +54,8 @@ const KIND_STR_META: u8 = 3;
 const KIND_MORE_STR: u8 = 4;
 const KIND_MORE_HASH: u8 = 5;
 const KIND_MORE_ZSET: u8 = 6;
+const KIND_LIST: u8 = 7;
+const KIND_MORE_LIST: u8 = 8;
 /// Set in an item's kind when its value is compressed.
 const COMPRESSED: u8 = 0x80;
 /// Values shorter than this are never compressed (the block format's overhead, and the CPU).
@@ -81,7 +85,7 @@ pub enum Record {
         value: Value,
         /// memcached client flags and the stale bit (default for kinds 0–2).
         meta: ItemMeta,
-        /// A later part of a value split over several items (kinds 4–6): `value` holds only
+        /// A later part of a value split over several items (kinds 4–6, 8): `value` holds only
         /// what this part adds, to the key's value loaded from the earlier parts.
         more: bool,
     },
@@ -234,6 +238,7 @@ pub fn later_part_added_to_empty(
         Value::Str(_) => Value::Str(Bytes::new()),
         Value::Hash(_) => Value::Hash(HashValue::new()),
         Value::ZSet(_) => Value::ZSet(ZSetValue::new()),
+        Value::List(_) => Value::List(ListValue::new()),
     };
     Some(add_parts(&mut added, *db, key, std::slice::from_ref(payload)).map(|()| added))
 }
@@ -331,6 +336,10 @@ fn encode_item_parts(
             };
             let kinds = (KIND_ZSET, KIND_MORE_ZSET);
             emit_counted_parts(size, z.iter(), put, kinds, part_bytes, header, emit);
+        }
+        ValueView::List(l) => {
+            let kinds = (KIND_LIST, KIND_MORE_LIST);
+            emit_counted_parts(size, l.iter(), put_bytes, kinds, part_bytes, header, emit);
         }
     }
 }
@@ -504,7 +513,10 @@ fn read_item_header(r: &mut Reader) -> Result<ItemHeader, RecordError> {
 }
 
 fn is_more_kind(kind: u8) -> bool {
-    matches!(kind, KIND_MORE_STR | KIND_MORE_HASH | KIND_MORE_ZSET)
+    matches!(
+        kind,
+        KIND_MORE_STR | KIND_MORE_HASH | KIND_MORE_ZSET | KIND_MORE_LIST
+    )
 }
 
 /// Reads the value of an item of `kind` with `read`, which is given the kind without the
@@ -560,6 +572,11 @@ fn read_value(kind: u8, r: &mut Reader, meta: &mut ItemMeta) -> Result<Value, Re
             read_zset_into(r, &mut z)?;
             Value::ZSet(z)
         }
+        KIND_LIST | KIND_MORE_LIST => {
+            let mut l = ListValue::new();
+            read_list_into(r, &mut l)?;
+            Value::List(l)
+        }
         _ => return Err(RecordError("unknown value kind")),
     })
 }
@@ -587,10 +604,19 @@ fn read_zset_into(r: &mut Reader, z: &mut ZSetValue) -> Result<(), RecordError> 
     Ok(())
 }
 
-/// Adds `parts` to `value`: the later parts of a value split over several items (kind 4–6 items
+/// A list's elements (count, then each element), appended to `l` at its tail.
+fn read_list_into(r: &mut Reader, l: &mut ListValue) -> Result<(), RecordError> {
+    for _ in 0..r.count(4)? {
+        let e = r.bytes()?;
+        l.push(End::Right, &[e]);
+    }
+    Ok(())
+}
+
+/// Adds `parts` to `value`: the later parts of a value split over several items (kind 4–6 or 8 items
 /// of the same `db` and `key`, in order; see [`ITEM_PART_BYTES`]) that follow the item, or the
 /// parts, `value` was decoded from. A hash's or sorted set's elements are inserted straight
-/// into it (not into a collection of their own first); a string's parts are joined to it in one
+/// into it (a list's appended at its tail; not into a collection of their own first); a string's parts are joined to it in one
 /// copy (not one copy of the whole per part).
 pub fn add_parts(
     value: &mut Value,
@@ -619,6 +645,7 @@ pub fn add_parts(
             }
             (KIND_MORE_HASH, Value::Hash(h)) => read_hash_into(r, h),
             (KIND_MORE_ZSET, Value::ZSet(z)) => read_zset_into(r, z),
+            (KIND_MORE_LIST, Value::List(l)) => read_list_into(r, l),
             _ => Err(RecordError(
                 "a part of a value that is not a later part of the value's type",
             )),
@@ -655,7 +682,7 @@ pub fn item_key(payload: &Bytes) -> Result<(usize, Bytes), RecordError> {
     Ok((header.db, header.key))
 }
 
-/// Whether `payload` is a later part of a snapshot item split over several (kind 4–6), read from
+/// Whether `payload` is a later part of a snapshot item split over several (kind 4–6 or 8), read from
 /// its header alone; false for anything else, malformed payloads included.
 pub fn is_later_part(payload: &[u8]) -> bool {
     let key_len = match payload.get(3..7) {
@@ -776,6 +803,7 @@ mod tests {
             z.insert(format!("member{i}").as_bytes(), f64::from(i) / 3.0);
         }
         let long: Bytes = (0..10_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        let l = ListValue::from_items((0..2000).map(|i| format!("element {i} of a list")));
         let meta = ItemMeta {
             client_flags: 7,
             last_access_s: 0,
@@ -785,10 +813,12 @@ mod tests {
         shard.set_with_meta(b"s", Value::Str(long.clone()), Some(123), meta, 0);
         shard.set(b"h", Value::Hash(h.clone()), Some(456), 0);
         shard.set(b"z", Value::ZSet(z.clone()), None, 0);
+        shard.set(b"l", Value::List(l.clone()), Some(789), 0);
         for (key, whole) in [
             ("s", Value::Str(long)),
             ("h", Value::Hash(h)),
             ("z", Value::ZSet(z)),
+            ("l", Value::List(l)),
         ] {
             let entry = shard.get(key.as_bytes(), 0).unwrap();
             let mut items = Vec::new();
@@ -863,10 +893,18 @@ mod tests {
         shard.set(b"s", Value::Str(Bytes::from("x")), Some(99), 0);
         shard.set(b"h", Value::Hash(h.clone()), None, 0);
         shard.set(b"z", Value::ZSet(z.clone()), None, 0);
+        // A small list and one kept in several packs, with an empty and a long element.
+        let small = ListValue::from_items(["a", "", "c"]);
+        let large = ListValue::from_items((0..3000).map(|i| "x".repeat(i % 40)));
+        assert_eq!(large.encoding(), "quicklist");
+        shard.set(b"l", Value::List(small.clone()), Some(12), 0);
+        shard.set(b"q", Value::List(large.clone()), None, 0);
         for (key, value, ttl) in [
             ("s", Value::Str(Bytes::from("x")), Some(99)),
             ("h", Value::Hash(h), None),
             ("z", Value::ZSet(z), None),
+            ("l", Value::List(small), Some(12)),
+            ("q", Value::List(large), None),
         ] {
             let entry = shard.get(key.as_bytes(), 0).unwrap();
             let payload = one_item(7, key.as_bytes(), entry);

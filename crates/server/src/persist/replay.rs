@@ -203,7 +203,7 @@ fn partition_of(
     let spec = table().get(&c.args[0])?;
     let keyspace = shared.store.db(c.db)?;
     let mut found: Option<usize> = None;
-    for i in spec.key_indexes(c.args.len()) {
+    for i in spec.key_indexes(&c.args) {
         let key = c.args.get(i)?;
         let p = (c.db * gradus_store::SHARDS + keyspace.shard_index(key)) % partitions;
         if found.is_some_and(|f| f != p) {
