@@ -235,3 +235,54 @@ def test_a_served_pop_is_logged_and_survives_kill_9(gradus_factory):
     r = redis_client(server, 2)
     after = {k: r.zrange(k, 0, -1, withscores=True) for k in (b"q", b"z")}
     assert after == before == {b"q": [(b"b", 2.0)], b"z": []}
+
+
+# --- the list forms -----------------------------------------------------------------------
+
+
+def test_blpop_is_woken_by_a_push_from_another_client_at_once(gradus, r2):
+    waiters = _start_in_order(gradus, r2, [("BLPOP", "q", 0), ("BRPOP", "q", 0)])
+    sent = time.monotonic()
+    r2.rpush("q", "first", "second", "third")
+    for w in waiters:
+        w.join(5)
+    assert list(waiters[0].result) == [b"q", b"first"]
+    assert list(waiters[1].result) == [b"q", b"third"], "BRPOP takes from the right, after BLPOP's turn"
+    assert r2.lrange("q", 0, -1) == [b"second"]
+    assert waiters[0].finished_at - sent < 0.05, waiters[0].finished_at - sent
+
+
+def test_blmove_chains_wake_the_clients_blocked_on_the_destination(gradus, r2):
+    waiters = _start_in_order(
+        gradus, r2, [("BLMOVE", "a", "b", "LEFT", "RIGHT", 0), ("BLPOP", "b", 0)]
+    )
+    r2.lpush("a", "job")
+    for w in waiters:
+        w.join(5)
+    assert waiters[0].result == b"job"
+    assert list(waiters[1].result) == [b"b", b"job"], "the move made b ready for its waiter"
+    assert r2.exists("a", "b") == 0
+
+
+def test_brpoplpush_and_blmpop_reply_in_redis_shapes(gradus, r2, r3):
+    assert r2.brpoplpush("src", "dst", 0.05) is None
+    assert r2.execute_command("BLMPOP", 0.05, 1, "src", "LEFT") is None
+    (w,) = _start_in_order(gradus, r2, [("BLMPOP", 0, 2, "x", "y", "RIGHT", "COUNT", 2)])
+    r2.rpush("y", 1, 2, 3)
+    w.join(5)
+    assert w.result == [b"y", [b"3", b"2"]]
+    assert r3.execute_command("BLMPOP", 0, 1, "y", "LEFT", "COUNT", 5) == [b"y", [b"1"]]
+    r2.rpush("src", "v")
+    assert r2.brpoplpush("src", "dst", 0) == b"v"
+    assert r2.lrange("dst", 0, -1) == [b"v"]
+
+
+def test_a_push_inside_exec_wakes_the_list_client_after_exec(gradus, r2):
+    (w,) = _start_in_order(gradus, r2, [("BLPOP", "q", 0)])
+    pipe = r2.pipeline(transaction=True)
+    pipe.rpush("q", "a", "b")
+    pipe.lpop("q")
+    pipe.execute()
+    w.join(5)
+    assert list(w.result) == [b"q", b"b"], "served with what EXEC left, not the element EXEC itself popped"
+    assert r2.exists("q") == 0
