@@ -11,14 +11,15 @@ use bytes::Bytes;
 use gradus_server::persist::record::{
     add_parts, decode, later_part_added_to_empty, reencode_item, Record,
 };
-use gradus_store::{HashValue, Value, ZSetValue};
+use gradus_store::{HashValue, SetValue, Value, ZSetValue};
 use libfuzzer_sys::fuzz_target;
 
-fn empty_values() -> [Value; 3] {
+fn empty_values() -> [Value; 4] {
     [
         Value::Str(Bytes::new()),
         Value::Hash(HashValue::new()),
         Value::ZSet(ZSetValue::new()),
+        Value::Set(SetValue::new()),
     ]
 }
 

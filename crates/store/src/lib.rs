@@ -6,7 +6,7 @@
 //! - [`shard`]: a map of entries with lazy/active expiry, versions for WATCH, memory accounting;
 //! - [`snapshot`]: point-in-time copies by key-granular copy-on-write;
 //! - [`locks`]: native session locks (FIFO, fencing tokens, leases, waiter cap);
-//! - [`value`]: strings, hashes and sorted sets;
+//! - [`value`]: strings, hashes and sorted sets; [`set`]: sets (intset, listpack, hashtable);
 //! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns;
 //! - [`gate`]: the slotted reader-writer lock behind `Store::shared`/`Store::exclusive`.
 //!
@@ -18,6 +18,7 @@ pub mod glob;
 pub mod keyspace;
 pub mod locks;
 pub mod scan;
+pub mod set;
 pub mod shard;
 pub mod snapshot;
 pub mod store;
@@ -25,6 +26,7 @@ pub mod value;
 
 pub use keyspace::ShardGuard;
 pub use keyspace::{Keyspace, MultiLock, ScanPage, SHARDS};
+pub use set::{Member, SetValue};
 pub use shard::{Cleared, Entry, ItemMeta, ItemView, Shard, ValueView};
 pub use snapshot::{ShardCopyTimes, SnapshotSink};
 pub use store::Store;

@@ -10,6 +10,7 @@
 //! keys at random in O(1) (Redis' sampling approach). Deleted keys leave the list lazily: a sample
 //! that hits one removes it, and the list is rebuilt when it grows to twice the map.
 
+use crate::set::SetValue;
 use crate::value::{HashValue, Value, ZSetValue, ITEM_OVERHEAD};
 use bytes::Bytes;
 use hashbrown::HashMap;
@@ -117,6 +118,7 @@ pub enum ValueView<'a> {
     Str(&'a [u8]),
     Hash(&'a HashValue),
     ZSet(&'a ZSetValue),
+    Set(&'a SetValue),
 }
 
 impl ValueView<'_> {
@@ -126,6 +128,7 @@ impl ValueView<'_> {
             ValueView::Str(b) => b.len(),
             ValueView::Hash(h) => h.bytes,
             ValueView::ZSet(z) => z.bytes,
+            ValueView::Set(s) => s.mem_size(),
         }
     }
 }
@@ -137,6 +140,7 @@ impl Value {
             Value::Str(b) => ValueView::Str(b),
             Value::Hash(h) => ValueView::Hash(h),
             Value::ZSet(z) => ValueView::ZSet(z),
+            Value::Set(s) => ValueView::Set(s),
         }
     }
 }
@@ -418,7 +422,9 @@ impl Shard {
                     expires_at: e.expires_at,
                     meta: e.meta,
                 }),
-                Value::Hash(_) | Value::ZSet(_) => out.owned.push((k.clone(), e.clone())),
+                Value::Hash(_) | Value::ZSet(_) | Value::Set(_) => {
+                    out.owned.push((k.clone(), e.clone()))
+                }
             }
         }
         out.owned

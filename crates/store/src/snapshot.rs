@@ -166,6 +166,7 @@ mod tests {
             ValueView::Str(b) => Value::Str(Bytes::copy_from_slice(b)),
             ValueView::Hash(h) => Value::Hash(h.clone()),
             ValueView::ZSet(z) => Value::ZSet(z.clone()),
+            ValueView::Set(s) => Value::Set(s.clone()),
         }
     }
 

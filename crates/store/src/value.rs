@@ -1,8 +1,10 @@
-//! The value types a key can hold: strings, hashes and sorted sets.
+//! The value types a key can hold: strings, hashes, sorted sets and sets (the set type itself
+//! lives in `set`).
 //!
 //! Each collection keeps a running byte count so `mem_size()` is O(1); the shard uses it to account
 //! memory on every write without walking the value. Nothing here knows about keys, expiry or locking.
 
+use crate::set::SetValue;
 use bytes::Bytes;
 use hashbrown::HashMap;
 use imbl::OrdSet;
@@ -21,6 +23,7 @@ pub enum ValueKind {
     String,
     Hash,
     ZSet,
+    Set,
 }
 
 impl ValueKind {
@@ -30,6 +33,7 @@ impl ValueKind {
             ValueKind::String => "string",
             ValueKind::Hash => "hash",
             ValueKind::ZSet => "zset",
+            ValueKind::Set => "set",
         }
     }
 
@@ -39,6 +43,7 @@ impl ValueKind {
             b"string" => Some(ValueKind::String),
             b"hash" => Some(ValueKind::Hash),
             b"zset" => Some(ValueKind::ZSet),
+            b"set" => Some(ValueKind::Set),
             _ => None,
         }
     }
@@ -50,6 +55,7 @@ pub enum Value {
     Str(Bytes),
     Hash(HashValue),
     ZSet(ZSetValue),
+    Set(SetValue),
 }
 
 impl Value {
@@ -58,6 +64,7 @@ impl Value {
             Value::Str(_) => ValueKind::String,
             Value::Hash(_) => ValueKind::Hash,
             Value::ZSet(_) => ValueKind::ZSet,
+            Value::Set(_) => ValueKind::Set,
         }
     }
 
@@ -82,12 +89,21 @@ impl Value {
         }
     }
 
+    /// The set, if this value is one.
+    pub fn as_set(&self) -> Option<&SetValue> {
+        match self {
+            Value::Set(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// Collections that become empty are deleted, as in Redis.
     pub fn is_empty_collection(&self) -> bool {
         match self {
             Value::Str(_) => false,
             Value::Hash(h) => h.is_empty(),
             Value::ZSet(z) => z.is_empty(),
+            Value::Set(s) => s.is_empty(),
         }
     }
 }
@@ -111,7 +127,7 @@ pub type FieldHasher = std::hash::BuildHasherDefault<std::collections::hash_map:
 /// copies only the part it changes (1/64 of it). Both used to hold the shard's lock for
 /// ~30–45 ms with a million fields. A map stays split once it was (it may shrink again).
 #[derive(Debug, Clone)]
-enum Parts<V> {
+pub(crate) enum Parts<V> {
     Flat(HashMap<Bytes, V>),
     Split(Box<[Arc<HashMap<Bytes, V>>]>),
 }
@@ -127,14 +143,14 @@ fn bucket_of(field: &[u8]) -> usize {
 }
 
 impl<V: Clone> Parts<V> {
-    fn map_of(&self, field: &[u8]) -> &HashMap<Bytes, V> {
+    pub(crate) fn map_of(&self, field: &[u8]) -> &HashMap<Bytes, V> {
         match self {
             Parts::Flat(map) => map,
             Parts::Split(parts) => &parts[bucket_of(field)],
         }
     }
     /// The map `field` belongs in, copied first if a snapshot shares it.
-    fn map_of_mut(&mut self, field: &[u8]) -> &mut HashMap<Bytes, V> {
+    pub(crate) fn map_of_mut(&mut self, field: &[u8]) -> &mut HashMap<Bytes, V> {
         match self {
             Parts::Flat(map) => map,
             Parts::Split(parts) => Arc::make_mut(&mut parts[bucket_of(field)]),
@@ -143,20 +159,32 @@ impl<V: Clone> Parts<V> {
     fn get(&self, field: &[u8]) -> Option<&V> {
         self.map_of(field).get(field)
     }
-    fn iter(&self) -> impl Iterator<Item = (&Bytes, &V)> + Clone {
+    /// The maps the entries are kept in: one while flat, [`HASH_BUCKETS`] once split.
+    pub(crate) fn maps(&self) -> impl Iterator<Item = &HashMap<Bytes, V>> + Clone {
         let (flat, parts) = match self {
             Parts::Flat(map) => (Some(map), &[][..]),
             Parts::Split(parts) => (None, &parts[..]),
         };
-        flat.into_iter()
-            .chain(parts.iter().map(|part| &**part))
-            .flat_map(|map| map.iter())
+        flat.into_iter().chain(parts.iter().map(|part| &**part))
     }
-    fn is_split(&self) -> bool {
+    /// The `index`th entry in [`Parts::iter`] order: O(parts + one part's length).
+    pub(crate) fn nth(&self, mut index: usize) -> Option<(&Bytes, &V)> {
+        for map in self.maps() {
+            if index < map.len() {
+                return map.iter().nth(index);
+            }
+            index -= map.len();
+        }
+        None
+    }
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Bytes, &V)> + Clone {
+        self.maps().flat_map(|map| map.iter())
+    }
+    pub(crate) fn is_split(&self) -> bool {
         matches!(self, Parts::Split(_))
     }
     /// Splits a flat map that has reached [`HASH_SPLIT_LEN`] entries (`len`).
-    fn grew_to(&mut self, len: usize) {
+    pub(crate) fn grew_to(&mut self, len: usize) {
         let Parts::Flat(map) = self else {
             return;
         };
