@@ -11,6 +11,7 @@ pub mod keys;
 pub mod locks;
 pub mod scripting;
 pub mod server;
+pub mod sets;
 pub mod strings;
 pub mod transactions;
 pub mod zsets;
@@ -233,6 +234,7 @@ pub fn table() -> &'static CommandTable {
             keys::COMMANDS,
             hashes::COMMANDS,
             zsets::COMMANDS,
+            sets::COMMANDS,
             transactions::COMMANDS,
             locks::COMMANDS,
             scripting::COMMANDS,
