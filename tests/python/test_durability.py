@@ -114,6 +114,8 @@ def dump(server, dbs=(0,)) -> Dict[Tuple[int, bytes], tuple]:
                     value = sorted(r.hgetall(key).items())
                 elif kind == "zset":
                     value = r.zrange(key, 0, -1, withscores=True)
+                elif kind == "set":
+                    value = sorted(r.smembers(key))
                 else:
                     raise AssertionError(f"unexpected type {kind} of {key!r}")
                 out[(db, key)] = (kind, value, r.pttl(key) > 0)

@@ -252,7 +252,7 @@ impl SetValue {
         if size_hint <= SET_MAX_LISTPACK_ENTRIES {
             set.encoding = Encoding::Packed(Vec::new());
         } else {
-            set.to_table(size_hint);
+            set.convert_to_table(size_hint);
         }
         set
     }
@@ -266,7 +266,7 @@ impl SetValue {
             Encoding::Table(_) => false,
         };
         if too_many {
-            self.to_table(size_hint);
+            self.convert_to_table(size_hint);
         }
     }
 
@@ -325,9 +325,9 @@ impl SetValue {
                     // (an integer's text never passes the value limit).
                     if self.len < SET_MAX_LISTPACK_ENTRIES && member.len() <= SET_MAX_LISTPACK_VALUE
                     {
-                        self.to_packed();
+                        self.convert_to_packed();
                     } else {
-                        self.to_table(self.len + 1);
+                        self.convert_to_table(self.len + 1);
                     }
                     return self.insert(member);
                 };
@@ -358,7 +358,7 @@ impl SetValue {
                 }
                 self.len += 1;
                 if self.len > SET_MAX_INTSET_ENTRIES {
-                    self.to_table(self.len);
+                    self.convert_to_table(self.len);
                 }
                 true
             }
@@ -373,7 +373,7 @@ impl SetValue {
                     self.len += 1;
                     return true;
                 }
-                self.to_table(self.len + 1);
+                self.convert_to_table(self.len + 1);
                 self.insert(member)
             }
             Encoding::Table(parts) => {
@@ -457,7 +457,7 @@ impl SetValue {
     }
 
     /// Intset → listpack: every integer written out as text.
-    fn to_packed(&mut self) {
+    fn convert_to_packed(&mut self) {
         let Encoding::Ints { width, buf } = &self.encoding else {
             return;
         };
@@ -474,7 +474,7 @@ impl SetValue {
     }
 
     /// Any encoding → hashtable, sized for `size_hint` members.
-    fn to_table(&mut self, size_hint: usize) {
+    fn convert_to_table(&mut self, size_hint: usize) {
         if matches!(self.encoding, Encoding::Table(_)) {
             return;
         }
