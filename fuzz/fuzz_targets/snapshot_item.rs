@@ -11,15 +11,16 @@ use bytes::Bytes;
 use gradus_server::persist::record::{
     add_parts, decode, later_part_added_to_empty, reencode_item, Record,
 };
-use gradus_store::{HashValue, ListValue, Value, ZSetValue};
+use gradus_store::{HashValue, ListValue, SetValue, Value, ZSetValue};
 use libfuzzer_sys::fuzz_target;
 
-fn empty_values() -> [Value; 4] {
+fn empty_values() -> [Value; 5] {
     [
         Value::Str(Bytes::new()),
         Value::Hash(HashValue::new()),
         Value::ZSet(ZSetValue::new()),
         Value::List(ListValue::new()),
+        Value::Set(SetValue::new()),
     ]
 }
 

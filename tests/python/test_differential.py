@@ -2,15 +2,20 @@
 real redis-server, and every reply must be the same.
 
 A seeded generator draws commands over a small key space (strings, hashes,
-sorted sets, long TTLs, MULTI/EXEC blocks, wrong types, bad arities, unknown
+sorted sets, sets, long TTLs, MULTI/EXEC blocks, wrong types, bad arities, unknown
 commands) so that keys collide and types clash often.  Replies are compared
 as parsed RESP values (type-exact: simple vs bulk string, the kind of null,
 map vs array) after normalising only what legitimately differs between two
 servers:
-- element order of unordered replies (KEYS, HKEYS, HVALS, HGETALL),
+- element order of unordered replies (KEYS, HKEYS, HVALS, HGETALL, and the set
+  replies: SMEMBERS, SINTER, SUNION, SDIFF; the reference may be a Redis before
+  7.2, which keeps small sets of strings in a hashtable rather than a listpack),
+- random replies: SRANDMEMBER and SPOP compare by shape (reply type, size,
+  distinctness) and by membership; after an SPOP the popped members are put
+  back and the reference's taken out on Gradus, so both hold the same set again,
 - TTL/PTTL/EXPIRETIME/PEXPIRETIME within one second (the servers run the same
   command a moment apart),
-- SCAN/HSCAN cursors (a full iteration is compared as a set instead).
+- SCAN/HSCAN/SSCAN cursors (a full iteration is compared as a set instead).
 The generator avoids what differs between Redis versions (doubles are exact
 binary fractions, so 7.0's "%.17g" and 7.2's shortest form print the same).
 
@@ -25,11 +30,11 @@ from __future__ import annotations
 import os
 import random
 import time
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence
 
 import pytest
 
-from resp import Err, Map, RawConnection, Set
+from resp import Err, Map, RawConnection, Set, Simple
 
 SEEDS = int(os.environ.get("GRADUS_DIFF_SEEDS", "5"))
 COMMANDS = int(os.environ.get("GRADUS_DIFF_COMMANDS", "400"))
@@ -37,7 +42,8 @@ COMMANDS = int(os.environ.get("GRADUS_DIFF_COMMANDS", "400"))
 STRING_KEYS = ["s0", "s1", "s2", "s3"]
 HASH_KEYS = ["h0", "h1", "h2"]
 ZSET_KEYS = ["z0", "z1", "z2"]
-ALL_KEYS = STRING_KEYS + HASH_KEYS + ZSET_KEYS + ["nokey"]
+SET_KEYS = ["t0", "t1", "t2"]
+ALL_KEYS = STRING_KEYS + HASH_KEYS + ZSET_KEYS + SET_KEYS + ["nokey"]
 VALUES = ["0", "1", "-1", "7", "42", "3.5", "10.5", "1e3", "abc", "hello world", "", " 1", "0x10", "-0", "007"]
 FIELDS = ["f0", "f1", "f2", "f3"]
 MEMBERS = ["a", "b", "c", "d", "e"]
@@ -45,9 +51,15 @@ SCORES = ["0", "1", "2", "3", "-1", "2.5", "0.5", "-3.25", "10", "+inf", "-inf",
 BOUNDS = ["-inf", "+inf", "0", "1", "2.5", "(1", "(2.5", "3", "(10", "-1", "abc", "(inf"]
 INCRS = ["1", "-1", "5", "-10", "0", "x", "1.5"]
 FLOAT_INCRS = ["1", "-2", "0.5", "1.5", "-0.25", "10", "2.5e1", "abc"]
+# Integers (kept in an intset while a set holds only them), strings, and
+# integer-looking strings that are not integers to Redis ("007", "-0", "+1").
+SET_MEMBERS = ["1", "2", "3", "-5", "100", "70000", "-9223372036854775808", "a", "b", "c",
+               "007", "-0", "+1", "x y", ""]
+RANDOM_COUNTS = ["0", "1", "2", "3", "5", "20", "-1", "-3", "-20", "x"]
 PATTERNS = ["*", "s*", "h?", "z[01]", "*0", "[^s]*", "nomatch*"]
 
 NEVER_COMPARED_EXACTLY = {"TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME"}
+SET_REPLIES = {"SMEMBERS", "SINTER", "SUNION", "SDIFF"}
 
 
 class Generator:
@@ -175,7 +187,7 @@ class Generator:
         if choice == 15:
             return [["DBSIZE"]]
         if choice == 16:
-            return [["SCANALL"] + rng.choice([[], ["MATCH", rng.choice(PATTERNS)], ["TYPE", rng.choice(["string", "hash", "zset"])]])]
+            return [["SCANALL"] + rng.choice([[], ["MATCH", rng.choice(PATTERNS)], ["TYPE", rng.choice(["string", "hash", "zset", "set"])]])]
         if choice == 17:
             return [["EXPIRE", k, "notanumber"]]
         return [["TTL", k]]
@@ -267,6 +279,54 @@ class Generator:
             return [["ZRANGE", k, "0", "-1", "LIMIT", "0", "1"]]
         return [["ZADD", k, rng.choice(SCORES), m]]
 
+    def set_cmd(self) -> List[List[str]]:
+        rng, k = self.rng, self.key(SET_KEYS)
+        m = rng.choice(SET_MEMBERS)
+
+        def some_keys(low: int = 1, high: int = 4) -> List[str]:
+            return [self.key(SET_KEYS) for _ in range(rng.randrange(low, high))]
+
+        choice = rng.randrange(22)
+        if choice in (0, 1, 2):
+            return [["SADD", k] + [rng.choice(SET_MEMBERS) for _ in range(rng.randrange(1, 5))]]
+        if choice == 3:
+            return [["SREM", k] + rng.sample(SET_MEMBERS, rng.randrange(1, 4))]
+        if choice == 4:
+            return [["SMEMBERS", k]]
+        if choice == 5:
+            return [["SISMEMBER", k, m]]
+        if choice == 6:
+            return [["SMISMEMBER", k] + rng.sample(SET_MEMBERS, rng.randrange(1, 4))]
+        if choice == 7:
+            return [["SCARD", k]]
+        if choice == 8:
+            return [["SPOP", k] + rng.choice([[], [], [rng.choice(RANDOM_COUNTS)]])]
+        if choice == 9:
+            return [["SRANDMEMBER", k] + rng.choice([[], [rng.choice(RANDOM_COUNTS)]])]
+        if choice == 10:
+            return [["SMOVE", k, self.key(SET_KEYS), m]]
+        if choice == 11:
+            return [["SINTER"] + some_keys()]
+        if choice == 12:
+            keys = some_keys()
+            limit = rng.choice([[], [], ["LIMIT", rng.choice(["0", "1", "2", "-1", "x"])]])
+            return [["SINTERCARD", str(len(keys))] + keys + limit]
+        if choice == 13:
+            return [["SUNION"] + some_keys()]
+        if choice == 14:
+            return [["SDIFF"] + some_keys()]
+        if choice == 15:
+            return [[rng.choice(["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"]), self.key(SET_KEYS)] + some_keys()]
+        if choice == 16:
+            return [["SSCANALL", k] + rng.choice([[], ["MATCH", rng.choice(["[0-9]*", "*a*", "-*", "?"])]])]
+        if choice == 17:
+            # Past the intset and listpack limits: the encodings change under the commands.
+            big = [str(i) for i in range(rng.choice([120, 130, 520]))]
+            return [["SADD", k] + big] + ([["SADD", k, "s"]] if rng.random() < 0.5 else [])
+        if choice == 18:
+            return [["SADD", k, "m" * rng.choice([10, 64, 65])]]
+        return [["SADD", k, m]]
+
     def bad_cmd(self) -> List[List[str]]:
         return [self.rng.choice([
             ["GET"], ["GET", "s0", "s1"], ["SET", "s0"], ["HSET", "h0", "f"], ["HGET", "h0"],
@@ -275,12 +335,16 @@ class Generator:
             ["SET", "s0", "v", "EX"], ["SET", "s0", "v", "NX", "XX"], ["SET", "s0", "v", "EX", "0"],
             ["ZADD", "z0", "NX", "XX", "1", "a"], ["ZADD", "z0", "GT", "LT", "1", "a"],
             ["ZADD", "z0", "INCR", "1", "a", "2", "b"], ["ZADD", "z0", "nan", "a"],
+            ["SADD", "t0"], ["SREM", "t0"], ["SMOVE", "t0", "t1"], ["SPOP", "t0", "1", "2"],
+            ["SRANDMEMBER", "t0", "1", "2"], ["SINTERCARD", "0", "t0"], ["SINTERCARD", "3", "t0"],
+            ["SINTERCARD", "1", "t0", "LIMIT"], ["SINTERSTORE", "t0"], ["SSCAN", "t0", "x"],
+            ["SSCAN", "t0", "0", "COUNT", "0"], ["SISMEMBER", "t0"], ["SMEMBERS", "t0", "t1"],
         ])]
 
     def plain_step(self) -> List[List[str]]:
         family = self.rng.choices(
-            [self.string_cmd, self.key_cmd, self.hash_cmd, self.zset_cmd, self.bad_cmd],
-            weights=[30, 20, 20, 20, 5],
+            [self.string_cmd, self.key_cmd, self.hash_cmd, self.zset_cmd, self.set_cmd, self.bad_cmd],
+            weights=[30, 20, 20, 20, 25, 5],
         )[0]
         return family()
 
@@ -289,7 +353,7 @@ class Generator:
         if roll < 0.08:
             body: List[List[str]] = []
             for _ in range(self.rng.randrange(1, 5)):
-                body += [c for c in self.plain_step() if not c[0].endswith("SCANALL")]
+                body += [c for c in self.plain_step() if not c[0].endswith("SCANALL") and c[0] != "SPOP"]
             if self.rng.random() < 0.15:
                 body.insert(self.rng.randrange(len(body) + 1), self.rng.choice([["GET"], ["NOSUCHCMD", "x"]]))
             end = ["DISCARD"] if self.rng.random() < 0.1 else ["EXEC"]
@@ -318,6 +382,17 @@ def canonical(cmd: Sequence[str], reply: Any) -> Any:
     if name in ("KEYS", "HKEYS", "HVALS") and isinstance(reply, (list, Set)):
         items = reply.items if isinstance(reply, Set) else reply
         return ("unordered", type(reply).__name__, _sorted_items(items))
+    if name in SET_REPLIES and isinstance(reply, (list, Set)):
+        items = reply.items if isinstance(reply, Set) else reply
+        return ("unordered", type(reply).__name__, _sorted_items(items))
+    if name in ("SRANDMEMBER", "SPOP") and isinstance(reply, (list, Set)):
+        items = reply.items if isinstance(reply, Set) else reply
+        # A negative SRANDMEMBER count may repeat members; any other count may not.
+        repeats_allowed = len(cmd) > 2 and cmd[2].startswith("-")
+        distinct = repeats_allowed or len(set(items)) == len(items)
+        return ("random", type(reply).__name__, len(items), distinct)
+    if name in ("SRANDMEMBER", "SPOP"):
+        return ("random", type(reply).__name__)
     if name == "HGETALL":
         if isinstance(reply, Map):
             return ("map", _sorted_items(reply.items))
@@ -340,6 +415,8 @@ def full_scan(conn: RawConnection, cmd: Sequence[str]) -> Any:
     """SCANALL [MATCH p | TYPE t] / HSCANALL key [MATCH p]: iterate to cursor 0."""
     if cmd[0] == "SCANALL":
         base, extra = ["SCAN"], list(cmd[1:])
+    elif cmd[0] == "SSCANALL":
+        base, extra = ["SSCAN", cmd[1]], list(cmd[2:])
     else:
         base, extra = ["HSCAN", cmd[1]], list(cmd[2:])
     cursor, seen, rounds = b"0", [], 0
@@ -352,7 +429,7 @@ def full_scan(conn: RawConnection, cmd: Sequence[str]) -> Any:
         rounds += 1
         if cursor == b"0" or rounds > 10000:
             break
-    if cmd[0] == "SCANALL":
+    if cmd[0] in ("SCANALL", "SSCANALL"):
         return ("keys", sorted(set(seen)))
     return ("fields", sorted(set(zip(seen[::2], seen[1::2]))))
 
@@ -366,6 +443,38 @@ def format_history(history: list, limit: int = 25) -> str:
         if not close_enough(cmd, expected, actual):
             lines.append(f"       gradus: {actual!r}")
     return "\n".join(lines)
+
+
+def picked_members(reply: Any) -> Optional[list]:
+    """The members an SPOP or SRANDMEMBER reply holds (None for an error or a null)."""
+    if isinstance(reply, Set):
+        return list(reply.items)
+    if isinstance(reply, list):
+        return reply
+    if isinstance(reply, bytes):
+        return [reply]
+    return None
+
+
+def check_random_members(theirs: RawConnection, ours: RawConnection, cmd: Sequence[str],
+                         expected: Any, actual: Any) -> Optional[str]:
+    """After a top-level SRANDMEMBER or SPOP (whose replies matched in shape): what each
+    server picked must be (SRANDMEMBER) or no longer be (SPOP) in its set; after an SPOP,
+    Gradus' set is made the reference's again. Returns what went wrong, if anything."""
+    name, key = cmd[0].upper(), cmd[1]
+    popped = name == "SPOP"
+    for conn, reply, who in ((theirs, expected, "redis"), (ours, actual, "gradus")):
+        members = picked_members(reply)
+        if not members:
+            continue
+        flags = conn.call("SMISMEMBER", key, *members)
+        if not isinstance(flags, list) or any(f != (0 if popped else 1) for f in flags):
+            return f"{who}: {name} picked {members!r}, SMISMEMBER then says {flags!r}"
+    ours_popped, theirs_popped = picked_members(actual) or [], picked_members(expected) or []
+    if popped and sorted(ours_popped) != sorted(theirs_popped):
+        ours.call("SADD", key, *ours_popped)
+        ours.call("SREM", key, *theirs_popped)
+    return None
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
@@ -403,6 +512,10 @@ def test_differential(seed, gradus, redis_server):
                     ok = close_enough(cmd, expected, actual)
                     if name not in ("EXEC", "DISCARD", "MULTI"):
                         queued.append(cmd)
+                    if ok and name in ("SPOP", "SRANDMEMBER") and not isinstance(expected, Simple):
+                        problem = check_random_members(theirs, ours, cmd, expected, actual)
+                        if problem:
+                            pytest.fail(f"seed={seed} command #{index}: {cmd}: {problem}", pytrace=False)
                 if not ok:
                     pytest.fail(
                         f"differential mismatch: seed={seed} protocol=RESP{protocol} step={step_number} "

@@ -116,6 +116,8 @@ def dump(server, dbs=(0,)) -> Dict[Tuple[int, bytes], tuple]:
                     value = r.zrange(key, 0, -1, withscores=True)
                 elif kind == "list":
                     value = r.lrange(key, 0, -1)
+                elif kind == "set":
+                    value = sorted(r.smembers(key))
                 else:
                     raise AssertionError(f"unexpected type {kind} of {key!r}")
                 out[(db, key)] = (kind, value, r.pttl(key) > 0)

@@ -14,7 +14,7 @@ use gradus_server::persist::record::{
     add_parts, decode, encode_commands, encode_item, later_part_added_to_empty, reencode_item,
     LoggedCommand, Record,
 };
-use gradus_store::{HashValue, ItemMeta, ListValue, Shard, Value, ZSetValue};
+use gradus_store::{HashValue, ItemMeta, ListValue, SetValue, Shard, Value, ZSetValue};
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 use std::time::{Duration, Instant};
@@ -31,11 +31,25 @@ fn value(rng: &mut StdRng) -> Value {
             b
         }
     };
-    match rng.gen_range(0..4) {
+    match rng.gen_range(0..5) {
         0 => Value::Str(piece(rng).into()),
         3 => Value::List(ListValue::from_items(
             (0..rng.gen_range(1..40)).map(|_| piece(rng)),
         )),
+        4 => {
+            // Integers (an intset), short strings (a listpack) or long ones (a hashtable).
+            let mut s = SetValue::new();
+            let style = rng.gen_range(0..3);
+            for i in 0..rng.gen_range(1..40) {
+                let member = match style {
+                    0 => (rng.gen_range(-100_000i64..100_000) * (i + 1)).to_string(),
+                    1 => format!("m{}", rng.gen_range(0..1000)),
+                    _ => format!("{i}{}", "x".repeat(rng.gen_range(0..90))),
+                };
+                s.insert(member.as_bytes());
+            }
+            Value::Set(s)
+        }
         1 => {
             let mut h = HashValue::new();
             for i in 0..rng.gen_range(1..20) {
@@ -111,14 +125,26 @@ fn payload(rng: &mut StdRng) -> (Bytes, Record) {
     (items.pop().expect("one item"), record)
 }
 
-/// An empty string, hash, sorted set and list: what later parts are added to.
-fn empty_values() -> [Value; 4] {
+/// An empty string, hash, sorted set, list and set: what later parts are added to.
+fn empty_values() -> [Value; 5] {
     [
         Value::Str(Bytes::new()),
         Value::Hash(HashValue::new()),
         Value::ZSet(ZSetValue::new()),
         Value::List(ListValue::new()),
+        Value::Set(SetValue::new()),
     ]
+}
+
+/// The kind of a later part of a value of `kind` (string 0/3 → 4, hash 1 → 5, zset 2 → 6,
+/// set 9 → 10), the compression bit kept.
+fn later_part_kind(kind: u8) -> u8 {
+    let more = match kind & 0x7f {
+        7 => 8,
+        9 => 10,
+        k => 4 + k % 3,
+    };
+    (kind & 0x80) | more
 }
 
 fn mutate(rng: &mut StdRng, payload: &mut Vec<u8>) {
@@ -140,11 +166,8 @@ fn mutate(rng: &mut StdRng, payload: &mut Vec<u8>) {
                     .unwrap();
                 payload[at..at + 4].copy_from_slice(&v.to_le_bytes());
             }
-            // An item's kind byte (key "key": at 1+2+4+3+8) made a later part's, kind 4-6 or 8.
-            5 if payload.len() > 18 => {
-                let more = [4, 5, 6, 8][usize::from(payload[18] % 4)];
-                payload[18] = (payload[18] & 0x80) | more;
-            }
+            // An item's kind byte (key "key": at 1+2+4+3+8) made a later part's, kind 4-6 or 10.
+            5 if payload.len() > 18 => payload[18] = later_part_kind(payload[18]),
             // The compressed flag, on an item's kind byte.
             _ if payload.len() > 18 => payload[18] ^= 0x80,
             _ => payload[at] = !payload[at],

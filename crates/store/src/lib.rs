@@ -6,7 +6,8 @@
 //! - [`shard`]: a map of entries with lazy/active expiry, versions for WATCH, memory accounting;
 //! - [`snapshot`]: point-in-time copies by key-granular copy-on-write;
 //! - [`locks`]: native session locks (FIFO, fencing tokens, leases, waiter cap);
-//! - [`value`]: strings, hashes, sorted sets and lists ([`list`]: the packed list encoding);
+//! - [`value`]: strings, hashes, sorted sets, lists ([`list`]: the packed list encoding) and sets
+//!   ([`set`]: intset, listpack, hashtable);
 //! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns;
 //! - [`gate`]: the slotted reader-writer lock behind `Store::shared`/`Store::exclusive`.
 //!
@@ -19,6 +20,7 @@ pub mod keyspace;
 pub mod list;
 pub mod locks;
 pub mod scan;
+pub mod set;
 pub mod shard;
 pub mod snapshot;
 pub mod store;
@@ -27,6 +29,7 @@ pub mod value;
 pub use keyspace::ShardGuard;
 pub use keyspace::{Keyspace, MultiLock, ScanPage, SHARDS};
 pub use list::{End, ListValue};
+pub use set::{Member, SetValue};
 pub use shard::{Cleared, Entry, ItemMeta, ItemView, Shard, ValueView};
 pub use snapshot::{ShardCopyTimes, SnapshotSink};
 pub use store::Store;

@@ -11,6 +11,7 @@
 //! that hits one removes it, and the list is rebuilt when it grows to twice the map.
 
 use crate::list::ListValue;
+use crate::set::SetValue;
 use crate::value::{HashValue, Value, ZSetValue, ITEM_OVERHEAD};
 use bytes::Bytes;
 use hashbrown::HashMap;
@@ -119,6 +120,7 @@ pub enum ValueView<'a> {
     Hash(&'a HashValue),
     ZSet(&'a ZSetValue),
     List(&'a ListValue),
+    Set(&'a SetValue),
 }
 
 impl ValueView<'_> {
@@ -129,6 +131,7 @@ impl ValueView<'_> {
             ValueView::Hash(h) => h.bytes,
             ValueView::ZSet(z) => z.bytes,
             ValueView::List(l) => l.mem_size(),
+            ValueView::Set(s) => s.mem_size(),
         }
     }
 }
@@ -141,6 +144,7 @@ impl Value {
             Value::Hash(h) => ValueView::Hash(h),
             Value::ZSet(z) => ValueView::ZSet(z),
             Value::List(l) => ValueView::List(l),
+            Value::Set(s) => ValueView::Set(s),
         }
     }
 }
@@ -424,7 +428,7 @@ impl Shard {
                 }),
                 // A small list's clone copies its one buffer (at most ~8 KiB); a large list's
                 // shares its packs (see `crate::list`).
-                Value::Hash(_) | Value::ZSet(_) | Value::List(_) => {
+                Value::Hash(_) | Value::ZSet(_) | Value::List(_) | Value::Set(_) => {
                     out.owned.push((k.clone(), e.clone()))
                 }
             }

@@ -167,6 +167,7 @@ mod tests {
             ValueView::Hash(h) => Value::Hash(h.clone()),
             ValueView::ZSet(z) => Value::ZSet(z.clone()),
             ValueView::List(l) => Value::List(l.clone()),
+            ValueView::Set(s) => Value::Set(s.clone()),
         }
     }
 

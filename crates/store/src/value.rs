@@ -1,9 +1,11 @@
-//! The value types a key can hold: strings, hashes, sorted sets and lists (see [`crate::list`]).
+//! The value types a key can hold: strings, hashes, sorted sets, lists (see [`crate::list`]) and
+//! sets (see [`crate::set`]).
 //!
 //! Each collection keeps a running byte count so `mem_size()` is O(1); the shard uses it to account
 //! memory on every write without walking the value. Nothing here knows about keys, expiry or locking.
 
 use crate::list::ListValue;
+use crate::set::SetValue;
 use bytes::Bytes;
 use hashbrown::HashMap;
 use imbl::OrdSet;
@@ -23,6 +25,7 @@ pub enum ValueKind {
     Hash,
     ZSet,
     List,
+    Set,
 }
 
 impl ValueKind {
@@ -33,6 +36,7 @@ impl ValueKind {
             ValueKind::Hash => "hash",
             ValueKind::ZSet => "zset",
             ValueKind::List => "list",
+            ValueKind::Set => "set",
         }
     }
 
@@ -43,6 +47,7 @@ impl ValueKind {
             b"hash" => Some(ValueKind::Hash),
             b"zset" => Some(ValueKind::ZSet),
             b"list" => Some(ValueKind::List),
+            b"set" => Some(ValueKind::Set),
             _ => None,
         }
     }
@@ -55,6 +60,7 @@ pub enum Value {
     Hash(HashValue),
     ZSet(ZSetValue),
     List(ListValue),
+    Set(SetValue),
 }
 
 impl Value {
@@ -64,6 +70,7 @@ impl Value {
             Value::Hash(_) => ValueKind::Hash,
             Value::ZSet(_) => ValueKind::ZSet,
             Value::List(_) => ValueKind::List,
+            Value::Set(_) => ValueKind::Set,
         }
     }
 
@@ -96,6 +103,14 @@ impl Value {
         }
     }
 
+    /// The set, if this value is one.
+    pub fn as_set(&self) -> Option<&SetValue> {
+        match self {
+            Value::Set(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// Collections that become empty are deleted, as in Redis.
     pub fn is_empty_collection(&self) -> bool {
         match self {
@@ -103,6 +118,7 @@ impl Value {
             Value::Hash(h) => h.is_empty(),
             Value::ZSet(z) => z.is_empty(),
             Value::List(l) => l.is_empty(),
+            Value::Set(s) => s.is_empty(),
         }
     }
 }
@@ -126,7 +142,7 @@ pub type FieldHasher = std::hash::BuildHasherDefault<std::collections::hash_map:
 /// copies only the part it changes (1/64 of it). Both used to hold the shard's lock for
 /// ~30–45 ms with a million fields. A map stays split once it was (it may shrink again).
 #[derive(Debug, Clone)]
-enum Parts<V> {
+pub(crate) enum Parts<V> {
     Flat(HashMap<Bytes, V>),
     Split(Box<[Arc<HashMap<Bytes, V>>]>),
 }
@@ -142,14 +158,14 @@ fn bucket_of(field: &[u8]) -> usize {
 }
 
 impl<V: Clone> Parts<V> {
-    fn map_of(&self, field: &[u8]) -> &HashMap<Bytes, V> {
+    pub(crate) fn map_of(&self, field: &[u8]) -> &HashMap<Bytes, V> {
         match self {
             Parts::Flat(map) => map,
             Parts::Split(parts) => &parts[bucket_of(field)],
         }
     }
     /// The map `field` belongs in, copied first if a snapshot shares it.
-    fn map_of_mut(&mut self, field: &[u8]) -> &mut HashMap<Bytes, V> {
+    pub(crate) fn map_of_mut(&mut self, field: &[u8]) -> &mut HashMap<Bytes, V> {
         match self {
             Parts::Flat(map) => map,
             Parts::Split(parts) => Arc::make_mut(&mut parts[bucket_of(field)]),
@@ -158,20 +174,32 @@ impl<V: Clone> Parts<V> {
     fn get(&self, field: &[u8]) -> Option<&V> {
         self.map_of(field).get(field)
     }
-    fn iter(&self) -> impl Iterator<Item = (&Bytes, &V)> + Clone {
+    /// The maps the entries are kept in: one while flat, [`HASH_BUCKETS`] once split.
+    pub(crate) fn maps(&self) -> impl Iterator<Item = &HashMap<Bytes, V>> + Clone {
         let (flat, parts) = match self {
             Parts::Flat(map) => (Some(map), &[][..]),
             Parts::Split(parts) => (None, &parts[..]),
         };
-        flat.into_iter()
-            .chain(parts.iter().map(|part| &**part))
-            .flat_map(|map| map.iter())
+        flat.into_iter().chain(parts.iter().map(|part| &**part))
     }
-    fn is_split(&self) -> bool {
+    /// The `index`th entry in [`Parts::iter`] order: O(parts + one part's length).
+    pub(crate) fn nth(&self, mut index: usize) -> Option<(&Bytes, &V)> {
+        for map in self.maps() {
+            if index < map.len() {
+                return map.iter().nth(index);
+            }
+            index -= map.len();
+        }
+        None
+    }
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Bytes, &V)> + Clone {
+        self.maps().flat_map(|map| map.iter())
+    }
+    pub(crate) fn is_split(&self) -> bool {
         matches!(self, Parts::Split(_))
     }
     /// Splits a flat map that has reached [`HASH_SPLIT_LEN`] entries (`len`).
-    fn grew_to(&mut self, len: usize) {
+    pub(crate) fn grew_to(&mut self, len: usize) {
         let Parts::Flat(map) = self else {
             return;
         };

@@ -15,6 +15,7 @@ pub mod lists;
 pub mod locks;
 pub mod scripting;
 pub mod server;
+pub mod sets;
 pub mod strings;
 pub mod transactions;
 pub mod zsets;
@@ -282,6 +283,7 @@ pub fn table() -> &'static CommandTable {
             zsets::COMMANDS,
             lists::COMMANDS,
             blocking::COMMANDS,
+            sets::COMMANDS,
             transactions::COMMANDS,
             locks::COMMANDS,
             scripting::COMMANDS,

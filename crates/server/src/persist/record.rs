@@ -20,11 +20,13 @@
 //!   kind 6 more of a zset: as kind 2
 //!   kind 7 list: n u32, n × element (len|bytes), head first     kind 8 more of a list: as kind 7,
 //!          appended at the tail
+//!   kind 9 set: n u32, n × member (len|bytes)      kind 10 more of a set: as kind 9
+//!          (kinds 7 and 8 are taken by lists)
 //!   kind | 0x80: the same value, compressed: raw_len u32, then an LZ4 block that decompresses to
 //!          exactly raw_len bytes, the value as its kind describes it (written when the value is
 //!          at least 64 bytes and compresses by at least an eighth; as Redis' `rdbcompression`)
 //!          (a value whose item would pass ITEM_PART_BYTES is written as its first part, in
-//!          kind 0–3 or 7, followed by items of kind 4–6 or 8 for the same key, which add to it; so an
+//!          kind 0–3, 7 or 9, followed by items of kind 4–6, 8 or 10 for the same key, which add to it; so an
 //!          item stays below the log's record limit whatever the value's size, and the loader
 //!          threads get even shares)
 //! ```
@@ -38,7 +40,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use gradus_log::format::MAX_RECORD_LEN;
-use gradus_store::{End, HashValue, ItemMeta, ItemView, ListValue, Value, ValueView, ZSetValue};
+use gradus_store::{
+    End, HashValue, ItemMeta, ItemView, ListValue, SetValue, Value, ValueView, ZSetValue,
+};
 
 const TAG_COMMANDS: u8 = 1;
 const TAG_SNAPSHOT_ITEM: u8 = 2;
@@ -56,6 +60,8 @@ const KIND_MORE_HASH: u8 = 5;
 const KIND_MORE_ZSET: u8 = 6;
 const KIND_LIST: u8 = 7;
 const KIND_MORE_LIST: u8 = 8;
+const KIND_SET: u8 = 9;
+const KIND_MORE_SET: u8 = 10;
 /// Set in an item's kind when its value is compressed.
 const COMPRESSED: u8 = 0x80;
 /// Values shorter than this are never compressed (the block format's overhead, and the CPU).
@@ -85,7 +91,7 @@ pub enum Record {
         value: Value,
         /// memcached client flags and the stale bit (default for kinds 0–2).
         meta: ItemMeta,
-        /// A later part of a value split over several items (kinds 4–6, 8): `value` holds only
+        /// A later part of a value split over several items (kinds 4–6, 8, 10): `value` holds only
         /// what this part adds, to the key's value loaded from the earlier parts.
         more: bool,
     },
@@ -239,6 +245,7 @@ pub fn later_part_added_to_empty(
         Value::Hash(_) => Value::Hash(HashValue::new()),
         Value::ZSet(_) => Value::ZSet(ZSetValue::new()),
         Value::List(_) => Value::List(ListValue::new()),
+        Value::Set(_) => Value::Set(SetValue::new()),
     };
     Some(add_parts(&mut added, *db, key, std::slice::from_ref(payload)).map(|()| added))
 }
@@ -340,6 +347,13 @@ fn encode_item_parts(
         ValueView::List(l) => {
             let kinds = (KIND_LIST, KIND_MORE_LIST);
             emit_counted_parts(size, l.iter(), put_bytes, kinds, part_bytes, header, emit);
+        }
+        ValueView::Set(s) => {
+            let put = |out: &mut BytesMut, m: gradus_store::Member<'_>| {
+                m.with_bytes(|b| put_bytes(out, b))
+            };
+            let kinds = (KIND_SET, KIND_MORE_SET);
+            emit_counted_parts(size, s.iter(), put, kinds, part_bytes, header, emit);
         }
     }
 }
@@ -515,7 +529,7 @@ fn read_item_header(r: &mut Reader) -> Result<ItemHeader, RecordError> {
 fn is_more_kind(kind: u8) -> bool {
     matches!(
         kind,
-        KIND_MORE_STR | KIND_MORE_HASH | KIND_MORE_ZSET | KIND_MORE_LIST
+        KIND_MORE_STR | KIND_MORE_HASH | KIND_MORE_ZSET | KIND_MORE_LIST | KIND_MORE_SET
     )
 }
 
@@ -577,6 +591,11 @@ fn read_value(kind: u8, r: &mut Reader, meta: &mut ItemMeta) -> Result<Value, Re
             read_list_into(r, &mut l)?;
             Value::List(l)
         }
+        KIND_SET | KIND_MORE_SET => {
+            let mut s = SetValue::new();
+            read_set_into(r, &mut s)?;
+            Value::Set(s)
+        }
         _ => return Err(RecordError("unknown value kind")),
     })
 }
@@ -613,7 +632,21 @@ fn read_list_into(r: &mut Reader, l: &mut ListValue) -> Result<(), RecordError> 
     Ok(())
 }
 
-/// Adds `parts` to `value`: the later parts of a value split over several items (kind 4–6 or 8 items
+/// A set's members (count, then each member), inserted into `s`, which is made a hashtable at
+/// once when they will not fit a smaller encoding (rather than converted on the way).
+fn read_set_into(r: &mut Reader, s: &mut SetValue) -> Result<(), RecordError> {
+    let count = r.count(4)?;
+    s.expect(s.len() + count);
+    for _ in 0..count {
+        let m = r.bytes()?;
+        if !s.insert(&m) {
+            return Err(RecordError("a set member written twice"));
+        }
+    }
+    Ok(())
+}
+
+/// Adds `parts` to `value`: the later parts of a value split over several items (kind 4–6, 8 or 10 items
 /// of the same `db` and `key`, in order; see [`ITEM_PART_BYTES`]) that follow the item, or the
 /// parts, `value` was decoded from. A hash's or sorted set's elements are inserted straight
 /// into it (a list's appended at its tail; not into a collection of their own first); a string's parts are joined to it in one
@@ -646,6 +679,7 @@ pub fn add_parts(
             (KIND_MORE_HASH, Value::Hash(h)) => read_hash_into(r, h),
             (KIND_MORE_ZSET, Value::ZSet(z)) => read_zset_into(r, z),
             (KIND_MORE_LIST, Value::List(l)) => read_list_into(r, l),
+            (KIND_MORE_SET, Value::Set(s)) => read_set_into(r, s),
             _ => Err(RecordError(
                 "a part of a value that is not a later part of the value's type",
             )),
@@ -682,7 +716,7 @@ pub fn item_key(payload: &Bytes) -> Result<(usize, Bytes), RecordError> {
     Ok((header.db, header.key))
 }
 
-/// Whether `payload` is a later part of a snapshot item split over several (kind 4–6 or 8), read from
+/// Whether `payload` is a later part of a snapshot item split over several (kind 4–6, 8 or 10), read from
 /// its header alone; false for anything else, malformed payloads included.
 pub fn is_later_part(payload: &[u8]) -> bool {
     let key_len = match payload.get(3..7) {
@@ -798,9 +832,11 @@ mod tests {
     fn a_large_value_is_split_into_parts_that_add_up_to_it() {
         let mut h = HashValue::new();
         let mut z = ZSetValue::new();
+        let mut set = SetValue::new();
         for i in 0..1000 {
             h.insert(format!("field{i}").as_bytes(), &[b'v'; 40]);
             z.insert(format!("member{i}").as_bytes(), f64::from(i) / 3.0);
+            set.insert(format!("set-member-{i}").as_bytes());
         }
         let long: Bytes = (0..10_000u32).flat_map(|i| i.to_le_bytes()).collect();
         let l = ListValue::from_items((0..2000).map(|i| format!("element {i} of a list")));
@@ -814,11 +850,13 @@ mod tests {
         shard.set(b"h", Value::Hash(h.clone()), Some(456), 0);
         shard.set(b"z", Value::ZSet(z.clone()), None, 0);
         shard.set(b"l", Value::List(l.clone()), Some(789), 0);
+        shard.set(b"t", Value::Set(set.clone()), Some(789), 0);
         for (key, whole) in [
             ("s", Value::Str(long)),
             ("h", Value::Hash(h)),
             ("z", Value::ZSet(z)),
             ("l", Value::List(l)),
+            ("t", Value::Set(set)),
         ] {
             let entry = shard.get(key.as_bytes(), 0).unwrap();
             let mut items = Vec::new();
@@ -883,6 +921,53 @@ mod tests {
         }
     }
 
+    /// A set in each encoding (intset, listpack, hashtable), under its encoding's name.
+    fn set_of_each_encoding() -> Vec<(&'static str, SetValue)> {
+        let mut ints = SetValue::new();
+        let mut pack = SetValue::new();
+        let mut table = SetValue::new();
+        for i in -20..20i64 {
+            ints.insert(i.to_string().as_bytes());
+            pack.insert(format!("m{i}").as_bytes());
+            table.insert(format!("{i}").repeat(30).as_bytes());
+        }
+        table.insert(b"");
+        let sets = vec![("intset", ints), ("listpack", pack), ("hashtable", table)];
+        for (name, set) in &sets {
+            assert_eq!(set.encoding(), *name);
+        }
+        sets
+    }
+
+    #[test]
+    fn a_set_loads_in_the_encoding_its_members_call_for() {
+        let mut shard = Shard::new();
+        for (key, set) in set_of_each_encoding() {
+            shard.set(key.as_bytes(), Value::Set(set.clone()), None, 0);
+            let payload = one_item(0, key.as_bytes(), shard.get(key.as_bytes(), 0).unwrap());
+            assert_eq!(kind_of(&payload, key.as_bytes()) & !COMPRESSED, KIND_SET);
+            let Record::Item {
+                value: Value::Set(got),
+                ..
+            } = decode(&payload).unwrap()
+            else {
+                panic!("{key}: not a set item");
+            };
+            assert_eq!(got.encoding(), key);
+            assert_eq!(got, set);
+            // A listpack keeps its order through a snapshot.
+            let order = |s: &SetValue| s.iter().map(|m| m.to_bytes()).collect::<Vec<_>>();
+            if key != "hashtable" {
+                assert_eq!(order(&got), order(&set), "{key}");
+            }
+        }
+        // A member written twice is corruption, not a smaller set.
+        let twice = b"\x02\0\0\x01\0\0\0k\0\0\0\0\0\0\0\0\x09\x02\0\0\0\x01\0\0\0a\x01\0\0\0a";
+        assert!(decode(&Bytes::from_static(twice)).is_err());
+        let once = b"\x02\0\0\x01\0\0\0k\0\0\0\0\0\0\0\0\x09\x02\0\0\0\x01\0\0\0a\x01\0\0\0b";
+        assert!(decode(&Bytes::from_static(once)).is_ok());
+    }
+
     #[test]
     fn items_roundtrip_every_kind() {
         let mut shard = Shard::new();
@@ -890,6 +975,7 @@ mod tests {
         h.insert(b"f", b"v");
         let mut z = ZSetValue::new();
         z.insert(b"m", -1.5);
+        let sets = set_of_each_encoding();
         shard.set(b"s", Value::Str(Bytes::from("x")), Some(99), 0);
         shard.set(b"h", Value::Hash(h.clone()), None, 0);
         shard.set(b"z", Value::ZSet(z.clone()), None, 0);
@@ -899,13 +985,18 @@ mod tests {
         assert_eq!(large.encoding(), "quicklist");
         shard.set(b"l", Value::List(small.clone()), Some(12), 0);
         shard.set(b"q", Value::List(large.clone()), None, 0);
-        for (key, value, ttl) in [
+        for (key, set) in &sets {
+            shard.set(key.as_bytes(), Value::Set(set.clone()), Some(7), 0);
+        }
+        let mut cases = vec![
             ("s", Value::Str(Bytes::from("x")), Some(99)),
             ("h", Value::Hash(h), None),
             ("z", Value::ZSet(z), None),
             ("l", Value::List(small), Some(12)),
             ("q", Value::List(large), None),
-        ] {
+        ];
+        cases.extend(sets.into_iter().map(|(k, s)| (k, Value::Set(s), Some(7))));
+        for (key, value, ttl) in cases {
             let entry = shard.get(key.as_bytes(), 0).unwrap();
             let payload = one_item(7, key.as_bytes(), entry);
             assert_eq!(
@@ -972,9 +1063,11 @@ mod tests {
     fn compressible_entries() -> (Shard, Vec<(&'static str, Value, bool)>) {
         let mut h = HashValue::new();
         let mut z = ZSetValue::new();
+        let mut set = SetValue::new();
         for i in 0..200 {
             h.insert(format!("field:{i}").as_bytes(), b"some session data, ");
             z.insert(format!("member:{i}").as_bytes(), f64::from(i));
+            set.insert(format!("tag:course:{i}").as_bytes());
         }
         let text = Bytes::from("a:3:{s:4:\"user\";i:42;} ".repeat(200));
         let noise: Bytes = {
@@ -994,7 +1087,9 @@ mod tests {
         shard.set(b"h", Value::Hash(h.clone()), None, 0);
         shard.set(b"z", Value::ZSet(z.clone()), Some(5), 0);
         shard.set(b"n", Value::Str(noise.clone()), None, 0);
+        shard.set(b"t", Value::Set(set.clone()), None, 0);
         let values = vec![
+            ("t", Value::Set(set), true),
             ("s", Value::Str(text.clone()), true),
             ("m", Value::Str(text), true),
             ("h", Value::Hash(h), true),

@@ -1,0 +1,703 @@
+//! The set type, [`SetValue`], in the three encodings Redis 7.2 keeps sets in: an *intset* (the
+//! members, all integers, sorted, packed at the smallest of 16, 32 or 64 bits that holds every
+//! one), a *listpack* (members of at most [`SET_MAX_LISTPACK_VALUE`] bytes packed one after the
+//! other in insertion order, at most [`SET_MAX_LISTPACK_ENTRIES`] of them) and a *hashtable*
+//! (one hash set, split into shared parts from `HASH_SPLIT_LEN` members on like a large hash, so a
+//! snapshot's clone stays cheap). A set moves up from one to the next under Redis' rules and never
+//! back. Memory is counted from the buffers' and tables' real capacities, in O(1).
+//!
+//! May import `value` (the shared [`Parts`] of large collections), `bytes` and `hashbrown`;
+//! nothing here knows about keys, shards, expiry or commands.
+
+use crate::value::Parts;
+use bytes::Bytes;
+use hashbrown::HashMap;
+
+/// Most members an intset holds (Redis' `set-max-intset-entries`).
+pub const SET_MAX_INTSET_ENTRIES: usize = 512;
+/// Most members a listpack holds (Redis' `set-max-listpack-entries`).
+pub const SET_MAX_LISTPACK_ENTRIES: usize = 128;
+/// Longest member a listpack holds, in bytes (Redis' `set-max-listpack-value`).
+pub const SET_MAX_LISTPACK_VALUE: usize = 64;
+
+/// A member as a set holds it: an integer of an intset, bytes packed in a listpack, or a
+/// hashtable's own reference-counted string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Member<'a> {
+    Int(i64),
+    Packed(&'a [u8]),
+    Shared(&'a Bytes),
+}
+
+impl Member<'_> {
+    /// The member as a string of its own (an integer in decimal, as Redis prints it).
+    pub fn to_bytes(&self) -> Bytes {
+        match self {
+            Member::Int(v) => Bytes::copy_from_slice(IntText::new(*v).as_bytes()),
+            Member::Packed(b) => Bytes::copy_from_slice(b),
+            Member::Shared(b) => (*b).clone(),
+        }
+    }
+
+    /// `f` applied to the member's bytes, without allocating.
+    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        match self {
+            Member::Int(v) => f(IntText::new(*v).as_bytes()),
+            Member::Packed(b) => f(b),
+            Member::Shared(b) => f(b),
+        }
+    }
+}
+
+/// An `i64` in decimal, on the stack.
+struct IntText {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl IntText {
+    fn new(v: i64) -> Self {
+        let mut buf = [0u8; 20];
+        let mut at = buf.len();
+        let mut n = v.unsigned_abs();
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        if v < 0 {
+            at -= 1;
+            buf[at] = b'-';
+        }
+        IntText { buf, start: at }
+    }
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+/// The integer `s` spells, if it spells one the way Redis' `string2ll` accepts: an optional
+/// `-`, then decimal digits without leading zeros (`0` alone), within `i64`. So `"007"`,
+/// `"+1"`, `"-0"` and `" 1"` are strings, and each integer has exactly one spelling.
+pub fn member_as_int(s: &[u8]) -> Option<i64> {
+    if s.is_empty() || s.len() > 20 {
+        return None;
+    }
+    if s == b"0" {
+        return Some(0);
+    }
+    let (negative, digits) = match s[0] {
+        b'-' => (true, &s[1..]),
+        _ => (false, s),
+    };
+    match digits.first() {
+        Some(b'1'..=b'9') => {}
+        _ => return None,
+    }
+    let mut value: i64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        let d = i64::from(c - b'0');
+        value = value.checked_mul(10)?;
+        value = if negative {
+            value.checked_sub(d)?
+        } else {
+            value.checked_add(d)?
+        };
+    }
+    Some(value)
+}
+
+/// Bytes per integer needed for `v`: 2, 4 or 8.
+fn width_of(v: i64) -> u8 {
+    if i16::try_from(v).is_ok() {
+        2
+    } else if i32::try_from(v).is_ok() {
+        4
+    } else {
+        8
+    }
+}
+
+/// The `i`th integer of an intset buffer of `width`-byte little-endian integers.
+fn int_at(buf: &[u8], width: u8, i: usize) -> i64 {
+    let w = usize::from(width);
+    let b = &buf[i * w..(i + 1) * w];
+    match width {
+        2 => i64::from(i16::from_le_bytes([b[0], b[1]])),
+        4 => i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        _ => i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+    }
+}
+
+fn put_int(out: &mut Vec<u8>, width: u8, v: i64) {
+    match width {
+        2 => out.extend_from_slice(&(v as i16).to_le_bytes()),
+        4 => out.extend_from_slice(&(v as i32).to_le_bytes()),
+        _ => out.extend_from_slice(&v.to_le_bytes()),
+    }
+}
+
+/// Where `v` is in a sorted intset buffer (Ok) or would go (Err).
+fn int_search(buf: &[u8], width: u8, v: i64) -> Result<usize, usize> {
+    let (mut lo, mut hi) = (0, buf.len() / usize::from(width));
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        match int_at(buf, width, mid).cmp(&v) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => return Ok(mid),
+        }
+    }
+    Err(lo)
+}
+
+/// The members of a listpack buffer: each is a length byte and that many bytes.
+fn packed(buf: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let len = usize::from(*buf.get(at)?);
+        let member = &buf[at + 1..at + 1 + len];
+        at += 1 + len;
+        Some(member)
+    })
+}
+
+/// Where `member` starts in a listpack buffer (at its length byte).
+fn packed_find(buf: &[u8], member: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    while at < buf.len() {
+        let len = usize::from(buf[at]);
+        if &buf[at + 1..at + 1 + len] == member {
+            return Some(at);
+        }
+        at += 1 + len;
+    }
+    None
+}
+
+/// Heap bytes of a hash set table of `capacity` (as `HashMap::capacity` reports it): its buckets
+/// (a `Bytes` and a control byte each) and one group of trailing control bytes.
+fn table_bytes(capacity: usize) -> usize {
+    let buckets = match capacity {
+        0 => return 0,
+        1..=7 => capacity + 1,
+        _ => capacity * 8 / 7,
+    };
+    buckets * (std::mem::size_of::<Bytes>() + 1) + 16
+}
+
+/// Heap bytes of a member string of `len` bytes of its own (the allocator's 8-byte granules).
+fn member_bytes(len: usize) -> usize {
+    len.next_multiple_of(8)
+}
+
+#[derive(Debug, Clone)]
+enum Encoding {
+    /// Sorted integers of `width` bytes each, little-endian.
+    Ints { width: u8, buf: Vec<u8> },
+    /// Members in insertion order, each a length byte and its bytes.
+    Packed(Vec<u8>),
+    /// One hash set, or shared parts of one.
+    Table(Parts<()>),
+}
+
+/// A set of byte strings (see the module docs for its encodings).
+#[derive(Debug, Clone)]
+pub struct SetValue {
+    encoding: Encoding,
+    len: usize,
+    /// Heap bytes of a hashtable (the other encodings are their buffers' capacity).
+    table_bytes: usize,
+}
+
+impl Default for SetValue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PartialEq for SetValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.iter().all(|m| m.with_bytes(|b| other.contains(b)))
+    }
+}
+
+impl SetValue {
+    /// An empty set: an intset until a member that is not an integer arrives.
+    pub fn new() -> Self {
+        SetValue {
+            encoding: Encoding::Ints {
+                width: 2,
+                buf: Vec::new(),
+            },
+            len: 0,
+            table_bytes: 0,
+        }
+    }
+
+    /// An empty set in the encoding Redis' `setTypeCreate` picks for about `size_hint` members
+    /// of which `first` is one: an intset if `first` is an integer and the hint allows one, else
+    /// a listpack if the hint allows one, else a hashtable sized for the hint.
+    pub fn sized_for(first: &[u8], size_hint: usize) -> Self {
+        let mut set = Self::new();
+        if member_as_int(first).is_some() && size_hint <= SET_MAX_INTSET_ENTRIES {
+            return set;
+        }
+        if size_hint <= SET_MAX_LISTPACK_ENTRIES {
+            set.encoding = Encoding::Packed(Vec::new());
+        } else {
+            set.convert_to_table(size_hint);
+        }
+        set
+    }
+
+    /// About to add `size_hint` members: a set whose encoding could not hold that many becomes a
+    /// hashtable now (Redis' `setTypeMaybeConvert`).
+    pub fn expect(&mut self, size_hint: usize) {
+        let too_many = match &self.encoding {
+            Encoding::Ints { .. } => size_hint > SET_MAX_INTSET_ENTRIES,
+            Encoding::Packed(_) => size_hint > SET_MAX_LISTPACK_ENTRIES,
+            Encoding::Table(_) => false,
+        };
+        if too_many {
+            self.convert_to_table(size_hint);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The encoding's name as Redis' `OBJECT ENCODING` gives it.
+    pub fn encoding(&self) -> &'static str {
+        match self.encoding {
+            Encoding::Ints { .. } => "intset",
+            Encoding::Packed(_) => "listpack",
+            Encoding::Table(_) => "hashtable",
+        }
+    }
+
+    /// Whether the set is small enough that Redis answers SSCAN with all of it at once (an
+    /// intset or a listpack).
+    pub fn is_compact(&self) -> bool {
+        !matches!(self.encoding, Encoding::Table(_))
+    }
+
+    /// Whether the set is kept in shared parts (for tests).
+    pub fn is_split(&self) -> bool {
+        matches!(&self.encoding, Encoding::Table(parts) if parts.is_split())
+    }
+
+    /// Heap bytes the set holds. O(1).
+    pub fn mem_size(&self) -> usize {
+        match &self.encoding {
+            Encoding::Ints { buf, .. } | Encoding::Packed(buf) => buf.capacity(),
+            Encoding::Table(_) => self.table_bytes,
+        }
+    }
+
+    pub fn contains(&self, member: &[u8]) -> bool {
+        match &self.encoding {
+            Encoding::Ints { width, buf } => {
+                member_as_int(member).is_some_and(|v| int_search(buf, *width, v).is_ok())
+            }
+            Encoding::Packed(buf) => packed_find(buf, member).is_some(),
+            Encoding::Table(parts) => parts.map_of(member).contains_key(member),
+        }
+    }
+
+    /// Add `member`; true when it is new.
+    pub fn insert(&mut self, member: &[u8]) -> bool {
+        match &mut self.encoding {
+            Encoding::Ints { width, buf } => {
+                let Some(v) = member_as_int(member) else {
+                    // Redis' test: room for one more in a listpack, and a short enough member
+                    // (an integer's text never passes the value limit).
+                    if self.len < SET_MAX_LISTPACK_ENTRIES && member.len() <= SET_MAX_LISTPACK_VALUE
+                    {
+                        self.convert_to_packed();
+                    } else {
+                        self.convert_to_table(self.len + 1);
+                    }
+                    return self.insert(member);
+                };
+                let Err(at) = int_search(buf, *width, v) else {
+                    return false;
+                };
+                let wanted = width_of(v);
+                if wanted > *width {
+                    let n = buf.len() / usize::from(*width);
+                    let mut wider = Vec::with_capacity((n + 1) * usize::from(wanted));
+                    for i in 0..n {
+                        if i == at {
+                            put_int(&mut wider, wanted, v);
+                        }
+                        put_int(&mut wider, wanted, int_at(buf, *width, i));
+                    }
+                    if at == n {
+                        put_int(&mut wider, wanted, v);
+                    }
+                    *buf = wider;
+                    *width = wanted;
+                } else {
+                    let w = usize::from(*width);
+                    buf.reserve_exact(w);
+                    let mut bytes = Vec::with_capacity(w);
+                    put_int(&mut bytes, *width, v);
+                    buf.splice(at * w..at * w, bytes);
+                }
+                self.len += 1;
+                if self.len > SET_MAX_INTSET_ENTRIES {
+                    self.convert_to_table(self.len);
+                }
+                true
+            }
+            Encoding::Packed(buf) => {
+                if packed_find(buf, member).is_some() {
+                    return false;
+                }
+                if self.len < SET_MAX_LISTPACK_ENTRIES && member.len() <= SET_MAX_LISTPACK_VALUE {
+                    buf.reserve_exact(1 + member.len());
+                    buf.push(member.len() as u8);
+                    buf.extend_from_slice(member);
+                    self.len += 1;
+                    return true;
+                }
+                self.convert_to_table(self.len + 1);
+                self.insert(member)
+            }
+            Encoding::Table(parts) => {
+                let map = parts.map_of_mut(member);
+                if map.contains_key(member) {
+                    return false;
+                }
+                let before = table_bytes(map.capacity());
+                map.insert(Bytes::copy_from_slice(member), ());
+                self.table_bytes = self.table_bytes + table_bytes(map.capacity()) - before
+                    + member_bytes(member.len());
+                self.len += 1;
+                let was_split = parts.is_split();
+                parts.grew_to(self.len);
+                if parts.is_split() != was_split {
+                    self.recount_table();
+                }
+                true
+            }
+        }
+    }
+
+    /// Remove `member`; true when it was there.
+    pub fn remove(&mut self, member: &[u8]) -> bool {
+        match &mut self.encoding {
+            Encoding::Ints { width, buf } => {
+                let Some(Ok(at)) = member_as_int(member).map(|v| int_search(buf, *width, v)) else {
+                    return false;
+                };
+                let w = usize::from(*width);
+                buf.drain(at * w..(at + 1) * w);
+                shrink_if_loose(buf);
+            }
+            Encoding::Packed(buf) => {
+                let Some(at) = packed_find(buf, member) else {
+                    return false;
+                };
+                buf.drain(at..at + 1 + member.len());
+                shrink_if_loose(buf);
+            }
+            Encoding::Table(parts) => {
+                if parts.map_of_mut(member).remove(member).is_none() {
+                    return false;
+                }
+                self.table_bytes -= member_bytes(member.len());
+            }
+        }
+        self.len -= 1;
+        true
+    }
+
+    /// Every member: an intset's in ascending order, a listpack's in insertion order, a
+    /// hashtable's in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = Member<'_>> + Clone {
+        let (ints, pack, table) = match &self.encoding {
+            Encoding::Ints { width, buf } => (Some((*width, &buf[..])), None, None),
+            Encoding::Packed(buf) => (None, Some(&buf[..]), None),
+            Encoding::Table(parts) => (None, None, Some(parts)),
+        };
+        let ints = ints.into_iter().flat_map(|(width, buf)| {
+            (0..buf.len() / usize::from(width)).map(move |i| Member::Int(int_at(buf, width, i)))
+        });
+        let pack = pack.into_iter().flat_map(packed).map(Member::Packed);
+        let table = table
+            .into_iter()
+            .flat_map(|parts| parts.iter())
+            .map(|(m, ())| Member::Shared(m));
+        ints.chain(pack).chain(table)
+    }
+
+    /// The `index`th member in [`SetValue::iter`] order (for picking one at random): O(1) for an
+    /// intset, O(n) for a listpack, O(parts + one part) for a hashtable.
+    pub fn member_at(&self, index: usize) -> Option<Member<'_>> {
+        match &self.encoding {
+            Encoding::Ints { width, buf } => {
+                (index < self.len).then(|| Member::Int(int_at(buf, *width, index)))
+            }
+            Encoding::Packed(buf) => packed(buf).nth(index).map(Member::Packed),
+            Encoding::Table(parts) => parts.nth(index).map(|(m, ())| Member::Shared(m)),
+        }
+    }
+
+    /// Intset → listpack: every integer written out as text.
+    fn convert_to_packed(&mut self) {
+        let Encoding::Ints { width, buf } = &self.encoding else {
+            return;
+        };
+        let mut out = Vec::new();
+        let texts: Vec<IntText> = (0..self.len)
+            .map(|i| IntText::new(int_at(buf, *width, i)))
+            .collect();
+        out.reserve_exact(texts.iter().map(|t| 1 + t.as_bytes().len()).sum());
+        for t in &texts {
+            out.push(t.as_bytes().len() as u8);
+            out.extend_from_slice(t.as_bytes());
+        }
+        self.encoding = Encoding::Packed(out);
+    }
+
+    /// Any encoding → hashtable, sized for `size_hint` members.
+    fn convert_to_table(&mut self, size_hint: usize) {
+        if matches!(self.encoding, Encoding::Table(_)) {
+            return;
+        }
+        let mut map: HashMap<Bytes, ()> = HashMap::with_capacity(size_hint.max(self.len));
+        for m in self.iter() {
+            map.insert(m.to_bytes(), ());
+        }
+        let mut parts = Parts::Flat(map);
+        parts.grew_to(self.len);
+        self.encoding = Encoding::Table(parts);
+        self.recount_table();
+    }
+
+    /// Counts a hashtable's bytes from scratch (after it was built or split).
+    fn recount_table(&mut self) {
+        if let Encoding::Table(parts) = &self.encoding {
+            self.table_bytes = parts
+                .maps()
+                .map(|map| {
+                    table_bytes(map.capacity())
+                        + map.keys().map(|m| member_bytes(m.len())).sum::<usize>()
+                })
+                .sum();
+        }
+    }
+}
+
+/// Gives memory back once a buffer uses less than half of it (Redis reallocates on every
+/// removal; this keeps removals cheap while the accounting stays close to the truth).
+fn shrink_if_loose(buf: &mut Vec<u8>) {
+    if buf.capacity() > 2 * buf.len() + 16 {
+        buf.shrink_to_fit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::HASH_SPLIT_LEN;
+
+    fn members(set: &SetValue) -> Vec<Vec<u8>> {
+        set.iter().map(|m| m.to_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn integers_are_recognised_as_redis_does() {
+        for (text, want) in [
+            ("0", Some(0)),
+            ("-1", Some(-1)),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("-9223372036854775808", Some(i64::MIN)),
+            ("9223372036854775808", None),
+            ("007", None),
+            ("-0", None),
+            ("+1", None),
+            (" 1", None),
+            ("1 ", None),
+            ("", None),
+            ("-", None),
+            ("1e3", None),
+        ] {
+            assert_eq!(member_as_int(text.as_bytes()), want, "{text:?}");
+        }
+        for v in [0, 1, -1, 42, i64::MIN, i64::MAX, -32768, 32768] {
+            assert_eq!(IntText::new(v).as_bytes(), v.to_string().as_bytes());
+        }
+    }
+
+    #[test]
+    fn an_intset_is_sorted_and_widens_as_needed() {
+        let mut s = SetValue::new();
+        for v in ["5", "-3", "100", "5", "0"] {
+            s.insert(v.as_bytes());
+        }
+        assert_eq!(s.encoding(), "intset");
+        assert_eq!(s.len(), 4);
+        assert_eq!(members(&s), [&b"-3"[..], b"0", b"5", b"100"]);
+        assert_eq!(s.mem_size(), 8, "four 16-bit integers");
+        assert!(s.insert(b"70000"));
+        assert!(s.insert(b"-5000000000"));
+        assert_eq!(s.encoding(), "intset");
+        assert_eq!(s.mem_size(), 6 * 8, "widened to 64 bits");
+        assert_eq!(
+            members(&s),
+            [&b"-5000000000"[..], b"-3", b"0", b"5", b"100", b"70000"]
+        );
+        assert!(s.contains(b"70000") && !s.contains(b"070000") && !s.contains(b"7"));
+        assert!(s.remove(b"0") && !s.remove(b"0") && !s.remove(b"x"));
+        assert_eq!(s.len(), 5);
+        assert_eq!(s.member_at(0), Some(Member::Int(-5_000_000_000)));
+        assert_eq!(s.member_at(5), None);
+    }
+
+    #[test]
+    fn encodings_move_up_under_redis_rules_and_never_back() {
+        // A string member turns a small intset into a listpack, which keeps insertion order.
+        let mut s = SetValue::new();
+        s.insert(b"2");
+        s.insert(b"1");
+        s.insert(b"b");
+        s.insert(b"a");
+        assert_eq!(s.encoding(), "listpack");
+        assert_eq!(members(&s), [&b"1"[..], b"2", b"b", b"a"]);
+        assert!(s.contains(b"1") && s.contains(b"a") && !s.contains(b"01"));
+        for m in ["1", "2", "b"] {
+            assert!(s.remove(m.as_bytes()));
+        }
+        assert_eq!(s.encoding(), "listpack", "no conversion back");
+        // A long member, or a 129th, makes a hashtable.
+        let mut long = s.clone();
+        long.insert(&[b'x'; 65]);
+        assert_eq!(long.encoding(), "hashtable");
+        assert!(long.contains(&[b'x'; 65]) && long.contains(b"a"));
+        for i in 0..SET_MAX_LISTPACK_ENTRIES - 1 {
+            s.insert(format!("m{i}").as_bytes());
+        }
+        assert_eq!((s.encoding(), s.len()), ("listpack", 128));
+        s.insert(b"one more");
+        assert_eq!((s.encoding(), s.len()), ("hashtable", 129));
+        // 513 integers make a hashtable; a string among 128 integers too.
+        let mut ints = SetValue::new();
+        for i in 0..SET_MAX_INTSET_ENTRIES {
+            ints.insert(i.to_string().as_bytes());
+        }
+        assert_eq!(ints.encoding(), "intset");
+        let mut many = ints.clone();
+        many.insert(b"-1");
+        assert_eq!((many.encoding(), many.len()), ("hashtable", 513));
+        ints.insert(b"x");
+        assert_eq!((ints.encoding(), ints.len()), ("hashtable", 513));
+        // What Redis' setTypeCreate picks.
+        assert_eq!(SetValue::sized_for(b"1", 3).encoding(), "intset");
+        assert_eq!(SetValue::sized_for(b"1", 600).encoding(), "hashtable");
+        assert_eq!(SetValue::sized_for(b"a", 128).encoding(), "listpack");
+        assert_eq!(SetValue::sized_for(b"a", 129).encoding(), "hashtable");
+        let mut pack = SetValue::sized_for(b"a", 2);
+        pack.expect(200);
+        assert_eq!(pack.encoding(), "hashtable");
+    }
+
+    #[test]
+    fn memory_follows_the_buffers_and_returns_to_nothing() {
+        for encoding in ["intset", "listpack", "hashtable"] {
+            let mut s = match encoding {
+                "intset" => SetValue::new(),
+                "listpack" => SetValue::sized_for(b"a", 1),
+                _ => SetValue::sized_for(b"a", 1000),
+            };
+            let member = |i: usize| match encoding {
+                "intset" => i.to_string(),
+                _ => format!("member:{i}"),
+            };
+            let mut last = s.mem_size();
+            for i in 0..100 {
+                assert!(s.insert(member(i).as_bytes()));
+                assert!(s.mem_size() >= last, "{encoding} grows");
+                last = s.mem_size();
+            }
+            assert_eq!(s.encoding(), encoding);
+            assert!(s.mem_size() > 100, "{encoding}: {}", s.mem_size());
+            for i in 0..100 {
+                assert!(s.remove(member(i).as_bytes()));
+            }
+            assert!(s.is_empty());
+            match encoding {
+                // The table keeps its buckets, as a hash map does; its members are gone.
+                "hashtable" => assert_eq!(s.mem_size(), {
+                    let Encoding::Table(parts) = &s.encoding else {
+                        unreachable!()
+                    };
+                    parts
+                        .maps()
+                        .map(|m| table_bytes(m.capacity()))
+                        .sum::<usize>()
+                }),
+                _ => assert!(s.mem_size() <= 16, "{encoding}: {}", s.mem_size()),
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_set_is_split_and_a_clone_shares_its_parts() {
+        let mut s = SetValue::new();
+        let n = HASH_SPLIT_LEN + 10;
+        for i in 0..n {
+            assert!(s.insert(format!("m{i}").as_bytes()));
+        }
+        assert!(s.is_split());
+        let counted = s.mem_size();
+        s.recount_table();
+        assert_eq!(s.mem_size(), counted, "the running count is exact");
+        let snapshot = s.clone();
+        assert!(s.remove(b"m1"));
+        assert!(s.insert(b"new"));
+        assert!(snapshot.contains(b"m1") && !snapshot.contains(b"new"));
+        assert_eq!((snapshot.len(), s.len()), (n, n));
+        assert_ne!(snapshot, s);
+        let mut seen: Vec<Bytes> = (0..n).map(|i| s.member_at(i).unwrap().to_bytes()).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), n, "member_at reaches every member once");
+        assert_eq!(s.member_at(n), None);
+        assert_eq!(s.iter().count(), n);
+    }
+
+    #[test]
+    fn a_set_makes_no_value_larger() {
+        let largest = std::mem::size_of::<crate::ZSetValue>();
+        assert!(std::mem::size_of::<SetValue>() <= largest);
+        assert_eq!(std::mem::size_of::<crate::Value>(), largest);
+    }
+
+    #[test]
+    fn equal_sets_compare_equal_whatever_their_encoding() {
+        let mut a = SetValue::new();
+        let mut b = SetValue::sized_for(b"x", 1000);
+        for m in ["1", "2", "3"] {
+            a.insert(m.as_bytes());
+            b.insert(m.as_bytes());
+        }
+        assert_eq!((a.encoding(), b.encoding()), ("intset", "hashtable"));
+        assert_eq!(a, b);
+        b.insert(b"4");
+        assert_ne!(a, b);
+    }
+}
