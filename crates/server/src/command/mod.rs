@@ -7,11 +7,13 @@
 
 pub mod blocking;
 pub mod connection;
+pub mod databases;
 pub mod hashes;
 pub mod keys;
 pub mod locks;
 pub mod scripting;
 pub mod server;
+pub mod sort;
 pub mod strings;
 pub mod transactions;
 pub mod zsets;
@@ -68,6 +70,12 @@ pub mod flags {
     pub const NOSCRIPT: u32 = 1 << 16;
     /// May block the connection until a key is ready (Redis' `blocking`).
     pub const BLOCKING: u32 = 1 << 17;
+    /// Reads keys that its key positions do not name (SORT's BY and GET patterns; Redis'
+    /// `movablekeys`): a replay runs its record alone, never beside a partition's others.
+    pub const MOVABLE_KEYS: u32 = 1 << 18;
+    /// A write that runs under the exclusive store gate, so no other command sees it half done
+    /// (SWAPDB, which moves every key of two keyspaces).
+    pub const EXCLUSIVE: u32 = 1 << 19;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -81,6 +89,7 @@ pub mod flags {
         (RANDOM, "random"),
         (NOSCRIPT, "noscript"),
         (BLOCKING, "blocking"),
+        (MOVABLE_KEYS, "movablekeys"),
     ];
 }
 
@@ -103,6 +112,32 @@ pub struct CommandSpec {
     /// Subcommand rows of a container command (`CONFIG GET` is `config|get`): their own arity,
     /// flags and summary; the container's handler runs them.
     pub subcommands: &'static [CommandSpec],
+    /// Other keyspaces of the caller's tenant the command writes, named by SELECT number in
+    /// its arguments (MOVE, COPY … DB, SWAPDB): the write path's scope and replay follow them.
+    pub other_keyspaces: Option<OtherKeyspaces>,
+}
+
+/// How a command names other keyspaces of its tenant (by SELECT number, as the client sends
+/// it); each function returns None when the arguments name none (or not as a number).
+#[derive(Debug, Clone, Copy)]
+pub enum OtherKeyspaces {
+    /// Keys go from the selected keyspace into the one named (MOVE, COPY … DB).
+    Target(fn(&[Bytes]) -> Option<i64>),
+    /// The two keyspaces named exchange their contents (SWAPDB).
+    Swap(fn(&[Bytes]) -> Option<(i64, i64)>),
+}
+
+/// The keyspaces a command writes besides (or instead of) the selected one; see
+/// [`CommandSpec::named_keyspaces`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Named {
+    /// Nothing besides the selected keyspace (or the arguments name no keyspace of the tenant:
+    /// the handler answers the error).
+    Selected,
+    /// Data goes from the selected keyspace `from` into `to` (global indices, distinct).
+    Target { from: usize, to: usize },
+    /// Keyspaces `a` and `b` (global indices, distinct) exchange their contents.
+    Swap(usize, usize),
 }
 
 impl CommandSpec {
@@ -149,6 +184,35 @@ impl CommandSpec {
         self
     }
 
+    /// The same row with the keyspaces it names in its arguments (table rows:
+    /// `cmd(...).with_other_keyspaces(OtherKeyspaces::Target(f))`).
+    pub const fn with_other_keyspaces(mut self, named: OtherKeyspaces) -> CommandSpec {
+        self.other_keyspaces = Some(named);
+        self
+    }
+
+    /// The keyspaces `args` name, as global indices in the tenant of keyspace `db` (the selected
+    /// one; the tenant is read from it, so a replay resolves them as the write did).
+    pub fn named_keyspaces(
+        &self,
+        tenancy: &crate::tenancy::Tenancy,
+        db: usize,
+        args: &[Bytes],
+    ) -> Named {
+        let resolve = |n: i64| tenancy.sibling(db, n);
+        match self.other_keyspaces {
+            None => Named::Selected,
+            Some(OtherKeyspaces::Target(f)) => match f(args).and_then(resolve) {
+                Some(to) if to != db => Named::Target { from: db, to },
+                _ => Named::Selected,
+            },
+            Some(OtherKeyspaces::Swap(f)) => match f(args).map(|(a, b)| (resolve(a), resolve(b))) {
+                Some((Some(a), Some(b))) if a != b => Named::Swap(a, b),
+                _ => Named::Selected,
+            },
+        }
+    }
+
     /// Indexes of the key arguments in `args`.
     pub fn key_indexes(&self, argc: usize) -> Vec<usize> {
         if self.first_key <= 0 || self.step <= 0 {
@@ -188,6 +252,7 @@ pub const fn cmd(
         summary,
         handler,
         subcommands: &[],
+        other_keyspaces: None,
     }
 }
 
@@ -215,11 +280,11 @@ fn container_handler(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     Err(CmdError::err("subcommand rows are run by their container"))
 }
 
-/// Redis keeps small hashes and sorted sets (up to this many entries) in a listpack, which
-/// HSCAN/ZSCAN return in one page with cursor 0; Gradus mirrors that for client compatibility.
-pub const LISTPACK_MAX_ENTRIES: usize = 128;
-/// ... and only while every field, value or member is at most this long.
-pub const LISTPACK_MAX_VALUE: usize = 64;
+/// Redis keeps small hashes and sorted sets (up to [`LISTPACK_MAX_ENTRIES`] entries, each field,
+/// value or member at most [`LISTPACK_MAX_VALUE`] bytes) in a listpack, which HSCAN/ZSCAN return
+/// in one page with cursor 0; Gradus mirrors that for client compatibility, and OBJECT ENCODING
+/// reports it (the store's values name their encodings).
+pub use gradus_store::value::{LISTPACK_MAX_ENTRIES, LISTPACK_MAX_VALUE};
 
 /// No key arguments.
 pub const NO_KEYS: (i32, i32, i32) = (0, 0, 0);
@@ -233,6 +298,8 @@ pub fn table() -> &'static CommandTable {
         CommandTable::new(&[
             connection::COMMANDS,
             server::COMMANDS,
+            databases::COMMANDS,
+            sort::COMMANDS,
             strings::COMMANDS,
             keys::COMMANDS,
             hashes::COMMANDS,
@@ -317,6 +384,15 @@ impl Ctx<'_> {
     pub fn log_effect(&mut self, args: Vec<Bytes>) {
         let db = self.client.db;
         crate::persist::write::log_effect(self.client, db, args);
+    }
+
+    /// The keyspace at SELECT `index` of the selected keyspace's tenant (global index), or
+    /// Redis' `DB index is out of range`.
+    pub fn sibling(&self, index: i64) -> Result<usize, CmdError> {
+        self.shared
+            .tenancy
+            .sibling(self.client.db, index)
+            .ok_or(CmdError::DbIndexOutOfRange)
     }
 
     /// The connection's selected keyspace.
