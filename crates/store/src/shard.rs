@@ -497,6 +497,19 @@ impl Shard {
         self.map.get(key)
     }
 
+    /// The sorted set at `key` reports Redis' `skiplist` encoding from now on (Redis' SORT
+    /// converts the sorted set it sorts). Only how OBJECT ENCODING names it changes: no new
+    /// version, nothing to log or snapshot.
+    pub fn zset_to_skiplist(&mut self, key: &[u8]) {
+        if let Some(Entry {
+            value: Value::ZSet(z),
+            ..
+        }) = self.map.get_mut(key)
+        {
+            z.keep_as_skiplist();
+        }
+    }
+
     /// The live entry for `key` as a memcached read sees it, with its meta state *before* this
     /// read; `bump` marks it fetched and accessed now (meta `u` skips that). One hash lookup.
     pub fn fetch(&mut self, key: &[u8], now_ms: u64, bump: bool) -> Option<(&Entry, ItemMeta)> {

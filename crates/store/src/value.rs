@@ -15,9 +15,10 @@ use std::sync::Arc;
 /// An estimate, like Redis' `used_memory` is for encodings; it only has to be monotone and stable.
 pub const ITEM_OVERHEAD: usize = 32;
 
-/// Redis keeps a hash or sorted set of up to this many entries in a listpack (its
-/// `hash-max-listpack-entries` / `zset-max-listpack-entries` defaults) ...
-pub const LISTPACK_MAX_ENTRIES: usize = 128;
+/// Redis keeps a hash of up to this many fields in a listpack (`hash-max-listpack-entries`) ...
+pub const HASH_MAX_LISTPACK_ENTRIES: usize = 512;
+/// ... and a sorted set of up to this many members (`zset-max-listpack-entries`) ...
+pub const ZSET_MAX_LISTPACK_ENTRIES: usize = 128;
 /// ... while every field, value or member is at most this long (`*-max-listpack-value`).
 pub const LISTPACK_MAX_VALUE: usize = 64;
 /// Redis stores a string of up to this many bytes in one allocation with its header (`embstr`).
@@ -263,7 +264,7 @@ impl HashValue {
         map.insert(Bytes::copy_from_slice(field), value);
         self.bytes += field.len() + new_len + ITEM_OVERHEAD;
         self.len += 1;
-        self.outgrew_listpack |= self.len > LISTPACK_MAX_ENTRIES;
+        self.outgrew_listpack |= self.len > HASH_MAX_LISTPACK_ENTRIES;
         self.map.grew_to(self.len);
         true
     }
@@ -497,7 +498,7 @@ impl ZSetValue {
             self.bytes += 2 * member.len() + 8 + 2 * ITEM_OVERHEAD;
             self.len += 1;
             self.outgrew_listpack |=
-                self.len > LISTPACK_MAX_ENTRIES || member.len() > LISTPACK_MAX_VALUE;
+                self.len > ZSET_MAX_LISTPACK_ENTRIES || member.len() > LISTPACK_MAX_VALUE;
             self.scores.grew_to(self.len);
             self.ordered.grew_to(self.len);
             None
@@ -513,6 +514,11 @@ impl ZSetValue {
             }
             None => false,
         }
+    }
+    /// Report `skiplist` from now on, as Redis does for a sorted set once SORT has read it (SORT
+    /// converts the set it sorts). Not a change of the data.
+    pub fn keep_as_skiplist(&mut self) {
+        self.outgrew_listpack = true;
     }
     /// `OBJECT ENCODING`: `listpack` while the set has stayed within the listpack limits since
     /// it was created (or loaded), else `skiplist`.
@@ -704,7 +710,7 @@ mod tests {
         assert_eq!(string_encoding(&[b'x'; EMBSTR_MAX_LEN + 1]), "raw");
 
         let mut h = HashValue::new();
-        for i in 0..LISTPACK_MAX_ENTRIES {
+        for i in 0..HASH_MAX_LISTPACK_ENTRIES {
             h.insert(format!("f{i}").as_bytes(), b"v");
         }
         assert_eq!(h.encoding(), "listpack");
@@ -718,6 +724,13 @@ mod tests {
         long.insert(b"f", &[b'v'; LISTPACK_MAX_VALUE + 1]);
         assert_eq!(Value::Hash(long).encoding(), "hashtable");
 
+        let mut z = ZSetValue::new();
+        for i in 0..ZSET_MAX_LISTPACK_ENTRIES {
+            z.insert(format!("m{i}").as_bytes(), 1.0);
+        }
+        assert_eq!(z.encoding(), "listpack");
+        z.insert(b"one-more", 1.0);
+        assert_eq!(z.encoding(), "skiplist");
         let mut z = ZSetValue::new();
         z.insert(&[b'm'; LISTPACK_MAX_VALUE], 1.0);
         assert_eq!(z.encoding(), "listpack");

@@ -280,11 +280,12 @@ fn container_handler(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     Err(CmdError::err("subcommand rows are run by their container"))
 }
 
-/// Redis keeps small hashes and sorted sets (up to [`LISTPACK_MAX_ENTRIES`] entries, each field,
-/// value or member at most [`LISTPACK_MAX_VALUE`] bytes) in a listpack, which HSCAN/ZSCAN return
-/// in one page with cursor 0; Gradus mirrors that for client compatibility, and OBJECT ENCODING
-/// reports it (the store's values name their encodings).
-pub use gradus_store::value::{LISTPACK_MAX_ENTRIES, LISTPACK_MAX_VALUE};
+/// Redis keeps small hashes and sorted sets (up to this many entries) in a listpack, which
+/// HSCAN/ZSCAN return in one page with cursor 0; Gradus mirrors that for client compatibility.
+pub const LISTPACK_MAX_ENTRIES: usize = 128;
+/// ... and only while every field, value or member is at most this long (the store's values
+/// follow the same limit to name their encodings for OBJECT ENCODING).
+pub use gradus_store::value::LISTPACK_MAX_VALUE;
 
 /// No key arguments.
 pub const NO_KEYS: (i32, i32, i32) = (0, 0, 0);

@@ -9,6 +9,9 @@
 //! between equal numeric weights are broken by comparing the elements as bytes. ALPHA compares
 //! bytes, as Redis does under the C locale.
 //!
+//! Redis converts a sorted set it sorts to its skiplist encoding, so OBJECT ENCODING reports
+//! `skiplist` for it afterwards; so does Gradus.
+//!
 //! The elements and every key the patterns name are read under one lock of all their shards, so
 //! the result is a consistent view. `SORT … STORE` logs what it did, not itself: a `DEL` of the
 //! destination and, when the result is not empty, an `RPUSH` of it, both run as writes joining
@@ -230,6 +233,8 @@ fn sorted(ctx: &mut Ctx<'_>, key: &Bytes, o: &Options) -> Result<Vec<Option<Byte
             seen = now_seen;
             continue;
         }
+        // As in Redis, a sorted set that was sorted is a skiplist from now on.
+        lock.shard(key).zset_to_skiplist(key);
         let elements = seen.unwrap_or(Elements {
             items: Vec::new(),
             ordered: true,
