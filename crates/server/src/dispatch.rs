@@ -10,7 +10,7 @@
 //! `client`, `state`.
 
 use crate::client::ClientState;
-use crate::command::{arity_error, flags, table, CommandSpec, Ctx};
+use crate::command::{arity_error, flags, table, CommandSpec, Ctx, Named};
 use crate::error::CmdError;
 use crate::persist::write::{Scope, WriteTxn};
 use crate::state::Shared;
@@ -106,10 +106,26 @@ pub fn run_write(
     now_ms: u64,
 ) -> Frame {
     let db = client.db;
+    if spec.has(flags::EXCLUSIVE) && client.record.is_none() {
+        // Under the exclusive gate: the write joins this transaction's record.
+        let mut outer = match WriteTxn::begin_exclusive(shared, client, now_ms, false) {
+            Ok(txn) => txn,
+            Err(e) => return CmdError::from(e).to_frame(),
+        };
+        let reply = run_write(shared, outer.client(), spec, args, now_ms);
+        return match outer.commit() {
+            Ok(()) => reply,
+            Err(e) => CmdError::from(e).to_frame(),
+        };
+    }
     let scope = if spec.has(flags::TENANT_WIDE) {
         Scope::Tenant(db)
     } else {
-        Scope::Keyspace(db)
+        match spec.named_keyspaces(&shared.tenancy, db, &args) {
+            Named::Selected => Scope::Keyspace(db),
+            Named::Target { from, to } => Scope::Across { from, to },
+            Named::Swap(a, b) => Scope::Swap(a, b),
+        }
     };
     let mut txn = match WriteTxn::begin(shared, client, scope, now_ms, spec.has(flags::DENYOOM)) {
         Ok(txn) => txn,

@@ -290,6 +290,22 @@ impl Keyspace {
         (0..SHARDS).map(|i| self.shard(i).clear()).collect()
     }
 
+    /// Remove every live key and hand back the entries (SWAPDB moves them into another keyspace
+    /// with [`Shard::adopt`]). Key by key, so a running snapshot keeps what it needs of each.
+    pub fn take_all(&self, now_ms: u64) -> Vec<(Bytes, crate::shard::Entry)> {
+        let mut out = Vec::new();
+        for i in 0..SHARDS {
+            let mut shard = self.shard(i);
+            let keys: Vec<Bytes> = shard.map().keys().cloned().collect();
+            for key in keys {
+                if let Some(entry) = shard.remove(&key, now_ms) {
+                    out.push((key, entry));
+                }
+            }
+        }
+        out
+    }
+
     /// All live keys matching `pattern` (KEYS).
     pub fn keys(&self, pattern: &[u8], now_ms: u64) -> Vec<Bytes> {
         let match_all = pattern == b"*";
@@ -434,6 +450,38 @@ mod tests {
             }
         }
         assert_eq!(found, 50);
+    }
+
+    #[test]
+    fn take_all_and_adopt_move_entries_with_their_ttl_and_idle_time() {
+        let (a, b) = (Keyspace::new(), Keyspace::with_index(1));
+        a.lock(b"x").set(
+            b"x",
+            Value::Str(Bytes::from_static(b"1")),
+            Some(5_000),
+            1_000,
+        );
+        a.lock(b"gone")
+            .set(b"gone", Value::Str(Bytes::new()), Some(1_500), 1_000);
+        put(&b, "y");
+        let watched = b.lock(b"x").version_of(b"x", 2_000);
+        let taken = a.take_all(2_000);
+        assert_eq!(taken.len(), 1, "an expired key is not moved");
+        assert!(a.is_empty());
+        for (key, entry) in taken {
+            b.lock(&key).adopt(&key, entry, 3_000);
+        }
+        let mut shard = b.lock(b"x");
+        let entry = shard.peek(b"x", 3_000).expect("moved");
+        assert_eq!(entry.expires_at(), Some(5_000));
+        assert_eq!(
+            entry.idle_ticks(3_000),
+            200,
+            "the last access moves with the key"
+        );
+        assert_ne!(shard.version_of(b"x", 3_000), watched);
+        drop(shard);
+        assert_eq!(b.len(), 2);
     }
 
     #[test]

@@ -502,6 +502,26 @@ impl Shard {
         Some(entry)
     }
 
+    /// The live entry for `key` without counting an access (OBJECT looks at a key this way):
+    /// its last-access time stays as it was. An expired key is reclaimed first.
+    pub fn peek(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
+        self.expire_if_needed(key, now_ms);
+        self.map.get(key)
+    }
+
+    /// The sorted set at `key` reports Redis' `skiplist` encoding from now on (Redis' SORT
+    /// converts the sorted set it sorts). Only how OBJECT ENCODING names it changes: no new
+    /// version, nothing to log or snapshot.
+    pub fn zset_to_skiplist(&mut self, key: &[u8]) {
+        if let Some(Entry {
+            value: Value::ZSet(z),
+            ..
+        }) = self.map.get_mut(key)
+        {
+            z.keep_as_skiplist();
+        }
+    }
+
     /// The live entry for `key` as a memcached read sees it, with its meta state *before* this
     /// read; `bump` marks it fetched and accessed now (meta `u` skips that). One hash lookup.
     pub fn fetch(&mut self, key: &[u8], now_ms: u64, bump: bool) -> Option<(&Entry, ItemMeta)> {
@@ -681,6 +701,18 @@ impl Shard {
             },
         );
         None
+    }
+
+    /// Store an entry taken from another keyspace (MOVE, SWAPDB) under `key`: its value, expiry,
+    /// memcached state and last access go with it; it gets a new version of this shard (so a
+    /// WATCH of `key` here sees the change). Returns the entry it replaced, if that was live.
+    pub fn adopt(&mut self, key: &[u8], entry: Entry, now_ms: u64) -> Option<Entry> {
+        let atime = entry.atime;
+        let old = self.set_with_meta(key, entry.value, entry.expires_at, entry.meta, now_ms);
+        if let Some(adopted) = self.map.get_mut(key) {
+            adopted.atime = atime;
+        }
+        old
     }
 
     /// The version given to the latest write in this shard (after `set`: the new entry's).

@@ -18,6 +18,33 @@ use std::sync::Arc;
 /// An estimate, like Redis' `used_memory` is for encodings; it only has to be monotone and stable.
 pub const ITEM_OVERHEAD: usize = 32;
 
+/// Redis keeps a hash of up to this many fields in a listpack (`hash-max-listpack-entries`) ...
+pub const HASH_MAX_LISTPACK_ENTRIES: usize = 512;
+/// ... and a sorted set of up to this many members (`zset-max-listpack-entries`) ...
+pub const ZSET_MAX_LISTPACK_ENTRIES: usize = 128;
+/// ... while every field, value or member is at most this long (`*-max-listpack-value`).
+pub const LISTPACK_MAX_VALUE: usize = 64;
+/// Redis stores a string of up to this many bytes in one allocation with its header (`embstr`).
+pub const EMBSTR_MAX_LEN: usize = 44;
+
+/// The encoding Redis gives a string value (`OBJECT ENCODING`): `int` for the canonical form of
+/// an `i64` (no sign but `-`, no leading zeros, at most 20 bytes), `embstr` up to
+/// [`EMBSTR_MAX_LEN`] bytes, `raw` beyond.
+pub fn string_encoding(bytes: &[u8]) -> &'static str {
+    let canonical_int = bytes.len() <= 20
+        && std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .is_some_and(|n| n.to_string().as_bytes() == bytes);
+    if canonical_int {
+        "int"
+    } else if bytes.len() <= EMBSTR_MAX_LEN {
+        "embstr"
+    } else {
+        "raw"
+    }
+}
+
 /// The kind of a value, as `TYPE` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ValueKind {
@@ -108,6 +135,17 @@ impl Value {
         match self {
             Value::Set(s) => Some(s),
             _ => None,
+        }
+    }
+
+    /// The encoding Redis would report for this value (`OBJECT ENCODING`): each type names its own.
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            Value::Str(b) => string_encoding(b),
+            Value::Hash(h) => h.encoding(),
+            Value::ZSet(z) => z.encoding(),
+            Value::List(l) => l.encoding(),
+            Value::Set(s) => s.encoding(),
         }
     }
 
@@ -223,6 +261,9 @@ pub struct HashValue {
     map: Parts<Bytes>,
     len: usize,
     pub(crate) bytes: usize,
+    /// Once over the listpack limits, Redis keeps a hash as a hashtable even when it shrinks
+    /// again (until it is reloaded): set by the insert that crosses them, never cleared.
+    outgrew_listpack: bool,
 }
 
 impl PartialEq for HashValue {
@@ -253,6 +294,9 @@ impl HashValue {
     }
     /// Insert or overwrite; true when the field is new.
     pub fn insert(&mut self, field: &[u8], value: &[u8]) -> bool {
+        if field.len() > LISTPACK_MAX_VALUE || value.len() > LISTPACK_MAX_VALUE {
+            self.outgrew_listpack = true;
+        }
         let value = Bytes::copy_from_slice(value);
         let new_len = value.len();
         let map = self.map.map_of_mut(field);
@@ -265,8 +309,18 @@ impl HashValue {
         map.insert(Bytes::copy_from_slice(field), value);
         self.bytes += field.len() + new_len + ITEM_OVERHEAD;
         self.len += 1;
+        self.outgrew_listpack |= self.len > HASH_MAX_LISTPACK_ENTRIES;
         self.map.grew_to(self.len);
         true
+    }
+    /// `OBJECT ENCODING`: `listpack` while the hash has stayed within the listpack limits since
+    /// it was created (or loaded), else `hashtable`.
+    pub fn encoding(&self) -> &'static str {
+        if self.outgrew_listpack {
+            "hashtable"
+        } else {
+            "listpack"
+        }
     }
     pub fn remove(&mut self, field: &[u8]) -> bool {
         match self.map.map_of_mut(field).remove(field) {
@@ -443,6 +497,8 @@ pub struct ZSetValue {
     ordered: Order,
     len: usize,
     pub(crate) bytes: usize,
+    /// As [`HashValue`]'s: set once the set went over the listpack limits, never cleared.
+    outgrew_listpack: bool,
 }
 
 impl PartialEq for ZSetValue {
@@ -486,6 +542,8 @@ impl ZSetValue {
             self.ordered.insert((Score(score), key));
             self.bytes += 2 * member.len() + 8 + 2 * ITEM_OVERHEAD;
             self.len += 1;
+            self.outgrew_listpack |=
+                self.len > ZSET_MAX_LISTPACK_ENTRIES || member.len() > LISTPACK_MAX_VALUE;
             self.scores.grew_to(self.len);
             self.ordered.grew_to(self.len);
             None
@@ -500,6 +558,20 @@ impl ZSetValue {
                 true
             }
             None => false,
+        }
+    }
+    /// Report `skiplist` from now on, as Redis does for a sorted set once SORT has read it (SORT
+    /// converts the set it sorts). Not a change of the data.
+    pub fn keep_as_skiplist(&mut self) {
+        self.outgrew_listpack = true;
+    }
+    /// `OBJECT ENCODING`: `listpack` while the set has stayed within the listpack limits since
+    /// it was created (or loaded), else `skiplist`.
+    pub fn encoding(&self) -> &'static str {
+        if self.outgrew_listpack {
+            "skiplist"
+        } else {
+            "listpack"
         }
     }
     /// Members in ascending (score, member) order.
@@ -669,6 +741,46 @@ mod tests {
                     .count()
             );
         }
+    }
+
+    #[test]
+    fn encodings_follow_redis_rules() {
+        assert_eq!(string_encoding(b"123"), "int");
+        assert_eq!(string_encoding(b"-9223372036854775808"), "int");
+        assert_eq!(string_encoding(b"9223372036854775808"), "embstr");
+        for not_canonical in [&b"0123"[..], b"+1", b"-0", b" 1", b"1 ", b""] {
+            assert_eq!(string_encoding(not_canonical), "embstr");
+        }
+        assert_eq!(string_encoding(&[b'x'; EMBSTR_MAX_LEN]), "embstr");
+        assert_eq!(string_encoding(&[b'x'; EMBSTR_MAX_LEN + 1]), "raw");
+
+        let mut h = HashValue::new();
+        for i in 0..HASH_MAX_LISTPACK_ENTRIES {
+            h.insert(format!("f{i}").as_bytes(), b"v");
+        }
+        assert_eq!(h.encoding(), "listpack");
+        h.insert(b"one-more", b"v");
+        assert_eq!(h.encoding(), "hashtable");
+        h.remove(b"one-more");
+        assert_eq!(h.encoding(), "hashtable", "Redis never converts back");
+        let mut long = HashValue::new();
+        long.insert(b"f", &[b'v'; LISTPACK_MAX_VALUE]);
+        assert_eq!(long.encoding(), "listpack");
+        long.insert(b"f", &[b'v'; LISTPACK_MAX_VALUE + 1]);
+        assert_eq!(Value::Hash(long).encoding(), "hashtable");
+
+        let mut z = ZSetValue::new();
+        for i in 0..ZSET_MAX_LISTPACK_ENTRIES {
+            z.insert(format!("m{i}").as_bytes(), 1.0);
+        }
+        assert_eq!(z.encoding(), "listpack");
+        z.insert(b"one-more", 1.0);
+        assert_eq!(z.encoding(), "skiplist");
+        let mut z = ZSetValue::new();
+        z.insert(&[b'm'; LISTPACK_MAX_VALUE], 1.0);
+        assert_eq!(z.encoding(), "listpack");
+        z.insert(&[b'm'; LISTPACK_MAX_VALUE + 1], 1.0);
+        assert_eq!(Value::ZSet(z).encoding(), "skiplist");
     }
 
     #[test]

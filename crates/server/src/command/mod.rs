@@ -8,6 +8,7 @@
 pub mod bitmaps;
 pub mod blocking;
 pub mod connection;
+pub mod databases;
 pub mod hashes;
 pub mod hyperloglog;
 pub mod keys;
@@ -16,6 +17,7 @@ pub mod locks;
 pub mod scripting;
 pub mod server;
 pub mod sets;
+pub mod sort;
 pub mod strings;
 pub mod transactions;
 pub mod zsets;
@@ -76,9 +78,14 @@ pub mod flags {
     /// cardinality): it runs on the write path like a write and logs what it changed itself
     /// (with `SELF_LOGGED`), but needs only the rights of a read (Redis' `may_replicate`).
     pub const MAY_REPLICATE: u32 = 1 << 17;
-    /// Its keys are found from a `numkeys` argument (LMPOP), not from the fixed positions: set
-    /// by [`super::CommandSpec::with_numkeys`].
+    /// Its keys are not all at fixed positions (Redis' `movablekeys`): after a `numkeys`
+    /// argument (LMPOP; see [`super::CommandSpec::with_numkeys`], whose keys `key_indexes`
+    /// finds), or read through patterns (SORT's BY and GET). A replay runs a record of one that
+    /// has no `numkeys` alone, never beside a partition's others.
     pub const MOVABLE_KEYS: u32 = 1 << 19;
+    /// A write that runs under the exclusive store gate, so no other command sees it half done
+    /// (SWAPDB, which moves every key of two keyspaces).
+    pub const EXCLUSIVE: u32 = 1 << 20;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -119,6 +126,32 @@ pub struct CommandSpec {
     /// For a command flagged `movablekeys`: the index of its `numkeys` argument, which the keys
     /// follow (LMPOP numkeys key [key ...]); 0 otherwise.
     pub numkeys_at: usize,
+    /// Other keyspaces of the caller's tenant the command writes, named by SELECT number in
+    /// its arguments (MOVE, COPY … DB, SWAPDB): the write path's scope and replay follow them.
+    pub other_keyspaces: Option<OtherKeyspaces>,
+}
+
+/// How a command names other keyspaces of its tenant (by SELECT number, as the client sends
+/// it); each function returns None when the arguments name none (or not as a number).
+#[derive(Debug, Clone, Copy)]
+pub enum OtherKeyspaces {
+    /// Keys go from the selected keyspace into the one named (MOVE, COPY … DB).
+    Target(fn(&[Bytes]) -> Option<i64>),
+    /// The two keyspaces named exchange their contents (SWAPDB).
+    Swap(fn(&[Bytes]) -> Option<(i64, i64)>),
+}
+
+/// The keyspaces a command writes besides (or instead of) the selected one; see
+/// [`CommandSpec::named_keyspaces`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Named {
+    /// Nothing besides the selected keyspace (or the arguments name no keyspace of the tenant:
+    /// the handler answers the error).
+    Selected,
+    /// Data goes from the selected keyspace `from` into `to` (global indices, distinct).
+    Target { from: usize, to: usize },
+    /// Keyspaces `a` and `b` (global indices, distinct) exchange their contents.
+    Swap(usize, usize),
 }
 
 impl CommandSpec {
@@ -169,6 +202,35 @@ impl CommandSpec {
     pub const fn with_subcommands(mut self, subcommands: &'static [CommandSpec]) -> CommandSpec {
         self.subcommands = subcommands;
         self
+    }
+
+    /// The same row with the keyspaces it names in its arguments (table rows:
+    /// `cmd(...).with_other_keyspaces(OtherKeyspaces::Target(f))`).
+    pub const fn with_other_keyspaces(mut self, named: OtherKeyspaces) -> CommandSpec {
+        self.other_keyspaces = Some(named);
+        self
+    }
+
+    /// The keyspaces `args` name, as global indices in the tenant of keyspace `db` (the selected
+    /// one; the tenant is read from it, so a replay resolves them as the write did).
+    pub fn named_keyspaces(
+        &self,
+        tenancy: &crate::tenancy::Tenancy,
+        db: usize,
+        args: &[Bytes],
+    ) -> Named {
+        let resolve = |n: i64| tenancy.sibling(db, n);
+        match self.other_keyspaces {
+            None => Named::Selected,
+            Some(OtherKeyspaces::Target(f)) => match f(args).and_then(resolve) {
+                Some(to) if to != db => Named::Target { from: db, to },
+                _ => Named::Selected,
+            },
+            Some(OtherKeyspaces::Swap(f)) => match f(args).map(|(a, b)| (resolve(a), resolve(b))) {
+                Some((Some(a), Some(b))) if a != b => Named::Swap(a, b),
+                _ => Named::Selected,
+            },
+        }
     }
 
     /// The same row with its keys after a `numkeys` argument at `index` (table rows:
@@ -230,6 +292,7 @@ pub const fn cmd(
         handler,
         subcommands: &[],
         numkeys_at: 0,
+        other_keyspaces: None,
     }
 }
 
@@ -260,8 +323,9 @@ fn container_handler(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
 /// Redis keeps small hashes and sorted sets (up to this many entries) in a listpack, which
 /// HSCAN/ZSCAN return in one page with cursor 0; Gradus mirrors that for client compatibility.
 pub const LISTPACK_MAX_ENTRIES: usize = 128;
-/// ... and only while every field, value or member is at most this long.
-pub const LISTPACK_MAX_VALUE: usize = 64;
+/// ... and only while every field, value or member is at most this long (the store's values
+/// follow the same limit to name their encodings for OBJECT ENCODING).
+pub use gradus_store::value::LISTPACK_MAX_VALUE;
 
 /// No key arguments.
 pub const NO_KEYS: (i32, i32, i32) = (0, 0, 0);
@@ -275,6 +339,8 @@ pub fn table() -> &'static CommandTable {
         CommandTable::new(&[
             connection::COMMANDS,
             server::COMMANDS,
+            databases::COMMANDS,
+            sort::COMMANDS,
             strings::COMMANDS,
             bitmaps::COMMANDS,
             hyperloglog::COMMANDS,
@@ -363,6 +429,15 @@ impl Ctx<'_> {
     pub fn log_effect(&mut self, args: Vec<Bytes>) {
         let db = self.client.db;
         crate::persist::write::log_effect(self.client, db, args);
+    }
+
+    /// The keyspace at SELECT `index` of the selected keyspace's tenant (global index), or
+    /// Redis' `DB index is out of range`.
+    pub fn sibling(&self, index: i64) -> Result<usize, CmdError> {
+        self.shared
+            .tenancy
+            .sibling(self.client.db, index)
+            .ok_or(CmdError::DbIndexOutOfRange)
     }
 
     /// The connection's selected keyspace.

@@ -45,6 +45,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("bgsave", -1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Asynchronously saves the database(s) to disk.", bgsave),
     cmd("bgrewriteaof", 1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Asynchronously rewrites the append-only file to disk (here: a snapshot, after which the log it covers is removed).", bgrewriteaof),
     cmd("lastsave", 1, flags::LOADING | flags::FAST | flags::RANDOM, NO_KEYS, "server", "Returns the Unix timestamp of the last successful save to disk.", lastsave),
+    cmd("wait", 3, flags::NOSCRIPT, NO_KEYS, "generic", "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.", wait),
     cmd("waitaof", 4, flags::NO_MULTI, NO_KEYS, "generic", "Blocks until all of the preceding write commands sent by the connection are written to the append-only file of the master and/or replicas.", waitaof),
     cmd("shutdown", -1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Synchronously saves the database(s) to disk and shuts down the Redis server.", shutdown),
 ];
@@ -260,6 +261,50 @@ fn waitaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
+/// WAIT numreplicas timeout: Gradus has no replicas, so none ever acknowledges. Asking for none
+/// answers 0 at once (as inside MULTI, where Redis never blocks); asking for some waits out the
+/// timeout in milliseconds (0: until the connection or the server goes away) and answers 0.
+fn wait(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let numreplicas = crate::args::int_arg(&args[1])?;
+    let timeout = crate::args::int_arg(&args[2])
+        .map_err(|_| CmdError::err("timeout is not an integer or out of range"))?;
+    if timeout < 0 {
+        return Err(CmdError::err("timeout is negative"));
+    }
+    if numreplicas <= 0 || ctx.client.in_transaction() {
+        return Ok(Frame::Integer(0));
+    }
+    ctx.client.deferred = Some(Deferred::new("wait", move |shared, client| {
+        Box::pin(async move {
+            no_replica_acknowledges(shared, client, timeout as u64).await;
+            Frame::Integer(0)
+        })
+    }));
+    Ok(Frame::Null)
+}
+
+/// Wait for acknowledgements that never come: the timeout (ms; 0 waits until the connection is
+/// killed or the server shuts down).
+async fn no_replica_acknowledges(
+    shared: std::sync::Arc<crate::state::Shared>,
+    client: &mut crate::client::ClientState,
+    timeout_ms: u64,
+) {
+    let handle = client.handle.clone();
+    let mut shutdown = shared.shutdown.subscribe();
+    let forever = async {
+        tokio::select! {
+            _ = handle.killed() => {}
+            _ = shutdown.wait_for(|down| *down) => {}
+        }
+    };
+    if timeout_ms > 0 {
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(timeout_ms), forever).await;
+    } else {
+        forever.await;
+    }
+}
+
 /// WAITAOF's reply `[local, replicas]`: forces the fsync covering `lsn` when `numlocal` > 0;
 /// with no replicas, a wait for any waits out the timeout (0: until the connection or the server
 /// goes away), as Redis does.
@@ -295,20 +340,7 @@ async fn wait_aof(
         }
     }
     if numreplicas > 0 {
-        let handle = client.handle.clone();
-        let mut shutdown = shared.shutdown.subscribe();
-        let forever = async {
-            tokio::select! {
-                _ = handle.killed() => {}
-                _ = shutdown.wait_for(|down| *down) => {}
-            }
-        };
-        match deadline {
-            Some(d) => {
-                let _ = tokio::time::timeout(d, forever).await;
-            }
-            None => forever.await,
-        }
+        no_replica_acknowledges(shared, client, timeout_ms).await;
     }
     Frame::Array(vec![Frame::Integer(local), Frame::Integer(0)])
 }

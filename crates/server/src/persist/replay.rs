@@ -61,6 +61,18 @@ pub fn recover(
     .map_err(LogError::Apply)??;
     let now = gradus_store::now_ms();
     while shared.store.sweep_expired(now, usize::MAX) > 0 {}
+    // A keyspace that is not logged starts empty: a logged MOVE, COPY or SWAPDB replayed into
+    // it (the key left a logged keyspace, or its degree changed since) leaves nothing there.
+    let unlogged: Vec<_> = shared
+        .store
+        .keyspaces()
+        .iter()
+        .filter(|k| !shared.persist.db_logged(k.index()) && !k.is_empty())
+        .map(|k| k.flush())
+        .collect();
+    if !unlogged.is_empty() {
+        crate::command::server::dispose(unlogged);
+    }
     Ok(opened)
 }
 
@@ -201,6 +213,12 @@ fn partition_of(
     partitions: usize,
 ) -> Option<usize> {
     let spec = table().get(&c.args[0])?;
+    // Commands that reach other keyspaces, or keys that neither their key positions nor a
+    // `numkeys` name, run alone.
+    let movable = spec.has(crate::command::flags::MOVABLE_KEYS) && spec.numkeys_at == 0;
+    if spec.other_keyspaces.is_some() || movable {
+        return None;
+    }
     let keyspace = shared.store.db(c.db)?;
     let mut found: Option<usize> = None;
     for i in spec.key_indexes(&c.args) {
@@ -296,8 +314,20 @@ fn replay_command(
         return Err(format!("database {} does not exist", c.db));
     }
     // A database whose degree is `none` now starts empty, even if it was logged before the
-    // config changed; FLUSHALL still applies (it may have been issued from such a database).
-    if !shared.persist.db_logged(c.db) && !spec.has(crate::command::flags::TENANT_WIDE) {
+    // config changed; FLUSHALL still applies (it may have been issued from such a database), and
+    // so do MOVE, COPY and SWAPDB when a keyspace they name is logged (SWAPDB may be issued from
+    // any keyspace; what they leave in unlogged keyspaces is dropped when recovery ends).
+    let reaches_logged = || match spec.named_keyspaces(&shared.tenancy, c.db, &c.args) {
+        crate::command::Named::Selected => false,
+        crate::command::Named::Target { to, .. } => shared.persist.db_logged(to),
+        crate::command::Named::Swap(a, b) => {
+            shared.persist.db_logged(a) || shared.persist.db_logged(b)
+        }
+    };
+    if !shared.persist.db_logged(c.db)
+        && !spec.has(crate::command::flags::TENANT_WIDE)
+        && !reaches_logged()
+    {
         return Ok(());
     }
     client.db = c.db;

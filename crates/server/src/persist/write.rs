@@ -44,6 +44,14 @@ pub enum Scope {
     /// Evictions that make room in this tenant: logged at the strongest degree of its evicting
     /// keyspaces, whatever the connection asked for.
     Evictions(usize),
+    /// Keys read in keyspace `from` and written into keyspace `to` of the same tenant (MOVE,
+    /// COPY … DB): logged at the stronger degree of the two. Refused when `from` is never logged
+    /// and `to` is: a replay would not find in `from` what the write took from it.
+    Across { from: usize, to: usize },
+    /// Two keyspaces of one tenant that exchange their contents (SWAPDB): refused unless both
+    /// have the same degree and eviction policy, so each key keeps the durability and eviction
+    /// it had (a swap between a logged keyspace and a `none` one could not be replayed).
+    Swap(usize, usize),
 }
 
 /// Why a write was refused (or, for [`WriteError::NotLogged`], applied but not logged).
@@ -61,6 +69,14 @@ pub enum WriteError {
     Oom { what: String },
     /// Applied in memory, but the append failed.
     NotLogged(LogError),
+    /// MOVE or COPY from a keyspace that is never logged into a logged one (SELECT numbers).
+    FromUnlogged { from: usize, to: usize },
+    /// SWAPDB between keyspaces of different degrees or eviction policies (SELECT numbers, and
+    /// each one's `degree/eviction`).
+    SwapMismatch {
+        a: (usize, String),
+        b: (usize, String),
+    },
 }
 
 impl WriteError {
@@ -97,6 +113,13 @@ impl From<&WriteError> for CmdError {
             )),
             WriteError::NotLogged(e) => CmdError::Other(format!(
                 "MISCONF write applied in memory but not logged: {e}"
+            )),
+            WriteError::FromUnlogged { from, to } => CmdError::err(format!(
+                "keys cannot go from database {from}, which is never logged (durability none), into database {to}, which is logged"
+            )),
+            WriteError::SwapMismatch { a, b } => CmdError::err(format!(
+                "SWAPDB needs two databases of the same durability and eviction policy (database {}: {}, database {}: {})",
+                a.0, a.1, b.0, b.1
             )),
         }
     }
@@ -223,8 +246,10 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             });
         }
         if grows {
-            if let Scope::Keyspace(db) = scope {
-                crate::quota::make_room(shared, client, db, now_ms)?;
+            match scope {
+                Scope::Keyspace(db) => crate::quota::make_room(shared, client, db, now_ms)?,
+                Scope::Across { to, .. } => crate::quota::make_room(shared, client, to, now_ms)?,
+                _ => {}
             }
         }
         let degree = writable_degree(shared, client, scope)?;
@@ -414,6 +439,40 @@ pub fn degree(
                 .max()
                 .unwrap_or(Durability::None);
             (strongest, db)
+        }
+        Scope::Across { from, to } => {
+            let (f, t) = (p.db_logged(from), p.db_logged(to));
+            if !f && t {
+                let select = |g| shared.tenancy.select_of(g);
+                return Err(WriteError::FromUnlogged {
+                    from: select(from),
+                    to: select(to),
+                });
+            }
+            let of = |g: usize| p.degrees.get(g).copied().unwrap_or(Durability::None);
+            (of(from).max(of(to)), from)
+        }
+        Scope::Swap(a, b) => {
+            let describe = |g: usize| {
+                let degree = p.degrees.get(g).copied().unwrap_or(Durability::None);
+                let evict = shared.tenancy.keyspaces.get(g).is_some_and(|k| k.evict);
+                (degree, evict, shared.tenancy.select_of(g))
+            };
+            let (da, ea, sa) = describe(a);
+            let (db_, eb, sb) = describe(b);
+            if da != db_ || ea != eb {
+                let text = |d: Durability, e: bool| {
+                    format!(
+                        "durability {d}, eviction {}",
+                        if e { "lru" } else { "none" }
+                    )
+                };
+                return Err(WriteError::SwapMismatch {
+                    a: (sa, text(da, ea)),
+                    b: (sb, text(db_, eb)),
+                });
+            }
+            (da, a)
         }
         Scope::Evictions(tenant) => {
             let t = &shared.tenancy;
@@ -673,6 +732,47 @@ mod tests {
         assert!(set(&mut f, "SET k v", true).is_err());
         assert!(f.client.record.is_none());
         assert!(f.records().is_empty());
+    }
+
+    #[test]
+    fn a_write_across_keyspaces_follows_both_degrees() {
+        let mut f = Fixture::new();
+        let d = |f: &Fixture, scope| degree(&f.shared, &f.client, scope);
+        // 0 and 2 are background, 1 is none.
+        assert_eq!(
+            d(&f, Scope::Across { from: 0, to: 1 }).unwrap(),
+            Durability::Background,
+            "out of a logged keyspace: logged (the replay removes the key there)"
+        );
+        assert!(matches!(
+            d(&f, Scope::Across { from: 1, to: 0 }),
+            Err(WriteError::FromUnlogged { from: 1, to: 0 })
+        ));
+        assert_eq!(
+            d(&f, Scope::Across { from: 2, to: 0 }).unwrap(),
+            Durability::Background
+        );
+        assert_eq!(d(&f, Scope::Swap(0, 2)).unwrap(), Durability::Background);
+        let refused = d(&f, Scope::Swap(0, 1)).unwrap_err();
+        assert_eq!(
+            CmdError::from(&refused).to_string(),
+            "ERR SWAPDB needs two databases of the same durability and eviction policy \
+             (database 0: durability background, eviction none, database 1: durability none, eviction none)"
+        );
+        f.client.durability = Some(Durability::Strict);
+        assert_eq!(d(&f, Scope::Swap(0, 2)).unwrap(), Durability::Strict);
+        // Refused before anything is applied: no record is left open and nothing is logged.
+        let refused = WriteTxn::begin(&f.shared, &mut f.client, Scope::Swap(0, 1), NOW, false)
+            .err()
+            .expect("refused");
+        assert!(matches!(refused, WriteError::SwapMismatch { .. }));
+        assert!(f.client.record.is_none());
+        let mut txn =
+            WriteTxn::begin(&f.shared, &mut f.client, Scope::Swap(0, 2), NOW, false).unwrap();
+        txn.apply_command(0, args("SWAPDB 0 2"), |_, _| true, |ok| *ok)
+            .unwrap();
+        txn.commit().unwrap();
+        assert_eq!(f.records(), [["0:SWAPDB 0 2"]]);
     }
 
     #[test]

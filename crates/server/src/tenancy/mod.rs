@@ -440,6 +440,14 @@ impl Tenancy {
         self.tenants.get(tenant)?.by_select.get(&index).copied()
     }
 
+    /// The keyspace at SELECT `index` of the tenant owning global keyspace `g` (MOVE, COPY … DB
+    /// and SWAPDB name keyspaces this way; the tenant comes from `g` so a replay, which has no
+    /// authenticated tenant, resolves them as the write did).
+    pub fn sibling(&self, g: usize, index: i64) -> Option<usize> {
+        let tenant = self.tenant_of(g)?;
+        self.select(tenant, usize::try_from(index).ok()?)
+    }
+
     /// The keyspace a connection of `tenant` starts in: SELECT 0, or the lowest it has.
     pub fn initial_keyspace(&self, tenant: usize) -> usize {
         let t = &self.tenants[tenant];
