@@ -6,7 +6,7 @@
 #   - mariadb-server, mariadb-plugin-rocksdb and postgresql (gradus-bench database targets);
 #   - php-cli and php-redis (phpredis, for the PHP session-handler tests);
 #   - php-memcached, libmemcached-tools and memcached (memcached-port tests and benchmark);
-#   - the Python packages in tests/python/requirements.txt (redis-py, pymemcache, pytest, hypothesis);
+#   - the Python packages in tests/python/requirements.txt (redis-py, pymemcache, pytest, hypothesis, rq);
 #   - e2fsprogs and mount (the full-disk tests mount a small ext4 image; they need root);
 #   - rustup's cargo on PATH (for this script's checks; scripts/test.sh does the same).
 # Nothing is installed when it is already there.  A distro Redis service that the

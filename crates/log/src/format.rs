@@ -67,8 +67,9 @@
 //! # Compatibility
 //! Version 1 is the first version; a reader must refuse (not skip) a file with a higher
 //! version. The unit test `version_1_golden_files` pins version 1 byte for byte (the bytes
-//! were computed from these diagrams by an independent implementation); when version 2
-//! exists, that test must keep loading the version-1 files (STYLE.md habit 6).
+//! were computed from these diagrams by an independent implementation); snapshots are now
+//! written as version 2 (see [`SNAPSHOT_FORMAT_VERSION`]) and that test keeps loading the
+//! version-1 files (STYLE.md habit 6).
 
 use std::ops::Range;
 
@@ -76,8 +77,13 @@ use bytes::Bytes;
 
 use crate::Lsn;
 
-/// The format version this build writes, and the only one it reads.
+/// The segment format version this build writes, and the only one it reads.
 pub const FORMAT_VERSION: u32 = 1;
+/// The snapshot format version this build writes. Version 2 is version 1's layout whose items may
+/// hold value kinds a version-1 reader does not know (the server's lists and sets), so a build
+/// that reads only version 1 refuses such a snapshot at its header instead of failing on an item;
+/// this build reads both.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 2;
 /// Magic bytes at the start of a segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"GRADUSWL";
 /// Magic bytes at the start of a snapshot file.
@@ -438,8 +444,8 @@ impl SnapshotEncoder {
     pub fn start(lsn: Lsn, out: &mut Vec<u8>) -> SnapshotEncoder {
         let mut header = [0u8; SNAPSHOT_HEADER_LEN];
         header[0..8].copy_from_slice(&SNAPSHOT_MAGIC);
-        header[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-        // 12..16: flags, zero in version 1.
+        header[8..12].copy_from_slice(&SNAPSHOT_FORMAT_VERSION.to_le_bytes());
+        // 12..16: flags, zero in versions 1 and 2.
         header[16..24].copy_from_slice(&lsn.to_le_bytes());
         out.extend_from_slice(&header);
         SnapshotEncoder {
@@ -544,7 +550,7 @@ impl<'a> SnapshotScan<'a> {
             return Err(invalid("bad snapshot magic"));
         }
         let version = read_u32(data, 8).ok_or_else(|| invalid("short header"))?;
-        if version != FORMAT_VERSION {
+        if !(1..=SNAPSHOT_FORMAT_VERSION).contains(&version) {
             let crc_at = data.len() - 4;
             let stored_crc = read_u32(data, crc_at).ok_or_else(|| invalid("no checksum"))?;
             if crc32c::crc32c(&data[..crc_at]) != stored_crc {
@@ -861,12 +867,37 @@ mod tests {
             "475241445553534e010000000000000008000000000000000300",
             "00006b3d76ffffffff0100000000000000b06b424f"
         ));
-        assert_eq!(encode_snapshot(8, [&b"k=v"[..]]), snapshot_v1);
         let snap = decode_snapshot(&Bytes::from(snapshot_v1)).unwrap();
         assert_eq!(
             (snap.lsn, snap.items),
             (8, vec![Bytes::from_static(b"k=v")])
         );
+    }
+
+    /// Snapshots are written as version 2 (version 1's layout; its items may hold kinds a
+    /// version-1 reader does not know), and version-1 snapshots (above) still load.
+    #[test]
+    fn version_2_snapshot_golden_file() {
+        let snapshot_v2 = unhex(concat!(
+            "475241445553534e020000000000000008000000000000000300",
+            "00006b3d76ffffffff0100000000000000d5d1092d"
+        ));
+        assert_eq!(encode_snapshot(8, [&b"k=v"[..]]), snapshot_v2);
+        let snap = decode_snapshot(&Bytes::from(snapshot_v2)).unwrap();
+        assert_eq!(
+            (snap.lsn, snap.items),
+            (8, vec![Bytes::from_static(b"k=v")])
+        );
+        // A version this build does not know is refused by its header.
+        let mut v3 = encode_snapshot(8, [&b"k=v"[..]]);
+        v3[8] = 3;
+        let crc_at = v3.len() - 4;
+        let crc = crc32c::crc32c(&v3[..crc_at]).to_le_bytes();
+        v3[crc_at..].copy_from_slice(&crc);
+        assert!(matches!(
+            SnapshotScan::start(&Bytes::from(v3)),
+            Err(SnapshotError::UnsupportedVersion(3))
+        ));
     }
 
     #[test]

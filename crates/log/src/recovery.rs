@@ -157,7 +157,7 @@ fn read_snapshot(
             return Err(LogError::UnsupportedVersion {
                 file: path.to_path_buf(),
                 version,
-                supported: FORMAT_VERSION,
+                supported: crate::format::SNAPSHOT_FORMAT_VERSION,
             })
         }
     };
