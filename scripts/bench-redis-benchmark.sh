@@ -3,6 +3,8 @@
 #
 #   scripts/bench-redis-benchmark.sh [requests] [rounds]   (defaults: 200000 requests, 3 rounds)
 #   GRADUS_THREADS=N sets gradus --threads (default: one worker per core).
+#   TESTS=lpush,rpush,… sets the redis-benchmark tests (default: set,get,incr,hset); DATA=n the
+#   value size (default 1024).
 #   GRADUS_BASELINE=path/to/gradus adds a third target, an earlier build, to every round (to show
 #   that a change did not make the request path slower, as a same-run ratio).
 #
@@ -24,7 +26,7 @@ trap 'redis-cli -p 7301 shutdown nosave >/dev/null 2>&1 || true; kill $(cat "$TM
 wait_port() { for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "server on $1 did not start" >&2; exit 1; }
 
 run_bench() { # port pipeline → lines "TEST,rps"
-  redis-benchmark -p "$1" -t set,get,incr,hset -c 50 -d 1024 -n "$REQUESTS" -P "$2" --csv 2>/dev/null \
+  redis-benchmark -p "$1" -t "${TESTS:-set,get,incr,hset}" -c 50 -d "${DATA:-1024}" -n "$REQUESTS" -P "$2" --csv 2>/dev/null \
     | tail -n +2 | tr -d '"' | cut -d, -f1,2
 }
 
