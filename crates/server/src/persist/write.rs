@@ -380,6 +380,14 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
         if matches!(self.gate, Gate::Joined) {
             return Ok(());
         }
+        // Most writes log nothing (a `none` keyspace): close the record without moving it out.
+        let logs_nothing = self.client.record.as_ref().is_none_or(|r| {
+            r.commands.is_empty() && (r.encoded.is_none() || !r.degree.is_logged())
+        });
+        if logs_nothing {
+            self.client.record = None;
+            return Ok(());
+        }
         let Some(record) = self.client.record.take() else {
             return Ok(());
         };
