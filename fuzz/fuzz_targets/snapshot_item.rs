@@ -17,10 +17,10 @@ use libfuzzer_sys::fuzz_target;
 fn empty_values() -> [Value; 5] {
     [
         Value::Str(Bytes::new()),
-        Value::Hash(HashValue::new()),
-        Value::ZSet(ZSetValue::new()),
+        Value::hash(HashValue::new()),
+        Value::zset(ZSetValue::new()),
         Value::List(ListValue::new()),
-        Value::Set(SetValue::new()),
+        Value::set(SetValue::new()),
     ]
 }
 

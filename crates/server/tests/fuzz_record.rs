@@ -48,14 +48,14 @@ fn value(rng: &mut StdRng) -> Value {
                 };
                 s.insert(member.as_bytes());
             }
-            Value::Set(s)
+            Value::set(s)
         }
         1 => {
             let mut h = HashValue::new();
             for i in 0..rng.gen_range(1..20) {
                 h.insert(format!("f{i}").as_bytes(), &piece(rng));
             }
-            Value::Hash(h)
+            Value::hash(h)
         }
         _ => {
             let mut z = ZSetValue::new();
@@ -65,7 +65,7 @@ fn value(rng: &mut StdRng) -> Value {
                     f64::from(rng.gen_range(-50..50)) / 4.0,
                 );
             }
-            Value::ZSet(z)
+            Value::zset(z)
         }
     }
 }
@@ -129,10 +129,10 @@ fn payload(rng: &mut StdRng) -> (Bytes, Record) {
 fn empty_values() -> [Value; 5] {
     [
         Value::Str(Bytes::new()),
-        Value::Hash(HashValue::new()),
-        Value::ZSet(ZSetValue::new()),
+        Value::hash(HashValue::new()),
+        Value::zset(ZSetValue::new()),
         Value::List(ListValue::new()),
-        Value::Set(SetValue::new()),
+        Value::set(SetValue::new()),
     ]
 }
 

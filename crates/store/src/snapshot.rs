@@ -164,10 +164,10 @@ mod tests {
     fn owned(v: ValueView<'_>) -> Value {
         match v {
             ValueView::Str(b) => Value::Str(Bytes::copy_from_slice(b)),
-            ValueView::Hash(h) => Value::Hash(h.clone()),
-            ValueView::ZSet(z) => Value::ZSet(z.clone()),
+            ValueView::Hash(h) => Value::hash(h.clone()),
+            ValueView::ZSet(z) => Value::zset(z.clone()),
             ValueView::List(l) => Value::List(l.clone()),
-            ValueView::Set(s) => Value::Set(s.clone()),
+            ValueView::Set(s) => Value::set(s.clone()),
         }
     }
 
@@ -202,7 +202,7 @@ mod tests {
         db.lock(b"h").upsert(
             b"h",
             0,
-            || Value::Hash(HashValue::new()),
+            || Value::hash(HashValue::new()),
             |v| {
                 let Value::Hash(h) = v else { unreachable!() };
                 h.insert(b"f", b"1")

@@ -75,7 +75,7 @@ fn upsert_hash<R>(
     shard.upsert(
         key,
         now,
-        || Value::Hash(HashValue::new()),
+        || Value::hash(HashValue::new()),
         |value| match value {
             Value::Hash(h) => f(h),
             // Unreachable after read_hash; a fresh empty hash is dropped again by upsert.

@@ -106,7 +106,7 @@ fn sadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let added = shard.upsert(
         key,
         now,
-        || Value::Set(SetValue::sized_for(&members[0], members.len())),
+        || Value::set(SetValue::sized_for(&members[0], members.len())),
         |value| match value {
             Value::Set(s) => {
                 s.expect(members.len());
@@ -317,7 +317,7 @@ fn smove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         target.upsert(
             dst,
             now,
-            || Value::Set(SetValue::sized_for(member, 1)),
+            || Value::set(SetValue::sized_for(member, 1)),
             |value| {
                 if let Value::Set(s) = value {
                     s.insert(member);
@@ -437,7 +437,7 @@ fn store(locked: &mut MultiLock<'_>, dst: &[u8], now: u64, result: SetValue) -> 
     if len == 0 {
         target.remove(dst, now);
     } else {
-        target.set(dst, Value::Set(result), None, now);
+        target.set(dst, Value::set(result), None, now);
     }
     Ok(gradus_proto::Frame::Integer(len as i64))
 }

@@ -439,7 +439,7 @@ mod tests {
         let mut z = gradus_store::ZSetValue::new();
         z.insert(b"b", 1.0);
         z.insert(b"a", 2.0);
-        let e = elements_of(&Value::ZSet(z)).unwrap();
+        let e = elements_of(&Value::zset(z)).unwrap();
         assert_eq!(e.items, [Bytes::from("b"), Bytes::from("a")]);
         assert!(e.ordered);
         assert!(matches!(

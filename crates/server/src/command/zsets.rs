@@ -91,7 +91,7 @@ fn change_zset<R: Default>(
         _ => R::default(),
     };
     if create {
-        shard.upsert(key, now, || Value::ZSet(ZSetValue::new()), apply)
+        shard.upsert(key, now, || Value::zset(ZSetValue::new()), apply)
     } else {
         shard.modify(key, now, apply).unwrap_or_default()
     }
@@ -688,7 +688,7 @@ fn zrangestore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     for (member, score) in &items {
         z.insert(member, *score);
     }
-    target.set(dst, Value::ZSet(z), None, now);
+    target.set(dst, Value::zset(z), None, now);
     Ok(Frame::Integer(items.len() as i64))
 }
 

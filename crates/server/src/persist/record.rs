@@ -242,10 +242,10 @@ pub fn later_part_added_to_empty(
     };
     let mut added = match value {
         Value::Str(_) => Value::Str(Bytes::new()),
-        Value::Hash(_) => Value::Hash(HashValue::new()),
-        Value::ZSet(_) => Value::ZSet(ZSetValue::new()),
+        Value::Hash(_) => Value::hash(HashValue::new()),
+        Value::ZSet(_) => Value::zset(ZSetValue::new()),
         Value::List(_) => Value::List(ListValue::new()),
-        Value::Set(_) => Value::Set(SetValue::new()),
+        Value::Set(_) => Value::set(SetValue::new()),
     };
     Some(add_parts(&mut added, *db, key, std::slice::from_ref(payload)).map(|()| added))
 }
@@ -579,12 +579,12 @@ fn read_value(kind: u8, r: &mut Reader, meta: &mut ItemMeta) -> Result<Value, Re
         KIND_HASH | KIND_MORE_HASH => {
             let mut h = HashValue::new();
             read_hash_into(r, &mut h)?;
-            Value::Hash(h)
+            Value::hash(h)
         }
         KIND_ZSET | KIND_MORE_ZSET => {
             let mut z = ZSetValue::new();
             read_zset_into(r, &mut z)?;
-            Value::ZSet(z)
+            Value::zset(z)
         }
         KIND_LIST | KIND_MORE_LIST => {
             let mut l = ListValue::new();
@@ -594,7 +594,7 @@ fn read_value(kind: u8, r: &mut Reader, meta: &mut ItemMeta) -> Result<Value, Re
         KIND_SET | KIND_MORE_SET => {
             let mut s = SetValue::new();
             read_set_into(r, &mut s)?;
-            Value::Set(s)
+            Value::set(s)
         }
         _ => return Err(RecordError("unknown value kind")),
     })
@@ -847,16 +847,16 @@ mod tests {
         };
         let mut shard = Shard::new();
         shard.set_with_meta(b"s", Value::Str(long.clone()), Some(123), meta, 0);
-        shard.set(b"h", Value::Hash(h.clone()), Some(456), 0);
-        shard.set(b"z", Value::ZSet(z.clone()), None, 0);
+        shard.set(b"h", Value::hash(h.clone()), Some(456), 0);
+        shard.set(b"z", Value::zset(z.clone()), None, 0);
         shard.set(b"l", Value::List(l.clone()), Some(789), 0);
-        shard.set(b"t", Value::Set(set.clone()), Some(789), 0);
+        shard.set(b"t", Value::set(set.clone()), Some(789), 0);
         for (key, whole) in [
             ("s", Value::Str(long)),
-            ("h", Value::Hash(h)),
-            ("z", Value::ZSet(z)),
+            ("h", Value::hash(h)),
+            ("z", Value::zset(z)),
             ("l", Value::List(l)),
-            ("t", Value::Set(set)),
+            ("t", Value::set(set)),
         ] {
             let entry = shard.get(key.as_bytes(), 0).unwrap();
             let mut items = Vec::new();
@@ -913,7 +913,7 @@ mod tests {
             assert!(add_parts(&mut value, 4, key.as_bytes(), &items[1..2]).is_err());
             assert!(add_parts(&mut value, 3, key.as_bytes(), &items[0..1]).is_err());
             let mut wrong_type = if key == "s" {
-                Value::Hash(HashValue::new())
+                Value::hash(HashValue::new())
             } else {
                 Value::Str(Bytes::from_static(b"x"))
             };
@@ -943,7 +943,7 @@ mod tests {
     fn a_set_loads_in_the_encoding_its_members_call_for() {
         let mut shard = Shard::new();
         for (key, set) in set_of_each_encoding() {
-            shard.set(key.as_bytes(), Value::Set(set.clone()), None, 0);
+            shard.set(key.as_bytes(), Value::set(set.clone()), None, 0);
             let payload = one_item(0, key.as_bytes(), shard.get(key.as_bytes(), 0).unwrap());
             assert_eq!(kind_of(&payload, key.as_bytes()) & !COMPRESSED, KIND_SET);
             let Record::Item {
@@ -954,7 +954,7 @@ mod tests {
                 panic!("{key}: not a set item");
             };
             assert_eq!(got.encoding(), key);
-            assert_eq!(got, set);
+            assert_eq!(*got, set);
             // A listpack keeps its order through a snapshot.
             let order = |s: &SetValue| s.iter().map(|m| m.to_bytes()).collect::<Vec<_>>();
             if key != "hashtable" {
@@ -977,8 +977,8 @@ mod tests {
         z.insert(b"m", -1.5);
         let sets = set_of_each_encoding();
         shard.set(b"s", Value::Str(Bytes::from("x")), Some(99), 0);
-        shard.set(b"h", Value::Hash(h.clone()), None, 0);
-        shard.set(b"z", Value::ZSet(z.clone()), None, 0);
+        shard.set(b"h", Value::hash(h.clone()), None, 0);
+        shard.set(b"z", Value::zset(z.clone()), None, 0);
         // A small list and one kept in several packs, with an empty and a long element.
         let small = ListValue::from_items(["a", "", "c"]);
         let large = ListValue::from_items((0..3000).map(|i| "x".repeat(i % 40)));
@@ -986,16 +986,16 @@ mod tests {
         shard.set(b"l", Value::List(small.clone()), Some(12), 0);
         shard.set(b"q", Value::List(large.clone()), None, 0);
         for (key, set) in &sets {
-            shard.set(key.as_bytes(), Value::Set(set.clone()), Some(7), 0);
+            shard.set(key.as_bytes(), Value::set(set.clone()), Some(7), 0);
         }
         let mut cases = vec![
             ("s", Value::Str(Bytes::from("x")), Some(99)),
-            ("h", Value::Hash(h), None),
-            ("z", Value::ZSet(z), None),
+            ("h", Value::hash(h), None),
+            ("z", Value::zset(z), None),
             ("l", Value::List(small), Some(12)),
             ("q", Value::List(large), None),
         ];
-        cases.extend(sets.into_iter().map(|(k, s)| (k, Value::Set(s), Some(7))));
+        cases.extend(sets.into_iter().map(|(k, s)| (k, Value::set(s), Some(7))));
         for (key, value, ttl) in cases {
             let entry = shard.get(key.as_bytes(), 0).unwrap();
             let payload = one_item(7, key.as_bytes(), entry);
@@ -1084,16 +1084,16 @@ mod tests {
         let mut shard = Shard::new();
         shard.set(b"s", Value::Str(text.clone()), Some(77), 0);
         shard.set_with_meta(b"m", Value::Str(text.clone()), None, meta, 0);
-        shard.set(b"h", Value::Hash(h.clone()), None, 0);
-        shard.set(b"z", Value::ZSet(z.clone()), Some(5), 0);
+        shard.set(b"h", Value::hash(h.clone()), None, 0);
+        shard.set(b"z", Value::zset(z.clone()), Some(5), 0);
         shard.set(b"n", Value::Str(noise.clone()), None, 0);
-        shard.set(b"t", Value::Set(set.clone()), None, 0);
+        shard.set(b"t", Value::set(set.clone()), None, 0);
         let values = vec![
-            ("t", Value::Set(set), true),
+            ("t", Value::set(set), true),
             ("s", Value::Str(text.clone()), true),
             ("m", Value::Str(text), true),
-            ("h", Value::Hash(h), true),
-            ("z", Value::ZSet(z), true),
+            ("h", Value::hash(h), true),
+            ("z", Value::zset(z), true),
             ("n", Value::Str(noise), false),
         ];
         (shard, values)
