@@ -545,10 +545,12 @@ fn lzf_compress(input: &[u8], max_out: usize) -> Option<Vec<u8>> {
     if input.len() >= u32::MAX as usize {
         return None;
     }
-    let mut table = vec![0u32; 1 << LZF_HASH_LOG];
+    // A table about the size of the input, up to 2^14 entries.
+    let hash_log = (usize::BITS - input.len().leading_zeros()).clamp(6, LZF_HASH_LOG);
+    let mut table = vec![0u32; 1 << hash_log];
     let hash = |p: &[u8]| -> usize {
         let v = (u32::from(p[0]) << 16) | (u32::from(p[1]) << 8) | u32::from(p[2]);
-        (v.wrapping_mul(2_654_435_761) >> (32 - LZF_HASH_LOG)) as usize
+        (v.wrapping_mul(2_654_435_761) >> (32 - hash_log)) as usize
     };
     let mut out = Vec::with_capacity(max_out.min(input.len()));
     let mut lit_start = 0;
