@@ -54,7 +54,7 @@ const QUICKLIST_PLAIN: u64 = 1;
 const QUICKLIST_PACKED: u64 = 2;
 
 // Redis' default thresholds for the compact encodings (redis.conf of 7.0).
-const HASH_MAX_LISTPACK_ENTRIES: usize = 128;
+const HASH_MAX_LISTPACK_ENTRIES: usize = 512;
 const HASH_MAX_LISTPACK_VALUE: usize = 64;
 const ZSET_MAX_LISTPACK_ENTRIES: usize = 128;
 const ZSET_MAX_LISTPACK_VALUE: usize = 64;
@@ -158,7 +158,7 @@ pub fn crc64(data: &[u8]) -> u64 {
 /// integer encodings, strings over 20 bytes LZF-compressed when that saves 4 bytes or more); lists
 /// as a quicklist (type 18) of listpack nodes of at most 8 KiB; sets of at most 512 integers as an
 /// intset (11), other sets as type 2; sorted sets of at most 128 members of at most 64 bytes as a
-/// listpack (17), others as type 5 (binary scores); hashes of at most 128 fields with fields and
+/// listpack (17), others as type 5 (binary scores); hashes of at most 512 fields with fields and
 /// values of at most 64 bytes as a listpack (16), others as type 4.
 ///
 /// Fails with [`RdbError::Empty`], [`RdbError::Duplicate`] or [`RdbError::NanScore`] for values

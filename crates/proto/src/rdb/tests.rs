@@ -897,7 +897,7 @@ fn dump_hash_encodings() {
     let p = dump(&RdbValue::Hash(long_value.clone())).unwrap();
     assert_eq!(p[0], TYPE_HASH);
     assert_eq!(restore(&p), Ok(RdbValue::Hash(long_value)));
-    let many: Vec<(Bytes, Bytes)> = (0..129)
+    let many: Vec<(Bytes, Bytes)> = (0..513)
         .map(|i| (b(&format!("f{i}")), b(&i.to_string())))
         .collect();
     let p = dump(&RdbValue::Hash(many.clone())).unwrap();
