@@ -8,6 +8,8 @@
 //! * [`frame`] — [`Frame`], [`ProtocolVersion`], [`encode`] and the allocation-light `encode_*`
 //!   helpers for replies; [`format_double`] for Redis' double text.
 //! * [`reply`] — [`parse_frame`]: RESP2/RESP3 reply decoding for clients, tests and benches.
+//! * [`rdb`] — [`rdb::dump`] and [`rdb::restore`]: Redis' DUMP/RESTORE payloads (RDB object
+//!   encodings, LZF, CRC-64) to and from [`rdb::RdbValue`].
 //!
 //! Conventions: "not enough bytes yet" is `Ok(None)`, never an error; nothing panics on input
 //! bytes; no allocation is sized by an attacker-supplied length beyond the configured limits.
@@ -15,6 +17,7 @@
 pub mod error;
 pub mod frame;
 mod num;
+pub mod rdb;
 pub mod reply;
 pub mod request;
 

@@ -1,0 +1,970 @@
+use super::*;
+
+fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// `body` (type byte and object) with a footer of `version` and the right CRC.
+fn with_footer(body: &[u8], version: u16) -> Vec<u8> {
+    let mut p = body.to_vec();
+    p.extend_from_slice(&version.to_le_bytes());
+    let crc = crc64(&p);
+    p.extend_from_slice(&crc.to_le_bytes());
+    p
+}
+
+fn payload(body: &[u8]) -> Vec<u8> {
+    with_footer(body, 10)
+}
+
+/// An RDB string of `blob`, raw (length-prefixed).
+fn rdb_str(blob: &[u8]) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    put_len(&mut out, blob.len() as u64);
+    out.put_slice(blob);
+    out.to_vec()
+}
+
+fn object(kind: u8, blob: &[u8]) -> Vec<u8> {
+    let mut body = vec![kind];
+    body.extend_from_slice(&rdb_str(blob));
+    payload(&body)
+}
+
+/// A ziplist built from the format description: header (bytes, tail offset, count), entries of
+/// (previous entry length, encoding, data), 0xFF. `big_prevlen` writes every prevlen in 5 bytes.
+fn ziplist(entries: &[ZlEntry], big_prevlen: bool) -> Vec<u8> {
+    let mut zl = vec![0u8; 10];
+    let mut prev = 0usize;
+    let mut tail = 10usize;
+    for e in entries {
+        let start = zl.len();
+        tail = start;
+        if big_prevlen || prev >= 254 {
+            zl.push(254);
+            zl.extend_from_slice(&(prev as u32).to_le_bytes());
+        } else {
+            zl.push(prev as u8);
+        }
+        match e {
+            ZlEntry::Str(s) if s.len() < 64 => {
+                zl.push(s.len() as u8);
+                zl.extend_from_slice(s);
+            }
+            ZlEntry::Str(s) if s.len() < 16384 => {
+                zl.push(0x40 | (s.len() >> 8) as u8);
+                zl.push(s.len() as u8);
+                zl.extend_from_slice(s);
+            }
+            ZlEntry::Str(s) => {
+                zl.push(0x80);
+                zl.extend_from_slice(&(s.len() as u32).to_be_bytes());
+                zl.extend_from_slice(s);
+            }
+            ZlEntry::Imm(v) => zl.push(0xF1 + *v as u8),
+            ZlEntry::I8(v) => {
+                zl.push(0xFE);
+                zl.extend_from_slice(&v.to_le_bytes());
+            }
+            ZlEntry::I16(v) => {
+                zl.push(0xC0);
+                zl.extend_from_slice(&v.to_le_bytes());
+            }
+            ZlEntry::I24(v) => {
+                zl.push(0xF0);
+                zl.extend_from_slice(&v.to_le_bytes()[..3]);
+            }
+            ZlEntry::I32(v) => {
+                zl.push(0xD0);
+                zl.extend_from_slice(&v.to_le_bytes());
+            }
+            ZlEntry::I64(v) => {
+                zl.push(0xE0);
+                zl.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        prev = zl.len() - start;
+    }
+    zl.push(0xFF);
+    let total = zl.len() as u32;
+    zl[0..4].copy_from_slice(&total.to_le_bytes());
+    zl[4..8].copy_from_slice(&(tail as u32).to_le_bytes());
+    zl[8..10].copy_from_slice(&(entries.len().min(65535) as u16).to_le_bytes());
+    zl
+}
+
+enum ZlEntry {
+    Str(Vec<u8>),
+    Imm(i64),
+    I8(i8),
+    I16(i16),
+    I24(i32),
+    I32(i32),
+    I64(i64),
+}
+
+fn zs(s: &str) -> ZlEntry {
+    ZlEntry::Str(s.as_bytes().to_vec())
+}
+
+fn listpack(items: &[&[u8]]) -> Vec<u8> {
+    let mut w = ListpackWriter::new();
+    for i in items {
+        w.push(i);
+    }
+    w.finish()
+}
+
+// --- footer ------------------------------------------------------------------------------
+
+#[test]
+fn crc64_is_redis_crc64() {
+    // crc64.c's self-test value.
+    assert_eq!(crc64(b"123456789"), 0xe9c6d914c4b8d9ca);
+}
+
+#[test]
+fn footer_is_checked_first() {
+    assert_eq!(restore(b""), Err(RdbError::TooShort));
+    assert_eq!(restore(&[0; 9]), Err(RdbError::TooShort));
+    let good = payload(&[0, 1, b'x']);
+    assert_eq!(restore(&good), Ok(RdbValue::Str(b("x"))));
+    for i in 0..good.len() {
+        let mut bad = good.clone();
+        bad[i] ^= 0x20;
+        let err = restore(&bad).unwrap_err();
+        assert!(err.is_footer(), "flip at {i}: {err:?}");
+    }
+    // A newer RDB version is refused even with a right CRC; 11 (Redis 7.2) is accepted.
+    assert_eq!(
+        restore(&with_footer(&[0, 1, b'x'], 12)),
+        Err(RdbError::Version(12))
+    );
+    assert_eq!(
+        restore(&with_footer(&[0, 1, b'x'], 11)),
+        Ok(RdbValue::Str(b("x")))
+    );
+    // Only the footer: no type byte.
+    assert_eq!(restore(&payload(&[])), Err(RdbError::Truncated));
+    assert!(!RdbError::Truncated.is_footer());
+}
+
+#[test]
+fn trailing_bytes_are_refused() {
+    assert_eq!(
+        restore(&payload(&[0, 1, b'x', 0])),
+        Err(RdbError::TrailingBytes(1))
+    );
+}
+
+// --- known answers from redis-server 7.0.15 --------------------------------------------
+
+/// DUMP replies of redis-server 7.0.15 and the values they hold.
+fn redis_dumps() -> Vec<(&'static str, RdbValue)> {
+    vec![
+        (
+            "000568656c6c6f0a006372df766534200a",
+            RdbValue::Str(b("hello")),
+        ),
+        ("00c07b0a0048e253e1007a67b9", RdbValue::Str(b("123"))),
+        (
+            "00c290eefeff0a002875de7b13eb2800",
+            RdbValue::Str(b("-70000")),
+        ),
+        (
+            "1201020f0f00000003008161028162020101ff0a00e01bab4a47ce5922",
+            RdbValue::List(vec![b("a"), b("b"), b("1")]),
+        ),
+        (
+            "0b0e02000000030000000100020003000a00a5025ce26d6e4d1b",
+            RdbValue::Set(vec![b("1"), b("2"), b("3")]),
+        ),
+        ("020101610a006296e97e44d21a6d", RdbValue::Set(vec![b("a")])),
+        (
+            "111414000000040081610283312e35048162020201ff0a00fa02b425af188763",
+            RdbValue::ZSet(vec![(b("a"), 1.5), (b("b"), 2.0)]),
+        ),
+        (
+            "1012120000000400816602817602816e020701ff0a00b82adea8407ffaa8",
+            RdbValue::Hash(vec![(b("f"), b("v")), (b("n"), b("7"))]),
+        ),
+    ]
+}
+
+#[test]
+fn restore_reads_redis_dumps() {
+    for (h, value) in redis_dumps() {
+        assert_eq!(restore(&hex(h)), Ok(value), "{h}");
+    }
+    // An LZF-compressed string as Redis 7.0 wrote it (30 × "x").
+    assert_eq!(
+        restore(&hex("00c3091e017878e011000178780a00f0673fdf2001eb95")),
+        Ok(RdbValue::Str(Bytes::from(vec![b'x'; 30])))
+    );
+}
+
+#[test]
+fn dump_matches_redis_byte_for_byte() {
+    for (h, value) in redis_dumps() {
+        assert_eq!(dump(&value).unwrap().to_vec(), hex(h), "{value:?}");
+    }
+}
+
+// --- strings -------------------------------------------------------------------------------
+
+#[test]
+fn string_encodings() {
+    let cases: &[(&[u8], &str)] = &[
+        (&[0, 0], ""),
+        (&[0, 0xC0, 0xFB], "-5"),
+        (&[0, 0xC0, 0x7F], "127"),
+        (&[0, 0xC1, 0x39, 0x30], "12345"),
+        (&[0, 0xC1, 0x00, 0x80], "-32768"),
+        (&[0, 0xC2, 0x90, 0xEE, 0xFE, 0xFF], "-70000"),
+        (&[0, 0xC2, 0xFF, 0xFF, 0xFF, 0x7F], "2147483647"),
+    ];
+    for (body, text) in cases {
+        assert_eq!(
+            restore(&payload(body)),
+            Ok(RdbValue::Str(b(text))),
+            "{text}"
+        );
+    }
+    // 14-bit and 32-bit lengths.
+    let long = vec![b'q'; 300];
+    let mut body = vec![0, 0x41, 0x2C];
+    body.extend_from_slice(&long);
+    assert_eq!(
+        restore(&payload(&body)),
+        Ok(RdbValue::Str(Bytes::from(long.clone())))
+    );
+    let mut body = vec![0, 0x80, 0, 0, 1, 0x2C];
+    body.extend_from_slice(&long);
+    assert_eq!(
+        restore(&payload(&body)),
+        Ok(RdbValue::Str(Bytes::from(long.clone())))
+    );
+    let mut body = vec![0, 0x81, 0, 0, 0, 0, 0, 0, 1, 0x2C];
+    body.extend_from_slice(&long);
+    assert_eq!(
+        restore(&payload(&body)),
+        Ok(RdbValue::Str(Bytes::from(long)))
+    );
+    // Unknown string encoding 0xC4, unknown length prefix 0x82.
+    assert!(matches!(
+        restore(&payload(&[0, 0xC4])),
+        Err(RdbError::Corrupt(_))
+    ));
+    assert!(matches!(
+        restore(&payload(&[0, 0x82])),
+        Err(RdbError::Corrupt(_))
+    ));
+}
+
+#[test]
+fn lzf_string_hand_built() {
+    // Literal "a", then a back reference of 20 bytes at distance 1 (length 18 = 7 + 11).
+    let body = [0, 0xC3, 5, 21, 0x00, b'a', 0xE0, 0x0B, 0x00];
+    assert_eq!(
+        restore(&payload(&body)),
+        Ok(RdbValue::Str(Bytes::from(vec![b'a'; 21])))
+    );
+    // Back reference of 3 bytes (ctrl length 1) at distance 2: "ab" + "aba".
+    let body = [0, 0xC3, 5, 5, 0x01, b'a', b'b', 0x20, 0x01];
+    assert_eq!(restore(&payload(&body)), Ok(RdbValue::Str(b("ababa"))));
+    // Declared length wrong, reference before the start, truncated reference.
+    for body in [
+        &[0, 0xC3, 5, 22, 0x00, b'a', 0xE0, 0x0B, 0x00][..],
+        &[0, 0xC3, 4, 5, 0x00, b'a', 0x20, 0x05][..],
+        &[0, 0xC3, 3, 5, 0x00, b'a', 0xE0][..],
+        &[0, 0xC3, 3, 5, 0x05, b'a', b'b'][..],
+    ] {
+        assert!(
+            matches!(restore(&payload(body)), Err(RdbError::Corrupt(_))),
+            "{body:?}"
+        );
+    }
+}
+
+#[test]
+fn lzf_round_trips_and_compresses() {
+    let mut inputs: Vec<Vec<u8>> = vec![
+        vec![b'a'; 21],
+        vec![b'z'; 100_000],
+        b"abcabcabcabcabcabcabcabcabcabcabc".to_vec(),
+        (0..5000u32).flat_map(|i| (i % 251).to_le_bytes()).collect(),
+    ];
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    inputs.push(
+        (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % 4) as u8 + b'a'
+            })
+            .collect(),
+    );
+    for input in &inputs {
+        let c = lzf_compress(input, input.len() - 4).expect("compressible");
+        assert_eq!(lzf_decompress(&c, input.len()).unwrap(), *input);
+    }
+    // 100 000 equal bytes take about one byte in 88.
+    let c = lzf_compress(&inputs[1], inputs[1].len()).unwrap();
+    assert!(c.len() < 1200, "{}", c.len());
+    // Incompressible data is not compressed.
+    let random: Vec<u8> = (0..64u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    assert!(lzf_compress(&random, random.len() - 4).is_none());
+}
+
+#[test]
+fn dump_string_encodings() {
+    let body = |v: &str| {
+        let p = dump(&RdbValue::Str(b(v))).unwrap();
+        p[..p.len() - FOOTER_LEN].to_vec()
+    };
+    assert_eq!(body("7"), [0, 0xC0, 7]);
+    assert_eq!(body("-300"), [0, 0xC1, 0xD4, 0xFE]);
+    assert_eq!(body("2147483648"), [&[0u8, 10][..], b"2147483648"].concat());
+    assert_eq!(body("007"), [0, 3, b'0', b'0', b'7']);
+    assert_eq!(body("-0"), [0, 2, b'-', b'0']);
+    let long = "y".repeat(1000);
+    let p = body(&long);
+    assert_eq!(p[1], 0xC3);
+    assert!(p.len() < 40);
+    assert_eq!(
+        restore(&dump(&RdbValue::Str(b(&long))).unwrap()),
+        Ok(RdbValue::Str(b(&long)))
+    );
+}
+
+// --- lists ---------------------------------------------------------------------------------
+
+#[test]
+fn list_type_1() {
+    let body = [1, 3, 1, b'a', 0xC0, 7, 0];
+    assert_eq!(
+        restore(&payload(&body)),
+        Ok(RdbValue::List(vec![b("a"), b("7"), b("")]))
+    );
+    assert_eq!(restore(&payload(&[1, 0])), Err(RdbError::Empty));
+    // A count far beyond the bytes present fails without allocating for it.
+    assert_eq!(
+        restore(&payload(&[1, 0x80, 0xFF, 0xFF, 0xFF, 0xFF, 1, b'a'])),
+        Err(RdbError::Truncated)
+    );
+}
+
+#[test]
+fn list_ziplist_literal_bytes() {
+    // "a", 5 (immediate), -2 (int16), written out byte by byte.
+    let zl = [
+        20, 0, 0, 0, // zlbytes
+        15, 0, 0, 0, // zltail
+        3, 0, // zllen
+        0, 0x01, b'a', // prevlen 0, 6-bit string
+        3, 0xF6, // prevlen 3, immediate 5
+        2, 0xC0, 0xFE, 0xFF, // prevlen 2, int16 -2
+        0xFF,
+    ];
+    assert_eq!(
+        restore(&object(TYPE_LIST_ZIPLIST, &zl)),
+        Ok(RdbValue::List(vec![b("a"), b("5"), b("-2")]))
+    );
+}
+
+#[test]
+fn list_ziplist_every_entry_encoding() {
+    let big = vec![b'w'; 300];
+    let huge = vec![b'h'; 17000];
+    let entries = vec![
+        zs("x"),
+        ZlEntry::Str(big.clone()),
+        ZlEntry::Str(huge.clone()),
+        ZlEntry::Imm(0),
+        ZlEntry::Imm(12),
+        ZlEntry::I8(-100),
+        ZlEntry::I16(-30000),
+        ZlEntry::I24(-8_000_000),
+        ZlEntry::I32(2_000_000_000),
+        ZlEntry::I64(i64::MIN),
+        zs(""),
+    ];
+    let expect = RdbValue::List(vec![
+        b("x"),
+        Bytes::from(big),
+        Bytes::from(huge),
+        b("0"),
+        b("12"),
+        b("-100"),
+        b("-30000"),
+        b("-8000000"),
+        b("2000000000"),
+        b("-9223372036854775808"),
+        b(""),
+    ]);
+    for big_prevlen in [false, true] {
+        let zl = ziplist(&entries, big_prevlen);
+        assert_eq!(restore(&object(TYPE_LIST_ZIPLIST, &zl)), Ok(expect.clone()));
+    }
+}
+
+#[test]
+fn ziplist_corruption_is_detected() {
+    let good = ziplist(&[zs("ab"), ZlEntry::I16(1000), zs("c")], false);
+    assert!(restore(&object(TYPE_LIST_ZIPLIST, &good)).is_ok());
+    let mut cases = Vec::new();
+    let mut bad = good.clone();
+    bad[0] += 1; // zlbytes
+    cases.push(bad);
+    let mut bad = good.clone();
+    bad[4] += 1; // zltail
+    cases.push(bad);
+    let mut bad = good.clone();
+    bad[8] = 4; // zllen
+    cases.push(bad);
+    let mut bad = good.clone();
+    bad[14] = 3; // prevlen of the second entry
+    cases.push(bad);
+    let mut bad = good.clone();
+    bad[15] = 0xC1; // invalid integer encoding
+    cases.push(bad);
+    let mut bad = good.clone();
+    bad[11] = 0x3F; // string length past the end
+    cases.push(bad);
+    let mut bad = good.clone();
+    *bad.last_mut().unwrap() = 0; // no terminator
+    cases.push(bad);
+    for (i, zl) in cases.iter().enumerate() {
+        assert!(
+            matches!(
+                restore(&object(TYPE_LIST_ZIPLIST, zl)),
+                Err(RdbError::Corrupt(_))
+            ),
+            "case {i}"
+        );
+    }
+    // An unknown count (65535) is accepted.
+    let mut unknown = good.clone();
+    unknown[8] = 0xFF;
+    unknown[9] = 0xFF;
+    assert!(restore(&object(TYPE_LIST_ZIPLIST, &unknown)).is_ok());
+    // An empty ziplist is an empty key.
+    assert_eq!(
+        restore(&object(TYPE_LIST_ZIPLIST, &ziplist(&[], false))),
+        Err(RdbError::Empty)
+    );
+}
+
+#[test]
+fn list_quicklist_of_ziplists() {
+    let n1 = ziplist(&[zs("a"), ZlEntry::Imm(1)], false);
+    let empty = ziplist(&[], false);
+    let n2 = ziplist(&[zs("b")], false);
+    let mut body = vec![TYPE_LIST_QUICKLIST, 3];
+    for n in [&n1, &empty, &n2] {
+        body.extend_from_slice(&rdb_str(n));
+    }
+    assert_eq!(
+        restore(&payload(&body)),
+        Ok(RdbValue::List(vec![b("a"), b("1"), b("b")]))
+    );
+    // Only empty nodes: an empty key.
+    let mut body = vec![TYPE_LIST_QUICKLIST, 1];
+    body.extend_from_slice(&rdb_str(&empty));
+    assert_eq!(restore(&payload(&body)), Err(RdbError::Empty));
+}
+
+#[test]
+fn list_quicklist2_packed_and_plain_nodes() {
+    let lp = listpack(&[b"a", b"-5000", b"123456789012"]);
+    let mut body = vec![TYPE_LIST_QUICKLIST_2, 2, 2];
+    body.extend_from_slice(&rdb_str(&lp));
+    body.push(1);
+    body.extend_from_slice(&rdb_str(b"plain element"));
+    assert_eq!(
+        restore(&payload(&body)),
+        Ok(RdbValue::List(vec![
+            b("a"),
+            b("-5000"),
+            b("123456789012"),
+            b("plain element")
+        ]))
+    );
+    // Unknown container 3; empty node string.
+    let mut body = vec![TYPE_LIST_QUICKLIST_2, 1, 3];
+    body.extend_from_slice(&rdb_str(&lp));
+    assert!(matches!(
+        restore(&payload(&body)),
+        Err(RdbError::Corrupt(_))
+    ));
+    assert!(matches!(
+        restore(&payload(&[TYPE_LIST_QUICKLIST_2, 1, 2, 0])),
+        Err(RdbError::Corrupt(_))
+    ));
+}
+
+#[test]
+fn dump_list_splits_nodes_at_8k() {
+    let items: Vec<Bytes> = (0..3000).map(|i| b(&format!("element-{i}"))).collect();
+    let p = dump(&RdbValue::List(items.clone())).unwrap();
+    assert_eq!(p[0], TYPE_LIST_QUICKLIST_2);
+    let mut r = Reader {
+        data: &p[1..],
+        pos: 0,
+    };
+    let nodes = r.count().unwrap();
+    assert!(nodes > 3, "{nodes}");
+    let mut budget = Budget {
+        left: u64::MAX,
+        limit: usize::MAX,
+    };
+    for _ in 0..nodes {
+        assert_eq!(r.count().unwrap(), QUICKLIST_PACKED);
+        let blob = r.string(&mut budget).unwrap();
+        assert!(blob.len() <= LIST_NODE_MAX_BYTES);
+    }
+    assert_eq!(restore(&p), Ok(RdbValue::List(items)));
+    // An element over 8 KiB gets a node of its own.
+    let items = vec![b("a"), Bytes::from(vec![b'b'; 10_000]), b("c")];
+    assert_eq!(
+        restore(&dump(&RdbValue::List(items.clone())).unwrap()),
+        Ok(RdbValue::List(items))
+    );
+}
+
+// --- listpacks -------------------------------------------------------------------------------
+
+#[test]
+fn listpack_literal_bytes() {
+    // "f" -> "v" as a hash listpack, written out byte by byte.
+    let lp = [13, 0, 0, 0, 2, 0, 0x81, b'f', 0x02, 0x81, b'v', 0x02, 0xFF];
+    assert_eq!(
+        restore(&object(TYPE_HASH_LISTPACK, &lp)),
+        Ok(RdbValue::Hash(vec![(b("f"), b("v"))]))
+    );
+}
+
+#[test]
+fn listpack_every_entry_encoding() {
+    // Integers at every width boundary, and strings of 6-, 12- and 32-bit lengths.
+    let ints: [i64; 16] = [
+        0,
+        127,
+        128,
+        -1,
+        -4096,
+        4095,
+        4096,
+        -4097,
+        32767,
+        -32768,
+        8_388_607,
+        -8_388_608,
+        2_147_483_647,
+        -2_147_483_648,
+        i64::MAX,
+        i64::MIN,
+    ];
+    let mut texts: Vec<Vec<u8>> = ints.iter().map(|v| v.to_string().into_bytes()).collect();
+    texts.push(vec![b's'; 63]);
+    texts.push(vec![b's'; 64]);
+    texts.push(vec![b's'; 4095]);
+    texts.push(vec![b's'; 4096]);
+    texts.push(vec![b's'; 20_000]);
+    texts.push(b"0123".to_vec());
+    texts.push(Vec::new());
+    let refs: Vec<&[u8]> = texts.iter().map(|t| &t[..]).collect();
+    let lp = listpack(&refs);
+    // Check a few encodings the writer chose.
+    assert_eq!(&lp[6..8], &[0x00, 0x01]); // 0: 7-bit uint + backlen
+    assert_eq!(&lp[8..10], &[0x7F, 0x01]); // 127
+    assert_eq!(&lp[10..13], &[0xC0, 0x80, 0x02]); // 128: 13-bit
+    let mut body = vec![TYPE_LIST_QUICKLIST_2, 1, 2];
+    body.extend_from_slice(&rdb_str(&lp));
+    let expect: Vec<Bytes> = texts.into_iter().map(Bytes::from).collect();
+    assert_eq!(restore(&payload(&body)), Ok(RdbValue::List(expect)));
+}
+
+#[test]
+fn backlen_matches_redis_thresholds() {
+    assert_eq!(backlen(127), ([127, 0, 0, 0, 0], 1));
+    assert_eq!(backlen(128), ([1, 128, 0, 0, 0], 2));
+    assert_eq!(backlen(16382).1, 2);
+    assert_eq!(backlen(16383), ([0, 255, 255, 0, 0], 3));
+    assert_eq!(backlen(2_097_151).1, 4);
+    assert_eq!(backlen(268_435_455).1, 5);
+}
+
+#[test]
+fn listpack_corruption_is_detected() {
+    let good = listpack(&[b"ab", b"1000", b"c"]);
+    let mut body = vec![TYPE_LIST_QUICKLIST_2, 1, 2];
+    body.extend_from_slice(&rdb_str(&good));
+    assert!(restore(&payload(&body)).is_ok());
+    let mut cases = Vec::new();
+    let mut bad = good.clone();
+    bad[0] += 1; // total bytes
+    cases.push(bad);
+    let mut bad = good.clone();
+    bad[4] = 2; // count
+    cases.push(bad);
+    let mut bad = good.clone();
+    bad[9] = 2; // back-length of "ab"
+    cases.push(bad);
+    let mut bad = good.clone();
+    bad[10] = 0xF5; // unknown encoding
+    cases.push(bad);
+    let mut bad = good.clone();
+    bad[6] = 0xBF; // 63-byte string past the end
+    cases.push(bad);
+    let mut bad = good.clone();
+    bad[10] = 0xFF; // terminator in the middle
+    cases.push(bad);
+    for (i, lp) in cases.iter().enumerate() {
+        let mut body = vec![TYPE_LIST_QUICKLIST_2, 1, 2];
+        body.extend_from_slice(&rdb_str(lp));
+        assert!(
+            matches!(restore(&payload(&body)), Err(RdbError::Corrupt(_))),
+            "case {i}"
+        );
+    }
+}
+
+// --- sets ----------------------------------------------------------------------------------
+
+#[test]
+fn set_encodings() {
+    assert_eq!(
+        restore(&payload(&[TYPE_SET, 2, 1, b'a', 0xC0, 9])),
+        Ok(RdbValue::Set(vec![b("a"), b("9")]))
+    );
+    assert_eq!(
+        restore(&payload(&[TYPE_SET, 2, 1, b'a', 1, b'a'])),
+        Err(RdbError::Duplicate)
+    );
+    // Intsets of each width.
+    let mut is16 = vec![2, 0, 0, 0, 3, 0, 0, 0];
+    for v in [-1i16, 5, 300] {
+        is16.extend_from_slice(&v.to_le_bytes());
+    }
+    assert_eq!(
+        restore(&object(TYPE_SET_INTSET, &is16)),
+        Ok(RdbValue::Set(vec![b("-1"), b("5"), b("300")]))
+    );
+    let mut is32 = vec![4, 0, 0, 0, 2, 0, 0, 0];
+    for v in [-70000i32, 70000] {
+        is32.extend_from_slice(&v.to_le_bytes());
+    }
+    assert_eq!(
+        restore(&object(TYPE_SET_INTSET, &is32)),
+        Ok(RdbValue::Set(vec![b("-70000"), b("70000")]))
+    );
+    let mut is64 = vec![8, 0, 0, 0, 1, 0, 0, 0];
+    is64.extend_from_slice(&i64::MAX.to_le_bytes());
+    assert_eq!(
+        restore(&object(TYPE_SET_INTSET, &is64)),
+        Ok(RdbValue::Set(vec![b("9223372036854775807")]))
+    );
+    // Out of order, duplicate, wrong size, bad width, empty.
+    let mut unordered = vec![2, 0, 0, 0, 2, 0, 0, 0];
+    unordered.extend_from_slice(&[5, 0, 1, 0]);
+    let mut dup = vec![2, 0, 0, 0, 2, 0, 0, 0];
+    dup.extend_from_slice(&[5, 0, 5, 0]);
+    let short = vec![2, 0, 0, 0, 2, 0, 0, 0, 1, 0];
+    let width3 = vec![3, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0];
+    for blob in [unordered, dup, short, width3] {
+        assert!(matches!(
+            restore(&object(TYPE_SET_INTSET, &blob)),
+            Err(RdbError::Corrupt(_))
+        ));
+    }
+    assert_eq!(
+        restore(&object(TYPE_SET_INTSET, &[2, 0, 0, 0, 0, 0, 0, 0])),
+        Err(RdbError::Empty)
+    );
+    // Redis 7.2's listpack sets.
+    let lp = listpack(&[b"a", b"17", b"b"]);
+    assert_eq!(
+        restore(&object(TYPE_SET_LISTPACK, &lp)),
+        Ok(RdbValue::Set(vec![b("a"), b("17"), b("b")]))
+    );
+    let lp = listpack(&[b"a", b"a"]);
+    assert_eq!(
+        restore(&object(TYPE_SET_LISTPACK, &lp)),
+        Err(RdbError::Duplicate)
+    );
+}
+
+#[test]
+fn dump_set_encodings() {
+    let ints: Vec<Bytes> = [5, -3, 100_000]
+        .iter()
+        .map(|v: &i64| b(&v.to_string()))
+        .collect();
+    let p = dump(&RdbValue::Set(ints)).unwrap();
+    assert_eq!(p[0], TYPE_SET_INTSET);
+    assert_eq!(
+        restore(&p),
+        Ok(RdbValue::Set(vec![b("-3"), b("5"), b("100000")]))
+    );
+    let p = dump(&RdbValue::Set(vec![b("5"), b("x")])).unwrap();
+    assert_eq!(p[0], TYPE_SET);
+    let many: Vec<Bytes> = (0..513).map(|v| b(&v.to_string())).collect();
+    let p = dump(&RdbValue::Set(many.clone())).unwrap();
+    assert_eq!(p[0], TYPE_SET);
+    assert_eq!(restore(&p), Ok(RdbValue::Set(many)));
+    assert_eq!(
+        dump(&RdbValue::Set(vec![b("a"), b("a")])),
+        Err(RdbError::Duplicate)
+    );
+    assert_eq!(dump(&RdbValue::Set(vec![])), Err(RdbError::Empty));
+}
+
+// --- sorted sets ---------------------------------------------------------------------------
+
+#[test]
+fn zset_encodings() {
+    // Type 3: scores as text, 254 = +inf, 255 = -inf, 253 = NaN.
+    let mut body = vec![TYPE_ZSET, 3, 1, b'a', 3];
+    body.extend_from_slice(b"1.5");
+    body.extend_from_slice(&[1, b'b', 254, 1, b'c', 255]);
+    assert_eq!(
+        restore(&payload(&body)),
+        Ok(RdbValue::ZSet(vec![
+            (b("a"), 1.5),
+            (b("b"), f64::INFINITY),
+            (b("c"), f64::NEG_INFINITY)
+        ]))
+    );
+    assert_eq!(
+        restore(&payload(&[TYPE_ZSET, 1, 1, b'a', 253])),
+        Err(RdbError::NanScore)
+    );
+    assert!(matches!(
+        restore(&payload(&[TYPE_ZSET, 1, 1, b'a', 2, b'x', b'y'])),
+        Err(RdbError::Corrupt(_))
+    ));
+    // Type 5: binary scores.
+    let mut body = vec![TYPE_ZSET_2, 2, 1, b'a'];
+    body.extend_from_slice(&(-0.25f64).to_le_bytes());
+    body.extend_from_slice(&[0xC0, 7]);
+    body.extend_from_slice(&1e300f64.to_le_bytes());
+    assert_eq!(
+        restore(&payload(&body)),
+        Ok(RdbValue::ZSet(vec![(b("a"), -0.25), (b("7"), 1e300)]))
+    );
+    let mut body = vec![TYPE_ZSET_2, 2, 1, b'a'];
+    body.extend_from_slice(&1.0f64.to_le_bytes());
+    body.extend_from_slice(&[1, b'a']);
+    body.extend_from_slice(&2.0f64.to_le_bytes());
+    assert_eq!(restore(&payload(&body)), Err(RdbError::Duplicate));
+    // Ziplist (type 12) and listpack (type 17): member, score pairs; scores as text or integers.
+    let zl = ziplist(
+        &[
+            zs("a"),
+            zs("1.5"),
+            zs("b"),
+            ZlEntry::I16(-300),
+            zs("c"),
+            zs("inf"),
+        ],
+        false,
+    );
+    let expect = RdbValue::ZSet(vec![
+        (b("a"), 1.5),
+        (b("b"), -300.0),
+        (b("c"), f64::INFINITY),
+    ]);
+    assert_eq!(restore(&object(TYPE_ZSET_ZIPLIST, &zl)), Ok(expect.clone()));
+    let lp = listpack(&[b"a", b"1.5", b"b", b"-300", b"c", b"inf"]);
+    assert_eq!(restore(&object(TYPE_ZSET_LISTPACK, &lp)), Ok(expect));
+    // Odd number of entries.
+    let lp = listpack(&[b"a", b"1", b"b"]);
+    assert!(matches!(
+        restore(&object(TYPE_ZSET_LISTPACK, &lp)),
+        Err(RdbError::Corrupt(_))
+    ));
+}
+
+#[test]
+fn dump_zset_encodings() {
+    let small = vec![
+        (b("b"), 2.0),
+        (b("a"), 2.0),
+        (b("z"), -0.0),
+        (b("n"), f64::NEG_INFINITY),
+        (b("p"), 0.1),
+        (b("i"), f64::INFINITY),
+        (b("big"), 1e300),
+    ];
+    let p = dump(&RdbValue::ZSet(small.clone())).unwrap();
+    assert_eq!(p[0], TYPE_ZSET_LISTPACK);
+    let RdbValue::ZSet(back) = restore(&p).unwrap() else {
+        panic!("not a zset");
+    };
+    // Stored in score order, ties by member.
+    let names: Vec<&[u8]> = back.iter().map(|(m, _)| &m[..]).collect();
+    assert_eq!(names, [&b"n"[..], b"z", b"p", b"a", b"b", b"big", b"i"]);
+    for (m, s) in &small {
+        let got = back.iter().find(|(bm, _)| bm == m).unwrap().1;
+        assert_eq!(got.to_bits(), s.to_bits(), "{m:?}");
+    }
+    let large: Vec<(Bytes, f64)> = (0..129)
+        .map(|i| (b(&format!("m{i}")), i as f64 / 3.0))
+        .collect();
+    let p = dump(&RdbValue::ZSet(large.clone())).unwrap();
+    assert_eq!(p[0], TYPE_ZSET_2);
+    assert_eq!(restore(&p), Ok(RdbValue::ZSet(large)));
+    let long_member = vec![(Bytes::from(vec![b'm'; 65]), 1.0)];
+    assert_eq!(dump(&RdbValue::ZSet(long_member)).unwrap()[0], TYPE_ZSET_2);
+    assert_eq!(
+        dump(&RdbValue::ZSet(vec![(b("a"), f64::NAN)])),
+        Err(RdbError::NanScore)
+    );
+}
+
+// --- hashes --------------------------------------------------------------------------------
+
+#[test]
+fn hash_encodings() {
+    assert_eq!(
+        restore(&payload(&[TYPE_HASH, 1, 1, b'f', 0xC0, 1])),
+        Ok(RdbValue::Hash(vec![(b("f"), b("1"))]))
+    );
+    assert_eq!(
+        restore(&payload(&[TYPE_HASH, 2, 1, b'f', 0, 1, b'f', 0])),
+        Err(RdbError::Duplicate)
+    );
+    let zl = ziplist(
+        &[zs("f"), zs("v"), ZlEntry::Imm(3), ZlEntry::I64(1 << 40)],
+        false,
+    );
+    assert_eq!(
+        restore(&object(TYPE_HASH_ZIPLIST, &zl)),
+        Ok(RdbValue::Hash(vec![
+            (b("f"), b("v")),
+            (b("3"), b("1099511627776"))
+        ]))
+    );
+    // Zipmap, the example of zipmap.c's comment.
+    let zm = b"\x02\x03foo\x03\x00bar\x05hello\x05\x00world\xff";
+    assert_eq!(
+        restore(&object(TYPE_HASH_ZIPMAP, zm)),
+        Ok(RdbValue::Hash(vec![
+            (b("foo"), b("bar")),
+            (b("hello"), b("world"))
+        ]))
+    );
+    // Zipmap with free bytes after a value, a 5-byte length and an unknown count (254).
+    let mut zm = vec![254, 1, b'k', 254];
+    zm.extend_from_slice(&300u32.to_le_bytes());
+    zm.push(2);
+    zm.extend_from_slice(&[b'v'; 300]);
+    zm.extend_from_slice(&[0, 0, 0xFF]);
+    assert_eq!(
+        restore(&object(TYPE_HASH_ZIPMAP, &zm)),
+        Ok(RdbValue::Hash(vec![(b("k"), Bytes::from(vec![b'v'; 300]))]))
+    );
+    for bad in [
+        &b"\x03\x03foo\x03\x00bar\x05hello\x05\x00world\xff"[..],
+        b"\x00\xff",
+        b"\x01\x03fo",
+    ] {
+        assert!(matches!(
+            restore(&object(TYPE_HASH_ZIPMAP, bad)),
+            Err(RdbError::Corrupt(_))
+        ));
+    }
+}
+
+#[test]
+fn dump_hash_encodings() {
+    let small = vec![(b("f"), b("v")), (b("n"), b("-12"))];
+    let p = dump(&RdbValue::Hash(small.clone())).unwrap();
+    assert_eq!(p[0], TYPE_HASH_LISTPACK);
+    assert_eq!(restore(&p), Ok(RdbValue::Hash(small)));
+    let long_value = vec![(b("f"), Bytes::from(vec![b'v'; 65]))];
+    let p = dump(&RdbValue::Hash(long_value.clone())).unwrap();
+    assert_eq!(p[0], TYPE_HASH);
+    assert_eq!(restore(&p), Ok(RdbValue::Hash(long_value)));
+    let many: Vec<(Bytes, Bytes)> = (0..513)
+        .map(|i| (b(&format!("f{i}")), b(&i.to_string())))
+        .collect();
+    let p = dump(&RdbValue::Hash(many.clone())).unwrap();
+    assert_eq!(p[0], TYPE_HASH);
+    assert_eq!(restore(&p), Ok(RdbValue::Hash(many)));
+    assert_eq!(
+        dump(&RdbValue::Hash(vec![(b("f"), b("1")), (b("f"), b("2"))])),
+        Err(RdbError::Duplicate)
+    );
+}
+
+// --- unsupported types and limits ------------------------------------------------------------
+
+#[test]
+fn unsupported_types() {
+    for t in [6u8, 7, 8, 15, 19, 21, 22, 23, 24, 25, 26, 200, 255] {
+        assert_eq!(
+            restore(&payload(&[t, 0])),
+            Err(RdbError::UnsupportedType(t)),
+            "type {t}"
+        );
+    }
+}
+
+#[test]
+fn limits_bound_decoded_size() {
+    // An LZF string claiming 2^40 bytes is refused before anything is allocated.
+    let body = [0, 0xC3, 2, 0x81, 0, 0, 1, 0, 0, 0, 0, 0, 0x00, b'a'];
+    assert_eq!(
+        restore(&payload(&body)),
+        Err(RdbError::TooLarge(default_restore_limit(body.len() + 10)))
+    );
+    // A 100 000-byte string from a ~1 KiB payload decodes by default, not under a 50 KiB limit.
+    let p = dump(&RdbValue::Str(Bytes::from(vec![b'a'; 100_000]))).unwrap();
+    assert!(p.len() < 1300);
+    assert!(restore(&p).is_ok());
+    assert_eq!(
+        restore_with_limit(&p, 50_000),
+        Err(RdbError::TooLarge(50_000))
+    );
+    // Elements count against the limit too.
+    let items: Vec<Bytes> = (0..1000).map(|i| b(&i.to_string())).collect();
+    let p = dump(&RdbValue::List(items)).unwrap();
+    assert_eq!(restore_with_limit(&p, 1000), Err(RdbError::TooLarge(1000)));
+    assert!(restore_with_limit(&p, 100_000).is_ok());
+}
+
+#[test]
+fn canonical_integers() {
+    for (s, v) in [
+        ("0", Some(0)),
+        ("-1", Some(-1)),
+        ("9223372036854775807", Some(i64::MAX)),
+    ] {
+        assert_eq!(canonical_int(s.as_bytes()), v);
+    }
+    for s in [
+        "",
+        "-0",
+        "+1",
+        "01",
+        " 1",
+        "1 ",
+        "9223372036854775808",
+        "1.0",
+        "-",
+    ] {
+        assert_eq!(canonical_int(s.as_bytes()), None, "{s:?}");
+    }
+}
