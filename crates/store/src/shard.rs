@@ -722,6 +722,20 @@ impl Shard {
 
     /// The memcached meta state of a live key, for changes that are not writes of the value
     /// (fetched/last-access marks, the recache win): the version is not bumped.
+    /// Make `key` look idle for `idle_ms` at `now_ms` (RESTORE … IDLETIME): its last access is
+    /// set that far back. False when the key is not there.
+    pub fn set_idle(&mut self, key: &[u8], idle_ms: u64, now_ms: u64) -> bool {
+        self.expire_if_needed(key, now_ms);
+        self.preserve(key);
+        match self.map.get_mut(key) {
+            Some(e) => {
+                e.atime = access_tick(now_ms.saturating_sub(idle_ms));
+                true
+            }
+            None => false,
+        }
+    }
+
     pub fn meta_mut(&mut self, key: &[u8], now_ms: u64) -> Option<&mut ItemMeta> {
         self.expire_if_needed(key, now_ms);
         self.preserve(key);

@@ -9,6 +9,7 @@ pub mod bitmaps;
 pub mod blocking;
 pub mod connection;
 pub mod databases;
+pub mod dump;
 pub mod hashes;
 pub mod hyperloglog;
 pub mod keys;
@@ -345,6 +346,7 @@ pub fn table() -> &'static CommandTable {
             bitmaps::COMMANDS,
             hyperloglog::COMMANDS,
             keys::COMMANDS,
+            dump::COMMANDS,
             hashes::COMMANDS,
             zsets::COMMANDS,
             lists::COMMANDS,
