@@ -5,6 +5,10 @@
 //! connection is bounded by the decoder limits plus that output threshold. A protocol error gets an
 //! `-ERR Protocol error: …` reply and the connection is closed, as in Redis.
 //!
+//! Both front ends share what is the same shape in their loops: [`between_batches`] (flush with
+//! the strict wait, shutdown, the next read) and [`close`]; their batch bodies differ (deferred
+//! replies here, the login and `noreply` there).
+//!
 //! Durability: before any pending replies are written, the connection waits until the log's
 //! durable LSN covers the highest `strict` write among them (so concurrent connections share one
 //! fsync: group commit). If that wait fails (the log is poisoned), the connection is closed
@@ -24,9 +28,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Pending replies are written out once they reach this size, even mid-pipeline.
-const MAX_PENDING_OUTPUT: usize = 64 * 1024;
+pub(crate) const MAX_PENDING_OUTPUT: usize = 64 * 1024;
 /// Initial read buffer size; it grows only as a large request needs.
-const READ_BUFFER: usize = 16 * 1024;
+pub(crate) const READ_BUFFER: usize = 16 * 1024;
 
 /// Serve one accepted connection until the client leaves, is killed, or the server shuts down.
 pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: ClientState) {
@@ -97,32 +101,62 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
         shared
             .stats
             .absorb(&client.counters, &shared.tenancy.tenants[client.tenant].ops);
-        if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
+        if !between_batches(
+            &shared,
+            &mut stream,
+            &mut rbuf,
+            &mut wbuf,
+            &mut client,
+            &mut shutdown,
+        )
+        .await
+        {
             break;
-        }
-        if *shutdown.borrow() {
-            break;
-        }
-        if rbuf.capacity() - rbuf.len() < 4096 {
-            rbuf.reserve(READ_BUFFER);
-        }
-        tokio::select! {
-            read = stream.read_buf(&mut rbuf) => match read {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
-                }
-            },
-            _ = handle.killed() => break,
-            _ = shutdown.changed() => break,
         }
     }
+    let _ = stream.shutdown().await;
+    close(&shared, &client);
+}
+
+/// Between two batches of requests, the same for both front ends: write the pending replies
+/// (after the fsync a strict write among them waits for), stop at shutdown, then wait for more
+/// bytes, the connection being killed, or the server shutting down. False when the connection
+/// ends.
+pub(crate) async fn between_batches(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    rbuf: &mut BytesMut,
+    wbuf: &mut BytesMut,
+    client: &mut ClientState,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    if !flush(shared, stream, wbuf, client).await || *shutdown.borrow() {
+        return false;
+    }
+    if rbuf.capacity() - rbuf.len() < 4096 {
+        rbuf.reserve(READ_BUFFER);
+    }
+    tokio::select! {
+        read = stream.read_buf(rbuf) => match read {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                true
+            }
+        },
+        _ = client.handle.killed() => false,
+        _ = shutdown.changed() => false,
+    }
+}
+
+/// The end of a connection (its socket shut), the same for both front ends: its counters are
+/// added up, its locks released (whoever holds a lock loses it when its connection goes, like
+/// MySQL's GET_LOCK) and the client unregistered.
+pub(crate) fn close(shared: &Shared, client: &ClientState) {
     shared
         .stats
         .absorb(&client.counters, &shared.tenancy.tenants[client.tenant].ops);
-    // Locks are released when their holder goes, for any reason (like MySQL's GET_LOCK).
     shared.locks.release_client(client.id);
-    let _ = stream.shutdown().await;
     shared.clients.unregister(client.id);
 }
 

@@ -19,22 +19,18 @@
 use super::session::{Flow, Session};
 use super::stats::LocalCounters;
 use crate::client::ClientState;
-use crate::connection::flush;
+use crate::connection::{between_batches, close, flush, MAX_PENDING_OUTPUT, READ_BUFFER};
 use crate::state::Shared;
 use crate::tenancy::Perms;
 use bytes::BytesMut;
 use gradus_memcache::{Decoded, Decoder, Limits, McError};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// Longest login payload accepted before authentication (memcached's limit).
 const MAX_AUTH_REQ_LEN: usize = 8192;
-
-/// Pending replies are written out once they reach this size, even mid-pipeline.
-const MAX_PENDING_OUTPUT: usize = 64 * 1024;
-const READ_BUFFER: usize = 16 * 1024;
 
 /// The decoder limits for this server.
 pub fn limits(shared: &Shared) -> Limits {
@@ -176,36 +172,26 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
             .stats
             .absorb(&client.counters, &shared.tenancy.tenants[tenant].ops);
         shared.memcache.absorb(&mut counters);
-        if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
+        if !between_batches(
+            &shared,
+            &mut stream,
+            &mut rbuf,
+            &mut wbuf,
+            &mut client,
+            &mut shutdown,
+        )
+        .await
+        {
             break;
-        }
-        if *shutdown.borrow() {
-            break;
-        }
-        if rbuf.capacity() - rbuf.len() < 4096 {
-            rbuf.reserve(READ_BUFFER);
-        }
-        tokio::select! {
-            read = stream.read_buf(&mut rbuf) => match read {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
-                }
-            },
-            _ = handle.killed() => break,
-            _ = shutdown.changed() => break,
         }
     }
-    shared
-        .stats
-        .absorb(&client.counters, &shared.tenancy.tenants[tenant].ops);
     shared.memcache.absorb(&mut counters);
     shared
         .memcache
         .curr_connections
         .fetch_sub(1, Ordering::Relaxed);
     let _ = stream.shutdown().await;
-    shared.clients.unregister(client.id);
+    close(&shared, &client);
 }
 
 /// memcached's `-Y` login: a `set` whose data is `user password` — `default` and `requirepass`, or
