@@ -98,9 +98,6 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                 }
             }
         }
-        shared
-            .stats
-            .absorb(&client.counters, &shared.tenancy.tenants[client.tenant].ops);
         if !between_batches(
             &shared,
             &mut stream,
@@ -118,10 +115,10 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
     close(&shared, &client);
 }
 
-/// Between two batches of requests, the same for both front ends: write the pending replies
-/// (after the fsync a strict write among them waits for), stop at shutdown, then wait for more
-/// bytes, the connection being killed, or the server shutting down. False when the connection
-/// ends.
+/// Between two batches of requests, the same for both front ends: add up the batch's counters,
+/// write the pending replies (after the fsync a strict write among them waits for), stop at
+/// shutdown, then wait for more bytes, the connection being killed, or the server shutting down.
+/// False when the connection ends.
 pub(crate) async fn between_batches(
     shared: &Shared,
     stream: &mut TcpStream,
@@ -130,6 +127,9 @@ pub(crate) async fn between_batches(
     client: &mut ClientState,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) -> bool {
+    shared
+        .stats
+        .absorb(&client.counters, &shared.tenancy.tenants[client.tenant].ops);
     if !flush(shared, stream, wbuf, client).await || *shutdown.borrow() {
         return false;
     }

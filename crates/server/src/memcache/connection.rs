@@ -168,9 +168,6 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                 break 'conn;
             }
         }
-        shared
-            .stats
-            .absorb(&client.counters, &shared.tenancy.tenants[tenant].ops);
         shared.memcache.absorb(&mut counters);
         if !between_batches(
             &shared,
