@@ -220,6 +220,22 @@ def test_a_client_that_hung_up_is_never_served(gradus, r2):
     assert r2.zrange("z", 0, -1) == [b"a"], "the member went to a closed connection"
 
 
+def test_a_client_that_hangs_up_before_it_blocks_is_never_left_blocked(gradus, r2):
+    """Regression: a client that closed its socket before its connection got to wait left its
+    waiter in the table (the clean-up was made only when the wait was first polled, and the wait
+    for the hang-up could win that race), so a later write served an element to nobody."""
+    for _ in range(30):
+        sock = socket.create_connection((gradus.host, gradus.port))
+        sock.sendall(b"*3\r\n$8\r\nBZPOPMIN\r\n$1\r\nz\r\n$1\r\n0\r\n")
+        sock.close()
+    deadline = time.monotonic() + 10
+    while _blocked_count(r2) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _blocked_count(r2) == 0
+    r2.zadd("z", {"a": 1})
+    assert r2.zrange("z", 0, -1) == [b"a"], "the member went to a closed connection"
+
+
 @pytest.mark.gradus_only
 def test_a_served_pop_is_logged_and_survives_kill_9(gradus_factory):
     server = gradus_factory("--durability", "strict")

@@ -341,16 +341,30 @@ pub fn serve(shared: &Shared, ready: Vec<(usize, Bytes)>) {
 /// The blocked client's side: wait until served, unblocked, the deadline (None: forever), the
 /// connection being killed, or the server shutting down. Returns the reply; a served reply's LSN
 /// is noted on the connection so a strict one leaves only once durable.
-pub async fn wait(
+///
+/// The clean-up that takes the waiter out of the table is made here, before the future is first
+/// polled, so a connection that goes away before that leaves no waiter behind (regression:
+/// `test_a_client_that_hangs_up_before_it_blocks_is_never_left_blocked`).
+pub fn wait(
     shared: Arc<Shared>,
     client: &mut ClientState,
     waiter: Arc<Waiter>,
     deadline: Option<tokio::time::Instant>,
-) -> Frame {
-    let _cleanup = Cleanup {
-        shared: &shared,
-        waiter: &waiter,
+) -> impl std::future::Future<Output = Frame> + Send + '_ {
+    let cleanup = Cleanup {
+        shared: shared.clone(),
+        waiter: waiter.clone(),
     };
+    wait_until_served(shared, client, waiter, deadline, cleanup)
+}
+
+async fn wait_until_served(
+    shared: Arc<Shared>,
+    client: &mut ClientState,
+    waiter: Arc<Waiter>,
+    deadline: Option<tokio::time::Instant>,
+    _cleanup: Cleanup,
+) -> Frame {
     let handle = client.handle.clone();
     let mut shutdown = shared.shutdown.subscribe();
     let timeout = async {
@@ -408,12 +422,12 @@ fn timed_out(op: &Op) -> Frame {
 
 /// Takes the waiter out of the table however its wait ends (the reply, the deadline, or the
 /// connection going away while it waits).
-struct Cleanup<'a> {
-    shared: &'a Shared,
-    waiter: &'a Arc<Waiter>,
+struct Cleanup {
+    shared: Arc<Shared>,
+    waiter: Arc<Waiter>,
 }
 
-impl Drop for Cleanup<'_> {
+impl Drop for Cleanup {
     fn drop(&mut self) {
         {
             let mut state = self.waiter.state.lock();
@@ -421,6 +435,6 @@ impl Drop for Cleanup<'_> {
                 *state = State::Gone;
             }
         }
-        self.shared.blocked.unregister(self.waiter);
+        self.shared.blocked.unregister(&self.waiter);
     }
 }

@@ -73,13 +73,14 @@ impl Deferred {
         }
     }
 
-    /// Run the completion: the reply.
-    pub async fn complete(
+    /// The completion, made now (so what it sets up — a blocked client's clean-up — exists even
+    /// if the future is dropped before it is first polled): await it for the reply.
+    pub fn complete(
         self,
         shared: Arc<crate::state::Shared>,
         client: &mut ClientState,
-    ) -> gradus_proto::Frame {
-        (self.finish)(shared, client).await
+    ) -> Completion<'_> {
+        (self.finish)(shared, client)
     }
 }
 

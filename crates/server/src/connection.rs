@@ -60,6 +60,8 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                         // A client that hangs up while it waits stops waiting (a blocked
                         // pop must not be served to a closed connection).
                         let reply = tokio::select! {
+                            // The reply first: its future sets up its own clean-up when made.
+                            biased;
                             reply = work.complete(shared.clone(), &mut client) => reply,
                             _ = peer_closed(&stream) => break 'conn,
                         };
