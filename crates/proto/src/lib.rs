@@ -28,5 +28,6 @@ pub use frame::{
     encode_push_header, encode_set_header, encode_simple, encode_verbatim, format_double,
     format_double_human, Frame, ProtocolVersion,
 };
+pub use num::parse_strict_i64;
 pub use reply::parse_frame;
 pub use request::{Limits, RequestDecoder};

@@ -1,12 +1,13 @@
 //! Number parsing and formatting shared by the codecs: Redis' strict `string2ll` rules for request
 //! lengths, lenient signed integers for replies, and the Redis 7.2 `d2string` double layout.
-//! Private to the crate; pure functions over byte slices, no allocation on the hot paths, no I/O.
+//! `parse_strict_i64` is Redis' one rule for "this string is an integer", exported for the store
+//! (encodings), the server (arguments) and the RDB codec; the rest is private to the crate. Pure functions over byte slices, no allocation on the hot paths, no I/O.
 
 /// Parses `s` with Redis' `string2ll` rules: an optional `-`, then either a lone `0` or a digit
 /// 1-9 followed by digits; no `+`, no spaces, no leading zeros, no `-0`; must fit an `i64`.
 /// Returns `None` for anything else.
 #[inline]
-pub(crate) fn parse_strict_i64(s: &[u8]) -> Option<i64> {
+pub fn parse_strict_i64(s: &[u8]) -> Option<i64> {
     let (neg, digits) = match s {
         [b'-', rest @ ..] => (true, rest),
         _ => (false, s),

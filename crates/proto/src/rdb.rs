@@ -230,12 +230,7 @@ fn put_len(out: &mut BytesMut, len: u64) {
 /// The value of `s` if it is the canonical decimal text of an `i64` (no sign on zero, no leading
 /// zeros, no `+`): the strings Redis stores as integers.
 pub(crate) fn canonical_int(s: &[u8]) -> Option<i64> {
-    if s.is_empty() || s.len() > 20 {
-        return None;
-    }
-    let v: i64 = std::str::from_utf8(s).ok()?.parse().ok()?;
-    let mut buf = itoa::Buffer::new();
-    (buf.format(v).as_bytes() == s).then_some(v)
+    crate::num::parse_strict_i64(s)
 }
 
 /// An RDB string: integer encoding for 32-bit integers, LZF for compressible strings over 20
@@ -488,8 +483,8 @@ fn listpack_put_str(buf: &mut Vec<u8>, s: &[u8]) {
     buf.extend_from_slice(s);
 }
 
-/// Size of `s` as a listpack entry, back-length included.
-fn listpack_entry_size(s: &[u8]) -> usize {
+/// Size of `s` as a listpack entry, back-length included (the store sizes its packed lists by it).
+pub fn listpack_entry_size(s: &[u8]) -> usize {
     let enc = match canonical_int(s) {
         Some(v) if (0..=127).contains(&v) => 1,
         Some(v) if (-4096..=4095).contains(&v) => 2,

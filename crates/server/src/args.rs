@@ -11,32 +11,7 @@ use gradus_store::ScoreBound;
 /// Parse a signed 64-bit integer the way Redis' `string2ll` does: optional `-`, digits, no `+`,
 /// no leading zeros (except "0"), no spaces.
 pub fn parse_i64(arg: &[u8]) -> Option<i64> {
-    if arg.is_empty() || arg.len() > 20 {
-        return None;
-    }
-    let (neg, digits) = match arg[0] {
-        b'-' => (true, &arg[1..]),
-        _ => (false, arg),
-    };
-    if digits.is_empty() || (digits[0] == b'0' && digits.len() > 1) || (neg && digits == b"0") {
-        return None;
-    }
-    let mut value: u64 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        value = value.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-    }
-    if neg {
-        if value > i64::MAX as u64 + 1 {
-            None
-        } else {
-            Some((value as i64).wrapping_neg())
-        }
-    } else {
-        i64::try_from(value).ok()
-    }
+    gradus_proto::parse_strict_i64(arg)
 }
 
 /// `parse_i64` with Redis' error for a bad integer argument.

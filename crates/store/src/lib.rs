@@ -11,7 +11,8 @@
 //! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns;
 //! - [`gate`]: the slotted reader-writer lock behind `Store::shared`/`Store::exclusive`.
 //!
-//! This crate knows nothing about sockets, protocols or command syntax; times are passed in as
+//! This crate knows nothing about sockets, protocols or command syntax (from `gradus-proto` it
+//! takes only Redis' integer rule and a listpack entry's size, so encodings match Redis'); times are passed in as
 //! Unix milliseconds so tests control the clock.
 
 pub mod gate;

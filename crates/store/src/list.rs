@@ -503,56 +503,9 @@ fn read_backward(buf: &[u8], end: usize) -> (usize, usize, usize) {
     (data_start - k, data_start, data_end)
 }
 
-/// Whether Redis' listpack would store `s` as an integer (`lpStringToInt64`), and its value.
-fn lp_integer(s: &[u8]) -> Option<i64> {
-    if s.is_empty() || s.len() > 20 {
-        return None;
-    }
-    if s == b"0" {
-        return Some(0);
-    }
-    let (negative, digits) = match s[0] {
-        b'-' => (true, &s[1..]),
-        _ => (false, s),
-    };
-    if !matches!(digits.first(), Some(b'1'..=b'9')) {
-        return None;
-    }
-    let mut value: u64 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        value = value.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
-    }
-    if negative {
-        (value <= i64::MAX as u64 + 1).then(|| (value as i64).wrapping_neg())
-    } else {
-        i64::try_from(value).ok()
-    }
-}
-
 /// The bytes one element takes in a Redis listpack: encoding, data and back-length.
 fn lp_entry_size(s: &[u8]) -> usize {
-    let encoded = match lp_integer(s) {
-        Some(v) if (0..=127).contains(&v) => 1,
-        Some(v) if (-4096..=4095).contains(&v) => 2,
-        Some(v) if i16::try_from(v).is_ok() => 3,
-        Some(v) if (-(1 << 23)..(1 << 23)).contains(&v) => 4,
-        Some(v) if i32::try_from(v).is_ok() => 5,
-        Some(_) => 9,
-        None if s.len() < 64 => 1 + s.len(),
-        None if s.len() < 4096 => 2 + s.len(),
-        None => 5 + s.len(),
-    };
-    let back = match encoded {
-        0..=127 => 1,
-        128..=16382 => 2,
-        16383..=2097150 => 3,
-        2097151..=268435454 => 4,
-        _ => 5,
-    };
-    encoded + back
+    gradus_proto::rdb::listpack_entry_size(s)
 }
 
 fn add_lp(lp: u32, item: &[u8]) -> u32 {

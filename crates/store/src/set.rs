@@ -83,34 +83,7 @@ impl IntText {
 /// `-`, then decimal digits without leading zeros (`0` alone), within `i64`. So `"007"`,
 /// `"+1"`, `"-0"` and `" 1"` are strings, and each integer has exactly one spelling.
 pub fn member_as_int(s: &[u8]) -> Option<i64> {
-    if s.is_empty() || s.len() > 20 {
-        return None;
-    }
-    if s == b"0" {
-        return Some(0);
-    }
-    let (negative, digits) = match s[0] {
-        b'-' => (true, &s[1..]),
-        _ => (false, s),
-    };
-    match digits.first() {
-        Some(b'1'..=b'9') => {}
-        _ => return None,
-    }
-    let mut value: i64 = 0;
-    for &c in digits {
-        if !c.is_ascii_digit() {
-            return None;
-        }
-        let d = i64::from(c - b'0');
-        value = value.checked_mul(10)?;
-        value = if negative {
-            value.checked_sub(d)?
-        } else {
-            value.checked_add(d)?
-        };
-    }
-    Some(value)
+    gradus_proto::parse_strict_i64(s)
 }
 
 /// Bytes per integer needed for `v`: 2, 4 or 8.

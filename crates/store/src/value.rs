@@ -31,12 +31,7 @@ pub const EMBSTR_MAX_LEN: usize = 44;
 /// an `i64` (no sign but `-`, no leading zeros, at most 20 bytes), `embstr` up to
 /// [`EMBSTR_MAX_LEN`] bytes, `raw` beyond.
 pub fn string_encoding(bytes: &[u8]) -> &'static str {
-    let canonical_int = bytes.len() <= 20
-        && std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|s| s.parse::<i64>().ok())
-            .is_some_and(|n| n.to_string().as_bytes() == bytes);
-    if canonical_int {
+    if gradus_proto::parse_strict_i64(bytes).is_some() {
         "int"
     } else if bytes.len() <= EMBSTR_MAX_LEN {
         "embstr"
