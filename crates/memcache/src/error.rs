@@ -13,4 +13,8 @@ pub enum McError {
     /// only the text protocol; the server answers with an error line and closes.
     #[error("binary protocol is not supported")]
     BinaryProtocol,
+    /// An HTTP request line (an unknown command whose last token starts with `HTTP/`), as a web
+    /// page makes a browser send: memcached hangs up at once, so nothing after it can run.
+    #[error("HTTP request on the memcached port (possible cross-protocol attack)")]
+    HttpRequest,
 }

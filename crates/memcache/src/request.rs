@@ -332,7 +332,7 @@ impl Decoder {
         let Some(data_len) = data_len else {
             let line = buf.split_to(consumed_line).freeze();
             let tokens: Vec<Bytes> = ranges.iter().map(|&(a, b)| line.slice(a..b)).collect();
-            return Ok(Some(self.parse_line(&tokens)));
+            return self.parse_line(&tokens).map(Some);
         };
         let noreply = !is_meta_set && token(ranges.len() - 1) == b"noreply";
         // A bad header of a classic storage command is refused before its data block, which
@@ -380,17 +380,20 @@ impl Decoder {
     }
 
     /// A command without a data block.
-    fn parse_line(&self, tokens: &[Bytes]) -> Decoded {
+    /// Errs with [`McError::HttpRequest`] for an unknown command whose line ends in an
+    /// `HTTP/…` token (`GET / HTTP/1.1`, `POST /x HTTP/1.0`): memcached hangs up on those, so a
+    /// web page cannot make a browser talk to the cache (cross-protocol scripting).
+    fn parse_line(&self, tokens: &[Bytes]) -> Result<Decoded, McError> {
         let name = tokens[0].as_ref();
         let noreply = tokens.len() > 1 && tokens.last().is_some_and(|t| t == "noreply");
         let args = &tokens[1..];
         let cmd = match name {
             b"get" | b"gets" => {
                 if args.is_empty() {
-                    return reply("ERROR");
+                    return Ok(reply("ERROR"));
                 }
                 if !args.iter().all(|k| key_ok(k)) {
-                    return reply(BAD_FORMAT);
+                    return Ok(reply(BAD_FORMAT));
                 }
                 Command::Get {
                     keys: args.to_vec(),
@@ -400,13 +403,13 @@ impl Decoder {
             }
             b"gat" | b"gats" => {
                 if args.len() < 2 {
-                    return reply("ERROR");
+                    return Ok(reply("ERROR"));
                 }
                 let Some(t) = exptime(&args[0]) else {
-                    return reply("CLIENT_ERROR invalid exptime argument");
+                    return Ok(reply("CLIENT_ERROR invalid exptime argument"));
                 };
                 if !args[1..].iter().all(|k| key_ok(k)) {
-                    return reply(BAD_FORMAT);
+                    return Ok(reply(BAD_FORMAT));
                 }
                 Command::Get {
                     keys: args[1..].to_vec(),
@@ -418,14 +421,14 @@ impl Decoder {
                 let n = args.len() - usize::from(noreply);
                 // "delete key 0" is an old client habit memcached still tolerates.
                 if n == 0 || n > 2 || (n == 2 && args[1] != "0") {
-                    return Decoded::Reply {
+                    return Ok(Decoded::Reply {
                         line:
                             "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]",
                         noreply,
-                    };
+                    });
                 }
                 if !key_ok(&args[0]) {
-                    return reply(BAD_FORMAT);
+                    return Ok(reply(BAD_FORMAT));
                 }
                 Command::Delete {
                     key: args[0].clone(),
@@ -434,16 +437,16 @@ impl Decoder {
             }
             b"incr" | b"decr" => {
                 if args.len() != 2 + usize::from(noreply) {
-                    return reply("ERROR");
+                    return Ok(reply("ERROR"));
                 }
                 if !key_ok(&args[0]) {
-                    return reply(BAD_FORMAT);
+                    return Ok(reply(BAD_FORMAT));
                 }
                 let Some(delta) = num::<u64>(&args[1]).filter(|_| args[1][0] != b'-') else {
-                    return Decoded::Reply {
+                    return Ok(Decoded::Reply {
                         line: "CLIENT_ERROR invalid numeric delta argument",
                         noreply,
-                    };
+                    });
                 };
                 Command::Arith {
                     key: args[0].clone(),
@@ -454,16 +457,16 @@ impl Decoder {
             }
             b"touch" => {
                 if args.len() != 2 + usize::from(noreply) {
-                    return reply("ERROR");
+                    return Ok(reply("ERROR"));
                 }
                 if !key_ok(&args[0]) {
-                    return reply(BAD_FORMAT);
+                    return Ok(reply(BAD_FORMAT));
                 }
                 let Some(t) = exptime(&args[1]) else {
-                    return Decoded::Reply {
+                    return Ok(Decoded::Reply {
                         line: "CLIENT_ERROR invalid exptime argument",
                         noreply,
-                    };
+                    });
                 };
                 Command::Touch {
                     key: args[0].clone(),
@@ -478,20 +481,20 @@ impl Decoder {
                     1 => match exptime(&args[0]) {
                         Some(d) => d,
                         None => {
-                            return Decoded::Reply {
+                            return Ok(Decoded::Reply {
                                 line: "CLIENT_ERROR invalid exptime argument",
                                 noreply,
-                            }
+                            })
                         }
                     },
-                    _ => return reply("ERROR"),
+                    _ => return Ok(reply("ERROR")),
                 };
                 Command::FlushAll { delay, noreply }
             }
             b"version" => Command::Version,
             b"verbosity" => {
                 if args.is_empty() || args.len() > 2 {
-                    return reply("ERROR");
+                    return Ok(reply("ERROR"));
                 }
                 Command::Verbosity { noreply }
             }
@@ -502,31 +505,31 @@ impl Decoder {
             b"mn" => Command::MetaNoop,
             b"me" => {
                 if args.is_empty() || args.len() > 2 {
-                    return reply(BAD_FORMAT);
+                    return Ok(reply(BAD_FORMAT));
                 }
                 let base64 = args.get(1).is_some_and(|f| f == "b");
                 match meta_key(&args[0], base64) {
                     Ok(key) => Command::MetaDebug { key, base64 },
-                    Err(line) => return reply(line),
+                    Err(line) => return Ok(reply(line)),
                 }
             }
             b"mg" | b"md" | b"ma" => {
                 if args.is_empty() {
-                    return reply(BAD_FORMAT);
+                    return Ok(reply(BAD_FORMAT));
                 }
                 if tokens.len() > MAX_META_TOKENS {
-                    return reply("CLIENT_ERROR options flags are too long");
+                    return Ok(reply("CLIENT_ERROR options flags are too long"));
                 }
                 let flags = match MetaFlags::parse(&args[1..]) {
                     Ok(f) => f,
                     Err(_) if name == b"ma" => {
-                        return reply("CLIENT_ERROR invalid or duplicate flag")
+                        return Ok(reply("CLIENT_ERROR invalid or duplicate flag"))
                     }
-                    Err(line) => return reply(line),
+                    Err(line) => return Ok(reply(line)),
                 };
                 let key = match meta_key(&args[0], flags.base64) {
                     Ok(k) => k,
-                    Err(line) => return reply(line),
+                    Err(line) => return Ok(reply(line)),
                 };
                 match name {
                     b"mg" => Command::MetaGet { key, flags },
@@ -534,9 +537,12 @@ impl Decoder {
                     _ => Command::MetaArith { key, flags },
                 }
             }
-            _ => return reply("ERROR"),
+            _ if name.len() >= 2 && tokens.last().is_some_and(|t| t.starts_with(b"HTTP/")) => {
+                return Err(McError::HttpRequest)
+            }
+            _ => return Ok(reply("ERROR")),
         };
-        Decoded::Command(cmd)
+        Ok(Decoded::Command(cmd))
     }
 }
 
@@ -778,6 +784,30 @@ mod tests {
         let key = "k".repeat(251);
         let (out, _) = decode_all(format!("get {key}\r\n").as_bytes());
         assert_eq!(out, vec![reply(BAD_FORMAT)]);
+    }
+
+    #[test]
+    fn http_request_lines_hang_up() {
+        // memcached 1.6: an unknown command ending in an `HTTP/` token closes the connection;
+        // a known command with the same tail, or a one-letter command, is an ordinary error.
+        for line in [
+            "GET / HTTP/1.1\r\n",
+            "POST /x HTTP/1.0\r\n",
+            "DELETE / HTTP/1.1\r\n",
+            "FOO HTTP/2\r\n",
+        ] {
+            let (out, err) = decode_all(line.as_bytes());
+            assert_eq!(err, Some(McError::HttpRequest), "{line}");
+            assert!(out.is_empty(), "{line}");
+        }
+        let (out, err) = decode_all(b"get foo\r\nPOST / HTTP/1.0\r\nset a 0 0 1\r\nb\r\n");
+        assert_eq!(err, Some(McError::HttpRequest));
+        assert_eq!(out.len(), 1, "the get before it is served, nothing after");
+        for line in ["x HTTP/1.1\r\n", "Host: x\r\n", "set / HTTP/1.1\r\n"] {
+            let (out, err) = decode_all(line.as_bytes());
+            assert_eq!(err, None, "{line}");
+            assert_eq!(out, vec![reply("ERROR")], "{line}");
+        }
     }
 
     #[test]

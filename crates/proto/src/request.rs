@@ -325,6 +325,13 @@ fn hex_val(b: u8) -> Option<u8> {
     }
 }
 
+/// Whether a command name is one a web page makes a browser send (`POST` and `Host:`, in any
+/// case): the request line and a header of an HTTP request. Redis closes the connection at once
+/// on either, before anything else is checked, so the request's body never runs as commands.
+pub fn is_http_request_command(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"post") || name.eq_ignore_ascii_case(b"host:")
+}
+
 /// Splits an inline command line (terminator already removed) into arguments with Redis'
 /// `sdssplitargs` rules. Unquoted arguments are zero-copy slices of `line`; quoted ones are
 /// unescaped into fresh buffers. A NUL byte anywhere is an error (Redis would silently cut the

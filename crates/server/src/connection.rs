@@ -51,6 +51,13 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                     if args.is_empty() {
                         continue;
                     }
+                    if gradus_proto::is_http_request_command(&args[0]) {
+                        // As Redis: the connection ends at once, before authentication and
+                        // without the batch's pending replies; nothing after it runs.
+                        http_request_refused(&shared, &client, "RESP");
+                        wbuf.clear();
+                        break 'conn;
+                    }
                     let reply = dispatch(&shared, &mut client, args, now_ms);
                     if let Some(work) = client.deferred.take() {
                         // Replies before this command go out first, then it completes.
@@ -160,6 +167,36 @@ pub(crate) fn close(shared: &Shared, client: &ClientState) {
         .absorb(&client.counters, &shared.tenancy.tenants[client.tenant].ops);
     shared.locks.release_client(client.id);
     shared.clients.unregister(client.id);
+}
+
+/// Counts a connection closed for sending an HTTP request (a browser made to talk to Gradus by
+/// a web page: cross-protocol scripting) and logs it at most once a minute, in Redis' words.
+pub(crate) fn http_request_refused(shared: &Shared, client: &ClientState, port: &str) {
+    shared
+        .stats
+        .cross_protocol_attacks
+        .fetch_add(1, Ordering::Relaxed);
+    let now = gradus_store::now_ms() / 1000;
+    let last = shared
+        .stats
+        .cross_protocol_logged_at
+        .load(Ordering::Relaxed);
+    if now.abs_diff(last) > 60
+        && shared
+            .stats
+            .cross_protocol_logged_at
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(
+            client = client.id,
+            peer = %client.handle.addr,
+            port,
+            "Possible SECURITY ATTACK detected. It looks like somebody is sending an HTTP request \
+             (POST or Host: commands) to Gradus. This is likely due to an attacker attempting to \
+             use Cross Protocol Scripting to compromise your Gradus instance. Connection aborted."
+        );
+    }
 }
 
 /// Resolves when the peer has closed the connection (end of stream or an error); pends while the

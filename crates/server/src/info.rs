@@ -371,6 +371,11 @@ fn stats(shared: &Shared, out: &mut String) {
     );
     line!(
         out,
+        "cross_protocol_attacks:{}",
+        s.cross_protocol_attacks.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
         "total_net_input_bytes:{}",
         s.net_input_bytes.load(Ordering::Relaxed)
     );

@@ -26,6 +26,12 @@ pub struct Stats {
     pub net_input_bytes: AtomicU64,
     pub net_output_bytes: AtomicU64,
     pub expired_keys: AtomicU64,
+    /// Connections closed because they sent an HTTP request (`POST`/`Host:` on the RESP port,
+    /// an `… HTTP/x` line on the memcached port): a web page trying cross-protocol scripting.
+    pub cross_protocol_attacks: AtomicU64,
+    /// When (Unix seconds) the last such attack was logged: at most one log line a minute, as
+    /// Redis, so an attacker cannot flood the log.
+    pub cross_protocol_logged_at: AtomicU64,
 }
 
 impl Stats {

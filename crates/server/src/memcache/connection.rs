@@ -82,6 +82,9 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                 Ok(None) => break,
                 Err(e) => {
                     flush(&shared, &mut stream, &mut wbuf, &mut client).await;
+                    if e == McError::HttpRequest {
+                        crate::connection::http_request_refused(&shared, &client, "memcached");
+                    }
                     if e == McError::BinaryProtocol {
                         let _ = stream
                             .write_all(b"CLIENT_ERROR binary protocol is not supported\r\n")
