@@ -1,1 +1,0 @@
-"""Django backends for Gradus: sessions (gradus.django.sessions) and cache (gradus.django.cache)."""
