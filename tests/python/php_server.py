@@ -26,20 +26,22 @@ def php_with_redis() -> bool:
 
 
 class PhpServer:
-    """`php -S 127.0.0.1:port -t php_pages` with `workers` workers; the pages reach the store
-    named by `settings` ({"host", "port"})."""
+    """`php -S 127.0.0.1:port -t docroot` (default php_pages) with `workers` workers; the pages
+    reach the store named by `settings` (a JSON file named by GRADUS_TEST_SETTINGS)."""
 
-    def __init__(self, tmp_path: Path, settings: dict, workers: int = 8):
+    def __init__(self, tmp_path: Path, settings: dict, workers: int = 8, docroot: Path = PAGES,
+                 cookie: str = "PHPSESSID"):
         self.settings_path = tmp_path / "php-settings.json"
         self.settings_path.write_text(json.dumps(settings))
         self.port = free_port()
+        self.cookie = cookie
         self.log_path = tmp_path / "php-server.log"
         env = dict(os.environ)
         env["PHP_CLI_SERVER_WORKERS"] = str(workers)
         env["GRADUS_TEST_SETTINGS"] = str(self.settings_path)
         self.env = env
         self.proc = subprocess.Popen(
-            ["php", "-d", "display_errors=stderr", "-S", f"127.0.0.1:{self.port}", "-t", str(PAGES)],
+            ["php", "-d", "display_errors=stderr", "-S", f"127.0.0.1:{self.port}", "-t", str(docroot)],
             stdin=subprocess.DEVNULL, stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, env=env,
             start_new_session=True,
         )
@@ -56,7 +58,7 @@ class PhpServer:
     def get(self, page: str, sid: str, timeout: float = 60) -> tuple[int, str, float]:
         """GET /page with the session cookie; (status, body, seconds)."""
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/{page}",
-                                     headers={"Cookie": f"PHPSESSID={sid}"})
+                                     headers={"Cookie": f"{self.cookie}={sid}"})
         t0 = time.monotonic()
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
