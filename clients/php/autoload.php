@@ -1,4 +1,5 @@
 <?php
+
 // Load the Gradus PHP library without Composer: require this file.
 // (With Composer the "autoload" section of composer.json does the same.)
 spl_autoload_register(static function (string $class): void {

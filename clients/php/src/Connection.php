@@ -1,4 +1,5 @@
 <?php
+
 namespace Gradus;
 
 /**
@@ -6,7 +7,7 @@ namespace Gradus;
  * takes for phpredis:
  *
  *     tcp://127.0.0.1:6379?auth=secret&database=0&timeout=2.5
- *     tcp://127.0.0.1:6379?user=alpha&auth=alpha-pass&prefix=myapp:&lock_wait=30000&lease=60000&max_waiters=8
+ *     tcp://127.0.0.1:6379?user=alpha&auth=alpha-pass&prefix=myapp:&lock_wait=30000&max_waiters=8
  *     unix:///run/gradus.sock?auth=secret
  *
  * Connection parameters: `auth` (password), `user` (a tenant user: AUTH user password), `database`

@@ -1,4 +1,5 @@
 <?php
+
 namespace Gradus;
 
 /**
@@ -109,8 +110,13 @@ final class Lock
      * @param callable(): T $work
      * @return T
      */
-    public static function synchronized(\Redis $redis, string $name, callable $work, int $waitMs = 0, int $leaseMs = 60000)
-    {
+    public static function synchronized(
+        \Redis $redis,
+        string $name,
+        callable $work,
+        int $waitMs = 0,
+        int $leaseMs = 60000
+    ) {
         $lock = new self($redis, $name, $leaseMs);
         if (!$lock->acquire($waitMs)) {
             throw new GradusException("Gradus: lock '$name' stayed held for $waitMs ms");

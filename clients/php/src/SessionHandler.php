@@ -1,13 +1,14 @@
 <?php
+
 namespace Gradus;
 
 /**
  * PHP session handler on Gradus' native session commands: a page costs two round trips.
  *
- *   read()             SESSION.OPEN key WAIT ms LEASE ms [MAXWAITERS n]  lock + read; waits server-side (FIFO)
- *   write()            SESSION.CLOSE key token DATA … TTL s             write + TTL + unlock
- *   updateTimestamp()  SESSION.CLOSE key token TTL s                    session.lazy_write: unchanged data only touches
- *   close()            SESSION.CLOSE key token                          unlock if nothing was written (read_and_close, abort)
+ *   read()             SESSION.OPEN key WAIT ms LEASE ms [MAXWAITERS n]: lock + read, waiting server-side (FIFO)
+ *   write()            SESSION.CLOSE key token DATA … TTL s: write + TTL + unlock
+ *   updateTimestamp()  SESSION.CLOSE key token TTL s: session.lazy_write, unchanged data only touches
+ *   close()            SESSION.CLOSE key token: unlock if nothing was written (read_and_close, session_abort)
  *   destroy()          SESSION.DESTROY key token
  *
  * The lock belongs to the connection: if the request dies, the connection closes and the next
@@ -63,7 +64,9 @@ class SessionHandler implements \SessionHandlerInterface, \SessionUpdateTimestam
         $this->locking = !isset($options['locking']) || filter_var($options['locking'], FILTER_VALIDATE_BOOLEAN);
         $errors = (string)($options['errors'] ?? 'warn');
         if ($errors !== 'warn' && $errors !== 'throw') {
-            throw new \InvalidArgumentException("Gradus\SessionHandler: errors must be 'warn' or 'throw', not '$errors'");
+            throw new \InvalidArgumentException(
+                "Gradus\SessionHandler: errors must be 'warn' or 'throw', not '$errors'"
+            );
         }
         $this->throw = $errors === 'throw';
     }
@@ -115,7 +118,10 @@ class SessionHandler implements \SessionHandlerInterface, \SessionUpdateTimestam
             if (!is_array($reply) || count($reply) !== 2) {
                 // A nil reply: the wait ran out while another request held the session.
                 throw new GradusException(sprintf(
-                    'Gradus: session %s stayed locked by another request for %d ms (lock_wait)', $id, $this->lockWaitMs));
+                    'Gradus: session %s stayed locked by another request for %d ms (lock_wait)',
+                    $id,
+                    $this->lockWaitMs
+                ));
             }
             $this->lockedId = $id;
             $this->token = (int)$reply[0];

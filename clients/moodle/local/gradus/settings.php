@@ -37,8 +37,10 @@ if ($hassiteconfig) {
         'lockfactory' => ltrim($CFG->lock_factory ?? '', '\\') === 'local_gradus\lock\gradus_lock_factory'
             ? $CFG->lock_factory : $notours,
     ];
-    $settings->add(new admin_setting_heading('local_gradus/status',
+    $settings->add(new admin_setting_heading(
+        'local_gradus/status',
         new lang_string('status', 'local_gradus'),
-        new lang_string('status_desc', 'local_gradus', $a)));
+        new lang_string('status_desc', 'local_gradus', $a)
+    ));
     $ADMIN->add('localplugins', $settings);
 }

@@ -22,8 +22,6 @@
  * @license    http://www.gnu.org/copyleft/gpl.html GNU GPL v3 or later
  */
 
-defined('MOODLE_INTERNAL') || die();
-
 /**
  * Moodle cache store on Gradus: the application and session cache modes.
  *
@@ -135,6 +133,9 @@ class cachestore_gradus extends cache_store implements cache_is_configurable, ca
             }
             $conn['database'] = (int) $this->config['database'];
             $this->redis = \Gradus\Connection::connect($conn);
+            // Values are PHP-serialised by phpredis (set, setex, pipelines); raw replies
+            // (GETLEASE, MGET) and SETLEASE go through the same serialiser by hand.
+            $this->redis->setOption(Redis::OPT_SERIALIZER, Redis::SERIALIZER_PHP);
         } catch (\Throwable $e) {
             $this->error = $e->getMessage();
             $this->redis = null;
@@ -208,7 +209,7 @@ class cachestore_gradus extends cache_store implements cache_is_configurable, ca
         if ($data === false || $data === null || $data === '') {
             return false;
         }
-        return unserialize($data);
+        return $this->redis->_unserialize($data);
     }
 
     /**
@@ -254,7 +255,7 @@ class cachestore_gradus extends cache_store implements cache_is_configurable, ca
             return [];
         }
         $keys = array_values($keys);
-        $values = $this->redis->mget(array_map([$this, 'key'], $keys));
+        $values = $this->redis->rawCommand('MGET', ...array_map([$this, 'key'], $keys));
         $result = [];
         foreach ($keys as $i => $key) {
             $result[$key] = $this->decode($values[$i] ?? false);
@@ -271,11 +272,10 @@ class cachestore_gradus extends cache_store implements cache_is_configurable, ca
      */
     public function set($key, $data) {
         $full = $this->key($key);
-        $value = serialize($data);
         if (isset($this->leases[$key])) {
             $token = $this->leases[$key];
             unset($this->leases[$key]);
-            $args = ['SETLEASE', $full, $token, $value];
+            $args = ['SETLEASE', $full, $token, $this->redis->_serialize($data)];
             if ($this->ttl > 0) {
                 array_push($args, 'EX', $this->ttl);
             }
@@ -284,7 +284,10 @@ class cachestore_gradus extends cache_store implements cache_is_configurable, ca
             }
             // The lease was no longer current (it ran out): store plainly.
         }
-        return $this->ttl > 0 ? (bool) $this->redis->setex($full, $this->ttl, $value) : (bool) $this->redis->set($full, $value);
+        if ($this->ttl > 0) {
+            return (bool) $this->redis->setex($full, $this->ttl, $data);
+        }
+        return (bool) $this->redis->set($full, $data);
     }
 
     /**
@@ -300,11 +303,10 @@ class cachestore_gradus extends cache_store implements cache_is_configurable, ca
         $pipe = $this->redis->multi(Redis::PIPELINE);
         foreach ($keyvaluearray as $pair) {
             unset($this->leases[$pair['key']]);
-            $value = serialize($pair['value']);
             if ($this->ttl > 0) {
-                $pipe->setex($this->key($pair['key']), $this->ttl, $value);
+                $pipe->setex($this->key($pair['key']), $this->ttl, $pair['value']);
             } else {
-                $pipe->set($this->key($pair['key']), $value);
+                $pipe->set($this->key($pair['key']), $pair['value']);
             }
         }
         return count(array_filter($pipe->exec()));

@@ -14,7 +14,6 @@
 // You should have received a copy of the GNU General Public License
 // along with Moodle.  If not, see <http://www.gnu.org/licenses/>.
 
-
 /**
  * Admin settings of cachestore_gradus: the server the unit tests use, as Moodle's own stores have.
  *
@@ -25,15 +24,33 @@
 
 defined('MOODLE_INTERNAL') || die();
 
-$settings->add(new admin_setting_configtext('cachestore_gradus/test_server',
+$settings->add(new admin_setting_configtext(
+    'cachestore_gradus/test_server',
     get_string('test_server', 'cachestore_gradus'),
-    get_string('test_server_desc', 'cachestore_gradus'), '', PARAM_TEXT, 32));
-$settings->add(new admin_setting_configtext('cachestore_gradus/test_username',
+    get_string('test_server_desc', 'cachestore_gradus'),
+    '',
+    PARAM_TEXT,
+    32
+));
+$settings->add(new admin_setting_configtext(
+    'cachestore_gradus/test_username',
     get_string('test_username', 'cachestore_gradus'),
-    get_string('test_username_desc', 'cachestore_gradus'), '', PARAM_TEXT, 32));
-$settings->add(new admin_setting_configpasswordunmask('cachestore_gradus/test_password',
+    get_string('test_username_desc', 'cachestore_gradus'),
+    '',
+    PARAM_TEXT,
+    32
+));
+$settings->add(new admin_setting_configpasswordunmask(
+    'cachestore_gradus/test_password',
     get_string('test_password', 'cachestore_gradus'),
-    get_string('test_password_desc', 'cachestore_gradus'), ''));
-$settings->add(new admin_setting_configtext('cachestore_gradus/test_database',
+    get_string('test_password_desc', 'cachestore_gradus'),
+    ''
+));
+$settings->add(new admin_setting_configtext(
+    'cachestore_gradus/test_database',
     get_string('test_database', 'cachestore_gradus'),
-    get_string('test_database_desc', 'cachestore_gradus'), 1, PARAM_INT, 4));
+    get_string('test_database_desc', 'cachestore_gradus'),
+    1,
+    PARAM_INT,
+    4
+));

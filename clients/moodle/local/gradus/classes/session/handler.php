@@ -80,8 +80,13 @@ class handler extends \core\session\handler {
     public function init() {
         global $CFG;
         if (!extension_loaded('redis')) {
-            throw new \core\session\exception('sessionhandlerproblem', 'error', '', null,
-                'The Gradus session handler needs the redis PHP extension (phpredis).');
+            throw new \core\session\exception(
+                'sessionhandlerproblem',
+                'error',
+                '',
+                null,
+                'The Gradus session handler needs the redis PHP extension (phpredis).'
+            );
         }
         try {
             [$this->redis] = connection::connect($this->server);

@@ -14,7 +14,6 @@
 // You should have received a copy of the GNU General Public License
 // along with Moodle.  If not, see <http://www.gnu.org/licenses/>.
 
-
 namespace cachestore_gradus\privacy;
 
 use core_privacy\local\metadata\collection;
@@ -34,8 +33,11 @@ class provider implements \core_privacy\local\metadata\provider {
      * @return collection the collection with this plugin's metadata
      */
     public static function get_metadata(collection $collection): collection {
-        $collection->add_external_location_link('gradus', ['data' => 'privacy:metadata:gradus:data'],
-            'privacy:metadata:gradus');
+        $collection->add_external_location_link(
+            'gradus',
+            ['data' => 'privacy:metadata:gradus:data'],
+            'privacy:metadata:gradus'
+        );
         return $collection;
     }
 }
