@@ -245,3 +245,35 @@ def test_cache_store_regenerates_once_per_miss_under_a_stampede(tenants, tmp_pat
     assert all(json.loads(o[0]) == {"value": "rendered menu"} for o in outs), outs
     client = redis_client(tenants, username="alpha", password="alpha-pass")
     assert client.get("regenerations") == b"1"
+
+
+# --- coding style ----------------------------------------------------------------------------
+
+
+def _phpcs_with_moodle_standard():
+    """The command of a phpcs that knows the `moodle` standard: `php $MOODLE_PHPCS` (phpcs's
+    bin/phpcs with moodle-cs in its installed_paths), else `phpcs` on PATH if it lists moodle."""
+    import os
+    import shutil
+    commands = []
+    if os.environ.get("MOODLE_PHPCS"):
+        commands.append(["php", os.environ["MOODLE_PHPCS"]])
+    if shutil.which("phpcs"):
+        commands.append([shutil.which("phpcs")])
+    for command in commands:
+        if "moodle" in subprocess.run(command + ["-i"], capture_output=True, text=True).stdout:
+            return command
+    return None
+
+
+@pytest.mark.skipif(_phpcs_with_moodle_standard() is None,
+                    reason="phpcs with moodlehq/moodle-cs not available (set MOODLE_PHPCS); it is not in Debian")
+def test_plugins_follow_moodle_coding_style():
+    phpcs = _phpcs_with_moodle_standard()
+    plugins = REPO_ROOT / "clients" / "moodle"
+    paths = [plugins / "cache" / "stores" / "gradus", plugins / "local" / "gradus" / "classes",
+             plugins / "local" / "gradus" / "lang", plugins / "local" / "gradus" / "version.php",
+             plugins / "local" / "gradus" / "settings.php"]
+    out = subprocess.run(phpcs + ["--standard=moodle", "--extensions=php", *map(str, paths)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
