@@ -91,3 +91,16 @@ def test_getlease_setlease(g, gradus):
     assert g.setlease("page:1", first.token, b"rendered", ex=60) is True
     assert g.getlease("page:1", 5000) == Lease(b"rendered", None, False)
     assert g.setlease("page:1", first.token, b"late") is False
+
+
+def test_the_package_installs_with_pip(tmp_path):
+    # `pip install ./clients/python` (into a private directory, without touching the environment).
+    import subprocess
+    target = tmp_path / "site"
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                          str(REPO_ROOT / "clients" / "python")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    check = subprocess.run([sys.executable, "-c", "import gradus, gradus.client, gradus.django; print(gradus.__version__)"],
+                           capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": str(target)})
+    assert check.stdout.strip() == "0.1.0", check.stderr
+    assert (target / "gradus" / "py.typed").exists()

@@ -74,10 +74,6 @@ class SessionStore(SessionBase):
         return Gradus(client_for(conf["URL"], socket_timeout=timeout,
                                  connect_timeout=float(conf["CONNECT_TIMEOUT"])))
 
-    @property
-    def cache_key(self) -> str:
-        return self._conf["KEY_PREFIX"] + (self._get_or_create_session_key())
-
     def _key(self, session_key: str) -> str:
         return self._conf["KEY_PREFIX"] + session_key
 
