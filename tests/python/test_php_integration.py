@@ -183,3 +183,18 @@ def test_lock_is_blocking_fifo_with_a_lease(gradus):
     # The second waited server-side and was granted as the first released.
     assert b["granted"] >= a["released_at"] - 0.01
     assert b["granted"] - a["released_at"] < 0.3
+
+
+@pytest.mark.gradus_only
+def test_regenerate_read_and_close_abort_and_destroy_leave_no_lock(gradus):
+    out = subprocess.run(["php", str(PAGES / "lifecycle.php"), str(gradus.port), "oldsid123"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stdout + out.stderr
+    r = json.loads(out.stdout)
+    assert r["old_exists"] is False
+    assert r["new_data"] == 'user|s:5:"alice";logged_in|b:1;'
+    assert r["read_and_close"] == {"user": "alice", "logged_in": True}
+    assert r["after_abort"] == r["new_data"]
+    assert r["destroyed"] is True
+    for key in ("locks_after_regenerate", "locks_after_read_and_close", "locks_after_abort", "locks_after_destroy"):
+        assert r[key] == 0, (key, r)
