@@ -9,15 +9,16 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::codec::Compression;
 use crate::error::{BenchError, Result};
 use crate::fault::{FaultKind, FaultPlan};
 use crate::report::{
-    attach_knee, rfc3339, unix_now, write_json, write_markdown, BenchResult, LoadInfo, Machine,
-    ServerInfo, TargetResult, WorkloadInfo, SCHEMA,
+    attach_knee, rfc3339, unix_now, write_json, write_markdown, BenchResult, HeldLayer, LoadInfo,
+    Machine, ServerInfo, TargetResult, WorkloadInfo, SCHEMA,
 };
 use crate::run::{run_point, Load, Timing};
 use crate::server::{Binaries, ManagedServer};
-use crate::target::{Client, ClientConfig, LockMode, TargetKind, TargetSpec};
+use crate::target::{Client, ClientConfig, Endpoints, Layer, LockMode, TargetKind, TargetSpec};
 use crate::workload::exam::{Exam, ExamParams};
 use crate::workload::keys::{KeyDist, ThinkDist};
 use crate::workload::kv::{Kv, KvParams, Mix};
@@ -198,6 +199,33 @@ pub struct Common {
     /// Client runtime worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub client_threads: usize,
+    /// Hold the session layer on this target while the targets under test serve only the
+    /// application cache (the paper's one-layer-at-a-time runs); the tool starts it once per
+    /// target under test. Default: the session layer is the target under test too.
+    #[arg(long)]
+    pub session_target: Option<String>,
+    /// Hold the application cache on this target while the targets under test serve only the
+    /// sessions. Default: the cache is on the target under test too.
+    #[arg(long)]
+    pub cache_target: Option<String>,
+    /// Client-side compression: session data and cache values of at least this many bytes are
+    /// LZ4-compressed before they are sent (as php-memcached's `compression_threshold` and
+    /// phpredis' `compression` do). Off when absent.
+    #[arg(long)]
+    pub compress_threshold: Option<usize>,
+    /// Model a network between the application and the stores: every connection goes through
+    /// a loopback relay in the bench that holds each direction for half of this round-trip
+    /// time, ms (0.2–0.5 for a LAN; 0 relays without delay). Direct connections when absent.
+    #[arg(long)]
+    pub rtt_ms: Option<f64>,
+    /// Size of serialized values relative to PHP's `serialize()`, percent: scales the session
+    /// and cache value sizes (e.g. for a more compact serializer).
+    #[arg(long, default_value_t = 100)]
+    pub serializer_size: u32,
+    /// Connection cap of database targets (`max_connections`); default: 300 (PostgreSQL), 500
+    /// (MariaDB). A page that cannot connect fails, as a PHP page would.
+    #[arg(long)]
+    pub db_max_connections: Option<u32>,
     #[command(flatten)]
     pub lms: LmsArgs,
     #[command(flatten)]
@@ -239,6 +267,16 @@ pub struct LmsArgs {
     /// lms: probability that a page fires a concurrent AJAX request on the same session.
     #[arg(long, default_value_t = 0.3)]
     pub ajax_ratio: f64,
+    /// lms: application time per page, ms, spent between the session read and the session
+    /// write (the session stays locked meanwhile, as in PHP). The default, 300, is of the order
+    /// of the PHP time per page the Moodle study's profile reports (a few hundred ms); 0 times
+    /// the store operations alone.
+    #[arg(long, default_value_t = 300.0)]
+    pub app_ms: f64,
+    /// lms: spend the application time burning the bench's CPU instead of sleeping (by
+    /// default it sleeps: in the study the PHP code ran on a separate web server).
+    #[arg(long)]
+    pub app_spin: bool,
     /// lms and kv: key popularity.
     #[arg(long, value_enum, default_value_t = KeyDist::Zipfian)]
     pub dist: KeyDist,
@@ -287,6 +325,8 @@ pub struct ExamArgs {
 /// What one invocation asks for, after validation.
 struct Plan {
     subcommand: &'static str,
+    /// A layer held on one target while the targets under test serve the other.
+    held: Option<(Layer, TargetSpec)>,
     fault: Option<FaultPlan>,
     workload: Workload,
     targets: Vec<TargetSpec>,
@@ -338,18 +378,25 @@ fn build_workload(kind: WorkloadKind, c: &Common) -> Result<Workload> {
                 l.cache_value_size >= 64,
                 "--cache-value-size must be at least 64",
             )?;
+            check(
+                l.app_ms.is_finite() && l.app_ms >= 0.0,
+                "--app-ms must be a non-negative number",
+            )?;
+            let scale = |n: usize| (n * c.serializer_size as usize / 100).max(64);
             Workload::Lms(Arc::new(Lms::new(LmsParams {
-                session_min: l.session_min,
-                session_max: l.session_max,
+                session_min: scale(l.session_min),
+                session_max: scale(l.session_max),
                 cache_reads_min: l.cache_reads_min,
                 cache_reads_max: l.cache_reads_max,
                 multiget_share: l.multiget_share,
                 hit_ratio: l.hit_ratio,
                 regen_us: l.regen_us,
-                cache_value_size: l.cache_value_size,
+                cache_value_size: scale(l.cache_value_size),
                 cache_keys: l.cache_keys.max(1),
                 key_dist: l.dist,
                 ajax_ratio: l.ajax_ratio,
+                app_ms: l.app_ms,
+                app_spin: l.app_spin,
             })))
         }
         WorkloadKind::Exam => {
@@ -516,7 +563,49 @@ fn plan(cli: Cli) -> Result<Plan> {
             "fault runs restart the server, so the tool must start it (no @address)",
         )?;
     }
+    check(
+        common.serializer_size >= 1,
+        "--serializer-size is a percentage (at least 1)",
+    )?;
+    check(
+        common
+            .rtt_ms
+            .map(|r| r.is_finite() && (0.0..=1000.0).contains(&r))
+            .unwrap_or(true),
+        "--rtt-ms must be between 0 and 1000",
+    )?;
+    if let Some(n) = common.db_max_connections {
+        check(n >= 1, "--db-max-connections must be at least 1")?;
+        for t in &mut targets {
+            if t.kind.is_database() {
+                t.max_connections = Some(n);
+            }
+        }
+    }
+    let held = match (&common.session_target, &common.cache_target) {
+        (Some(_), Some(_)) => {
+            return Err(BenchError::Input(
+                "give --session-target or --cache-target, not both: the targets under test \
+                 serve the other layer"
+                    .into(),
+            ))
+        }
+        (Some(t), None) => Some((Layer::Session, TargetSpec::parse(t)?)),
+        (None, Some(t)) => Some((Layer::Cache, TargetSpec::parse(t)?)),
+        (None, None) => None,
+    };
+    if let Some((_, h)) = &held {
+        check(
+            fault.is_none(),
+            "fault runs restart the target under test; hold no layer on another target",
+        )?;
+        check(
+            h.kind != TargetKind::Files || h.addr.is_none(),
+            "the files store has no address",
+        )?;
+    }
     Ok(Plan {
+        held,
         subcommand,
         fault,
         workload,
@@ -543,6 +632,10 @@ fn client_config(spec: &TargetSpec, c: &Common) -> ClientConfig {
         poll_interval: Duration::from_millis(poll.max(1)),
         session_ttl_s: c.session_ttl.max(1),
         op_timeout: Duration::from_millis(c.op_timeout_ms.max(1)),
+        compression: c
+            .compress_threshold
+            .map(|threshold| Compression { threshold }),
+        relay_one_way: c.rtt_ms.map(|ms| Duration::from_secs_f64(ms / 2000.0)),
     }
 }
 
@@ -579,6 +672,7 @@ fn run_target(
         points: Vec::new(),
         knee: None,
         disk_bytes: None,
+        held: None,
         partial: false,
         partial_reason: None,
     };
@@ -625,9 +719,63 @@ fn run_target(
         reported,
         client_durability: config.durability_command.clone(),
     });
+    // The held layer's store: started (or attached) once for this target under test.
+    let mut held_server = None;
+    let endpoints = match &plan.held {
+        None => Endpoints::single(addr.clone(), config.clone()),
+        Some((layer, held)) => {
+            let held_config = Arc::new(client_config(held, &plan.common));
+            let held_addr = match &held.addr {
+                Some(a) => a.clone(),
+                None => match ManagedServer::start(held, bins, Duration::from_secs(60)) {
+                    Ok(s) => {
+                        let a = s.addr.clone();
+                        held_server = Some(s);
+                        a
+                    }
+                    Err(e) => {
+                        result.partial = true;
+                        result.partial_reason =
+                            Some(format!("the held {layer} store {}: {e}", held.label()));
+                        if let Some(m) = managed {
+                            m.lock().stop(Duration::from_secs(10));
+                        }
+                        return result;
+                    }
+                },
+            };
+            result.held = Some(HeldLayer {
+                layer: *layer,
+                label: held.label(),
+                addr: held_addr.clone(),
+            });
+            let under_test = (addr.clone(), config.clone());
+            let other = (held_addr, held_config);
+            match layer {
+                Layer::Session => Endpoints {
+                    session: other,
+                    cache: Some(under_test),
+                },
+                Layer::Cache => Endpoints {
+                    session: under_test,
+                    cache: Some(other),
+                },
+            }
+        }
+    };
+    if plan.held.is_some() {
+        // Creates the held database's tables (and checks it answers).
+        if let Err(e) = rt.block_on(async { endpoints.connect().await?.describe_server().await }) {
+            result.partial = true;
+            result.partial_reason = Some(format!("the held store is unusable: {e}"));
+        }
+    }
     let open = plan.loads.iter().any(|l| matches!(l, Load::Open { .. }));
     let timing = timing(&plan.workload, &plan.common, open);
     for (i, load) in plan.loads.iter().enumerate() {
+        if result.partial {
+            break;
+        }
         if crate::run::interrupted() {
             result.partial = true;
             result.partial_reason = Some("interrupted (SIGINT) before every point ran".into());
@@ -644,6 +792,7 @@ fn run_target(
             plan.workload.clone(),
             addr.clone(),
             config.clone(),
+            endpoints.clone(),
             *load,
             timing,
             plan.common.seed.wrapping_add(i as u64),
@@ -679,6 +828,9 @@ fn run_target(
     if let Some(m) = managed {
         m.lock().stop(Duration::from_secs(10));
     }
+    if let Some(mut h) = held_server {
+        h.stop(Duration::from_secs(10));
+    }
     result
 }
 
@@ -709,6 +861,7 @@ pub fn execute(cli: Cli, argv: Vec<String>) -> Result<BenchResult> {
                 points: Vec::new(),
                 knee: None,
                 disk_bytes: None,
+                held: None,
                 partial: true,
                 partial_reason: Some("not run: interrupted (SIGINT)".into()),
             });

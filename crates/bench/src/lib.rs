@@ -7,6 +7,9 @@
 //! * [`error`] — [`BenchError`], the crate's one error type.
 //! * [`resp`] — a small async RESP2 client (encoding here, parsing by `gradus-proto`).
 //! * [`memcache`] — a small async memcached text-protocol client.
+//! * [`wire`] — bytes and round trips per connection, and the loopback relay that models a
+//!   network round-trip time.
+//! * [`codec`] — client-side LZ4 compression of values above a threshold.
 //! * [`db`] — PostgreSQL, MariaDB/MyRocks and file session stores, and how to start the
 //!   databases.
 //! * [`target`] — target specs and each target's idioms (native/polling session locks, cache
@@ -56,6 +59,7 @@
 //! ops["ajax"].count`.
 
 pub mod cli;
+pub mod codec;
 pub mod db;
 pub mod error;
 pub mod fault;
@@ -68,6 +72,7 @@ pub mod server;
 pub mod stats;
 pub mod svg;
 pub mod target;
+pub mod wire;
 pub mod workload;
 
 pub use error::BenchError;

@@ -117,6 +117,17 @@ pub struct LoadInfo {
     pub seed: u64,
 }
 
+/// A layer held on a fixed target (`--session-target`, `--cache-target`).
+#[derive(Debug, Clone, Serialize)]
+pub struct HeldLayer {
+    /// Which layer was held.
+    pub layer: crate::target::Layer,
+    /// Its target's label.
+    pub label: String,
+    /// Its address.
+    pub addr: String,
+}
+
 /// One target's results.
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetResult {
@@ -133,6 +144,9 @@ pub struct TargetResult {
     /// Bytes the managed server's data directory takes on disk after the last point
     /// (allocated blocks; logs, snapshots, tablespaces, binary logs).
     pub disk_bytes: Option<u64>,
+    /// The layer held on another target while this one served the other layer (`null`: this
+    /// target served both).
+    pub held: Option<HeldLayer>,
     /// True when this target's results are incomplete.
     pub partial: bool,
     /// Why.
@@ -227,6 +241,8 @@ pub struct PointResult {
     pub pages_per_journey: Option<usize>,
     /// Every operation's latency, by name.
     pub ops: BTreeMap<String, LatencySummary>,
+    /// Bytes and round trips on the wire per page and per unit.
+    pub wire: WireReport,
     /// Units abandoned after an error.
     pub abandoned_units: u64,
     /// Units cut off by the end of the drain period.
@@ -252,6 +268,88 @@ pub struct PointResult {
     pub partial: bool,
     /// Why.
     pub partial_reason: Option<String>,
+}
+
+/// One wire figure over the measured pages or units.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct WireFigure {
+    /// Pages or units measured.
+    pub count: u64,
+    /// Mean.
+    pub avg: f64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// Largest.
+    pub max: u64,
+}
+
+/// What went over the network, counted in the client layer (see `wire`).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct WireReport {
+    /// False when the target's bytes could not be counted (the files store; MariaDB's driver
+    /// without `--rtt-ms`, which routes it through the counting relay).
+    pub counted: bool,
+    /// Why not, when not.
+    pub note: Option<String>,
+    /// The modelled round-trip time, ms (`--rtt-ms`), `null` for direct connections.
+    pub rtt_ms: Option<f64>,
+    /// Client-side compression threshold, bytes (`--compress-threshold`).
+    pub compress_threshold: Option<usize>,
+    /// `page.sent`, `page.received`, `page.round_trips` (lms), and per unit and layer
+    /// `unit.session_sent`, `unit.session_received`, `unit.session_round_trips`,
+    /// `unit.cache_sent`, `unit.cache_received`, `unit.cache_round_trips`. Bytes are TCP
+    /// payload (protocol framing included, TCP/IP headers not).
+    pub figures: BTreeMap<String, WireFigure>,
+}
+
+impl WireReport {
+    /// Builds the report from the `wire.*` histograms of a point.
+    pub fn from_summaries(
+        wire: &BTreeMap<String, LatencySummary>,
+        config: &crate::target::ClientConfig,
+    ) -> WireReport {
+        let figures: BTreeMap<String, WireFigure> = wire
+            .iter()
+            .map(|(name, s)| {
+                (
+                    name.trim_start_matches("wire.").to_string(),
+                    WireFigure {
+                        count: s.count,
+                        avg: s.avg_us,
+                        p50: s.p50_us,
+                        p90: s.p90_us,
+                        max: s.max_us,
+                    },
+                )
+            })
+            .collect();
+        let counted = !figures.is_empty();
+        let note = (!counted).then(|| {
+            match config.kind {
+                crate::target::TargetKind::Files => "the files store has no network connection",
+                crate::target::TargetKind::Mariadb | crate::target::TargetKind::Myrocks => {
+                    "MariaDB's driver owns its socket: give --rtt-ms (0 for no delay) to count \
+                     it through the relay"
+                }
+                _ => "no unit completed in the measured window",
+            }
+            .to_string()
+        });
+        WireReport {
+            counted,
+            note,
+            rtt_ms: config.relay_one_way.map(|d| d.as_secs_f64() * 2000.0),
+            compress_threshold: config.compression.map(|c| c.threshold),
+            figures,
+        }
+    }
+
+    /// Mean of one figure, if present.
+    pub fn avg(&self, name: &str) -> Option<f64> {
+        self.figures.get(name).map(|f| f.avg)
+    }
 }
 
 /// The knee of a latency curve.
@@ -316,6 +414,85 @@ pub fn attach_knee(target: &mut TargetResult) {
 
 fn ms(us: f64) -> String {
     format!("{:.2}", us / 1000.0)
+}
+
+/// The "bytes on the wire" section: per page (lms) and per unit, per layer.
+fn wire_markdown(result: &BenchResult) -> String {
+    let mut md = String::new();
+    let any = result
+        .targets
+        .iter()
+        .flat_map(|t| t.points.iter())
+        .any(|p| p.wire.counted);
+    if !any {
+        return md;
+    }
+    let unit = result
+        .targets
+        .iter()
+        .flat_map(|t| t.points.first())
+        .map(|p| p.unit.clone())
+        .next()
+        .unwrap_or_else(|| "unit".into());
+    let _ = writeln!(
+        md,
+        "\n## Bytes on the wire\n\nCounted in the client layer (TCP payload, protocol framing \
+         included). Means per page and per {unit}; session and cache layers apart.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| target | users/rate | RTT ms | compression ≥ B | page sent B | page received B | page round trips | {unit} session B | {unit} cache B | {unit} round trips | KiB/s both ways |\n|{}",
+        "---|".repeat(11)
+    );
+    let num = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
+    for t in &result.targets {
+        for p in &t.points {
+            let x = p
+                .users
+                .map(|u| u.to_string())
+                .or(p.rate.map(|r| format!("{r}/s")))
+                .unwrap_or_default();
+            let w = &p.wire;
+            if !w.counted {
+                let _ = writeln!(
+                    md,
+                    "| {} | {x} | {} | - | - | - | - | - | - | - | - |",
+                    t.label,
+                    w.note.as_deref().unwrap_or("not counted")
+                );
+                continue;
+            }
+            let sum = |a: &str, b: &str| Some(w.avg(a)? + w.avg(b)?);
+            let session = sum("unit.session_sent", "unit.session_received");
+            let cache = sum("unit.cache_sent", "unit.cache_received");
+            let rts = sum("unit.session_round_trips", "unit.cache_round_trips");
+            let rate = session
+                .zip(cache)
+                .map(|(s, c)| (s + c) * p.units_per_s / 1024.0);
+            let _ = writeln!(
+                md,
+                "| {} | {x} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                t.label,
+                w.rtt_ms
+                    .map(|r| format!("{r}"))
+                    .unwrap_or_else(|| "direct".into()),
+                w.compress_threshold
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "off".into()),
+                num(w.avg("page.sent")),
+                num(w.avg("page.received")),
+                w.avg("page.round_trips")
+                    .map(|v| format!("{v:.1}"))
+                    .unwrap_or_else(|| "-".into()),
+                num(session),
+                num(cache),
+                num(rts),
+                rate.map(|r| format!("{r:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+            );
+        }
+    }
+    md
 }
 
 fn mib(b: u64) -> String {
@@ -399,6 +576,13 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
                     .map(|l| format!("`{} {}`", l.binary, shell_line(&l.args)))
                     .unwrap_or_else(|| format!("attached at {}", s.addr));
                 let _ = writeln!(md, "- **{}**: {version} — {args}", t.label);
+                if let Some(h) = &t.held {
+                    let _ = writeln!(
+                        md,
+                        "  - {} layer held on **{}** at {} (this target served the other layer only)",
+                        h.layer, h.label, h.addr
+                    );
+                }
             }
             None => {
                 let _ = writeln!(
@@ -413,9 +597,9 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
     let _ = writeln!(md, "\n## {unit} latency (ms) and server resources\n");
     let _ = writeln!(
         md,
-        "| target | users/rate | {unit}s/s | ops/s | avg | p50 | p90 | p99 | max | errors | lock waits | polls | verified | mismatches | server CPU % | RSS MiB | disk write KiB/s | write calls/s | sockets | bench CPU % |"
+        "| target | users/rate | {unit}s/s | ops/s | avg | p50 | p90 | p99 | max | errors | lock waits | polls | verified | mismatches | server CPU % | PSS MiB | disk read KiB/s | disk write KiB/s | write calls/s | disk ops r/w per s | sockets | bench CPU % |"
     );
-    let _ = writeln!(md, "|{}", "---|".repeat(20));
+    let _ = writeln!(md, "|{}", "---|".repeat(22));
     for t in &result.targets {
         for p in &t.points {
             let x = p
@@ -427,15 +611,18 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
             let r = &p.resources;
             let res = if r.available {
                 format!(
-                    "{:.0} | {} | {:.0} | {:.0} | {}",
+                    "{:.0} | {} | {:.0} | {:.0} | {:.0} | {:.0}/{:.0} | {}",
                     r.cpu_percent_of_one_core,
-                    mib(r.rss_max_bytes),
+                    mib(r.pss_max_bytes),
+                    r.read_bytes_per_s / 1024.0,
                     r.write_bytes_per_s / 1024.0,
                     r.write_syscalls_per_s,
+                    r.disk_read_ops_per_s,
+                    r.disk_write_ops_per_s,
                     r.sockets_max
                 )
             } else {
-                "n/a | n/a | n/a | n/a | n/a".to_string()
+                "n/a | n/a | n/a | n/a | n/a | n/a | n/a".to_string()
             };
             let v = &p.verification;
             let _ = writeln!(
@@ -461,6 +648,13 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
             );
         }
     }
+    let _ = writeln!(
+        md,
+        "\nMemory is PSS (`/proc/<pid>/smaps_rollup`, summed over the server's processes: shared \
+         memory such as PostgreSQL's `shared_buffers` counted once; the JSON also has RSS). Disk \
+         read/write KiB/s are the server's own (`/proc/<pid>/io`); disk ops/s are the machine's \
+         whole disks (`/proc/diskstats`), other work on the machine included."
+    );
     if let Some(rt) = result
         .targets
         .iter()
@@ -491,6 +685,7 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
             }
         }
     }
+    md.push_str(&wire_markdown(result));
     // Charts.
     let xs_label = if result.load.model == "open" {
         "arrivals per second"
