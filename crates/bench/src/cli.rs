@@ -13,8 +13,8 @@ use crate::codec::Compression;
 use crate::error::{BenchError, Result};
 use crate::fault::{FaultKind, FaultPlan};
 use crate::report::{
-    attach_knee, rfc3339, unix_now, write_json, write_markdown, BenchResult, HeldLayer, LoadInfo,
-    Machine, ServerInfo, TargetResult, WorkloadInfo, SCHEMA,
+    attach_knee, next_refinement, point_x, rfc3339, unix_now, write_json, write_markdown,
+    BenchResult, HeldLayer, LoadInfo, Machine, ServerInfo, TargetResult, WorkloadInfo, SCHEMA,
 };
 use crate::run::{run_point, Load, Timing};
 use crate::server::{Binaries, ManagedServer};
@@ -199,6 +199,14 @@ pub struct Common {
     /// Client runtime worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub client_threads: usize,
+    /// Adaptive sweep: after the listed user counts, run up to this many more, each halfway
+    /// between the last good and the first bad point (see --knee-factor), to locate the knee.
+    #[arg(long, default_value_t = 0)]
+    pub refine: usize,
+    /// A point is bad (past the knee) when its unit P90 exceeds this many times the first
+    /// point's, or when units failed.
+    #[arg(long, default_value_t = 2.0)]
+    pub knee_factor: f64,
     /// Hold the session layer on this target while the targets under test serve only the
     /// application cache (the paper's one-layer-at-a-time runs); the tool starts it once per
     /// target under test. Default: the session layer is the target under test too.
@@ -564,6 +572,14 @@ fn plan(cli: Cli) -> Result<Plan> {
         )?;
     }
     check(
+        common.knee_factor.is_finite() && common.knee_factor > 1.0,
+        "--knee-factor must be above 1",
+    )?;
+    check(
+        common.refine == 0 || loads.iter().all(|l| matches!(l, Load::Closed { .. })),
+        "--refine works on user counts (closed loop)",
+    )?;
+    check(
         common.serializer_size >= 1,
         "--serializer-size is a percentage (at least 1)",
     )?;
@@ -772,7 +788,23 @@ fn run_target(
     }
     let open = plan.loads.iter().any(|l| matches!(l, Load::Open { .. }));
     let timing = timing(&plan.workload, &plan.common, open);
-    for (i, load) in plan.loads.iter().enumerate() {
+    let mut pending: std::collections::VecDeque<Load> = plan.loads.iter().copied().collect();
+    let mut refinements = plan.common.refine;
+    let mut i = 0usize;
+    loop {
+        let load = match pending.pop_front() {
+            Some(l) => l,
+            None if refinements > 0 => {
+                match next_refinement(&result.points, plan.common.knee_factor) {
+                    Some(users) => {
+                        refinements -= 1;
+                        Load::Closed { users }
+                    }
+                    None => break,
+                }
+            }
+            None => break,
+        };
         if result.partial {
             break;
         }
@@ -793,7 +825,7 @@ fn run_target(
             addr.clone(),
             config.clone(),
             endpoints.clone(),
-            *load,
+            load,
             timing,
             plan.common.seed.wrapping_add(i as u64),
             tag,
@@ -819,11 +851,20 @@ fn run_target(
             result.partial_reason = point.partial_reason.clone();
         }
         result.points.push(point);
+        i += 1;
         if stop {
             break;
         }
     }
-    attach_knee(&mut result);
+    result
+        .points
+        .sort_by(|a, b| point_x(a).total_cmp(&point_x(b)));
+    attach_knee(
+        &mut result,
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+    );
     result.disk_bytes = managed.as_ref().map(|m| m.lock().disk_bytes());
     if let Some(m) = managed {
         m.lock().stop(Duration::from_secs(10));

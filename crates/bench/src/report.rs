@@ -363,6 +363,9 @@ pub struct Knee {
     pub p90_ms: f64,
     /// How it was found.
     pub method: &'static str,
+    /// Which resource ran out past the knee, with the figures that say so (a reading of the
+    /// point after the knee against the first point; see [`saturated_resource`]).
+    pub saturated: Option<String>,
 }
 
 /// Finds the knee of an increasing latency curve: after scaling both axes to 0..1, the point
@@ -392,24 +395,135 @@ pub fn find_knee(xs: &[f64], ys: &[f64]) -> Option<usize> {
     best
 }
 
-/// Sets the knee of a target from its points' unit P90.
-pub fn attach_knee(target: &mut TargetResult) {
-    let xs: Vec<f64> = target
-        .points
-        .iter()
-        .map(|p| p.users.map(|u| u as f64).or(p.rate).unwrap_or(0.0))
-        .collect();
+/// Sets the knee of a target from its points' unit P90 (points in increasing load order), and
+/// names the resource that saturated past it. `cpus`: the machine's cores; `cap`: the
+/// database's connection cap, if one was set.
+pub fn attach_knee(target: &mut TargetResult, cpus: usize) {
+    let xs: Vec<f64> = target.points.iter().map(point_x).collect();
     let ys: Vec<f64> = target
         .points
         .iter()
         .map(|p| p.unit_latency.p90_us as f64 / 1000.0)
         .collect();
-    target.knee = find_knee(&xs, &ys).map(|i| Knee {
-        index: i,
-        x: xs[i],
-        p90_ms: ys[i],
-        method: "largest gap below the chord of the normalised P90 curve (Kneedle)",
+    let cap = target.spec.max_connections;
+    target.knee = find_knee(&xs, &ys).map(|i| {
+        let past = &target.points[(i + 1).min(target.points.len() - 1)];
+        Knee {
+            index: i,
+            x: xs[i],
+            p90_ms: ys[i],
+            method: "largest gap below the chord of the normalised P90 curve (Kneedle)",
+            saturated: Some(saturated_resource(&target.points[0], past, cap, cpus)),
+        }
     });
+}
+
+/// A point's position on the load axis: users, or arrivals per second.
+pub fn point_x(p: &PointResult) -> f64 {
+    p.users.map(|u| u as f64).or(p.rate).unwrap_or(0.0)
+}
+
+/// True when a point is past the knee: its unit P90 is above `factor` times the first point's,
+/// or units failed, or the point ended early.
+pub fn point_is_bad(first: &PointResult, p: &PointResult, factor: f64) -> bool {
+    let base = first.unit_latency.p90_us.max(1) as f64;
+    p.partial
+        || p.abandoned_units > 0
+        || p.unit_latency.count == 0
+        || p.unit_latency.p90_us as f64 > factor * base
+}
+
+/// The next user count of an adaptive sweep: halfway between the last good point and the first
+/// bad one (points sorted by users; see [`point_is_bad`]), or `None` when they are adjacent
+/// user counts or no point is bad (or none is good).
+pub fn next_refinement(points: &[PointResult], factor: f64) -> Option<usize> {
+    let mut sorted: Vec<&PointResult> = points.iter().filter(|p| p.users.is_some()).collect();
+    sorted.sort_by_key(|p| p.users);
+    let first = *sorted.first()?;
+    let bad = sorted.iter().position(|p| point_is_bad(first, p, factor))?;
+    if bad == 0 {
+        return None;
+    }
+    let lo = sorted[bad - 1].users?;
+    let hi = sorted[bad].users?;
+    (hi > lo + 1).then_some(lo + (hi - lo) / 2)
+}
+
+/// Names the resource that ran out at point `at`, compared with the `first` point: the CPU of
+/// the machine (server and bench together near the cores' total), connections (open sockets at
+/// the database's cap, or connection errors), the disks (operations per second several times
+/// the first point's), or session-lock waits. A heuristic reading of the sampled figures, not a
+/// proof; the figures it rests on are in the text.
+pub fn saturated_resource(
+    first: &PointResult,
+    at: &PointResult,
+    cap: Option<u32>,
+    cpus: usize,
+) -> String {
+    let r = &at.resources;
+    let r0 = &first.resources;
+    let mut found = Vec::new();
+    let server_cpu = if r.available {
+        r.cpu_percent_of_one_core
+    } else {
+        0.0
+    };
+    let bench_cpu = at.client_cpu_percent_of_one_core.unwrap_or(0.0);
+    let total = (cpus.max(1) * 100) as f64;
+    if server_cpu + bench_cpu >= 0.85 * total {
+        found.push(format!(
+            "CPU: server {server_cpu:.0} % + bench {bench_cpu:.0} % of {total:.0} %"
+        ));
+    }
+    let connect_errors: u64 = at
+        .errors
+        .iter()
+        .filter(|(k, _)| {
+            let k = k.to_ascii_lowercase();
+            k.contains("connect") || k.contains("too many")
+        })
+        .map(|(_, n)| n)
+        .sum();
+    if let Some(cap) = cap {
+        if r.available && r.sockets_max as f64 >= 0.9 * cap as f64 || connect_errors > 0 {
+            found.push(format!(
+                "connections: {} sockets open against a cap of {cap}, {connect_errors} connection errors",
+                r.sockets_max
+            ));
+        }
+    } else if connect_errors > 0 {
+        found.push(format!("connections: {connect_errors} connection errors"));
+    }
+    if r.available && r0.available {
+        let ops = r.disk_read_ops_per_s + r.disk_write_ops_per_s;
+        let ops0 = r0.disk_read_ops_per_s + r0.disk_write_ops_per_s;
+        if ops >= 100.0 && ops >= 3.0 * ops0.max(1.0) {
+            found.push(format!(
+                "disk: {:.0} reads/s + {:.0} writes/s (first point {ops0:.0}/s); server reads {:.0} KiB/s",
+                r.disk_read_ops_per_s,
+                r.disk_write_ops_per_s,
+                r.read_bytes_per_s / 1024.0
+            ));
+        }
+    }
+    let wait = at.locks.wait_latency.avg_us;
+    if at.locks.waits > 0 && wait > 0.25 * at.unit_latency.avg_us.max(1.0) / 13.0 {
+        found.push(format!(
+            "session locks: {} waits averaging {:.1} ms",
+            at.locks.waits,
+            wait / 1000.0
+        ));
+    }
+    if found.is_empty() {
+        format!(
+            "none of CPU ({:.0} % of {total:.0} %), connections or disk reached its limit at {}: \
+             latency grew by queueing",
+            server_cpu + bench_cpu,
+            point_x(at)
+        )
+    } else {
+        found.join("; ")
+    }
 }
 
 fn ms(us: f64) -> String {
@@ -731,8 +845,11 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
                 Some(k) => {
                     let _ = writeln!(
                         md,
-                        "- {}: knee at {} ({:.2} ms P90)",
-                        t.label, k.x, k.p90_ms
+                        "- {}: knee at {} ({:.2} ms P90); past it: {}",
+                        t.label,
+                        k.x,
+                        k.p90_ms,
+                        k.saturated.as_deref().unwrap_or("-")
                     );
                 }
                 None => {
@@ -902,6 +1019,120 @@ mod tests {
         assert_eq!(find_knee(&xs, &ys), Some(3));
         assert_eq!(find_knee(&xs, &[2.0, 2.0, 2.1, 2.1, 2.2]), None);
         assert_eq!(find_knee(&xs[..2], &ys[..2]), None);
+    }
+
+    fn synthetic_point(users: usize, p90_ms: f64) -> PointResult {
+        let lat = LatencySummary {
+            count: 100,
+            p90_us: (p90_ms * 1000.0) as u64,
+            avg_us: p90_ms * 800.0,
+            ..LatencySummary::default()
+        };
+        PointResult {
+            users: Some(users),
+            rate: None,
+            load: crate::run::Load::Closed { users },
+            prepare_s: 0.0,
+            measured_s: 10.0,
+            unit: "journey".into(),
+            units: 100,
+            units_per_s: 10.0,
+            protocol_ops: 0,
+            protocol_ops_per_s: 0.0,
+            unit_latency: lat,
+            response_time: None,
+            pages_per_journey: Some(13),
+            ops: BTreeMap::new(),
+            wire: WireReport::default(),
+            abandoned_units: 0,
+            cut_at_end: 0,
+            dropped_arrivals: 0,
+            reconnects: 0,
+            errors: BTreeMap::new(),
+            locks: LockReport::default(),
+            verification: Verification::default(),
+            resources: Resources::unavailable("synthetic"),
+            client_cpu_percent_of_one_core: None,
+            fault: None,
+            partial: false,
+            partial_reason: None,
+        }
+    }
+
+    /// A latency curve flat at 10 ms up to a planted knee at 270 users, then rising steeply
+    /// (as a closed loop past saturation: latency grows linearly with users).
+    fn planted(users: usize) -> f64 {
+        if users <= 270 {
+            10.0 + users as f64 * 0.002
+        } else {
+            10.0 + (users - 270) as f64 * 1.5
+        }
+    }
+
+    #[test]
+    fn adaptive_sweep_and_knee_finder_find_a_planted_knee() {
+        let mut points: Vec<PointResult> = [1, 100, 200, 400, 600]
+            .iter()
+            .map(|&u| synthetic_point(u, planted(u)))
+            .collect();
+        let mut added = 0;
+        while let Some(u) = next_refinement(&points, 2.0) {
+            assert!(!points.iter().any(|p| p.users == Some(u)), "no repeats");
+            points.push(synthetic_point(u, planted(u)));
+            added += 1;
+            assert!(added < 20, "refinement converges");
+        }
+        points.sort_by_key(|p| p.users);
+        // 2× the 10 ms base is crossed at 277 users: the last good and first bad are adjacent.
+        let users: Vec<usize> = points.iter().map(|p| p.users.unwrap()).collect();
+        let first_bad = users
+            .iter()
+            .position(|&u| planted(u) > 2.0 * planted(1))
+            .unwrap();
+        assert_eq!(users[first_bad] - users[first_bad - 1], 1, "{users:?}");
+        assert_eq!(users[first_bad], 277);
+        // The knee finder, on the refined curve, lands within 5 % of the planted knee.
+        let mut target = TargetResult {
+            label: "synthetic".into(),
+            spec: crate::target::TargetSpec::parse("redis").unwrap(),
+            server: None,
+            points,
+            knee: None,
+            disk_bytes: None,
+            held: None,
+            partial: false,
+            partial_reason: None,
+        };
+        attach_knee(&mut target, 2);
+        let knee = target.knee.expect("a knee");
+        assert!((knee.x - 270.0).abs() <= 0.05 * 270.0, "knee at {}", knee.x);
+        assert!(knee.saturated.unwrap().contains("queueing"));
+    }
+
+    #[test]
+    fn saturation_names_cpu_connections_and_disk() {
+        let first = synthetic_point(1, 10.0);
+        let mut at = synthetic_point(300, 50.0);
+        at.client_cpu_percent_of_one_core = Some(80.0);
+        at.resources = Resources {
+            available: true,
+            cpu_percent_of_one_core: 100.0,
+            sockets_max: 100,
+            disk_read_ops_per_s: 900.0,
+            ..Resources::default()
+        };
+        let mut first_r = first.clone();
+        first_r.resources = Resources {
+            available: true,
+            disk_read_ops_per_s: 10.0,
+            ..Resources::default()
+        };
+        let text = saturated_resource(&first_r, &at, Some(100), 2);
+        assert!(text.contains("CPU"), "{text}");
+        assert!(text.contains("cap of 100"), "{text}");
+        assert!(text.contains("disk"), "{text}");
+        let calm = saturated_resource(&first_r, &first_r, Some(100), 2);
+        assert!(calm.starts_with("none of"), "{calm}");
     }
 
     #[test]
