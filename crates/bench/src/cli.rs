@@ -199,6 +199,10 @@ pub struct Common {
     /// Client runtime worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub client_threads: usize,
+    /// Limit the managed server to this many disk reads and this many disk writes per second
+    /// (a cgroup block-I/O throttle on the device of its data directory; needs root).
+    #[arg(long)]
+    pub iops_limit: Option<u32>,
     /// Adaptive sweep: after the listed user counts, run up to this many more, each halfway
     /// between the last good and the first bad point (see --knee-factor), to locate the knee.
     #[arg(long, default_value_t = 0)]
@@ -610,6 +614,16 @@ fn plan(cli: Cli) -> Result<Plan> {
         (None, Some(t)) => Some((Layer::Cache, TargetSpec::parse(t)?)),
         (None, None) => None,
     };
+    if common.iops_limit.is_some() {
+        check(
+            fault.is_none(),
+            "--iops-limit and fault runs do not mix (a restarted server leaves the cgroup)",
+        )?;
+        check(
+            common.iops_limit >= Some(1),
+            "--iops-limit must be at least 1",
+        )?;
+    }
     if let Some((_, h)) = &held {
         check(
             fault.is_none(),
@@ -688,6 +702,8 @@ fn run_target(
         points: Vec::new(),
         knee: None,
         disk_bytes: None,
+        disk: None,
+        iops_limit: None,
         held: None,
         partial: false,
         partial_reason: None,
@@ -735,6 +751,38 @@ fn run_target(
         reported,
         client_durability: config.durability_command.clone(),
     });
+    // The storage IOPS limit, kept until the server has stopped.
+    let mut iops_limit = None;
+    if let Some(iops) = plan.common.iops_limit {
+        let applied = match &managed {
+            Some(m) => {
+                let m = m.lock();
+                match m.pid() {
+                    Some(pid) => crate::iolimit::apply(
+                        &crate::sampler::process_tree(pid),
+                        &m.data_dir(),
+                        iops,
+                    ),
+                    None => Err(BenchError::Input(
+                        "--iops-limit: this store has no server process".into(),
+                    )),
+                }
+            }
+            None => Err(BenchError::Input(
+                "--iops-limit applies to a server the tool starts (no @address)".into(),
+            )),
+        };
+        match applied {
+            Ok(l) => {
+                result.iops_limit = Some(l.description.clone());
+                iops_limit = Some(l);
+            }
+            Err(e) => {
+                result.partial = true;
+                result.partial_reason = Some(e.to_string());
+            }
+        }
+    }
     // The held layer's store: started (or attached) once for this target under test.
     let mut held_server = None;
     let endpoints = match &plan.held {
@@ -866,12 +914,14 @@ fn run_target(
             .unwrap_or(1),
     );
     result.disk_bytes = managed.as_ref().map(|m| m.lock().disk_bytes());
+    result.disk = managed.as_ref().map(|m| m.lock().disk_usage());
     if let Some(m) = managed {
         m.lock().stop(Duration::from_secs(10));
     }
     if let Some(mut h) = held_server {
         h.stop(Duration::from_secs(10));
     }
+    drop(iops_limit);
     result
 }
 
@@ -902,6 +952,8 @@ pub fn execute(cli: Cli, argv: Vec<String>) -> Result<BenchResult> {
                 points: Vec::new(),
                 knee: None,
                 disk_bytes: None,
+                disk: None,
+                iops_limit: None,
                 held: None,
                 partial: true,
                 partial_reason: Some("not run: interrupted (SIGINT)".into()),

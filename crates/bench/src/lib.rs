@@ -14,6 +14,7 @@
 //!   databases.
 //! * [`target`] — target specs and each target's idioms (native/polling session locks, cache
 //!   in hashes or items).
+//! * [`iolimit`] — a cgroup block-I/O IOPS limit on a managed server.
 //! * [`server`] — starting and stopping managed servers in temporary directories.
 //! * [`sampler`] — `/proc` sampling of the server process.
 //! * [`stats`] — histograms and counters.
@@ -63,6 +64,7 @@ pub mod codec;
 pub mod db;
 pub mod error;
 pub mod fault;
+pub mod iolimit;
 pub mod memcache;
 pub mod report;
 pub mod resp;

@@ -144,6 +144,10 @@ pub struct TargetResult {
     /// Bytes the managed server's data directory takes on disk after the last point
     /// (allocated blocks; logs, snapshots, tablespaces, binary logs).
     pub disk_bytes: Option<u64>,
+    /// The same split into logs and table data.
+    pub disk: Option<crate::server::DiskUsage>,
+    /// The storage IOPS limit the server ran under (`--iops-limit`), as set.
+    pub iops_limit: Option<String>,
     /// The layer held on another target while this one served the other layer (`null`: this
     /// target served both).
     pub held: Option<HeldLayer>,
@@ -690,6 +694,9 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
                     .map(|l| format!("`{} {}`", l.binary, shell_line(&l.args)))
                     .unwrap_or_else(|| format!("attached at {}", s.addr));
                 let _ = writeln!(md, "- **{}**: {version} — {args}", t.label);
+                if let Some(l) = &t.iops_limit {
+                    let _ = writeln!(md, "  - storage limit: {l}");
+                }
                 if let Some(h) = &t.held {
                     let _ = writeln!(
                         md,
@@ -1099,6 +1106,8 @@ mod tests {
             points,
             knee: None,
             disk_bytes: None,
+            disk: None,
+            iops_limit: None,
             held: None,
             partial: false,
             partial_reason: None,

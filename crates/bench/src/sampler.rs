@@ -91,6 +91,20 @@ pub fn read_sample(pid: u32, t_s: f64) -> Option<Sample> {
     Some(total)
 }
 
+/// `pid` and its live descendants.
+pub fn process_tree(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut stack = children(pid);
+    while let Some(c) = stack.pop() {
+        if out.len() > 10_000 {
+            break;
+        }
+        out.push(c);
+        stack.extend(children(c));
+    }
+    out
+}
+
 /// Child processes of `pid` (from every thread's `children` list).
 fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
