@@ -9,15 +9,16 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::codec::Compression;
 use crate::error::{BenchError, Result};
 use crate::fault::{FaultKind, FaultPlan};
 use crate::report::{
-    attach_knee, rfc3339, unix_now, write_json, write_markdown, BenchResult, LoadInfo, Machine,
-    ServerInfo, TargetResult, WorkloadInfo, SCHEMA,
+    attach_knee, next_refinement, point_x, rfc3339, unix_now, write_json, write_markdown,
+    BenchResult, HeldLayer, LoadInfo, Machine, ServerInfo, TargetResult, WorkloadInfo, SCHEMA,
 };
 use crate::run::{run_point, Load, Timing};
 use crate::server::{Binaries, ManagedServer};
-use crate::target::{Client, ClientConfig, LockMode, TargetKind, TargetSpec};
+use crate::target::{Client, ClientConfig, Endpoints, Layer, LockMode, TargetKind, TargetSpec};
 use crate::workload::exam::{Exam, ExamParams};
 use crate::workload::keys::{KeyDist, ThinkDist};
 use crate::workload::kv::{Kv, KvParams, Mix};
@@ -198,6 +199,45 @@ pub struct Common {
     /// Client runtime worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub client_threads: usize,
+    /// Limit the managed server to this many disk reads and this many disk writes per second
+    /// (a cgroup block-I/O throttle on the device of its data directory; needs root).
+    #[arg(long)]
+    pub iops_limit: Option<u32>,
+    /// Adaptive sweep: after the listed user counts, run up to this many more, each halfway
+    /// between the last good and the first bad point (see --knee-factor), to locate the knee.
+    #[arg(long, default_value_t = 0)]
+    pub refine: usize,
+    /// A point is bad (past the knee) when its unit P90 exceeds this many times the first
+    /// point's, or when units failed.
+    #[arg(long, default_value_t = 2.0)]
+    pub knee_factor: f64,
+    /// Hold the session layer on this target while the targets under test serve only the
+    /// application cache (the paper's one-layer-at-a-time runs); the tool starts it once per
+    /// target under test. Default: the session layer is the target under test too.
+    #[arg(long)]
+    pub session_target: Option<String>,
+    /// Hold the application cache on this target while the targets under test serve only the
+    /// sessions. Default: the cache is on the target under test too.
+    #[arg(long)]
+    pub cache_target: Option<String>,
+    /// Client-side compression: session data and cache values of at least this many bytes are
+    /// LZ4-compressed before they are sent (as php-memcached's `compression_threshold` and
+    /// phpredis' `compression` do). Off when absent.
+    #[arg(long)]
+    pub compress_threshold: Option<usize>,
+    /// Model a network between the application and the stores: every connection goes through
+    /// a loopback relay in the bench that holds each direction for half of this round-trip
+    /// time, ms (0.2–0.5 for a LAN; 0 relays without delay). Direct connections when absent.
+    #[arg(long)]
+    pub rtt_ms: Option<f64>,
+    /// Size of serialized values relative to PHP's `serialize()`, percent: scales the session
+    /// and cache value sizes (e.g. for a more compact serializer).
+    #[arg(long, default_value_t = 100)]
+    pub serializer_size: u32,
+    /// Connection cap of database targets (`max_connections`); default: 300 (PostgreSQL), 500
+    /// (MariaDB). A page that cannot connect fails, as a PHP page would.
+    #[arg(long)]
+    pub db_max_connections: Option<u32>,
     #[command(flatten)]
     pub lms: LmsArgs,
     #[command(flatten)]
@@ -239,6 +279,16 @@ pub struct LmsArgs {
     /// lms: probability that a page fires a concurrent AJAX request on the same session.
     #[arg(long, default_value_t = 0.3)]
     pub ajax_ratio: f64,
+    /// lms: application time per page, ms, spent between the session read and the session
+    /// write (the session stays locked meanwhile, as in PHP). The default, 300, is of the order
+    /// of the PHP time per page the Moodle study's profile reports (a few hundred ms); 0 times
+    /// the store operations alone.
+    #[arg(long, default_value_t = 300.0)]
+    pub app_ms: f64,
+    /// lms: spend the application time burning the bench's CPU instead of sleeping (by
+    /// default it sleeps: in the study the PHP code ran on a separate web server).
+    #[arg(long)]
+    pub app_spin: bool,
     /// lms and kv: key popularity.
     #[arg(long, value_enum, default_value_t = KeyDist::Zipfian)]
     pub dist: KeyDist,
@@ -287,6 +337,8 @@ pub struct ExamArgs {
 /// What one invocation asks for, after validation.
 struct Plan {
     subcommand: &'static str,
+    /// A layer held on one target while the targets under test serve the other.
+    held: Option<(Layer, TargetSpec)>,
     fault: Option<FaultPlan>,
     workload: Workload,
     targets: Vec<TargetSpec>,
@@ -338,18 +390,25 @@ fn build_workload(kind: WorkloadKind, c: &Common) -> Result<Workload> {
                 l.cache_value_size >= 64,
                 "--cache-value-size must be at least 64",
             )?;
+            check(
+                l.app_ms.is_finite() && l.app_ms >= 0.0,
+                "--app-ms must be a non-negative number",
+            )?;
+            let scale = |n: usize| (n * c.serializer_size as usize / 100).max(64);
             Workload::Lms(Arc::new(Lms::new(LmsParams {
-                session_min: l.session_min,
-                session_max: l.session_max,
+                session_min: scale(l.session_min),
+                session_max: scale(l.session_max),
                 cache_reads_min: l.cache_reads_min,
                 cache_reads_max: l.cache_reads_max,
                 multiget_share: l.multiget_share,
                 hit_ratio: l.hit_ratio,
                 regen_us: l.regen_us,
-                cache_value_size: l.cache_value_size,
+                cache_value_size: scale(l.cache_value_size),
                 cache_keys: l.cache_keys.max(1),
                 key_dist: l.dist,
                 ajax_ratio: l.ajax_ratio,
+                app_ms: l.app_ms,
+                app_spin: l.app_spin,
             })))
         }
         WorkloadKind::Exam => {
@@ -516,7 +575,67 @@ fn plan(cli: Cli) -> Result<Plan> {
             "fault runs restart the server, so the tool must start it (no @address)",
         )?;
     }
+    check(
+        common.knee_factor.is_finite() && common.knee_factor > 1.0,
+        "--knee-factor must be above 1",
+    )?;
+    check(
+        common.refine == 0 || loads.iter().all(|l| matches!(l, Load::Closed { .. })),
+        "--refine works on user counts (closed loop)",
+    )?;
+    check(
+        common.serializer_size >= 1,
+        "--serializer-size is a percentage (at least 1)",
+    )?;
+    check(
+        common
+            .rtt_ms
+            .map(|r| r.is_finite() && (0.0..=1000.0).contains(&r))
+            .unwrap_or(true),
+        "--rtt-ms must be between 0 and 1000",
+    )?;
+    if let Some(n) = common.db_max_connections {
+        check(n >= 1, "--db-max-connections must be at least 1")?;
+        for t in &mut targets {
+            if t.kind.is_database() {
+                t.max_connections = Some(n);
+            }
+        }
+    }
+    let held = match (&common.session_target, &common.cache_target) {
+        (Some(_), Some(_)) => {
+            return Err(BenchError::Input(
+                "give --session-target or --cache-target, not both: the targets under test \
+                 serve the other layer"
+                    .into(),
+            ))
+        }
+        (Some(t), None) => Some((Layer::Session, TargetSpec::parse(t)?)),
+        (None, Some(t)) => Some((Layer::Cache, TargetSpec::parse(t)?)),
+        (None, None) => None,
+    };
+    if common.iops_limit.is_some() {
+        check(
+            fault.is_none(),
+            "--iops-limit and fault runs do not mix (a restarted server leaves the cgroup)",
+        )?;
+        check(
+            common.iops_limit >= Some(1),
+            "--iops-limit must be at least 1",
+        )?;
+    }
+    if let Some((_, h)) = &held {
+        check(
+            fault.is_none(),
+            "fault runs restart the target under test; hold no layer on another target",
+        )?;
+        check(
+            h.kind != TargetKind::Files || h.addr.is_none(),
+            "the files store has no address",
+        )?;
+    }
     Ok(Plan {
+        held,
         subcommand,
         fault,
         workload,
@@ -543,6 +662,10 @@ fn client_config(spec: &TargetSpec, c: &Common) -> ClientConfig {
         poll_interval: Duration::from_millis(poll.max(1)),
         session_ttl_s: c.session_ttl.max(1),
         op_timeout: Duration::from_millis(c.op_timeout_ms.max(1)),
+        compression: c
+            .compress_threshold
+            .map(|threshold| Compression { threshold }),
+        relay_one_way: c.rtt_ms.map(|ms| Duration::from_secs_f64(ms / 2000.0)),
     }
 }
 
@@ -579,6 +702,9 @@ fn run_target(
         points: Vec::new(),
         knee: None,
         disk_bytes: None,
+        disk: None,
+        iops_limit: None,
+        held: None,
         partial: false,
         partial_reason: None,
     };
@@ -625,9 +751,111 @@ fn run_target(
         reported,
         client_durability: config.durability_command.clone(),
     });
+    // The storage IOPS limit, kept until the server has stopped.
+    let mut iops_limit = None;
+    if let Some(iops) = plan.common.iops_limit {
+        let applied = match &managed {
+            Some(m) => {
+                let m = m.lock();
+                match m.pid() {
+                    Some(pid) => crate::iolimit::apply(
+                        &crate::sampler::process_tree(pid),
+                        &m.data_dir(),
+                        iops,
+                    ),
+                    None => Err(BenchError::Input(
+                        "--iops-limit: this store has no server process".into(),
+                    )),
+                }
+            }
+            None => Err(BenchError::Input(
+                "--iops-limit applies to a server the tool starts (no @address)".into(),
+            )),
+        };
+        match applied {
+            Ok(l) => {
+                result.iops_limit = Some(l.description.clone());
+                iops_limit = Some(l);
+            }
+            Err(e) => {
+                result.partial = true;
+                result.partial_reason = Some(e.to_string());
+            }
+        }
+    }
+    // The held layer's store: started (or attached) once for this target under test.
+    let mut held_server = None;
+    let endpoints = match &plan.held {
+        None => Endpoints::single(addr.clone(), config.clone()),
+        Some((layer, held)) => {
+            let held_config = Arc::new(client_config(held, &plan.common));
+            let held_addr = match &held.addr {
+                Some(a) => a.clone(),
+                None => match ManagedServer::start(held, bins, Duration::from_secs(60)) {
+                    Ok(s) => {
+                        let a = s.addr.clone();
+                        held_server = Some(s);
+                        a
+                    }
+                    Err(e) => {
+                        result.partial = true;
+                        result.partial_reason =
+                            Some(format!("the held {layer} store {}: {e}", held.label()));
+                        if let Some(m) = managed {
+                            m.lock().stop(Duration::from_secs(10));
+                        }
+                        return result;
+                    }
+                },
+            };
+            result.held = Some(HeldLayer {
+                layer: *layer,
+                label: held.label(),
+                addr: held_addr.clone(),
+            });
+            let under_test = (addr.clone(), config.clone());
+            let other = (held_addr, held_config);
+            match layer {
+                Layer::Session => Endpoints {
+                    session: other,
+                    cache: Some(under_test),
+                },
+                Layer::Cache => Endpoints {
+                    session: under_test,
+                    cache: Some(other),
+                },
+            }
+        }
+    };
+    if plan.held.is_some() {
+        // Creates the held database's tables (and checks it answers).
+        if let Err(e) = rt.block_on(async { endpoints.connect().await?.describe_server().await }) {
+            result.partial = true;
+            result.partial_reason = Some(format!("the held store is unusable: {e}"));
+        }
+    }
     let open = plan.loads.iter().any(|l| matches!(l, Load::Open { .. }));
     let timing = timing(&plan.workload, &plan.common, open);
-    for (i, load) in plan.loads.iter().enumerate() {
+    let mut pending: std::collections::VecDeque<Load> = plan.loads.iter().copied().collect();
+    let mut refinements = plan.common.refine;
+    let mut i = 0usize;
+    loop {
+        let load = match pending.pop_front() {
+            Some(l) => l,
+            None if refinements > 0 => {
+                match next_refinement(&result.points, plan.common.knee_factor) {
+                    Some(users) => {
+                        refinements -= 1;
+                        Load::Closed { users }
+                    }
+                    None => break,
+                }
+            }
+            None => break,
+        };
+        if result.partial {
+            break;
+        }
         if crate::run::interrupted() {
             result.partial = true;
             result.partial_reason = Some("interrupted (SIGINT) before every point ran".into());
@@ -644,7 +872,8 @@ fn run_target(
             plan.workload.clone(),
             addr.clone(),
             config.clone(),
-            *load,
+            endpoints.clone(),
+            load,
             timing,
             plan.common.seed.wrapping_add(i as u64),
             tag,
@@ -670,15 +899,29 @@ fn run_target(
             result.partial_reason = point.partial_reason.clone();
         }
         result.points.push(point);
+        i += 1;
         if stop {
             break;
         }
     }
-    attach_knee(&mut result);
+    result
+        .points
+        .sort_by(|a, b| point_x(a).total_cmp(&point_x(b)));
+    attach_knee(
+        &mut result,
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+    );
     result.disk_bytes = managed.as_ref().map(|m| m.lock().disk_bytes());
+    result.disk = managed.as_ref().map(|m| m.lock().disk_usage());
     if let Some(m) = managed {
         m.lock().stop(Duration::from_secs(10));
     }
+    if let Some(mut h) = held_server {
+        h.stop(Duration::from_secs(10));
+    }
+    drop(iops_limit);
     result
 }
 
@@ -709,6 +952,9 @@ pub fn execute(cli: Cli, argv: Vec<String>) -> Result<BenchResult> {
                 points: Vec::new(),
                 knee: None,
                 disk_bytes: None,
+                disk: None,
+                iops_limit: None,
+                held: None,
                 partial: true,
                 partial_reason: Some("not run: interrupted (SIGINT)".into()),
             });

@@ -340,7 +340,8 @@ pub fn markdown(result: &crate::report::BenchResult) -> String {
             md,
             "\n## Memory and space\n\nBuffer pool / block cache / shared_buffers (as a share of \
              the estimated data, see `db::sizing`), and the server's data directory on disk after \
-             the last point.\n\n| target | memory share | buffer MiB | estimated data MiB | on disk MiB | knee |\n|---|---|---|---|---|---|"
+             the last point: all of it, then logs (WAL, redo, binary log, append-only file) and \
+             table data apart (see `server::DiskUsage`).\n\n| target | memory share | buffer MiB | estimated data MiB | on disk MiB | logs MiB | table data MiB | knee |\n|---|---|---|---|---|---|---|---|"
         );
         for t in &result.targets {
             let knee = t
@@ -348,9 +349,15 @@ pub fn markdown(result: &crate::report::BenchResult) -> String {
                 .as_ref()
                 .map(|k| format!("{} users ({:.1} ms P90)", k.x, k.p90_ms))
                 .unwrap_or_else(|| "none".into());
+            let part = |f: fn(&crate::server::DiskUsage) -> u64| {
+                t.disk
+                    .as_ref()
+                    .map(|d| format!("{:.1}", mib(f(d))))
+                    .unwrap_or_else(|| "-".into())
+            };
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {knee} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {knee} |",
                 t.label,
                 t.spec
                     .memory_pct
@@ -367,6 +374,8 @@ pub fn markdown(result: &crate::report::BenchResult) -> String {
                 t.disk_bytes
                     .map(|b| format!("{:.1}", mib(b)))
                     .unwrap_or_else(|| "-".into()),
+                part(|d| d.log_bytes),
+                part(|d| d.data_bytes),
             );
         }
     }

@@ -7,10 +7,14 @@
 //! * [`error`] — [`BenchError`], the crate's one error type.
 //! * [`resp`] — a small async RESP2 client (encoding here, parsing by `gradus-proto`).
 //! * [`memcache`] — a small async memcached text-protocol client.
+//! * [`wire`] — bytes and round trips per connection, and the loopback relay that models a
+//!   network round-trip time.
+//! * [`codec`] — client-side LZ4 compression of values above a threshold.
 //! * [`db`] — PostgreSQL, MariaDB/MyRocks and file session stores, and how to start the
 //!   databases.
 //! * [`target`] — target specs and each target's idioms (native/polling session locks, cache
 //!   in hashes or items).
+//! * [`iolimit`] — a cgroup block-I/O IOPS limit on a managed server.
 //! * [`server`] — starting and stopping managed servers in temporary directories.
 //! * [`sampler`] — `/proc` sampling of the server process.
 //! * [`stats`] — histograms and counters.
@@ -32,19 +36,26 @@
 //! `memory_bytes`}, `server` {`managed`,
 //! `addr`, `launch` {`binary`, `args`, `version_output`, `pid`}, `reported`
 //! {`protocol_version`, `info`, `config`}, `client_durability`}, `points`[], `knee`
-//! {`index`, `x`, `p90_ms`, `method`} or null, `disk_bytes` (the managed server's data
-//! directory after the last point), `partial`, `partial_reason`.
+//! {`index`, `x`, `p90_ms`, `method`, `saturated`} or null, `disk_bytes` (the managed server's
+//! data directory after the last point), `disk` {`total_bytes`, `log_bytes`, `data_bytes`},
+//! `iops_limit` (the cgroup throttle set, or null), `held` {`layer` session|cache, `label`,
+//! `addr`} (the layer held on another target) or null, `partial`, `partial_reason`. Points are in
+//! increasing load order (an adaptive sweep's extra points sorted in).
 //!
 //! Each point: `users` or `rate`, `load`, `prepare_s`, `measured_s`, `unit` (journey | op |
 //! post_answer), `units`, `units_per_s`, `protocol_ops`, `protocol_ops_per_s`,
 //! `unit_latency`, `response_time` (open loop: from the intended start), `pages_per_journey`,
-//! `ops` {name → latency}, `abandoned_units`, `cut_at_end`, `dropped_arrivals`, `reconnects`,
+//! `ops` {name → latency}, `wire` {`counted`, `note`, `rtt_ms`, `compress_threshold`,
+//! `figures` {`page.sent`|`page.received`|`page.round_trips`|`unit.session_sent`|…|
+//! `unit.cache_round_trips` → {`count`, `avg`, `p50`, `p90`, `max`}}}, `abandoned_units`, `cut_at_end`, `dropped_arrivals`, `reconnects`,
 //! `errors` {kind → count}, `locks` {`acquisitions`, `waits`, `polls`, `timeouts`,
 //! `wait_latency`}, `verification` {`sessions_written`, `sessions_verified`,
 //! `session_mismatches`, `final_readback_checked`, `final_readback_mismatches`, `cache_hits`,
 //! `cache_misses`, `cache_regenerated`, `value_mismatches`, `proctor_sessions_seen`,
 //! `first_mismatch`}, `resources` {`available`, `reason`, `pid`, `window_s`, `cpu_user_s`,
-//! `cpu_sys_s`, `cpu_percent_of_one_core`, `rss_max_bytes`, `rss_avg_bytes`, `write_bytes`,
+//! `cpu_sys_s`, `cpu_percent_of_one_core`, `rss_max_bytes`, `rss_avg_bytes`, `pss_max_bytes`,
+//! `pss_avg_bytes`, `memory_note`, `read_bytes`, `read_bytes_per_s`, `read_syscalls_per_s`,
+//! `disk_read_ops_per_s`, `disk_write_ops_per_s`, `disk_note`, `write_bytes`,
 //! `write_bytes_per_s`, `write_syscalls`, `write_syscalls_per_s`, `fsyncs` (always null),
 //! `fsync_note`, `sockets_max`, `sockets_avg`, `samples`[]}, `client_cpu_percent_of_one_core` (the bench itself),
 //! `partial`, `partial_reason`.
@@ -56,9 +67,11 @@
 //! ops["ajax"].count`.
 
 pub mod cli;
+pub mod codec;
 pub mod db;
 pub mod error;
 pub mod fault;
+pub mod iolimit;
 pub mod memcache;
 pub mod report;
 pub mod resp;
@@ -68,6 +81,7 @@ pub mod server;
 pub mod stats;
 pub mod svg;
 pub mod target;
+pub mod wire;
 pub mod workload;
 
 pub use error::BenchError;

@@ -11,6 +11,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::error::{BenchError, Result};
+use crate::wire::{Counted, WireCounter};
+
+type Stream = Counted<TcpStream>;
 
 /// memcached's default item size limit; larger values are a protocol surprise here.
 pub const MAX_VALUE_BYTES: usize = 1 << 20;
@@ -19,23 +22,28 @@ const MAX_LINE: usize = 2048;
 
 /// One memcached text-protocol connection.
 pub struct MemcacheConn {
-    stream: TcpStream,
+    stream: Stream,
     read_buf: BytesMut,
     timeout: Duration,
 }
 
 impl MemcacheConn {
-    /// Connects to `addr`; `timeout` bounds the connect and every reply wait.
-    pub async fn connect(addr: &str, timeout: Duration) -> Result<MemcacheConn> {
+    /// Connects to `addr`; `timeout` bounds the connect and every reply wait; `wire` counts
+    /// the bytes and round trips.
+    pub async fn connect(
+        addr: &str,
+        timeout: Duration,
+        wire: std::sync::Arc<WireCounter>,
+    ) -> Result<MemcacheConn> {
         Ok(MemcacheConn {
-            stream: crate::resp::connect(addr, timeout).await?,
+            stream: Counted::new(crate::resp::connect(addr, timeout).await?, wire),
             read_buf: BytesMut::with_capacity(16 * 1024),
             timeout,
         })
     }
 
     /// Reads one `\r\n`-terminated line (without the terminator).
-    async fn read_line(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Bytes> {
+    async fn read_line(stream: &mut Stream, buf: &mut BytesMut) -> Result<Bytes> {
         loop {
             if let Some(pos) = buf.windows(2).position(|w| w == b"\r\n") {
                 let line = buf.split_to(pos).freeze();
@@ -49,7 +57,7 @@ impl MemcacheConn {
         }
     }
 
-    async fn fill(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<()> {
+    async fn fill(stream: &mut Stream, buf: &mut BytesMut) -> Result<()> {
         buf.reserve(16 * 1024);
         if stream.read_buf(buf).await? == 0 {
             return Err(BenchError::Closed);

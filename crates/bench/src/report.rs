@@ -117,6 +117,17 @@ pub struct LoadInfo {
     pub seed: u64,
 }
 
+/// A layer held on a fixed target (`--session-target`, `--cache-target`).
+#[derive(Debug, Clone, Serialize)]
+pub struct HeldLayer {
+    /// Which layer was held.
+    pub layer: crate::target::Layer,
+    /// Its target's label.
+    pub label: String,
+    /// Its address.
+    pub addr: String,
+}
+
 /// One target's results.
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetResult {
@@ -133,6 +144,13 @@ pub struct TargetResult {
     /// Bytes the managed server's data directory takes on disk after the last point
     /// (allocated blocks; logs, snapshots, tablespaces, binary logs).
     pub disk_bytes: Option<u64>,
+    /// The same split into logs and table data.
+    pub disk: Option<crate::server::DiskUsage>,
+    /// The storage IOPS limit the server ran under (`--iops-limit`), as set.
+    pub iops_limit: Option<String>,
+    /// The layer held on another target while this one served the other layer (`null`: this
+    /// target served both).
+    pub held: Option<HeldLayer>,
     /// True when this target's results are incomplete.
     pub partial: bool,
     /// Why.
@@ -227,6 +245,8 @@ pub struct PointResult {
     pub pages_per_journey: Option<usize>,
     /// Every operation's latency, by name.
     pub ops: BTreeMap<String, LatencySummary>,
+    /// Bytes and round trips on the wire per page and per unit.
+    pub wire: WireReport,
     /// Units abandoned after an error.
     pub abandoned_units: u64,
     /// Units cut off by the end of the drain period.
@@ -254,6 +274,88 @@ pub struct PointResult {
     pub partial_reason: Option<String>,
 }
 
+/// One wire figure over the measured pages or units.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct WireFigure {
+    /// Pages or units measured.
+    pub count: u64,
+    /// Mean.
+    pub avg: f64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// Largest.
+    pub max: u64,
+}
+
+/// What went over the network, counted in the client layer (see `wire`).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct WireReport {
+    /// False when the target's bytes could not be counted (the files store; MariaDB's driver
+    /// without `--rtt-ms`, which routes it through the counting relay).
+    pub counted: bool,
+    /// Why not, when not.
+    pub note: Option<String>,
+    /// The modelled round-trip time, ms (`--rtt-ms`), `null` for direct connections.
+    pub rtt_ms: Option<f64>,
+    /// Client-side compression threshold, bytes (`--compress-threshold`).
+    pub compress_threshold: Option<usize>,
+    /// `page.sent`, `page.received`, `page.round_trips` (lms), and per unit and layer
+    /// `unit.session_sent`, `unit.session_received`, `unit.session_round_trips`,
+    /// `unit.cache_sent`, `unit.cache_received`, `unit.cache_round_trips`. Bytes are TCP
+    /// payload (protocol framing included, TCP/IP headers not).
+    pub figures: BTreeMap<String, WireFigure>,
+}
+
+impl WireReport {
+    /// Builds the report from the `wire.*` histograms of a point.
+    pub fn from_summaries(
+        wire: &BTreeMap<String, LatencySummary>,
+        config: &crate::target::ClientConfig,
+    ) -> WireReport {
+        let figures: BTreeMap<String, WireFigure> = wire
+            .iter()
+            .map(|(name, s)| {
+                (
+                    name.trim_start_matches("wire.").to_string(),
+                    WireFigure {
+                        count: s.count,
+                        avg: s.avg_us,
+                        p50: s.p50_us,
+                        p90: s.p90_us,
+                        max: s.max_us,
+                    },
+                )
+            })
+            .collect();
+        let counted = !figures.is_empty();
+        let note = (!counted).then(|| {
+            match config.kind {
+                crate::target::TargetKind::Files => "the files store has no network connection",
+                crate::target::TargetKind::Mariadb | crate::target::TargetKind::Myrocks => {
+                    "MariaDB's driver owns its socket: give --rtt-ms (0 for no delay) to count \
+                     it through the relay"
+                }
+                _ => "no unit completed in the measured window",
+            }
+            .to_string()
+        });
+        WireReport {
+            counted,
+            note,
+            rtt_ms: config.relay_one_way.map(|d| d.as_secs_f64() * 2000.0),
+            compress_threshold: config.compression.map(|c| c.threshold),
+            figures,
+        }
+    }
+
+    /// Mean of one figure, if present.
+    pub fn avg(&self, name: &str) -> Option<f64> {
+        self.figures.get(name).map(|f| f.avg)
+    }
+}
+
 /// The knee of a latency curve.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Knee {
@@ -265,6 +367,9 @@ pub struct Knee {
     pub p90_ms: f64,
     /// How it was found.
     pub method: &'static str,
+    /// Which resource ran out past the knee, with the figures that say so (a reading of the
+    /// point after the knee against the first point; see [`saturated_resource`]).
+    pub saturated: Option<String>,
 }
 
 /// Finds the knee of an increasing latency curve: after scaling both axes to 0..1, the point
@@ -294,28 +399,218 @@ pub fn find_knee(xs: &[f64], ys: &[f64]) -> Option<usize> {
     best
 }
 
-/// Sets the knee of a target from its points' unit P90.
-pub fn attach_knee(target: &mut TargetResult) {
-    let xs: Vec<f64> = target
-        .points
-        .iter()
-        .map(|p| p.users.map(|u| u as f64).or(p.rate).unwrap_or(0.0))
-        .collect();
+/// Sets the knee of a target from its points' unit P90 (points in increasing load order), and
+/// names the resource that saturated past it. `cpus`: the machine's cores; `cap`: the
+/// database's connection cap, if one was set.
+pub fn attach_knee(target: &mut TargetResult, cpus: usize) {
+    let xs: Vec<f64> = target.points.iter().map(point_x).collect();
     let ys: Vec<f64> = target
         .points
         .iter()
         .map(|p| p.unit_latency.p90_us as f64 / 1000.0)
         .collect();
-    target.knee = find_knee(&xs, &ys).map(|i| Knee {
-        index: i,
-        x: xs[i],
-        p90_ms: ys[i],
-        method: "largest gap below the chord of the normalised P90 curve (Kneedle)",
+    let cap = target.spec.max_connections;
+    target.knee = find_knee(&xs, &ys).map(|i| {
+        let past = &target.points[(i + 1).min(target.points.len() - 1)];
+        Knee {
+            index: i,
+            x: xs[i],
+            p90_ms: ys[i],
+            method: "largest gap below the chord of the normalised P90 curve (Kneedle)",
+            saturated: Some(saturated_resource(&target.points[0], past, cap, cpus)),
+        }
     });
+}
+
+/// A point's position on the load axis: users, or arrivals per second.
+pub fn point_x(p: &PointResult) -> f64 {
+    p.users.map(|u| u as f64).or(p.rate).unwrap_or(0.0)
+}
+
+/// True when a point is past the knee: its unit P90 is above `factor` times the first point's,
+/// or units failed, or the point ended early.
+pub fn point_is_bad(first: &PointResult, p: &PointResult, factor: f64) -> bool {
+    let base = first.unit_latency.p90_us.max(1) as f64;
+    p.partial
+        || p.abandoned_units > 0
+        || p.unit_latency.count == 0
+        || p.unit_latency.p90_us as f64 > factor * base
+}
+
+/// The next user count of an adaptive sweep: halfway between the last good point and the first
+/// bad one (points sorted by users; see [`point_is_bad`]), or `None` when they are adjacent
+/// user counts or no point is bad (or none is good).
+pub fn next_refinement(points: &[PointResult], factor: f64) -> Option<usize> {
+    let mut sorted: Vec<&PointResult> = points.iter().filter(|p| p.users.is_some()).collect();
+    sorted.sort_by_key(|p| p.users);
+    let first = *sorted.first()?;
+    let bad = sorted.iter().position(|p| point_is_bad(first, p, factor))?;
+    if bad == 0 {
+        return None;
+    }
+    let lo = sorted[bad - 1].users?;
+    let hi = sorted[bad].users?;
+    (hi > lo + 1).then_some(lo + (hi - lo) / 2)
+}
+
+/// Names the resource that ran out at point `at`, compared with the `first` point: the CPU of
+/// the machine (server and bench together near the cores' total), connections (open sockets at
+/// the database's cap, or connection errors), the disks (operations per second several times
+/// the first point's), or session-lock waits. A heuristic reading of the sampled figures, not a
+/// proof; the figures it rests on are in the text.
+pub fn saturated_resource(
+    first: &PointResult,
+    at: &PointResult,
+    cap: Option<u32>,
+    cpus: usize,
+) -> String {
+    let r = &at.resources;
+    let r0 = &first.resources;
+    let mut found = Vec::new();
+    let server_cpu = if r.available {
+        r.cpu_percent_of_one_core
+    } else {
+        0.0
+    };
+    let bench_cpu = at.client_cpu_percent_of_one_core.unwrap_or(0.0);
+    let total = (cpus.max(1) * 100) as f64;
+    if server_cpu + bench_cpu >= 0.85 * total {
+        found.push(format!(
+            "CPU: server {server_cpu:.0} % + bench {bench_cpu:.0} % of {total:.0} %"
+        ));
+    }
+    let connect_errors: u64 = at
+        .errors
+        .iter()
+        .filter(|(k, _)| {
+            let k = k.to_ascii_lowercase();
+            k.contains("connect") || k.contains("too many")
+        })
+        .map(|(_, n)| n)
+        .sum();
+    if let Some(cap) = cap {
+        if r.available && r.sockets_max as f64 >= 0.9 * cap as f64 || connect_errors > 0 {
+            found.push(format!(
+                "connections: {} sockets open against a cap of {cap}, {connect_errors} connection errors",
+                r.sockets_max
+            ));
+        }
+    } else if connect_errors > 0 {
+        found.push(format!("connections: {connect_errors} connection errors"));
+    }
+    if r.available && r0.available {
+        let ops = r.disk_read_ops_per_s + r.disk_write_ops_per_s;
+        let ops0 = r0.disk_read_ops_per_s + r0.disk_write_ops_per_s;
+        if ops >= 100.0 && ops >= 3.0 * ops0.max(1.0) {
+            found.push(format!(
+                "disk: {:.0} reads/s + {:.0} writes/s (first point {ops0:.0}/s); server reads {:.0} KiB/s",
+                r.disk_read_ops_per_s,
+                r.disk_write_ops_per_s,
+                r.read_bytes_per_s / 1024.0
+            ));
+        }
+    }
+    let wait = at.locks.wait_latency.avg_us;
+    if at.locks.waits > 0 && wait > 0.25 * at.unit_latency.avg_us.max(1.0) / 13.0 {
+        found.push(format!(
+            "session locks: {} waits averaging {:.1} ms",
+            at.locks.waits,
+            wait / 1000.0
+        ));
+    }
+    if found.is_empty() {
+        format!(
+            "none of CPU ({:.0} % of {total:.0} %), connections or disk reached its limit at {}: \
+             latency grew by queueing",
+            server_cpu + bench_cpu,
+            point_x(at)
+        )
+    } else {
+        found.join("; ")
+    }
 }
 
 fn ms(us: f64) -> String {
     format!("{:.2}", us / 1000.0)
+}
+
+/// The "bytes on the wire" section: per page (lms) and per unit, per layer.
+fn wire_markdown(result: &BenchResult) -> String {
+    let mut md = String::new();
+    let any = result
+        .targets
+        .iter()
+        .flat_map(|t| t.points.iter())
+        .any(|p| p.wire.counted);
+    if !any {
+        return md;
+    }
+    let unit = result
+        .targets
+        .iter()
+        .flat_map(|t| t.points.first())
+        .map(|p| p.unit.clone())
+        .next()
+        .unwrap_or_else(|| "unit".into());
+    let _ = writeln!(
+        md,
+        "\n## Bytes on the wire\n\nCounted in the client layer (TCP payload, protocol framing \
+         included). Means per page and per {unit}; session and cache layers apart.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| target | users/rate | RTT ms | compression ≥ B | page sent B | page received B | page round trips | {unit} session B | {unit} cache B | {unit} round trips | KiB/s both ways |\n|{}",
+        "---|".repeat(11)
+    );
+    let num = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
+    for t in &result.targets {
+        for p in &t.points {
+            let x = p
+                .users
+                .map(|u| u.to_string())
+                .or(p.rate.map(|r| format!("{r}/s")))
+                .unwrap_or_default();
+            let w = &p.wire;
+            if !w.counted {
+                let _ = writeln!(
+                    md,
+                    "| {} | {x} | {} | - | - | - | - | - | - | - | - |",
+                    t.label,
+                    w.note.as_deref().unwrap_or("not counted")
+                );
+                continue;
+            }
+            let sum = |a: &str, b: &str| Some(w.avg(a)? + w.avg(b)?);
+            let session = sum("unit.session_sent", "unit.session_received");
+            let cache = sum("unit.cache_sent", "unit.cache_received");
+            let rts = sum("unit.session_round_trips", "unit.cache_round_trips");
+            let rate = session
+                .zip(cache)
+                .map(|(s, c)| (s + c) * p.units_per_s / 1024.0);
+            let _ = writeln!(
+                md,
+                "| {} | {x} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                t.label,
+                w.rtt_ms
+                    .map(|r| format!("{r}"))
+                    .unwrap_or_else(|| "direct".into()),
+                w.compress_threshold
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "off".into()),
+                num(w.avg("page.sent")),
+                num(w.avg("page.received")),
+                w.avg("page.round_trips")
+                    .map(|v| format!("{v:.1}"))
+                    .unwrap_or_else(|| "-".into()),
+                num(session),
+                num(cache),
+                num(rts),
+                rate.map(|r| format!("{r:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+            );
+        }
+    }
+    md
 }
 
 fn mib(b: u64) -> String {
@@ -399,6 +694,16 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
                     .map(|l| format!("`{} {}`", l.binary, shell_line(&l.args)))
                     .unwrap_or_else(|| format!("attached at {}", s.addr));
                 let _ = writeln!(md, "- **{}**: {version} — {args}", t.label);
+                if let Some(l) = &t.iops_limit {
+                    let _ = writeln!(md, "  - storage limit: {l}");
+                }
+                if let Some(h) = &t.held {
+                    let _ = writeln!(
+                        md,
+                        "  - {} layer held on **{}** at {} (this target served the other layer only)",
+                        h.layer, h.label, h.addr
+                    );
+                }
             }
             None => {
                 let _ = writeln!(
@@ -413,9 +718,9 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
     let _ = writeln!(md, "\n## {unit} latency (ms) and server resources\n");
     let _ = writeln!(
         md,
-        "| target | users/rate | {unit}s/s | ops/s | avg | p50 | p90 | p99 | max | errors | lock waits | polls | verified | mismatches | server CPU % | RSS MiB | disk write KiB/s | write calls/s | sockets | bench CPU % |"
+        "| target | users/rate | {unit}s/s | ops/s | avg | p50 | p90 | p99 | max | errors | lock waits | polls | verified | mismatches | server CPU % | PSS MiB | disk read KiB/s | disk write KiB/s | write calls/s | disk ops r/w per s | sockets | bench CPU % |"
     );
-    let _ = writeln!(md, "|{}", "---|".repeat(20));
+    let _ = writeln!(md, "|{}", "---|".repeat(22));
     for t in &result.targets {
         for p in &t.points {
             let x = p
@@ -427,15 +732,18 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
             let r = &p.resources;
             let res = if r.available {
                 format!(
-                    "{:.0} | {} | {:.0} | {:.0} | {}",
+                    "{:.0} | {} | {:.0} | {:.0} | {:.0} | {:.0}/{:.0} | {}",
                     r.cpu_percent_of_one_core,
-                    mib(r.rss_max_bytes),
+                    mib(r.pss_max_bytes),
+                    r.read_bytes_per_s / 1024.0,
                     r.write_bytes_per_s / 1024.0,
                     r.write_syscalls_per_s,
+                    r.disk_read_ops_per_s,
+                    r.disk_write_ops_per_s,
                     r.sockets_max
                 )
             } else {
-                "n/a | n/a | n/a | n/a | n/a".to_string()
+                "n/a | n/a | n/a | n/a | n/a | n/a | n/a".to_string()
             };
             let v = &p.verification;
             let _ = writeln!(
@@ -461,6 +769,13 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
             );
         }
     }
+    let _ = writeln!(
+        md,
+        "\nMemory is PSS (`/proc/<pid>/smaps_rollup`, summed over the server's processes: shared \
+         memory such as PostgreSQL's `shared_buffers` counted once; the JSON also has RSS). Disk \
+         read/write KiB/s are the server's own (`/proc/<pid>/io`); disk ops/s are the machine's \
+         whole disks (`/proc/diskstats`), other work on the machine included."
+    );
     if let Some(rt) = result
         .targets
         .iter()
@@ -491,6 +806,7 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
             }
         }
     }
+    md.push_str(&wire_markdown(result));
     // Charts.
     let xs_label = if result.load.model == "open" {
         "arrivals per second"
@@ -536,8 +852,11 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
                 Some(k) => {
                     let _ = writeln!(
                         md,
-                        "- {}: knee at {} ({:.2} ms P90)",
-                        t.label, k.x, k.p90_ms
+                        "- {}: knee at {} ({:.2} ms P90); past it: {}",
+                        t.label,
+                        k.x,
+                        k.p90_ms,
+                        k.saturated.as_deref().unwrap_or("-")
                     );
                 }
                 None => {
@@ -707,6 +1026,122 @@ mod tests {
         assert_eq!(find_knee(&xs, &ys), Some(3));
         assert_eq!(find_knee(&xs, &[2.0, 2.0, 2.1, 2.1, 2.2]), None);
         assert_eq!(find_knee(&xs[..2], &ys[..2]), None);
+    }
+
+    fn synthetic_point(users: usize, p90_ms: f64) -> PointResult {
+        let lat = LatencySummary {
+            count: 100,
+            p90_us: (p90_ms * 1000.0) as u64,
+            avg_us: p90_ms * 800.0,
+            ..LatencySummary::default()
+        };
+        PointResult {
+            users: Some(users),
+            rate: None,
+            load: crate::run::Load::Closed { users },
+            prepare_s: 0.0,
+            measured_s: 10.0,
+            unit: "journey".into(),
+            units: 100,
+            units_per_s: 10.0,
+            protocol_ops: 0,
+            protocol_ops_per_s: 0.0,
+            unit_latency: lat,
+            response_time: None,
+            pages_per_journey: Some(13),
+            ops: BTreeMap::new(),
+            wire: WireReport::default(),
+            abandoned_units: 0,
+            cut_at_end: 0,
+            dropped_arrivals: 0,
+            reconnects: 0,
+            errors: BTreeMap::new(),
+            locks: LockReport::default(),
+            verification: Verification::default(),
+            resources: Resources::unavailable("synthetic"),
+            client_cpu_percent_of_one_core: None,
+            fault: None,
+            partial: false,
+            partial_reason: None,
+        }
+    }
+
+    /// A latency curve flat at 10 ms up to a planted knee at 270 users, then rising steeply
+    /// (as a closed loop past saturation: latency grows linearly with users).
+    fn planted(users: usize) -> f64 {
+        if users <= 270 {
+            10.0 + users as f64 * 0.002
+        } else {
+            10.0 + (users - 270) as f64 * 1.5
+        }
+    }
+
+    #[test]
+    fn adaptive_sweep_and_knee_finder_find_a_planted_knee() {
+        let mut points: Vec<PointResult> = [1, 100, 200, 400, 600]
+            .iter()
+            .map(|&u| synthetic_point(u, planted(u)))
+            .collect();
+        let mut added = 0;
+        while let Some(u) = next_refinement(&points, 2.0) {
+            assert!(!points.iter().any(|p| p.users == Some(u)), "no repeats");
+            points.push(synthetic_point(u, planted(u)));
+            added += 1;
+            assert!(added < 20, "refinement converges");
+        }
+        points.sort_by_key(|p| p.users);
+        // 2× the 10 ms base is crossed at 277 users: the last good and first bad are adjacent.
+        let users: Vec<usize> = points.iter().map(|p| p.users.unwrap()).collect();
+        let first_bad = users
+            .iter()
+            .position(|&u| planted(u) > 2.0 * planted(1))
+            .unwrap();
+        assert_eq!(users[first_bad] - users[first_bad - 1], 1, "{users:?}");
+        assert_eq!(users[first_bad], 277);
+        // The knee finder, on the refined curve, lands within 5 % of the planted knee.
+        let mut target = TargetResult {
+            label: "synthetic".into(),
+            spec: crate::target::TargetSpec::parse("redis").unwrap(),
+            server: None,
+            points,
+            knee: None,
+            disk_bytes: None,
+            disk: None,
+            iops_limit: None,
+            held: None,
+            partial: false,
+            partial_reason: None,
+        };
+        attach_knee(&mut target, 2);
+        let knee = target.knee.expect("a knee");
+        assert!((knee.x - 270.0).abs() <= 0.05 * 270.0, "knee at {}", knee.x);
+        assert!(knee.saturated.unwrap().contains("queueing"));
+    }
+
+    #[test]
+    fn saturation_names_cpu_connections_and_disk() {
+        let first = synthetic_point(1, 10.0);
+        let mut at = synthetic_point(300, 50.0);
+        at.client_cpu_percent_of_one_core = Some(80.0);
+        at.resources = Resources {
+            available: true,
+            cpu_percent_of_one_core: 100.0,
+            sockets_max: 100,
+            disk_read_ops_per_s: 900.0,
+            ..Resources::default()
+        };
+        let mut first_r = first.clone();
+        first_r.resources = Resources {
+            available: true,
+            disk_read_ops_per_s: 10.0,
+            ..Resources::default()
+        };
+        let text = saturated_resource(&first_r, &at, Some(100), 2);
+        assert!(text.contains("CPU"), "{text}");
+        assert!(text.contains("cap of 100"), "{text}");
+        assert!(text.contains("disk"), "{text}");
+        let calm = saturated_resource(&first_r, &first_r, Some(100), 2);
+        assert!(calm.starts_with("none of"), "{calm}");
     }
 
     #[test]

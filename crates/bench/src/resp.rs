@@ -11,6 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::error::{BenchError, Result};
+use crate::wire::{Counted, WireCounter};
 
 /// The most bytes one reply may occupy before the connection is declared broken (bounded memory
 /// even against a misbehaving server).
@@ -39,7 +40,7 @@ pub async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream> {
 
 /// One RESP2 connection.
 pub struct RespConn {
-    stream: TcpStream,
+    stream: Counted<TcpStream>,
     read_buf: BytesMut,
     write_buf: BytesMut,
     /// Bound on each reply wait (extended per call by [`RespConn::call_with_extra`]).
@@ -47,10 +48,15 @@ pub struct RespConn {
 }
 
 impl RespConn {
-    /// Connects to `addr`; `timeout` bounds the connect and every later reply wait.
-    pub async fn connect(addr: &str, timeout: Duration) -> Result<RespConn> {
+    /// Connects to `addr`; `timeout` bounds the connect and every later reply wait; `wire`
+    /// counts the bytes and round trips.
+    pub async fn connect(
+        addr: &str,
+        timeout: Duration,
+        wire: std::sync::Arc<WireCounter>,
+    ) -> Result<RespConn> {
         Ok(RespConn {
-            stream: connect(addr, timeout).await?,
+            stream: Counted::new(connect(addr, timeout).await?, wire),
             read_buf: BytesMut::with_capacity(16 * 1024),
             write_buf: BytesMut::with_capacity(16 * 1024),
             timeout,

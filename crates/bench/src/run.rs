@@ -8,6 +8,7 @@
 //! the bench itself restarted it for a fault run (`fault`), when users wait for it to return.
 //! Knows no protocol details (those are in `target`) and writes no files (`report` does).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,11 +22,11 @@ use tokio::task::JoinHandle;
 
 use crate::error::BenchError;
 use crate::fault::FaultPlan;
-use crate::report::{LockReport, PointResult, Verification};
+use crate::report::{LockReport, PointResult, Verification, WireReport};
 use crate::sampler::{read_sample, Resources, Sampler};
 use crate::server::ManagedServer;
 use crate::stats::{micros, Collector, Counters, Step};
-use crate::target::{Client, ClientConfig};
+use crate::target::{Client, ClientConfig, Endpoints};
 use crate::workload::keys::{think_ms, ThinkDist};
 use crate::workload::{UnitError, Workload};
 
@@ -76,10 +77,12 @@ pub struct Timing {
 
 /// Shared state of one running point.
 pub struct RunCtx {
-    /// Server address.
+    /// Server address of the target under test.
     pub addr: String,
-    /// How clients behave.
+    /// How clients of the target under test behave.
     pub client_config: Arc<ClientConfig>,
+    /// Where each layer's connections go (the target under test, and a held one).
+    pub endpoints: Endpoints,
     /// Measurements.
     pub collector: Collector,
     /// Unique prefix for this point's keys.
@@ -147,7 +150,7 @@ impl RunCtx {
 
     /// Opens a connection to the target.
     pub async fn connect(&self) -> Result<Client, BenchError> {
-        Client::connect(&self.addr, self.client_config.clone()).await
+        self.endpoints.connect().await
     }
 
     /// Remembers a session for the read-back at the end (bounded).
@@ -192,12 +195,15 @@ pub struct PointOutcome {
     pub abort_reason: Option<String>,
 }
 
-/// Runs one point. `pid` is the server process to sample (None when attached).
+/// Runs one point. `pid` is the server process to sample (None when attached); `endpoints`
+/// say where each layer's connections go, `addr` and `client_config` are the target under
+/// test's.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_point(
     workload: Workload,
     addr: String,
     client_config: Arc<ClientConfig>,
+    endpoints: Endpoints,
     load: Load,
     timing: Timing,
     seed: u64,
@@ -207,7 +213,7 @@ pub async fn run_point(
     fault: Option<(FaultPlan, Arc<Mutex<ManagedServer>>)>,
 ) -> PointOutcome {
     let prepare_started = Instant::now();
-    let prepared = workload.prepare(&addr, client_config.clone(), &tag).await;
+    let prepared = workload.prepare(&endpoints, &tag).await;
     let prepare_s = prepare_started.elapsed().as_secs_f64();
     let t0 = Instant::now();
     let warmup_end = t0 + Duration::from_secs_f64(timing.warmup_s);
@@ -215,6 +221,7 @@ pub async fn run_point(
     let ctx = Arc::new(RunCtx {
         addr,
         client_config,
+        endpoints,
         collector: Collector::new(),
         tag,
         t0,
@@ -444,7 +451,12 @@ async fn finish(
         .saturating_duration_since(ctx.warmup_end)
         .as_secs_f64();
     let c = &ctx.collector.counters;
-    let ops = ctx.collector.summaries();
+    let (wire_ops, ops): (BTreeMap<_, _>, BTreeMap<_, _>) = ctx
+        .collector
+        .summaries()
+        .into_iter()
+        .partition(|(name, _)| name.starts_with("wire."));
+    let wire = WireReport::from_summaries(&wire_ops, &ctx.client_config);
     let unit = workload.unit_name();
     let units = Counters::get(&c.units);
     let total_ops: u64 = ops
@@ -481,6 +493,7 @@ async fn finish(
         response_time: ops.get(&format!("{unit}.response_time") as &str).cloned(),
         pages_per_journey: workload.pages_per_journey(),
         ops,
+        wire,
         abandoned_units: Counters::get(&c.abandoned),
         cut_at_end: Counters::get(&c.cut_at_end),
         dropped_arrivals: Counters::get(&c.dropped_arrivals),
@@ -546,9 +559,11 @@ pub async fn closed_user(ctx: Arc<RunCtx>, workload: Workload, user: usize, user
         let started = Instant::now();
         let in_window = ctx.in_window(started);
         steps.clear();
+        let wire_before = crate::workload::conns_wire(&conns);
         let outcome = workload
             .run_unit(&ctx, &mut conns, user, seq, &mut rng, &mut steps, in_window)
             .await;
+        push_unit_wire(&mut steps, wire_before, &conns);
         seq += 1;
         let succeeded = outcome.is_ok();
         if !handle_outcome(
@@ -640,6 +655,27 @@ async fn handle_outcome(
     }
 }
 
+/// Names of a unit's wire figures per layer.
+const UNIT_SESSION_WIRE: [&str; 3] = [
+    "wire.unit.session_sent",
+    "wire.unit.session_received",
+    "wire.unit.session_round_trips",
+];
+const UNIT_CACHE_WIRE: [&str; 3] = [
+    "wire.unit.cache_sent",
+    "wire.unit.cache_received",
+    "wire.unit.cache_round_trips",
+];
+
+/// Adds a unit's traffic (the difference since `before`) to its steps, per layer.
+fn push_unit_wire(steps: &mut Vec<Step>, before: Option<crate::target::LayerWire>, conns: &Conns) {
+    if let (Some(before), Some(after)) = (before, crate::workload::conns_wire(conns)) {
+        let w = after.since(before);
+        crate::workload::push_wire(steps, UNIT_SESSION_WIRE, w.session);
+        crate::workload::push_wire(steps, UNIT_CACHE_WIRE, w.cache);
+    }
+}
+
 fn in_flight_done(ctx: &RunCtx) {
     ctx.in_flight.fetch_sub(1, Ordering::Relaxed);
 }
@@ -707,6 +743,7 @@ async fn open_loop(ctx: Arc<RunCtx>, workload: Workload, rate: f64, connections:
             let mut rng =
                 SmallRng::seed_from_u64(ctx2.seed ^ this_arrival.wrapping_mul(0x9E37_79B9));
             let mut steps = Vec::with_capacity(2048);
+            let wire_before = crate::workload::conns_wire(&conns);
             let outcome = wl
                 .run_unit(
                     &ctx2,
@@ -718,6 +755,7 @@ async fn open_loop(ctx: Arc<RunCtx>, workload: Workload, rate: f64, connections:
                     in_window,
                 )
                 .await;
+            push_unit_wire(&mut steps, wire_before, &conns);
             let response = micros(this_intended.elapsed());
             if handle_outcome(
                 &ctx2,

@@ -1,12 +1,17 @@
 //! Resource sampling of the server process from `/proc`, once a second: CPU user and system time
-//! (`/proc/pid/stat`), resident memory (`/proc/pid/status` `VmRSS`), bytes sent to the block layer
-//! and write system calls (`/proc/pid/io` `write_bytes`, `syscw`), and open sockets (entries of
-//! `/proc/pid/fd` that link to `socket:`). fsync calls are not visible in `/proc`; the summary says
-//! so rather than guessing. A server made of several processes (PostgreSQL's postmaster and its
+//! (`/proc/pid/stat`), resident memory (`/proc/pid/status` `VmRSS`) and proportional memory
+//! (`/proc/pid/smaps_rollup` `Pss`), bytes read from and sent to the block layer and read/write
+//! system calls (`/proc/pid/io` `read_bytes`, `write_bytes`, `syscr`, `syscw`), and open sockets
+//! (entries of `/proc/pid/fd` that link to `socket:`); plus the machine's disk operations
+//! (`/proc/diskstats`, reads and writes completed on whole disks — system-wide, so other work on
+//! the machine shows in them too). fsync calls are not visible in `/proc`; the summary says so
+//! rather than guessing. A server made of several processes (PostgreSQL's postmaster and its
 //! backends) is summed over the process and its live descendants, plus the CPU time of children
-//! that have exited (`cutime`, `cstime`); RSS is then a sum and counts shared memory once per
-//! process. Linux only; no dependency on workloads or targets. A run attached
-//! with `--addr` has no pid and reports resources as unavailable.
+//! that have exited (`cutime`, `cstime`). RSS summed that way counts shared memory (PostgreSQL's
+//! `shared_buffers`) once per process that maps it; PSS divides each shared page among the
+//! processes mapping it, so the sum of PSS counts it once — the memory figures to read are the
+//! PSS ones. Linux only; no dependency on workloads or targets. A run attached with `--addr` has
+//! no pid and reports resources as unavailable.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,6 +19,12 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde::Serialize;
+
+const MEMORY_NOTE: &str = "rss_* sum each process' resident set (memory shared between the \
+     server's processes counted once per process); pss_* sum proportional set sizes from \
+     /proc/<pid>/smaps_rollup, which count shared memory once";
+const DISK_NOTE: &str = "read_bytes and read_syscalls are the server's (/proc/<pid>/io); disk \
+     operations are the machine's whole disks (/proc/diskstats), other work included";
 
 /// At most this many samples are kept per measurement (an hour at one a second); later ones
 /// are counted but dropped, so memory stays bounded.
@@ -31,6 +42,17 @@ pub struct Sample {
     pub cpu_sys_s: f64,
     /// Resident set size, bytes.
     pub rss_bytes: u64,
+    /// Proportional set size (shared pages divided among their mappers), bytes; 0 when
+    /// `smaps_rollup` cannot be read.
+    pub pss_bytes: u64,
+    /// Bytes the process caused to be read from storage (`read_bytes`).
+    pub read_bytes: u64,
+    /// Read-type system calls (`syscr`).
+    pub read_syscalls: u64,
+    /// Reads completed by the machine's disks (`/proc/diskstats`, system-wide).
+    pub disk_reads: u64,
+    /// Writes completed by the machine's disks (system-wide).
+    pub disk_writes: u64,
     /// Bytes the process caused to be sent to storage (`write_bytes`).
     pub write_bytes: u64,
     /// Write-type system calls (`syscw`).
@@ -43,6 +65,9 @@ pub struct Sample {
 /// zombie).
 pub fn read_sample(pid: u32, t_s: f64) -> Option<Sample> {
     let mut total = read_one(pid, t_s, true)?;
+    let (reads, writes) = disk_ops();
+    total.disk_reads = reads;
+    total.disk_writes = writes;
     let mut stack = children(pid);
     let mut seen = 0;
     while let Some(child) = stack.pop() {
@@ -54,6 +79,9 @@ pub fn read_sample(pid: u32, t_s: f64) -> Option<Sample> {
             total.cpu_user_s += s.cpu_user_s;
             total.cpu_sys_s += s.cpu_sys_s;
             total.rss_bytes += s.rss_bytes;
+            total.pss_bytes += s.pss_bytes;
+            total.read_bytes += s.read_bytes;
+            total.read_syscalls += s.read_syscalls;
             total.write_bytes += s.write_bytes;
             total.write_syscalls += s.write_syscalls;
             total.sockets += s.sockets;
@@ -61,6 +89,20 @@ pub fn read_sample(pid: u32, t_s: f64) -> Option<Sample> {
         stack.extend(children(child));
     }
     Some(total)
+}
+
+/// `pid` and its live descendants.
+pub fn process_tree(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut stack = children(pid);
+    while let Some(c) = stack.pop() {
+        if out.len() > 10_000 {
+            break;
+        }
+        out.push(c);
+        stack.extend(children(c));
+    }
+    out
 }
 
 /// Child processes of `pid` (from every thread's `children` list).
@@ -129,15 +171,55 @@ fn read_one(pid: u32, t_s: f64, with_reaped_children: bool) -> Option<Sample> {
                 .count() as u64
         })
         .unwrap_or(0);
+    let pss_kib = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("Pss:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
     Some(Sample {
         t_s,
         cpu_user_s: utime,
         cpu_sys_s: stime,
         rss_bytes: rss_kib * 1024,
+        pss_bytes: pss_kib * 1024,
+        read_bytes: io_field("read_bytes:"),
+        read_syscalls: io_field("syscr:"),
+        disk_reads: 0,
+        disk_writes: 0,
         write_bytes: io_field("write_bytes:"),
         write_syscalls: io_field("syscw:"),
         sockets,
     })
+}
+
+/// Reads and writes completed by the machine's whole disks (devices listed in `/sys/block`,
+/// loop and RAM devices excluded), from `/proc/diskstats`.
+pub fn disk_ops() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/diskstats").unwrap_or_default();
+    parse_diskstats(&text, |name| {
+        !name.starts_with("loop")
+            && !name.starts_with("ram")
+            && std::path::Path::new(&format!("/sys/block/{name}")).exists()
+    })
+}
+
+/// Sums fields 4 (reads completed) and 8 (writes completed) of the devices `whole_disk` accepts.
+fn parse_diskstats(text: &str, whole_disk: impl Fn(&str) -> bool) -> (u64, u64) {
+    let mut reads = 0;
+    let mut writes = 0;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 || !whole_disk(f[2]) {
+            continue;
+        }
+        reads += f[3].parse::<u64>().unwrap_or(0);
+        writes += f[7].parse::<u64>().unwrap_or(0);
+    }
+    (reads, writes)
 }
 
 fn clock_ticks() -> f64 {
@@ -238,6 +320,10 @@ impl Sampler {
         let sys = end.cpu_sys_s - start.cpu_sys_s;
         let writes = end.write_bytes.saturating_sub(start.write_bytes);
         let syscw = end.write_syscalls.saturating_sub(start.write_syscalls);
+        let reads = end.read_bytes.saturating_sub(start.read_bytes);
+        let syscr = end.read_syscalls.saturating_sub(start.read_syscalls);
+        let disk_r = end.disk_reads.saturating_sub(start.disk_reads);
+        let disk_w = end.disk_writes.saturating_sub(start.disk_writes);
         let n = window.len() as f64;
         Resources {
             available: true,
@@ -249,6 +335,15 @@ impl Sampler {
             cpu_percent_of_one_core: (user + sys) / secs * 100.0,
             rss_max_bytes: window.iter().map(|s| s.rss_bytes).max().unwrap_or(0),
             rss_avg_bytes: (window.iter().map(|s| s.rss_bytes as f64).sum::<f64>() / n) as u64,
+            pss_max_bytes: window.iter().map(|s| s.pss_bytes).max().unwrap_or(0),
+            pss_avg_bytes: (window.iter().map(|s| s.pss_bytes as f64).sum::<f64>() / n) as u64,
+            memory_note: MEMORY_NOTE.into(),
+            read_bytes: reads,
+            read_bytes_per_s: reads as f64 / secs,
+            read_syscalls_per_s: syscr as f64 / secs,
+            disk_read_ops_per_s: disk_r as f64 / secs,
+            disk_write_ops_per_s: disk_w as f64 / secs,
+            disk_note: DISK_NOTE.into(),
             write_bytes: writes,
             write_bytes_per_s: writes as f64 / secs,
             write_syscalls: syscw,
@@ -294,6 +389,24 @@ pub struct Resources {
     pub rss_max_bytes: u64,
     /// Mean RSS over the samples.
     pub rss_avg_bytes: u64,
+    /// Highest PSS seen (shared memory counted once; see `memory_note`).
+    pub pss_max_bytes: u64,
+    /// Mean PSS over the samples.
+    pub pss_avg_bytes: u64,
+    /// How the memory figures count shared memory.
+    pub memory_note: String,
+    /// Bytes read from storage in the window (page-cache hits are not reads).
+    pub read_bytes: u64,
+    /// The same per second.
+    pub read_bytes_per_s: f64,
+    /// Read-type system calls per second.
+    pub read_syscalls_per_s: f64,
+    /// Reads completed by the machine's disks per second (system-wide).
+    pub disk_read_ops_per_s: f64,
+    /// Writes completed by the machine's disks per second (system-wide).
+    pub disk_write_ops_per_s: f64,
+    /// What the disk figures cover.
+    pub disk_note: String,
     /// Bytes written to storage in the window.
     pub write_bytes: u64,
     /// The same per second.
@@ -338,6 +451,22 @@ mod tests {
         let with_socket = read_sample(std::process::id(), 0.0).unwrap();
         assert!(with_socket.sockets >= 1);
         drop(listener);
+    }
+
+    #[test]
+    fn diskstats_sum_whole_disks_only() {
+        let text = "   8       0 sda 100 0 800 50 40 0 320 60 0 90 110\n   8       1 sda1 90 0 700 45 35 0 300 55 0 80 100\n   7       0 loop0 5 0 10 1 0 0 0 0 0 1 1\n";
+        assert_eq!(parse_diskstats(text, |n| n == "sda"), (100, 40));
+    }
+
+    #[test]
+    fn pss_counts_this_process() {
+        let s = read_sample(std::process::id(), 0.0).unwrap();
+        // PSS is at most RSS; 0 only where smaps_rollup is missing (kernels before 4.14).
+        assert!(s.pss_bytes <= s.rss_bytes);
+        if std::path::Path::new("/proc/self/smaps_rollup").exists() {
+            assert!(s.pss_bytes > 0);
+        }
     }
 
     #[test]

@@ -473,6 +473,16 @@ impl ManagedServer {
         walk(&self.dir.join("data"))
     }
 
+    /// The server's data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// The data directory's space split into logs and table data (see [`DiskUsage`]).
+    pub fn disk_usage(&self) -> DiskUsage {
+        disk_usage(&self.dir.join("data"))
+    }
+
     /// Stops the server (`kill -9` of its process group when `kill`, else its clean shutdown
     /// signal) and starts it again with the same command line, port and data; returns how long
     /// each half took. Errors when the server cannot be restarted (e.g. `files`).
@@ -589,5 +599,106 @@ impl ManagedServer {
 impl Drop for ManagedServer {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(5));
+    }
+}
+
+/// Space a data directory takes on disk (allocated blocks), logs and table data apart.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DiskUsage {
+    /// Everything.
+    pub total_bytes: u64,
+    /// Write-ahead and redo logs, binary logs, append-only files and servers' text logs: Gradus
+    /// `wal-*.log`, InnoDB `ib_logfile*`, `binlog.*`, `aria_log*`, RocksDB `*.log` and `LOG*`,
+    /// PostgreSQL `pg_wal/`, Redis `appendonly*`.
+    pub log_bytes: u64,
+    /// The rest: tablespaces, SST files, heap files, snapshots, catalogs.
+    pub data_bytes: u64,
+}
+
+/// True for a file that is a log rather than table data (see [`DiskUsage::log_bytes`]).
+pub fn is_log_file(path: &Path) -> bool {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    name.ends_with(".log")
+        || name.starts_with("ib_logfile")
+        || name.starts_with("binlog.")
+        || name.starts_with("aria_log")
+        || name.starts_with("appendonly")
+        || name == "LOG"
+        || name.starts_with("LOG.old")
+        || path.components().any(|c| {
+            matches!(
+                c.as_os_str().to_str(),
+                Some("pg_wal") | Some("appendonlydir")
+            )
+        })
+}
+
+/// Walks `dir`, adding allocated blocks into logs or data.
+pub fn disk_usage(dir: &Path) -> DiskUsage {
+    fn walk(p: &Path, out: &mut DiskUsage, depth: usize) {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(meta) = std::fs::symlink_metadata(p) else {
+            return;
+        };
+        let own = meta.blocks() * 512;
+        out.total_bytes += own;
+        if meta.is_dir() {
+            out.data_bytes += own;
+            if depth < 32 {
+                if let Ok(rd) = std::fs::read_dir(p) {
+                    for e in rd.filter_map(|e| e.ok()) {
+                        walk(&e.path(), out, depth + 1);
+                    }
+                }
+            }
+        } else if is_log_file(p) {
+            out.log_bytes += own;
+        } else {
+            out.data_bytes += own;
+        }
+    }
+    let mut out = DiskUsage::default();
+    walk(dir, &mut out, 0);
+    out
+}
+
+#[cfg(test)]
+mod disk_tests {
+    use super::*;
+
+    #[test]
+    fn logs_and_data_are_told_apart() {
+        for log in [
+            "wal-00000000000000000001.log",
+            "ib_logfile0",
+            "binlog.000001",
+            "#rocksdb/000012.log",
+            "#rocksdb/LOG",
+            "pg_wal/000000010000000000000001",
+            "appendonlydir/appendonly.aof.1.incr.aof",
+        ] {
+            assert!(is_log_file(Path::new(log)), "{log}");
+        }
+        for data in [
+            "ibdata1",
+            "gradus/cache.ibd",
+            "#rocksdb/000010.sst",
+            "#rocksdb/MANIFEST-000005",
+            "base/16384/2619",
+            "dump.rdb",
+        ] {
+            assert!(!is_log_file(Path::new(data)), "{data}");
+        }
+        let dir = std::env::temp_dir().join(format!("gradus-bench-du-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("pg_wal")).unwrap();
+        std::fs::write(dir.join("pg_wal").join("seg"), vec![1u8; 8192]).unwrap();
+        std::fs::write(dir.join("table"), vec![1u8; 4096]).unwrap();
+        let u = disk_usage(&dir);
+        assert!(u.log_bytes >= 8192 && u.data_bytes >= 4096, "{u:?}");
+        assert_eq!(u.total_bytes, u.log_bytes + u.data_bytes);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

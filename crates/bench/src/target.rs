@@ -28,10 +28,12 @@ use gradus_proto::Frame;
 use rand::RngCore;
 use serde::Serialize;
 
+use crate::codec::{self, Compression};
 use crate::db::DbConn;
 use crate::error::{BenchError, Result};
 use crate::memcache::MemcacheConn;
 use crate::resp::{self, RespConn};
+use crate::wire::{WireCounter, WireSnapshot};
 
 /// The compare-and-delete unlock script phpredis sends (same text, so the same SHA1).
 pub const UNLOCK_SCRIPT: &str =
@@ -79,6 +81,25 @@ impl TargetKind {
     }
 }
 
+/// The two layers a page uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layer {
+    /// The session handler.
+    Session,
+    /// The application cache.
+    Cache,
+}
+
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Layer::Session => "session",
+            Layer::Cache => "cache",
+        })
+    }
+}
+
 /// How session locks are taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -108,6 +129,8 @@ pub struct TargetSpec {
     pub memory_bytes: Option<u64>,
     /// The data size the share was taken of (see `db::sizing`), bytes.
     pub data_estimate_bytes: Option<u64>,
+    /// Database targets: the server's connection cap (`--db-max-connections`).
+    pub max_connections: Option<u32>,
 }
 
 impl TargetSpec {
@@ -149,7 +172,7 @@ impl TargetSpec {
                 return Err(BenchError::Input(format!(
                 "unknown target {other:?} (known: gradus[:none|lazy|background|strict][+polling], \
                      redis[:no|everysec|always], memcached, postgres[:on|off], \
-                     mariadb[:durable|relaxed], myrocks[:durable|relaxed], files; append \
+                     mariadb[:durable|relaxed|relaxed0], myrocks[:durable|relaxed|relaxed0], files; append \
                      /memPCT to a database for a memory scenario, @host:port to attach)"
             )))
             }
@@ -190,9 +213,9 @@ impl TargetSpec {
             }
             (TargetKind::Mariadb | TargetKind::Myrocks, None) => Some("durable".to_string()),
             (TargetKind::Mariadb | TargetKind::Myrocks, Some(d)) => {
-                if !["durable", "relaxed"].contains(&d.as_str()) {
+                if !["durable", "relaxed", "relaxed0"].contains(&d.as_str()) {
                     return Err(BenchError::Input(format!(
-                        "{name} durability {d:?}: expected durable or relaxed"
+                        "{name} durability {d:?}: expected durable, relaxed or relaxed0"
                     )));
                 }
                 Some(d)
@@ -219,6 +242,7 @@ impl TargetSpec {
             memory_pct,
             memory_bytes: None,
             data_estimate_bytes: None,
+            max_connections: None,
         })
     }
 
@@ -264,6 +288,11 @@ pub struct ClientConfig {
     pub session_ttl_s: u32,
     /// Bound on every reply wait.
     pub op_timeout: Duration,
+    /// Client-side compression of session data and cache values (`None`: off).
+    pub compression: Option<Compression>,
+    /// Route every connection through the bench's loopback relay, each direction delayed by
+    /// this much (half the modelled round-trip time); `None`: connect directly.
+    pub relay_one_way: Option<Duration>,
 }
 
 /// Proof of holding a session lock.
@@ -293,13 +322,250 @@ enum Conn {
     Db(Box<DbConn>),
 }
 
-/// One connection to a target, speaking that target's idioms.
-pub struct Client {
+/// One connection to one store, speaking that store's idioms.
+struct Link {
     conn: Conn,
     config: Arc<ClientConfig>,
     /// Whether `EVALSHA` of the unlock script may be tried first (false after a `NOSCRIPT`
     /// until `EVAL` has loaded it again).
     script_loaded: bool,
+    /// Bytes and round trips of this connection; `None` when they are not counted (the files
+    /// store, or MariaDB's driver without the relay).
+    wire: Option<Arc<WireCounter>>,
+}
+
+/// What one page's PHP process holds: a connection for the session handler and one for the
+/// application cache — the same connection when both layers use the same target, two when
+/// `--session-target` and `--cache-target` differ. Bytes and round trips are kept per layer.
+pub struct Client {
+    session: Link,
+    cache: Option<Link>,
+    by_layer: [WireSnapshot; 2],
+}
+
+/// Traffic of one client, per layer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LayerWire {
+    /// Session handler traffic.
+    pub session: WireSnapshot,
+    /// Application cache traffic.
+    pub cache: WireSnapshot,
+}
+
+impl LayerWire {
+    /// Both layers together.
+    pub fn total(&self) -> WireSnapshot {
+        self.session.plus(self.cache)
+    }
+
+    /// `self - earlier`, per layer.
+    pub fn since(&self, earlier: LayerWire) -> LayerWire {
+        LayerWire {
+            session: self.session.since(earlier.session),
+            cache: self.cache.since(earlier.cache),
+        }
+    }
+
+    /// Per-layer sum.
+    pub fn plus(&self, other: LayerWire) -> LayerWire {
+        LayerWire {
+            session: self.session.plus(other.session),
+            cache: self.cache.plus(other.cache),
+        }
+    }
+}
+
+/// Where a user's connections go: the session layer's target and, when it differs, the cache
+/// layer's.
+#[derive(Debug, Clone)]
+pub struct Endpoints {
+    /// Session handler: address and client behaviour.
+    pub session: (String, Arc<ClientConfig>),
+    /// Application cache, when it is another target than the session handler's.
+    pub cache: Option<(String, Arc<ClientConfig>)>,
+}
+
+impl Endpoints {
+    /// Both layers on one target.
+    pub fn single(addr: String, config: Arc<ClientConfig>) -> Endpoints {
+        Endpoints {
+            session: (addr, config),
+            cache: None,
+        }
+    }
+
+    /// Opens one user's client.
+    pub async fn connect(&self) -> Result<Client> {
+        match &self.cache {
+            None => Client::connect(&self.session.0, self.session.1.clone()).await,
+            Some((addr, config)) => {
+                Client::connect_split(
+                    (&self.session.0, self.session.1.clone()),
+                    (addr, config.clone()),
+                )
+                .await
+            }
+        }
+    }
+}
+
+const SESSION: usize = 0;
+const CACHE: usize = 1;
+
+/// Runs `$body` on the link of `$layer`, adding its traffic to that layer's count.
+macro_rules! on_layer {
+    ($self:ident, $layer:expr, |$link:ident| $body:expr) => {{
+        let layer = $layer;
+        let $link = match (layer, &mut $self.cache) {
+            (CACHE, Some(c)) => c,
+            _ => &mut $self.session,
+        };
+        let before = $link.wire_snapshot();
+        let result = $body.await;
+        let after = $link.wire_snapshot();
+        $self.by_layer[layer] = $self.by_layer[layer].plus(after.since(before));
+        result
+    }};
+}
+
+impl Client {
+    /// Opens one connection to `addr` for both layers and prepares it.
+    pub async fn connect(addr: &str, config: Arc<ClientConfig>) -> Result<Client> {
+        Ok(Client {
+            session: Link::connect(addr, config).await?,
+            cache: None,
+            by_layer: [WireSnapshot::default(); 2],
+        })
+    }
+
+    /// Opens the session handler's connection to `session.0` and the cache's to `cache.0`.
+    pub async fn connect_split(
+        session: (&str, Arc<ClientConfig>),
+        cache: (&str, Arc<ClientConfig>),
+    ) -> Result<Client> {
+        Ok(Client {
+            session: Link::connect(session.0, session.1).await?,
+            cache: Some(Link::connect(cache.0, cache.1).await?),
+            by_layer: [WireSnapshot::default(); 2],
+        })
+    }
+
+    /// `value` compressed when client-side compression is on and it pays.
+    fn pack(&self, value: &[u8]) -> Option<Vec<u8>> {
+        self.session
+            .config
+            .compression
+            .and_then(|c| c.encode(value))
+    }
+
+    /// Bytes and round trips so far, per layer; `None` when a link is not counted.
+    pub fn wire(&self) -> Option<LayerWire> {
+        let counted = self.session.wire.is_some()
+            && self
+                .cache
+                .as_ref()
+                .map(|c| c.wire.is_some())
+                .unwrap_or(true);
+        counted.then_some(LayerWire {
+            session: self.by_layer[SESSION],
+            cache: self.by_layer[CACHE],
+        })
+    }
+
+    /// Locks session `sid` and reads it.
+    pub async fn session_open(&mut self, sid: &str) -> Result<OpenedSession> {
+        let mut opened = on_layer!(self, SESSION, |l| l.session_open(sid))?;
+        opened.data = codec::decode_opt(opened.data)?;
+        Ok(opened)
+    }
+
+    /// Writes session `sid` and releases its lock.
+    pub async fn session_close(&mut self, sid: &str, token: &LockToken, data: &[u8]) -> Result<()> {
+        let packed = self.pack(data);
+        let data = packed.as_deref().unwrap_or(data);
+        on_layer!(self, SESSION, |l| l.session_close(sid, token, data))
+    }
+
+    /// Reads session `sid` without locking it.
+    pub async fn session_read(&mut self, sid: &str) -> Result<Option<Bytes>> {
+        codec::decode_opt(on_layer!(self, SESSION, |l| l.session_read(sid))?)
+    }
+
+    /// Reads several sessions without locking them (one round trip).
+    pub async fn session_read_multi(&mut self, sids: &[String]) -> Result<Vec<Option<Bytes>>> {
+        on_layer!(self, SESSION, |l| l.session_read_multi(sids))?
+            .into_iter()
+            .map(codec::decode_opt)
+            .collect()
+    }
+
+    /// Reads one application-cache entry.
+    pub async fn cache_get(&mut self, definition: &str, key: &str) -> Result<Option<Bytes>> {
+        codec::decode_opt(on_layer!(self, CACHE, |l| l.cache_get(definition, key))?)
+    }
+
+    /// Reads several entries of one cache definition in one round trip.
+    pub async fn cache_get_multi(
+        &mut self,
+        definition: &str,
+        keys: &[String],
+    ) -> Result<Vec<Option<Bytes>>> {
+        on_layer!(self, CACHE, |l| l.cache_get_multi(definition, keys))?
+            .into_iter()
+            .map(codec::decode_opt)
+            .collect()
+    }
+
+    /// Stores one application-cache entry.
+    pub async fn cache_set(&mut self, definition: &str, key: &str, value: &[u8]) -> Result<()> {
+        let packed = self.pack(value);
+        let value = packed.as_deref().unwrap_or(value);
+        on_layer!(self, CACHE, |l| l.cache_set(definition, key, value))
+    }
+
+    /// Stores many entries of one definition (filling the cache before a run).
+    pub async fn cache_fill(
+        &mut self,
+        definition: &str,
+        items: &[(String, Vec<u8>)],
+    ) -> Result<()> {
+        let packed: Vec<(String, Vec<u8>)>;
+        let items = match self.session.config.compression {
+            Some(c) => {
+                packed = items
+                    .iter()
+                    .map(|(k, v)| (k.clone(), c.encode(v).unwrap_or_else(|| v.clone())))
+                    .collect();
+                &packed[..]
+            }
+            None => items,
+        };
+        on_layer!(self, CACHE, |l| l.cache_fill(definition, items))
+    }
+
+    /// Stores many plain keys (loading the `kv` records; the cache layer's target).
+    pub async fn kv_fill(&mut self, items: &[(String, Vec<u8>)]) -> Result<()> {
+        on_layer!(self, CACHE, |l| l.kv_fill(items))
+    }
+
+    /// Plain key read (the `kv` workload).
+    pub async fn kv_get(&mut self, key: &str) -> Result<Option<Bytes>> {
+        on_layer!(self, CACHE, |l| l.kv_get(key))
+    }
+
+    /// Plain key write (the `kv` workload).
+    pub async fn kv_set(&mut self, key: &str, value: &[u8]) -> Result<()> {
+        on_layer!(self, CACHE, |l| l.kv_set(key, value))
+    }
+
+    /// Server version and configuration of the session layer's target (creating a database
+    /// target's tables); with a separate cache target, that one's tables are created too.
+    pub async fn describe_server(&mut self) -> Result<ServerReport> {
+        if let Some(c) = &mut self.cache {
+            c.describe_server().await?;
+        }
+        self.session.describe_server().await
+    }
 }
 
 fn lock_key(kind: TargetKind, sid: &str) -> String {
@@ -324,25 +590,40 @@ fn random_secret() -> Bytes {
     Bytes::from(hex)
 }
 
-impl Client {
-    /// Opens a connection to `addr` and prepares it (e.g. `CLIENT DURABILITY`).
-    pub async fn connect(addr: &str, config: Arc<ClientConfig>) -> Result<Client> {
-        let conn = match config.kind {
-            TargetKind::Memcached => {
-                Conn::Memcache(MemcacheConn::connect(addr, config.op_timeout).await?)
-            }
-            k if k.is_database() || k == TargetKind::Files => {
-                Conn::Db(Box::new(DbConn::connect(addr, &config).await?))
-            }
-            _ => Conn::Resp(RespConn::connect(addr, config.op_timeout).await?),
+impl Link {
+    /// Opens a connection to `addr` and prepares it (e.g. `CLIENT DURABILITY`). With a relay
+    /// configured the connection goes through the bench's loopback relay (see `wire`).
+    async fn connect(addr: &str, config: Arc<ClientConfig>) -> Result<Link> {
+        let counter = WireCounter::shared();
+        // MariaDB's driver keeps its socket: only the relay can count its bytes.
+        let driver_owns_socket = matches!(config.kind, TargetKind::Mariadb | TargetKind::Myrocks);
+        let (addr, wire) = match (config.kind, config.relay_one_way) {
+            (TargetKind::Files, _) => (addr.to_string(), None),
+            (_, Some(one_way)) => (
+                crate::wire::relay(addr, one_way, driver_owns_socket.then(|| counter.clone()))?,
+                Some(counter.clone()),
+            ),
+            (_, None) if driver_owns_socket => (addr.to_string(), None),
+            (_, None) => (addr.to_string(), Some(counter.clone())),
         };
-        let mut client = Client {
+        let addr = addr.as_str();
+        let conn = match config.kind {
+            TargetKind::Memcached => Conn::Memcache(
+                MemcacheConn::connect(addr, config.op_timeout, counter.clone()).await?,
+            ),
+            k if k.is_database() || k == TargetKind::Files => Conn::Db(Box::new(
+                DbConn::connect(addr, &config, counter.clone()).await?,
+            )),
+            _ => Conn::Resp(RespConn::connect(addr, config.op_timeout, counter.clone()).await?),
+        };
+        let mut link = Link {
             conn,
             config,
             script_loaded: true,
+            wire,
         };
         if let (Some(degree), Conn::Resp(c)) =
-            (client.config.durability_command.clone(), &mut client.conn)
+            (link.config.durability_command.clone(), &mut link.conn)
         {
             resp::expect_ok(
                 c.call(&[b"CLIENT", b"DURABILITY", degree.as_bytes()])
@@ -350,7 +631,12 @@ impl Client {
                 "CLIENT DURABILITY",
             )?;
         }
-        Ok(client)
+        Ok(link)
+    }
+
+    /// This connection's counts so far (zero when not counted).
+    fn wire_snapshot(&self) -> WireSnapshot {
+        self.wire.as_ref().map(|w| w.snapshot()).unwrap_or_default()
     }
 
     fn resp(&mut self) -> &mut RespConn {
@@ -363,7 +649,7 @@ impl Client {
     }
 
     /// Locks session `sid` and reads it.
-    pub async fn session_open(&mut self, sid: &str) -> Result<OpenedSession> {
+    async fn session_open(&mut self, sid: &str) -> Result<OpenedSession> {
         let config = self.config.clone();
         if let Conn::Db(c) = &mut self.conn {
             let data = c.session_open(sid).await?;

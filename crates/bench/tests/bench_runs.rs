@@ -641,6 +641,8 @@ fn managed_server_killed_mid_run_gives_partial_result() {
             "0",
             "--think-ms",
             "5",
+            "--app-ms",
+            "0",
             "--quiet",
             "--json",
         ])

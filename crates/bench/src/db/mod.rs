@@ -65,11 +65,16 @@ pub enum DbConn {
 }
 
 impl DbConn {
-    /// Connects to the store at `addr` (`127.0.0.1:port`, or a directory for `files`).
-    pub async fn connect(addr: &str, config: &ClientConfig) -> Result<DbConn> {
+    /// Connects to the store at `addr` (`127.0.0.1:port`, or a directory for `files`); `wire`
+    /// counts the connection's bytes where the driver lets us wrap its socket (PostgreSQL).
+    pub async fn connect(
+        addr: &str,
+        config: &ClientConfig,
+        wire: std::sync::Arc<crate::wire::WireCounter>,
+    ) -> Result<DbConn> {
         Ok(match config.kind {
             TargetKind::Postgres => {
-                DbConn::Postgres(postgres::PgConn::connect(addr, config).await?)
+                DbConn::Postgres(postgres::PgConn::connect(addr, config, wire).await?)
             }
             TargetKind::Mariadb | TargetKind::Myrocks => {
                 DbConn::Mariadb(mariadb::MyConn::connect(addr, config).await?)

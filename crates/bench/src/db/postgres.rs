@@ -68,16 +68,19 @@ impl Drop for PgConn {
 }
 
 impl PgConn {
-    /// Connects and sets the lock wait bound (`lock_timeout`).
-    pub async fn connect(addr: &str, config: &ClientConfig) -> Result<PgConn> {
-        let (host, port) = addr.rsplit_once(':').ok_or_else(|| {
-            BenchError::Input(format!("postgres address {addr:?}: expected host:port"))
-        })?;
-        let conninfo = format!(
-            "host={host} port={port} user={USER} dbname={DATABASE} connect_timeout={}",
-            config.op_timeout.as_secs().max(1)
-        );
-        let connect = tokio_postgres::connect(&conninfo, NoTls);
+    /// Connects and sets the lock wait bound (`lock_timeout`); `wire` counts the bytes and
+    /// round trips of the connection (the driver runs over a counting stream).
+    pub async fn connect(
+        addr: &str,
+        config: &ClientConfig,
+        wire: std::sync::Arc<crate::wire::WireCounter>,
+    ) -> Result<PgConn> {
+        let conninfo = format!("user={USER} dbname={DATABASE}");
+        let pg_config: tokio_postgres::Config = conninfo
+            .parse()
+            .map_err(|e| BenchError::Input(format!("postgres connection settings: {e}")))?;
+        let tcp = crate::resp::connect(addr, config.op_timeout).await?;
+        let connect = pg_config.connect_raw(crate::wire::Counted::new(tcp, wire), NoTls);
         let (client, connection) = tokio::time::timeout(config.op_timeout, connect)
             .await
             .map_err(|_| BenchError::Timeout(config.op_timeout, "postgres connect"))?

@@ -111,22 +111,48 @@ pub fn think_ms(mean_ms: f64, dist: ThinkDist, rng: &mut impl Rng) -> f64 {
     }
 }
 
+/// Fragments of PHP-serialized arrays, the filler of [`tagged_value`].
+const FILLER_WORDS: [&str; 12] = [
+    "a:4:{",
+    "s:2:\"id\";i:",
+    "s:4:\"name\";s:12:\"",
+    "s:7:\"visible\";b:1;",
+    "s:8:\"courseid\";i:",
+    "s:11:\"timemodified\";i:",
+    "s:6:\"format\";s:6:\"topics\";",
+    "s:5:\"value\";N;",
+    "}",
+    "s:4:\"sort\";d:0.",
+    "s:9:\"component\";s:4:\"core\";",
+    "\";",
+];
+
 /// A value of exactly `size` bytes that starts with `tag|` and continues with a filler derived
-/// from `tag`, so a reader can tell whether what came back belongs to the key it asked for.
+/// from `tag`, so a reader can tell whether what came back belongs to the key it asked for. The
+/// filler reads like a PHP-serialized array (field names repeat, numbers vary), so client-side
+/// compression finds about as much to remove as in real cache values rather than a repeating
+/// pattern it would shrink to nothing.
 pub fn tagged_value(tag: &str, size: usize) -> Vec<u8> {
-    let mut v = Vec::with_capacity(size.max(tag.len() + 1));
+    let mut v = Vec::with_capacity(size.max(tag.len() + 1) + 48);
     v.extend_from_slice(tag.as_bytes());
     v.push(b'|');
-    let seed = fnv64(
+    let mut seed = fnv64(
         tag.len() as u64
             ^ tag
                 .bytes()
                 .fold(0u64, |a, b| a.rotate_left(5) ^ u64::from(b)),
-    );
-    let mut i = 0u64;
+    ) | 1;
     while v.len() < size {
-        v.push(b'a' + ((seed.wrapping_add(i) % 26) as u8));
-        i += 1;
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        v.extend_from_slice(FILLER_WORDS[(seed % FILLER_WORDS.len() as u64) as usize].as_bytes());
+        v.extend_from_slice(
+            itoa::Buffer::new()
+                .format((seed >> 20) % 100_000)
+                .as_bytes(),
+        );
+        v.push(b';');
     }
     v.truncate(size.max(tag.len() + 1));
     v

@@ -3,7 +3,6 @@
 //! read-modify-write) — with uniform or Zipfian key choice. Reads check that the value belongs to
 //! the key read (it starts with the key's tag and has the configured size). Unit: one operation.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use rand::rngs::SmallRng;
@@ -13,7 +12,7 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::run::RunCtx;
 use crate::stats::{micros, Counters, Step};
-use crate::target::{Client, ClientConfig};
+use crate::target::{Client, Endpoints};
 use crate::workload::keys::{tagged_value, KeyChooser, KeyDist};
 use crate::workload::UnitError;
 
@@ -66,14 +65,14 @@ impl Kv {
     }
 
     /// Loads every record (several connections in parallel).
-    pub async fn prepare(&self, addr: &str, config: Arc<ClientConfig>, tag: &str) -> Result<()> {
+    pub async fn prepare(&self, endpoints: &Endpoints, tag: &str) -> Result<()> {
         let loaders = 8u64;
         let mut tasks = Vec::new();
         for l in 0..loaders {
-            let (addr, config, tag) = (addr.to_string(), config.clone(), tag.to_string());
+            let (endpoints, tag) = (endpoints.clone(), tag.to_string());
             let (records, size) = (self.params.records, self.params.value_size);
             tasks.push(tokio::spawn(async move {
-                let mut client = Client::connect(&addr, config).await?;
+                let mut client = endpoints.connect().await?;
                 let mut batch = Vec::with_capacity(100);
                 let mut i = l;
                 while i < records {

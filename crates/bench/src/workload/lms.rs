@@ -7,7 +7,9 @@
 //! a page also fires an AJAX request on a second connection that contends for the same session
 //! lock, as browsers do — that is what makes the lock algorithm matter. Unit: one journey, whose
 //! latency is the sum of its page latencies (think time excluded, as JMeter's transaction
-//! controller reports it).
+//! controller reports it). Each page also spends `app_ms` of application time with the session
+//! locked (PHP's own work; asleep by default, as it ran on another machine in the study), and
+//! its bytes and round trips on the wire are recorded (`wire.page.*`).
 
 use std::time::{Duration, Instant};
 
@@ -57,6 +59,13 @@ const PAGE_OPS: [&str; 13] = [
     "page.logout",
 ];
 
+/// Names of a page's wire figures: bytes sent, bytes received, round trips.
+const PAGE_WIRE: [&str; 3] = [
+    "wire.page.sent",
+    "wire.page.received",
+    "wire.page.round_trips",
+];
+
 /// Application-cache definitions (one Redis hash / one memcached key prefix each), named after
 /// the Moodle caches a page typically reads.
 pub const DEFINITIONS: [&str; 10] = [
@@ -97,6 +106,10 @@ pub struct LmsParams {
     pub key_dist: KeyDist,
     /// Probability that a page also fires a concurrent AJAX request on the same session.
     pub ajax_ratio: f64,
+    /// Application time per page between the session read and the session write, ms.
+    pub app_ms: f64,
+    /// Burn CPU for the application time instead of sleeping.
+    pub app_spin: bool,
 }
 
 /// The configured workload.
@@ -167,6 +180,7 @@ impl Lms {
             let size = self.session_size(page);
             let with_ajax = page > 0 && conns.len() > 1 && rng.gen_bool(self.params.ajax_ratio);
             let started = Instant::now();
+            let wire_before = super::conns_wire(conns);
             let (main, rest) = conns.split_at_mut(1);
             let main = &mut main[0];
             if with_ajax {
@@ -212,6 +226,9 @@ impl Lms {
                 .await?;
             }
             let us = micros(started.elapsed());
+            if let (Some(before), Some(after)) = (wire_before, super::conns_wire(conns)) {
+                super::push_wire(steps, PAGE_WIRE, after.since(before).total());
+            }
             steps.push(("page", us));
             steps.push((op, us));
             ctx.fault.record_page(started.duration_since(ctx.t0), us);
@@ -248,6 +265,14 @@ impl Lms {
         {
             session::release_after_error(client, tracker, &opened).await;
             return Err(e);
+        }
+        if self.params.app_ms > 0.0 {
+            let app = Duration::from_secs_f64(self.params.app_ms / 1000.0);
+            if self.params.app_spin {
+                super::burn_cpu(app);
+            } else {
+                tokio::time::sleep(app).await;
+            }
         }
         let data = session_content(&tracker.sid, tracker.next_version(), size);
         session::close(ctx, client, tracker, 0, &opened, data, steps, in_window).await

@@ -24,7 +24,8 @@ use tokio::task::JoinHandle;
 use crate::error::{BenchError, Result};
 use crate::run::{Conns, RunCtx};
 use crate::stats::{micros, Counters, Step};
-use crate::target::{Client, ClientConfig};
+use crate::target::{Client, Endpoints};
+use crate::wire::WireSnapshot;
 
 /// A failed step: which operation, and why.
 #[derive(Debug)]
@@ -138,11 +139,11 @@ impl Workload {
     }
 
     /// Loads the data the workload reads (cache entries, records, questions).
-    pub async fn prepare(&self, addr: &str, config: Arc<ClientConfig>, tag: &str) -> Result<()> {
+    pub async fn prepare(&self, endpoints: &Endpoints, tag: &str) -> Result<()> {
         match self {
-            Workload::Kv(w) => w.prepare(addr, config, tag).await,
-            Workload::Lms(w) => w.prepare(&mut Client::connect(addr, config).await?).await,
-            Workload::Exam(w) => w.prepare(&mut Client::connect(addr, config).await?).await,
+            Workload::Kv(w) => w.prepare(endpoints, tag).await,
+            Workload::Lms(w) => w.prepare(&mut endpoints.connect().await?).await,
+            Workload::Exam(w) => w.prepare(&mut endpoints.connect().await?).await,
         }
     }
 
@@ -236,9 +237,27 @@ pub(crate) async fn use_cached(
     Ok(())
 }
 
+/// The traffic of a user's connections so far, per layer (`None` when one is not counted).
+pub(crate) fn conns_wire(conns: &[Client]) -> Option<crate::target::LayerWire> {
+    conns
+        .iter()
+        .try_fold(crate::target::LayerWire::default(), |acc, c| {
+            c.wire().map(|w| acc.plus(w))
+        })
+}
+
+/// Records one unit's (or page's) traffic as three steps named by `names` (sent, received,
+/// round trips). Histograms hold values from 1: a zero is recorded as 1 only when there was no
+/// traffic at all, which a unit that reached the store never has.
+pub(crate) fn push_wire(steps: &mut Vec<Step>, names: [&'static str; 3], w: WireSnapshot) {
+    steps.push((names[0], w.sent.max(1)));
+    steps.push((names[1], w.received.max(1)));
+    steps.push((names[2], w.round_trips.max(1)));
+}
+
 /// Spins for `d` (the application's cost of rebuilding a cache value), deliberately on the
 /// worker thread like PHP would.
-fn burn_cpu(d: Duration) {
+pub(crate) fn burn_cpu(d: Duration) {
     let until = Instant::now() + d;
     let mut x = 0u64;
     while Instant::now() < until {
