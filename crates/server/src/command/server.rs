@@ -434,10 +434,30 @@ fn config_set(ctx: &Ctx<'_>, pairs: &[Bytes]) -> CmdResult {
             .kind
             .parse(&show(value))
             .map_err(|why| failed(row.name, &why))?;
-        parsed.push((live, v));
+        parsed.push((row, live, v));
     }
-    for (live, v) in parsed {
-        (live.set)(&ctx.shared.live, &v);
+    let previous: Vec<_> = parsed
+        .iter()
+        .map(|(_, live, _)| (live.get)(&ctx.shared.live))
+        .collect();
+    for (_, live, v) in &parsed {
+        (live.set)(&ctx.shared.live, v);
+    }
+    // Then each distinct apply step once (CONFIG SET tls-cert-file A tls-key-file B loads the
+    // pair together); if one fails, every value goes back to what it was.
+    let mut applied: Vec<settings::Apply> = Vec::new();
+    for (row, live, _) in &parsed {
+        let Some(apply) = live.apply else { continue };
+        if applied.iter().any(|a| *a as usize == apply as usize) {
+            continue;
+        }
+        applied.push(apply);
+        if let Err(why) = apply(ctx.shared) {
+            for ((_, live, _), old) in parsed.iter().zip(&previous) {
+                (live.set)(&ctx.shared.live, old);
+            }
+            return Err(failed(row.name, &why));
+        }
     }
     Ok(Frame::ok())
 }

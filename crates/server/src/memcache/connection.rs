@@ -13,8 +13,11 @@
 //! `STORED`, or `CLIENT_ERROR authentication failure`); every other command gets
 //! `CLIENT_ERROR unauthenticated`. Until then values are capped at `MAX_AUTH_REQ_LEN` bytes.
 //!
+//! Plain and TLS connections (`memcached-port`, `memcached-tls-port`) run the same loop, generic
+//! over [`ClientStream`].
+//!
 //! May import: `memcache::session`, `memcache::stats`, `connection::flush` (the strict wait before
-//! replies), `client`, `state`, `tenancy`. Must not import RESP command modules.
+//! replies), `client`, `state`, `tenancy`, `tls` (the stream type). Must not import RESP command modules.
 
 use super::session::{Flow, Session};
 use super::stats::LocalCounters;
@@ -22,12 +25,12 @@ use crate::client::ClientState;
 use crate::connection::{between_batches, close, flush, MAX_PENDING_OUTPUT, READ_BUFFER};
 use crate::state::Shared;
 use crate::tenancy::Perms;
+use crate::tls::ClientStream;
 use bytes::BytesMut;
 use gradus_memcache::{Decoded, Decoder, Limits, McError};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 /// Longest login payload accepted before authentication (memcached's limit).
 const MAX_AUTH_REQ_LEN: usize = 8192;
@@ -41,8 +44,8 @@ pub fn limits(shared: &Shared) -> Limits {
 }
 
 /// Serve one accepted memcached connection until the client leaves or the server shuts down.
-pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: ClientState) {
-    let _ = stream.set_nodelay(true);
+pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut client: ClientState) {
+    let _ = stream.tcp().set_nodelay(true);
     let handle = client.handle.clone();
     let (tenant, db) = shared.tenancy.memcached;
     client.db = db;
@@ -86,6 +89,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                         let _ = stream
                             .write_all(b"CLIENT_ERROR binary protocol is not supported\r\n")
                             .await;
+                        let _ = stream.flush().await;
                     }
                     tracing::debug!(client = client.id, error = %e, "memcached protocol error, closing");
                     break 'conn;
