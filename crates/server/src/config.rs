@@ -80,6 +80,10 @@ pub struct TenantConfig {
     pub users: Vec<UserConfig>,
     #[serde(default)]
     pub keyspaces: Vec<KeyspaceConfig>,
+    /// The keyspace (by name) the memcached port serves to the tenant's users once they log in;
+    /// absent: only the tenant named by `memcached-tenant` has one (`memcached-db`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memcached_keyspace: Option<String>,
 }
 
 /// A user: `[[tenants.users]]` or `[[users]]`.

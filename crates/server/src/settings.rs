@@ -556,7 +556,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "The database (SELECT index) the memcached port reads and writes; flush_all empties it only." },
     Setting { name: "memcached-tenant", section: Section::Top, key: "memcached-tenant", kind: Kind::Text, default: "",
         flag: None, live: None, field: field!(memcached_tenant),
-        doc: "With [[tenants]]: the tenant whose keyspace memcached-db names (empty: the first); logins on the port must be its users." },
+        doc: "With [[tenants]]: the tenant whose keyspace memcached-db names (empty: the first); its users log in to it, other tenants' users to their own memcached-keyspace." },
     Setting { name: "memcached-item-size-max", section: Section::Top, key: "memcached-item-size-max", kind: Kind::Size { min: 1024, max: MAX_ITEM_SIZE as u64 }, default: "1048576",
         flag: flag("BYTES"), live: None, field: field!(memcached_item_size_max),
         doc: "Largest value over the memcached port (memcached's -I); at most the log's record limit less 1 MiB." },

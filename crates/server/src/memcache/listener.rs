@@ -77,36 +77,38 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, tls: bool) 
     }
 }
 
-/// Run a delayed `flush_all` once its time comes (checked every 100 ms).
+/// Run each keyspace's delayed `flush_all` once its time comes (checked every 100 ms).
 pub async fn delayed_flush_loop(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let due = shared.memcache.flush_due_ms.load(Ordering::Relaxed);
         let now = gradus_store::now_ms();
-        if due == 0 || now < due {
-            continue;
-        }
-        if shared
-            .memcache
-            .flush_due_ms
-            .compare_exchange(due, 0, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-        {
-            continue;
-        }
-        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
-        let handle = Arc::new(crate::client::ClientHandle::new(
-            0,
-            unspecified,
-            unspecified,
-        ));
-        let mut client = ClientState::new(handle, true);
-        let db = shared.tenancy.memcached.1;
-        client.db = db;
-        if let Err(e) = super::session::flush_db(&shared, &mut client, db, now) {
-            tracing::error!(error = %e, "delayed flush_all failed");
+        let due: Vec<usize> = {
+            let mut pending = shared.memcache.flush_due_ms.lock();
+            let due = pending
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(db, _)| *db)
+                .collect::<Vec<_>>();
+            for db in &due {
+                pending.remove(db);
+            }
+            due
+        };
+        for db in due {
+            let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+            let handle = Arc::new(crate::client::ClientHandle::new(
+                0,
+                unspecified,
+                unspecified,
+            ));
+            let mut client = ClientState::new(handle, true);
+            client.db = db;
+            client.tenant = shared.tenancy.tenant_of(db).unwrap_or(0);
+            if let Err(e) = super::session::flush_db(&shared, &mut client, db, now) {
+                tracing::error!(error = %e, "delayed flush_all failed");
+            }
         }
     }
 }
