@@ -483,7 +483,7 @@ def test_memcached_port_serves_each_tenant_its_own_keyspace(gradus_factory, tmp_
     for name in ("alpha", "beta"):
         body = body.replace(f'[[tenants]]\nname = "{name}"\n',
                             f'[[tenants]]\nname = "{name}"\nmemcached-keyspace = "cache"\n', 1)
-    assert body.count("memcached-keyspace") == 2
+    assert body.count('\nmemcached-keyspace = "cache"\n') == 2
     server = gradus_factory("--config", config_with(tmp_path, "", base=body))
     mc = McRaw(server.host, server.memcached_port)
     sites = {}

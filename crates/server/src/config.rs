@@ -51,6 +51,8 @@ pub struct Config {
     pub tls_protocols: Vec<String>,
     /// For the replication link (accepted and reported; no replication link uses it yet).
     pub tls_replication: bool,
+    /// Redis' users file (ACL users, `ACL SAVE`/`ACL LOAD`); empty: none.
+    pub aclfile: String,
     pub hll_sparse_max_bytes: usize,
     pub list_max_listpack_size: i64,
     pub list_compress_depth: u64,
@@ -270,6 +272,7 @@ impl Config {
             tls_auth_clients: String::new(),
             tls_protocols: Vec::new(),
             tls_replication: false,
+            aclfile: String::new(),
             hll_sparse_max_bytes: 0,
             list_max_listpack_size: 0,
             list_compress_depth: 0,

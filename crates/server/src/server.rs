@@ -101,6 +101,11 @@ impl Server {
         let mut shared = Shared::new(config, config_file, tenancy);
         shared.tls = crate::tls::TlsState::new(tls);
         let shared = Arc::new(shared);
+        if !shared.config.aclfile.is_empty() {
+            let users = crate::command::acl::read_aclfile(&shared)
+                .map_err(|e| ServerError::Config(format!("aclfile: {e}")))?;
+            shared.acl.replace(users);
+        }
         *shared.persist.dir_lock.lock() = dir_lock;
         shared.port.store(port as usize, Ordering::Relaxed);
         if let Some((options, storage)) = log_setup {

@@ -122,6 +122,8 @@ pub struct Shared {
     pub memcache: crate::memcache::stats::McShared,
     /// The TLS configuration new TLS connections are accepted with (empty: no TLS port).
     pub tls: crate::tls::TlsState,
+    /// ACL users (ACL SETUSER, the aclfile) and the ACL LOG.
+    pub acl: crate::tenancy::acl_users::AclUsers,
 }
 
 impl Shared {
@@ -202,6 +204,7 @@ impl Shared {
             shutdown,
             memcache: Default::default(),
             tls: Default::default(),
+            acl: Default::default(),
         }
     }
 

@@ -16,14 +16,16 @@
 //!
 //! This module is the model and the keyspace layout: [`Tenancy`] built from the configuration,
 //! its tenants and keyspaces, the users lookup, and the `LAYOUT` text (the file itself is
-//! `persist::layout`'s). [`auth`] verifies users and throttles AUTH; [`acl`] holds the rights
-//! and the check of a command against them.
+//! `persist::layout`'s). [`auth`] verifies users and throttles AUTH; [`acl`] holds the rights,
+//! the ACL categories and the check of a command against them; [`acl_users`] the Redis ACL users
+//! (`ACL SETUSER`, the aclfile), layered on tenants.
 //!
 //! May import: `config`, `error`; `acl` also reads command table rows (`command::CommandSpec`)
 //! and the connection's rights (`client`). Must not import `state`, `persist` or command
 //! handlers: they import this.
 
 pub mod acl;
+pub mod acl_users;
 pub mod auth;
 
 pub use acl::{check_perms, no_perm, required_perms, Perms};
@@ -483,6 +485,11 @@ impl Tenancy {
     /// The keyspace `tenant`'s users get on the memcached port, if any.
     pub fn memcached_of(&self, tenant: usize) -> Option<usize> {
         self.tenants.get(tenant)?.memcached
+    }
+
+    /// The tenant named `name`.
+    pub fn tenant_named(&self, name: &str) -> Option<usize> {
+        self.tenants.iter().position(|t| t.name == name)
     }
 
     /// The tenant owning global keyspace `g` (orphans belong to no one).
