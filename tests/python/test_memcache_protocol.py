@@ -409,7 +409,8 @@ def test_memcached_db_setting(gradus_factory):
 def test_config_get_shows_the_memcached_settings(gradus, r2):
     got = r2.config_get("memcached-*")
     assert got == {"memcached-port": str(gradus.memcached_port), "memcached-db": "0",
-                   "memcached-tenant": "", "memcached-item-size-max": "1048576"}
+                   "memcached-tenant": "", "memcached-item-size-max": "1048576",
+                   "memcached-tls-port": "0"}
 
 
 def test_memcached_port_zero_disables(gradus_factory):

@@ -471,3 +471,67 @@ def test_memcached_port_serves_one_tenants_keyspace(gradus_factory, tmp_path):
     assert alpha.get("page:1") is None
     assert beta.get("page:1") == b"beta", "flush_all empties the mapped keyspace only"
     mc.close_all()
+
+
+def test_memcached_port_serves_each_tenant_its_own_keyspace(gradus_factory, tmp_path):
+    """Two tenants on one memcached port: each `-Y` login lands in its own tenant's
+    `memcached-keyspace`, sees only its own items and `flush_all` empties only its own."""
+    from memcache_raw import McRaw
+    from pymemcache.client.base import Client
+
+    body = EXAMPLE.read_text()
+    for name in ("alpha", "beta"):
+        body = body.replace(f'[[tenants]]\nname = "{name}"\n',
+                            f'[[tenants]]\nname = "{name}"\nmemcached-keyspace = "cache"\n', 1)
+    assert body.count('\nmemcached-keyspace = "cache"\n') == 2
+    server = gradus_factory("--config", config_with(tmp_path, "", base=body))
+    mc = McRaw(server.host, server.memcached_port)
+    sites = {}
+    for user in ("alpha", "beta"):
+        conn = mc.new()
+        token = f"{user} {PASSWORDS[user]}".encode()
+        assert conn.cmd(b"set auth 0 0 %d\r\n%s\r\n" % (len(token), token)) == b"STORED"
+        sites[user] = conn
+    alpha, beta = sites["alpha"], sites["beta"]
+    assert alpha.cmd(b"set course:1 0 0 5\r\nalpha\r\n") == b"STORED"
+    assert beta.get(b"get course:1\r\n") == [], "beta must not see alpha's item"
+    assert beta.cmd(b"add course:1 0 0 4\r\nbeta\r\n") == b"STORED", "same name, another keyspace"
+    assert alpha.get(b"get course:1\r\n") == [(b"course:1", 0, b"alpha", None)]
+    assert beta.cmd(b"set only-beta 0 0 1\r\nb\r\n") == b"STORED"
+    # Over RESP, each tenant finds its memcached items in its cache keyspace (SELECT 1).
+    assert connect(server, "alpha", db=1).get("course:1") == b"alpha"
+    assert connect(server, "beta", db=1).get("course:1") == b"beta"
+    assert connect(server, "alpha", db=0).get("course:1") is None
+    # flush_all empties the logged-in tenant's keyspace only.
+    assert alpha.cmd(b"flush_all\r\n") == b"OK"
+    assert alpha.get(b"get course:1\r\n") == []
+    assert [i[:3] for i in beta.get(b"get course:1 only-beta\r\n")] == [(b"course:1", 0, b"beta"), (b"only-beta", 0, b"b")]
+    assert connect(server, "beta", db=1).dbsize() == 2
+    # A delayed flush_all is per keyspace too: beta's, due in 1 s, leaves alpha's new item.
+    assert alpha.cmd(b"set later 0 0 1\r\na\r\n") == b"STORED"
+    assert beta.cmd(b"flush_all 1\r\n") == b"OK"
+    time.sleep(1.6)
+    assert beta.get(b"get only-beta\r\n") == []
+    assert alpha.get(b"get later\r\n") == [(b"later", 0, b"a", None)]
+    # stats curr_items counts the connection's own keyspace.
+    assert b"STAT curr_items 1" in alpha.send(b"stats\r\n").lines_until(b"END")
+    mc.close_all()
+    # A real client (pymemcache) logs in the same way: a `set` whose value is "user password".
+    client = Client((server.host, server.memcached_port), connect_timeout=5, timeout=5)
+    # noreply=False: memcached answers a login STORED even with noreply, and so does Gradus.
+    assert client.set("auth", b"beta beta-pass", noreply=False)
+    assert client.get("later") is None
+    client.set("from-pymemcache", b"1")
+    assert connect(server, "beta", db=1).get("from-pymemcache") == b"1"
+    assert connect(server, "alpha", db=1).get("from-pymemcache") is None
+    client.close()
+
+
+def test_memcached_keyspace_must_be_the_tenants_own(gradus_factory, tmp_path):
+    body = EXAMPLE.read_text().replace('[[tenants]]\nname = "alpha"\n',
+                                       '[[tenants]]\nname = "alpha"\nmemcached-keyspace = "nope"\n', 1)
+    server = gradus_factory()
+    server.stop()
+    code, err = server.run_to_exit(["--config", config_with(tmp_path, "", base=body)])
+    assert code not in (0, None)
+    assert 'tenant "alpha": memcached-keyspace "nope" is not one of its keyspaces' in err

@@ -116,6 +116,9 @@ pub struct ClientState {
     /// The authenticated user's name and rights.
     pub user: Arc<str>,
     pub perms: crate::tenancy::Perms,
+    /// The ACL user's rules when the connection authenticated as one (`ACL SETUSER`, aclfile);
+    /// checked after `perms` (see `tenancy::acl_users`).
+    pub acl: Option<Arc<crate::tenancy::acl_users::AclUser>>,
     pub resp: ProtocolVersion,
     pub authenticated: bool,
     pub multi: Option<MultiState>,
@@ -151,6 +154,7 @@ impl ClientState {
             tenant: 0,
             user: Arc::from("default"),
             perms: crate::tenancy::Perms::ALL,
+            acl: None,
             resp: ProtocolVersion::Resp2,
             authenticated,
             multi: None,

@@ -40,6 +40,19 @@ pub struct Config {
     /// The tenant whose keyspace `memcached-db` names (empty: the first; with no tenants, `default`).
     pub memcached_tenant: String,
     pub memcached_item_size_max: usize,
+    /// TLS port for RESP (0: none) and for memcached (0: none); see [`crate::tls`].
+    pub tls_port: u16,
+    pub memcached_tls_port: u16,
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
+    pub tls_ca_cert_file: String,
+    /// `yes`, `optional` or `no`.
+    pub tls_auth_clients: String,
+    pub tls_protocols: Vec<String>,
+    /// For the replication link (accepted and reported; no replication link uses it yet).
+    pub tls_replication: bool,
+    /// Redis' users file (ACL users, `ACL SAVE`/`ACL LOAD`); empty: none.
+    pub aclfile: String,
     pub hll_sparse_max_bytes: usize,
     pub list_max_listpack_size: i64,
     pub list_compress_depth: u64,
@@ -69,6 +82,10 @@ pub struct TenantConfig {
     pub users: Vec<UserConfig>,
     #[serde(default)]
     pub keyspaces: Vec<KeyspaceConfig>,
+    /// The keyspace (by name) the memcached port serves to the tenant's users once they log in;
+    /// absent: only the tenant named by `memcached-tenant` has one (`memcached-db`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memcached_keyspace: Option<String>,
 }
 
 /// A user: `[[tenants.users]]` or `[[users]]`.
@@ -247,6 +264,15 @@ impl Config {
             memcached_db: 0,
             memcached_tenant: String::new(),
             memcached_item_size_max: 0,
+            tls_port: 0,
+            memcached_tls_port: 0,
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+            tls_ca_cert_file: String::new(),
+            tls_auth_clients: String::new(),
+            tls_protocols: Vec::new(),
+            tls_replication: false,
+            aclfile: String::new(),
             hll_sparse_max_bytes: 0,
             list_max_listpack_size: 0,
             list_compress_depth: 0,

@@ -14,18 +14,20 @@
 //! fsync: group commit). If that wait fails (the log is poisoned), the connection is closed
 //! *without* writing those replies: a strict write is never acknowledged unless it is durable.
 //!
-//! May import: `dispatch`, `client`, `state`, `gradus-proto`. Must not import command modules: a
+//! Plain and TLS connections run the same loop: it is generic over [`ClientStream`].
+//!
+//! May import: `dispatch`, `client`, `state`, `tls` (the stream type), `gradus-proto`. Must not import command modules: a
 //! deferred reply is a future the command made (`client::Deferred`).
 
 use crate::client::ClientState;
 use crate::dispatch::dispatch;
 use crate::state::Shared;
+use crate::tls::ClientStream;
 use bytes::BytesMut;
 use gradus_proto::{encode, Frame, Limits, ProtoError, ProtocolVersion, RequestDecoder};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Pending replies are written out once they reach this size, even mid-pipeline.
 pub(crate) const MAX_PENDING_OUTPUT: usize = 64 * 1024;
@@ -33,8 +35,8 @@ pub(crate) const MAX_PENDING_OUTPUT: usize = 64 * 1024;
 pub(crate) const READ_BUFFER: usize = 16 * 1024;
 
 /// Serve one accepted connection until the client leaves, is killed, or the server shuts down.
-pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: ClientState) {
-    let _ = stream.set_nodelay(true);
+pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut client: ClientState) {
+    let _ = stream.tcp().set_nodelay(true);
     let handle = client.handle.clone();
     let mut shutdown = shared.shutdown.subscribe();
     let mut decoder = RequestDecoder::new(shared.live.limits());
@@ -70,7 +72,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                             // The reply first: its future sets up its own clean-up when made.
                             biased;
                             reply = work.complete(shared.clone(), &mut client) => reply,
-                            _ = peer_closed(&stream) => break 'conn,
+                            _ = peer_closed(stream.tcp()) => break 'conn,
                         };
                         encode(&reply, client.resp, &mut wbuf);
                         now_ms = gradus_store::now_ms();
@@ -102,6 +104,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                     let frame = Frame::Error(format!("ERR {text}"));
                     encode(&frame, ProtocolVersion::Resp2, &mut wbuf);
                     let _ = stream.write_all(&wbuf).await;
+                    let _ = stream.flush().await;
                     tracing::debug!(client = client.id, error = %e, "protocol error, closing");
                     break 'conn;
                 }
@@ -128,9 +131,9 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
 /// write the pending replies (after the fsync a strict write among them waits for), stop at
 /// shutdown, then wait for more bytes, the connection being killed, or the server shutting down.
 /// False when the connection ends.
-pub(crate) async fn between_batches(
+pub(crate) async fn between_batches<S: ClientStream>(
     shared: &Shared,
-    stream: &mut TcpStream,
+    stream: &mut S,
     rbuf: &mut BytesMut,
     wbuf: &mut BytesMut,
     client: &mut ClientState,
@@ -200,8 +203,10 @@ pub(crate) fn http_request_refused(shared: &Shared, client: &ClientState, port: 
 }
 
 /// Resolves when the peer has closed the connection (end of stream or an error); pends while the
-/// peer is connected, including when it has sent more requests (they wait in the socket).
-async fn peer_closed(stream: &TcpStream) {
+/// peer is connected, including when it has sent more requests (they wait in the socket). Looks
+/// at the TCP socket under a TLS stream: a TLS close_notify counts as data, only a FIN or a reset
+/// as gone.
+async fn peer_closed(stream: &tokio::net::TcpStream) {
     let mut byte = [0u8; 1];
     match stream.peek(&mut byte).await {
         Ok(0) | Err(_) => {}
@@ -227,9 +232,9 @@ fn limits_for(shared: &Shared, client: &ClientState) -> Limits {
 /// Write the pending replies, first waiting for the fsync that covers any strict write among
 /// them. Returns false when the connection must close (write error, or the log failed).
 /// (The memcached front end uses it too.)
-pub(crate) async fn flush(
+pub(crate) async fn flush<S: ClientStream>(
     shared: &Shared,
-    stream: &mut TcpStream,
+    stream: &mut S,
     wbuf: &mut BytesMut,
     client: &mut ClientState,
 ) -> bool {
@@ -246,7 +251,9 @@ pub(crate) async fn flush(
     if wbuf.is_empty() {
         return true;
     }
-    if stream.write_all(wbuf).await.is_err() {
+    // A TLS stream may keep part of the records it made in its buffer until flushed (a no-op for
+    // a plain socket).
+    if stream.write_all(wbuf).await.is_err() || stream.flush().await.is_err() {
         return false;
     }
     shared

@@ -45,6 +45,11 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     if let Err(e) = crate::tenancy::check_perms(client, row) {
         return reject(client, e);
     }
+    if let Err(denied) = crate::tenancy::acl::check_acl(client, row, spec, &args) {
+        crate::command::acl::log_denial(shared, client, Some(&denied), None, now_ms);
+        let e = CmdError::Other(denied.error_text(&client.user));
+        return reject(client, e);
+    }
     if let Some(multi) = client.multi.as_mut() {
         if !spec.has(flags::NO_QUEUE) {
             if spec.has(flags::NO_MULTI) {

@@ -18,6 +18,8 @@
 //!   storage core both protocols share), `memcache::text` and `memcache::meta` (the commands);
 //! - [`settings`]: the table of settings (name, type, default, live, flag, doc) that the TOML file,
 //!   flags, CONFIG GET/SET, `--print-config` and the README's table all come from;
+//! - [`tls`]: rustls on the TLS ports: the configuration from the `tls-*` settings, its reload,
+//!   and the stream type both connection loops are generic over;
 //! - [`config`]: defaults, TOML file, flags, validation; [`info`]: the INFO text;
 //! - [`args`]: argument parsing with Redis' rules; [`long_double`]: Redis' float arithmetic for
 //!   INCRBYFLOAT/HINCRBYFLOAT; [`error`]: this layer's error type.
@@ -43,6 +45,7 @@ pub mod server;
 pub mod settings;
 pub mod state;
 pub mod tenancy;
+pub mod tls;
 
 pub use config::{Cli, Config};
 pub use server::Server;

@@ -4,8 +4,11 @@
 //! timer task for active expiry, and waits for SIGINT/SIGTERM or SHUTDOWN; then it stops accepting,
 //! tells connections to finish their current batch, and waits (bounded) for them to go.
 //!
+//! TLS ports (`tls-port`, `memcached-tls-port`) are accepted like the plain ones, then the TLS
+//! handshake runs in the connection's own task ([`spawn_connection`]) before its loop starts.
+//!
 //! May import: `connection`, `memcache::listener`, `persist` (recovery, layout, snapshots),
-//! `state`, `config`. Must not import command modules.
+//! `state`, `config`, `tls`. Must not import command modules.
 
 use crate::client::ClientState;
 use crate::config::Config;
@@ -28,8 +31,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// A bound server, ready to serve.
 pub struct Server {
     shared: Arc<Shared>,
-    listeners: Vec<TcpListener>,
-    memcached_listeners: Vec<TcpListener>,
+    /// RESP listeners, each with whether it is a TLS port.
+    listeners: Vec<(TcpListener, bool)>,
+    memcached_listeners: Vec<(TcpListener, bool)>,
 }
 
 impl Server {
@@ -41,6 +45,13 @@ impl Server {
         config_file: Option<std::path::PathBuf>,
         repair: bool,
     ) -> Result<Self, ServerError> {
+        // A TLS port with a bad certificate or key refuses to start, saying which file and why.
+        let tls = if config.tls_port != 0 || config.memcached_tls_port != 0 {
+            let files = crate::tls::TlsFiles::of_config(&config);
+            Some(crate::tls::build(&files).map_err(ServerError::Config)?)
+        } else {
+            None
+        };
         let mut listeners = Vec::new();
         let mut port = config.port;
         for addr in &config.bind {
@@ -56,7 +67,10 @@ impl Server {
                 })?;
             // With port 0, bind every further address on the port the first one got.
             port = listener.local_addr()?.port();
-            listeners.push(listener);
+            listeners.push((listener, false));
+        }
+        for listener in bind_port(&config.bind, config.tls_port).await? {
+            listeners.push((listener, true));
         }
         // Keyspace layout: which global index is which tenant's keyspace (see `tenancy`).
         let mut tenancy = crate::tenancy::Tenancy::build(&config, &[])?;
@@ -84,7 +98,14 @@ impl Server {
         // With port 0, CONFIG GET port shows the port the OS picked.
         let config = Config { port, ..config };
         // The log is opened into the state: recovery replays each segment as it is read.
-        let shared = Arc::new(Shared::new(config, config_file, tenancy));
+        let mut shared = Shared::new(config, config_file, tenancy);
+        shared.tls = crate::tls::TlsState::new(tls);
+        let shared = Arc::new(shared);
+        if !shared.config.aclfile.is_empty() {
+            let users = crate::command::acl::read_aclfile(&shared)
+                .map_err(|e| ServerError::Config(format!("aclfile: {e}")))?;
+            shared.acl.replace(users);
+        }
         *shared.persist.dir_lock.lock() = dir_lock;
         shared.port.store(port as usize, Ordering::Relaxed);
         if let Some((options, storage)) = log_setup {
@@ -155,15 +176,26 @@ impl Server {
     pub async fn run(self) -> Result<(), ServerError> {
         let shared = self.shared;
         let mut tasks = JoinSet::new();
-        for listener in self.listeners {
-            tracing::info!(addr = %listener.local_addr()?, "listening (RESP)");
-            tasks.spawn(accept_loop(shared.clone(), listener));
+        for (listener, tls) in self.listeners {
+            let what = if tls {
+                "listening (RESP over TLS)"
+            } else {
+                "listening (RESP)"
+            };
+            tracing::info!(addr = %listener.local_addr()?, "{what}");
+            tasks.spawn(accept_loop(shared.clone(), listener, tls));
         }
-        for listener in self.memcached_listeners {
-            tracing::info!(addr = %listener.local_addr()?, "listening (memcached)");
+        for (listener, tls) in self.memcached_listeners {
+            let what = if tls {
+                "listening (memcached over TLS)"
+            } else {
+                "listening (memcached)"
+            };
+            tracing::info!(addr = %listener.local_addr()?, "{what}");
             tasks.spawn(crate::memcache::listener::accept_loop(
                 shared.clone(),
                 listener,
+                tls,
             ));
         }
         tasks.spawn(crate::memcache::listener::delayed_flush_loop(
@@ -203,7 +235,70 @@ impl Server {
     }
 }
 
-async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+/// Bind `port` on every address of `bind`; none when the port is 0 (the TLS and memcached ports,
+/// for which 0 means off).
+pub(crate) async fn bind_port(bind: &[String], port: u16) -> Result<Vec<TcpListener>, ServerError> {
+    let mut listeners = Vec::new();
+    if port == 0 {
+        return Ok(listeners);
+    }
+    for addr in bind {
+        let ip: std::net::IpAddr = addr
+            .parse()
+            .map_err(|_| ServerError::Config(format!("bad bind address {addr}")))?;
+        let sa = SocketAddr::new(ip, port);
+        let listener = TcpListener::bind(sa)
+            .await
+            .map_err(|source| ServerError::Bind {
+                addr: sa.to_string(),
+                source,
+            })?;
+        listeners.push(listener);
+    }
+    Ok(listeners)
+}
+
+/// Run a registered client's connection: at once on a plain port; after the TLS handshake on a
+/// TLS port (a failed or slow handshake ends it, unregistered, with the reason logged). The same
+/// for both front ends: `serve` is the front end's connection loop.
+pub(crate) fn spawn_connection<P, T>(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    client: ClientState,
+    tls: bool,
+    plain: impl FnOnce(Arc<Shared>, TcpStream, ClientState) -> P,
+    secure: impl FnOnce(Arc<Shared>, tokio_rustls::server::TlsStream<TcpStream>, ClientState) -> T
+        + Send
+        + 'static,
+) where
+    P: std::future::Future<Output = ()> + Send + 'static,
+    T: std::future::Future<Output = ()> + Send + 'static,
+{
+    if !tls {
+        tokio::spawn(plain(shared, stream, client));
+        return;
+    }
+    let Some(acceptor) = shared.tls.acceptor() else {
+        connection::close(&shared, &client);
+        return;
+    };
+    tokio::spawn(async move {
+        let addr = client.handle.addr;
+        match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+            Ok(Ok(stream)) => secure(shared, stream, client).await,
+            Ok(Err(e)) => {
+                tracing::info!(client = %addr, error = %e, "TLS handshake failed");
+                connection::close(&shared, &client);
+            }
+            Err(_) => {
+                tracing::info!(client = %addr, "TLS handshake timed out");
+                connection::close(&shared, &client);
+            }
+        }
+    });
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, tls: bool) {
     loop {
         let (stream, addr) = match listener.accept().await {
             Ok(pair) => pair,
@@ -223,7 +318,12 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                 .stats
                 .rejected_connections
                 .fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(refuse(stream));
+            if tls {
+                // No TLS session yet to say why: just close.
+                drop(stream);
+            } else {
+                tokio::spawn(refuse(stream));
+            }
             continue;
         }
         let laddr = stream.local_addr().unwrap_or(addr);
@@ -236,7 +336,14 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
             *client.handle.user.lock() = client.user.clone();
             client.handle.tenant.store(usize::MAX, Ordering::Relaxed);
         }
-        tokio::spawn(connection::serve(shared.clone(), stream, client));
+        spawn_connection(
+            shared.clone(),
+            stream,
+            client,
+            tls,
+            connection::serve,
+            connection::serve,
+        );
     }
 }
 

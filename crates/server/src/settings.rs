@@ -263,7 +263,13 @@ pub struct Live {
     pub get: fn(&LiveSettings) -> Value,
     /// Stores a value [`Kind::check`] accepted.
     pub set: fn(&LiveSettings, &Value),
+    /// Puts the new values in force once a CONFIG SET has stored all of them (e.g. rebuilds the
+    /// TLS configuration); on Err, CONFIG SET restores the previous values and fails.
+    pub apply: Option<Apply>,
 }
+
+/// A live setting's step that puts new values in force (see [`Live::apply`]).
+pub type Apply = fn(&Shared) -> Result<(), String>;
 
 /// A command-line flag (its long name is the setting's name).
 #[derive(Debug, Clone, Copy)]
@@ -423,6 +429,7 @@ macro_rules! live_usize {
                     l.$f.store(usize::try_from(*n).unwrap_or(usize::MAX), Ordering::Relaxed);
                 }
             },
+            apply: None,
         })
     };
 }
@@ -437,8 +444,29 @@ macro_rules! live_u64 {
                     l.$f.store(*n, Ordering::Relaxed);
                 }
             },
+            apply: None,
         })
     };
+}
+
+/// [`Live`] access to a `Mutex<String>` of [`LiveSettings`] that the TLS configuration is built
+/// from: setting it rebuilds that configuration (new connections use it).
+macro_rules! live_tls_text {
+    ($f:ident) => {
+        Some(Live {
+            get: |l| Value::Text(l.$f.lock().clone()),
+            set: |l, v| *l.$f.lock() = v.text(),
+            apply: Some(reload_tls),
+        })
+    };
+}
+
+/// Rebuild the TLS configuration from the live settings.
+fn reload_tls(shared: &Shared) -> Result<(), String> {
+    shared
+        .tls
+        .reload(&shared.live)
+        .map_err(|why| format!("Unable to update TLS configuration: {why}"))
 }
 
 /// [`Live`] access to an `AtomicI64` of [`LiveSettings`] (a [`Kind::Signed`] row).
@@ -451,6 +479,7 @@ macro_rules! live_i64 {
                     l.$f.store(*n, Ordering::Relaxed);
                 }
             },
+            apply: None,
         })
     };
 }
@@ -476,6 +505,7 @@ const KNOB_BYTES: Kind = Kind::Size {
     min: 0,
     max: UNBOUNDED,
 };
+const TLS_AUTH_CLIENTS: Kind = Kind::Enum(&["no", "yes", "optional"]);
 const DEGREES: Kind = Kind::Enum(&["none", "lazy", "background", "strict"]);
 
 /// Every scalar setting, in the order `--print-config`, `CONFIG GET *` and the README list them.
@@ -495,7 +525,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Most simultaneous client connections; the next one gets \"-ERR max number of clients reached\"." },
     Setting { name: "requirepass", section: Section::Top, key: "requirepass", kind: Kind::Text, default: "",
         flag: flag("PASSWORD"), field: field!(requirepass),
-        live: Some(Live { get: |l| Value::Text(l.requirepass.lock().clone()), set: |l, v| *l.requirepass.lock() = v.text() }),
+        live: Some(Live { get: |l| Value::Text(l.requirepass.lock().clone()), set: |l, v| *l.requirepass.lock() = v.text(), apply: None }),
         doc: "Password of the default user (AUTH); empty: none, and then Gradus listens on loopback only (unused with [[tenants]])." },
     Setting { name: "databases", section: Section::Top, key: "databases", kind: Kind::Int { min: 1, max: 1024 }, default: "16",
         flag: flag("N"), live: None, field: field!(databases),
@@ -526,10 +556,38 @@ pub static SETTINGS: &[Setting] = &[
         doc: "The database (SELECT index) the memcached port reads and writes; flush_all empties it only." },
     Setting { name: "memcached-tenant", section: Section::Top, key: "memcached-tenant", kind: Kind::Text, default: "",
         flag: None, live: None, field: field!(memcached_tenant),
-        doc: "With [[tenants]]: the tenant whose keyspace memcached-db names (empty: the first); logins on the port must be its users." },
+        doc: "With [[tenants]]: the tenant whose keyspace memcached-db names (empty: the first); its users log in to it, other tenants' users to their own memcached-keyspace." },
     Setting { name: "memcached-item-size-max", section: Section::Top, key: "memcached-item-size-max", kind: Kind::Size { min: 1024, max: MAX_ITEM_SIZE as u64 }, default: "1048576",
         flag: flag("BYTES"), live: None, field: field!(memcached_item_size_max),
         doc: "Largest value over the memcached port (memcached's -I); at most the log's record limit less 1 MiB." },
+    Setting { name: "tls-port", section: Section::Top, key: "tls-port", kind: PORT, default: "0",
+        flag: flag("PORT"), live: None, field: field!(tls_port),
+        doc: "TCP port for RESP over TLS, on the same bind addresses, beside the plain port; 0 disables it." },
+    Setting { name: "memcached-tls-port", section: Section::Top, key: "memcached-tls-port", kind: PORT, default: "0",
+        flag: flag("PORT"), live: None, field: field!(memcached_tls_port),
+        doc: "TCP port for the memcached protocol over TLS (memcached's -Z), beside memcached-port; 0 disables it." },
+    Setting { name: "tls-cert-file", section: Section::Top, key: "tls-cert-file", kind: Kind::Text, default: "",
+        flag: flag("FILE"), live: live_tls_text!(tls_cert_file), field: field!(tls_cert_file),
+        doc: "The server's certificate (PEM, chain allowed); CONFIG SET reloads it for new connections." },
+    Setting { name: "tls-key-file", section: Section::Top, key: "tls-key-file", kind: Kind::Text, default: "",
+        flag: flag("FILE"), live: live_tls_text!(tls_key_file), field: field!(tls_key_file),
+        doc: "The private key of tls-cert-file (PEM: PKCS#8, PKCS#1 or SEC1); CONFIG SET reloads it." },
+    Setting { name: "tls-ca-cert-file", section: Section::Top, key: "tls-ca-cert-file", kind: Kind::Text, default: "",
+        flag: flag("FILE"), live: live_tls_text!(tls_ca_cert_file), field: field!(tls_ca_cert_file),
+        doc: "CA certificates (PEM) that client certificates are verified against." },
+    Setting { name: "tls-auth-clients", section: Section::Top, key: "tls-auth-clients", kind: TLS_AUTH_CLIENTS, default: "yes",
+        flag: flag("MODE"), live: live_tls_text!(tls_auth_clients), field: field!(tls_auth_clients),
+        doc: "Client certificates on the TLS ports: yes (required, verified against tls-ca-cert-file), optional (verified when given), no (not asked for)." },
+    Setting { name: "tls-protocols", section: Section::Top, key: "tls-protocols", kind: Kind::List, default: "TLSv1.2 TLSv1.3",
+        flag: flag("PROTOCOL"), field: field!(tls_protocols),
+        live: Some(Live { get: |l| Value::List(l.tls_protocols.lock().clone()), set: |l, v| if let Value::List(p) = v { *l.tls_protocols.lock() = p.clone() }, apply: Some(reload_tls) }),
+        doc: "TLS versions offered: TLSv1.2 and/or TLSv1.3." },
+    Setting { name: "tls-replication", section: Section::Top, key: "tls-replication", kind: Kind::Bool, default: "no",
+        flag: None, live: None, field: field!(tls_replication),
+        doc: "Use TLS on the replication link (as redis-server); accepted for configurations shared with Redis, no replication link uses it yet." },
+    Setting { name: "aclfile", section: Section::Top, key: "aclfile", kind: Kind::Text, default: "",
+        flag: flag("FILE"), live: None, field: field!(aclfile),
+        doc: "Redis ACL users file (user lines as ACL LIST prints them, SHA-256 password hashes): read at start-up, written by ACL SAVE, read again by ACL LOAD; empty: none." },
     Setting { name: "hll-sparse-max-bytes", section: Section::Top, key: "hll-sparse-max-bytes", kind: Kind::Size { min: 0, max: UNBOUNDED }, default: "3000",
         flag: None, live: live_usize!(hll_sparse_max_bytes), field: field!(hll_sparse_max_bytes),
         doc: "A HyperLogLog stays in the sparse encoding while it is at most this many bytes (header included), then becomes dense (as Redis)." },

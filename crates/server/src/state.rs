@@ -3,7 +3,7 @@
 //! One `Arc<Shared>` is handed to every connection. Settings that `CONFIG SET` may change live in
 //! atomics or a small mutex so the request path reads them without locking anything shared for long.
 //!
-//! May import: `client`, `config`, `persist`, `tenancy`, `blocking`, `memcache::stats` (the state
+//! May import: `client`, `config`, `persist`, `tenancy`, `blocking`, `memcache::stats`, `tls` (the state
 //! they keep); never command modules.
 
 use crate::client::ClientRegistry;
@@ -64,6 +64,12 @@ pub struct LiveSettings {
     pub max_inline_len: AtomicUsize,
     pub requirepass: Mutex<String>,
     pub hll_sparse_max_bytes: AtomicUsize,
+    /// What the TLS configuration is built from (see [`crate::tls`]).
+    pub tls_cert_file: Mutex<String>,
+    pub tls_key_file: Mutex<String>,
+    pub tls_ca_cert_file: Mutex<String>,
+    pub tls_auth_clients: Mutex<String>,
+    pub tls_protocols: Mutex<Vec<String>>,
     /// Redis' encoding knobs (reported by CONFIG GET, no effect on how values are kept).
     pub list_max_listpack_size: AtomicI64,
     pub list_compress_depth: AtomicU64,
@@ -120,6 +126,10 @@ pub struct Shared {
     pub shutdown: watch::Sender<bool>,
     /// memcached-protocol statistics and the pending delayed `flush_all`.
     pub memcache: crate::memcache::stats::McShared,
+    /// The TLS configuration new TLS connections are accepted with (empty: no TLS port).
+    pub tls: crate::tls::TlsState,
+    /// ACL users (ACL SETUSER, the aclfile) and the ACL LOG.
+    pub acl: crate::tenancy::acl_users::AclUsers,
 }
 
 impl Shared {
@@ -136,6 +146,11 @@ impl Shared {
             max_inline_len: AtomicUsize::new(0),
             requirepass: Mutex::new(String::new()),
             hll_sparse_max_bytes: AtomicUsize::new(0),
+            tls_cert_file: Mutex::new(String::new()),
+            tls_key_file: Mutex::new(String::new()),
+            tls_ca_cert_file: Mutex::new(String::new()),
+            tls_auth_clients: Mutex::new(String::new()),
+            tls_protocols: Mutex::new(Vec::new()),
             list_max_listpack_size: AtomicI64::new(0),
             list_compress_depth: AtomicU64::new(0),
             set_max_intset_entries: AtomicU64::new(0),
@@ -194,6 +209,8 @@ impl Shared {
             snapshot_request: tokio::sync::Notify::new(),
             shutdown,
             memcache: Default::default(),
+            tls: Default::default(),
+            acl: Default::default(),
         }
     }
 

@@ -3,7 +3,8 @@
 //! These act on the calling connection's state (protocol version, database, name, authentication)
 //! and, for CLIENT LIST/KILL, on the registry of other connections. They never touch keys.
 //!
-//! May import: `args`, `client`, `tenancy` (AUTH), `blocking` (CLIENT UNBLOCK), `state`.
+//! May import: `args`, `client`, `tenancy` (AUTH), `command::acl` (ACL users at AUTH), `blocking`
+//! (CLIENT UNBLOCK), `state`.
 
 use super::{cmd, flags, sub, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, parse_i64, show};
@@ -37,7 +38,6 @@ pub const COMMANDS: &[CommandSpec] = &[
         sub("client|help", 2, flags::LOADING | flags::NOSCRIPT, "Returns helpful text about the different subcommands."),
         sub("client|durability", -2, flags::LOADING | flags::NOSCRIPT, "Sets the connection's durability degree (none, lazy, background, strict, default) or returns it."),
     ]),
-    cmd("acl", -2, flags::LOADING, NO_KEYS, "server", "A container for access list commands (WHOAMI, USERS, CAT of one's own rights).", acl),
 ];
 
 fn ping(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -60,30 +60,38 @@ fn authenticate(ctx: &mut Ctx<'_>, user: &[u8], pass: &[u8]) -> Result<(), CmdEr
     let ip = ctx.client.handle.addr.ip();
     let delay = shared.auth_throttle.delay(ip);
     let requirepass = shared.live.requirepass.lock().clone();
-    let found = shared
-        .tenancy
-        .user(user)
-        .filter(|u| u.verify(pass, &requirepass));
+    // Configured users first, then ACL users (ACL SETUSER, the aclfile).
+    let found = match shared.tenancy.user(user) {
+        Some(u) => u
+            .verify(pass, &requirepass)
+            .then(|| (u.name.clone(), u.tenant, u.perms, None)),
+        None => super::acl::acl_login(shared, user, pass).map(|a| {
+            let perms = a.perms(shared.tenancy.multi_tenant);
+            (a.name.clone(), a.tenant, perms, Some(a))
+        }),
+    };
     let result = match found {
         None => {
             shared.auth_throttle.failed(ip);
             tracing::info!(client = ctx.client.id, addr = %ctx.client.handle.addr, user = %show(user), "AUTH failed");
+            super::acl::log_denial(shared, ctx.client, None, Some(&show(user)), ctx.now_ms);
             Err(CmdError::WrongPass)
         }
-        Some(u) => {
+        Some((name, tenant, perms, acl)) => {
             shared.auth_throttle.succeeded(ip);
             let client = &mut *ctx.client;
-            if client.tenant != u.tenant || !client.authenticated {
-                client.tenant = u.tenant;
-                client.db = shared.tenancy.initial_keyspace(u.tenant);
-                client.handle.tenant.store(u.tenant, Ordering::Relaxed);
+            if client.tenant != tenant || !client.authenticated {
+                client.tenant = tenant;
+                client.db = shared.tenancy.initial_keyspace(tenant);
+                client.handle.tenant.store(tenant, Ordering::Relaxed);
                 client
                     .handle
                     .db
                     .store(shared.tenancy.select_of(client.db), Ordering::Relaxed);
             }
-            client.perms = u.perms;
-            client.user = std::sync::Arc::from(u.name.as_str());
+            client.perms = perms;
+            client.acl = acl;
+            client.user = std::sync::Arc::from(name.as_str());
             *client.handle.user.lock() = client.user.clone();
             client.authenticated = true;
             Ok(())
@@ -208,40 +216,6 @@ fn select(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-/// ACL WHOAMI (the user), ACL USERS (admins: every user), ACL MYPERMS (the caller's rights).
-fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let sub = String::from_utf8_lossy(&args[1]).to_lowercase();
-    match (sub.as_str(), args.len()) {
-        ("whoami", 2) => Ok(Frame::Bulk(Bytes::from(ctx.client.user.to_string()))),
-        ("users", 2) => {
-            if !ctx.client.perms.contains(crate::tenancy::Perms::ADMIN) {
-                return Err(crate::tenancy::no_perm(&ctx.client.user, "acl|users"));
-            }
-            Ok(Frame::Array(
-                ctx.shared
-                    .tenancy
-                    .user_names()
-                    .into_iter()
-                    .map(|n| Frame::Bulk(Bytes::from(n)))
-                    .collect(),
-            ))
-        }
-        ("myperms", 2) => Ok(Frame::Array(
-            ctx.client
-                .perms
-                .names()
-                .into_iter()
-                .map(|n| Frame::Bulk(Bytes::from_static(n.as_bytes())))
-                .collect(),
-        )),
-        ("whoami" | "users" | "myperms", _) => Err(super::arity_error(b"acl")),
-        _ => Err(CmdError::UnknownSubcommand {
-            cmd: "ACL".into(),
-            sub: show(&args[1]),
-        }),
-    }
-}
-
 fn quit(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     ctx.client.close_after_reply = true;
     Ok(Frame::ok())
@@ -254,6 +228,13 @@ fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     if ctx.shared.auth_required() {
         // Redis: RESET de-authenticates when the default user needs a password.
         ctx.client.authenticated = false;
+    }
+    if !ctx.shared.tenancy.multi_tenant {
+        // Redis: RESET makes the connection the default user's again (an ACL user's rules go).
+        ctx.client.acl = None;
+        ctx.client.perms = crate::tenancy::Perms::ALL;
+        ctx.client.user = std::sync::Arc::from("default");
+        *ctx.client.handle.user.lock() = ctx.client.user.clone();
     }
     ctx.client.durability = None;
     let h = &ctx.client.handle;

@@ -7,6 +7,7 @@
 use super::{cmd, flags, CommandSpec, Ctx, KEY1, NO_KEYS};
 use crate::args::{expire_at_ms, int_arg, is, usize_arg, ExpireUnit};
 use crate::error::{CmdError, CmdResult};
+use crate::tenancy::acl::category::DANGEROUS;
 use bytes::Bytes;
 use gradus_proto::Frame;
 use gradus_store::ValueKind;
@@ -25,7 +26,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("rename", 3, W, (1, 2, 1), "generic", "Renames a key and overwrites the destination.", rename),
     cmd("renamenx", 3, W | F, (1, 2, 1), "generic", "Renames a key only when the target key name doesn't exist.", renamenx),
     cmd("randomkey", 1, R | flags::RANDOM | flags::READS_KEYSPACE, NO_KEYS, "generic", "Returns a random key name from the database.", randomkey),
-    cmd("keys", 2, R | flags::READS_KEYSPACE, NO_KEYS, "generic", "Returns all key names that match a pattern.", keys),
+    cmd("keys", 2, R | flags::READS_KEYSPACE, NO_KEYS, "generic", "Returns all key names that match a pattern.", keys).with_acl(DANGEROUS),
     cmd("scan", -2, R | flags::READS_KEYSPACE, NO_KEYS, "generic", "Iterates over the key names in the database.", scan),
     cmd("expire", -3, W | F, KEY1, "generic", "Sets the expiration time of a key in seconds.", expire),
     cmd("pexpire", -3, W | F, KEY1, "generic", "Sets the expiration time of a key in milliseconds.", pexpire),

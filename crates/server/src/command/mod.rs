@@ -5,6 +5,7 @@
 //! auth check and MULTI queueing all read it; nothing else keeps its own list of commands.
 //! Each submodule implements one family and exports its rows as `COMMANDS`.
 
+pub mod acl;
 pub mod bitmaps;
 pub mod blocking;
 pub mod connection;
@@ -130,6 +131,9 @@ pub struct CommandSpec {
     /// Other keyspaces of the caller's tenant the command writes, named by SELECT number in
     /// its arguments (MOVE, COPY … DB, SWAPDB): the write path's scope and replay follow them.
     pub other_keyspaces: Option<OtherKeyspaces>,
+    /// Redis ACL categories the row has besides those its flags and group give (bits of
+    /// `tenancy::acl::category`; see `tenancy::acl::categories`).
+    pub acl_categories: u32,
 }
 
 /// How a command names other keyspaces of its tenant (by SELECT number, as the client sends
@@ -234,6 +238,12 @@ impl CommandSpec {
         }
     }
 
+    /// The same row with ACL categories of its own (table rows: `cmd(...).with_acl(category::DANGEROUS)`).
+    pub const fn with_acl(mut self, categories: u32) -> CommandSpec {
+        self.acl_categories |= categories;
+        self
+    }
+
     /// The same row with its keys after a `numkeys` argument at `index` (table rows:
     /// `cmd(...).with_numkeys(1)`); flags it `movablekeys`.
     pub const fn with_numkeys(mut self, index: usize) -> CommandSpec {
@@ -294,6 +304,7 @@ pub const fn cmd(
         subcommands: &[],
         numkeys_at: 0,
         other_keyspaces: None,
+        acl_categories: 0,
     }
 }
 
@@ -339,6 +350,7 @@ pub fn table() -> &'static CommandTable {
     TABLE.get_or_init(|| {
         CommandTable::new(&[
             connection::COMMANDS,
+            acl::COMMANDS,
             server::COMMANDS,
             databases::COMMANDS,
             sort::COMMANDS,

@@ -226,6 +226,11 @@ impl ScriptRun<'_> {
         if let Err(e) = crate::tenancy::check_perms(self.client, spec.resolve(&args)) {
             return e.to_frame();
         }
+        if let Err(denied) =
+            crate::tenancy::acl::check_acl(self.client, spec.resolve(&args), spec, &args)
+        {
+            return CmdError::Other(denied.error_text(&self.client.user)).to_frame();
+        }
         if spec.runs_as_write() {
             dispatch::run_write(self.shared, self.client, spec, args, self.now_ms)
         } else {

@@ -11,6 +11,7 @@ use crate::args::{is, show};
 use crate::client::Deferred;
 use crate::error::{CmdError, CmdResult};
 use crate::settings;
+use crate::tenancy::acl::category;
 use bytes::Bytes;
 use gradus_proto::Frame;
 use gradus_store::glob::glob_match;
@@ -20,7 +21,7 @@ const ADMIN: u32 = flags::ADMIN | flags::LOADING;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("info", -1, flags::LOADING, NO_KEYS, "server", "Returns information and statistics about the server.", info),
+    cmd("info", -1, flags::LOADING, NO_KEYS, "server", "Returns information and statistics about the server.", info).with_acl(category::DANGEROUS),
     cmd("config", -2, ADMIN, NO_KEYS, "server", "A container for server configuration commands.", config).with_subcommands(&[
         sub("config|get", -3, ADMIN | flags::LOADING, "Returns the effective values of configuration parameters."),
         sub("config|set", -4, ADMIN, "Sets configuration parameters in-flight."),
@@ -36,7 +37,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         sub("command|getkeys", -3, flags::LOADING, "Extracts the key names from an arbitrary command."),
         sub("command|help", 2, flags::LOADING, "Returns helpful text about the different subcommands."),
     ]),
-    cmd("dbsize", 1, flags::READONLY | flags::FAST | flags::READS_KEYSPACE, NO_KEYS, "server", "Returns the number of keys in the database.", dbsize),
+    cmd("dbsize", 1, flags::READONLY | flags::FAST | flags::READS_KEYSPACE, NO_KEYS, "server", "Returns the number of keys in the database.", dbsize).with_acl(category::KEYSPACE),
     cmd("flushdb", -1, flags::WRITE | flags::FLUSHES, NO_KEYS, "server", "Removes all keys from the current keyspace, in O(1).", flushdb),
     cmd("flushall", -1, flags::WRITE | flags::FLUSHES | flags::TENANT_WIDE, NO_KEYS, "server", "Removes all keys from every keyspace of the caller's tenant, in O(1).", flushall),
     cmd("purge", 2, flags::WRITE | flags::FLUSHES, NO_KEYS, "server", "Removes every key starting with the given prefix from the current keyspace; returns how many.", purge),
@@ -434,10 +435,30 @@ fn config_set(ctx: &Ctx<'_>, pairs: &[Bytes]) -> CmdResult {
             .kind
             .parse(&show(value))
             .map_err(|why| failed(row.name, &why))?;
-        parsed.push((live, v));
+        parsed.push((row, live, v));
     }
-    for (live, v) in parsed {
-        (live.set)(&ctx.shared.live, &v);
+    let previous: Vec<_> = parsed
+        .iter()
+        .map(|(_, live, _)| (live.get)(&ctx.shared.live))
+        .collect();
+    for (_, live, v) in &parsed {
+        (live.set)(&ctx.shared.live, v);
+    }
+    // Then each distinct apply step once (CONFIG SET tls-cert-file A tls-key-file B loads the
+    // pair together); if one fails, every value goes back to what it was.
+    let mut applied: Vec<settings::Apply> = Vec::new();
+    for (row, live, _) in &parsed {
+        let Some(apply) = live.apply else { continue };
+        if applied.iter().any(|a| *a as usize == apply as usize) {
+            continue;
+        }
+        applied.push(apply);
+        if let Err(why) = apply(ctx.shared) {
+            for ((_, live, _), old) in parsed.iter().zip(&previous) {
+                (live.set)(&ctx.shared.live, old);
+            }
+            return Err(failed(row.name, &why));
+        }
     }
     Ok(Frame::ok())
 }
@@ -486,11 +507,11 @@ fn bulk(s: &str) -> Frame {
 
 /// `COMMAND INFO` entry for one spec (Redis 7 shape: 10 fields, the last its subcommands').
 fn command_info(spec: &CommandSpec) -> Frame {
-    info_entry(spec, spec.group)
+    info_entry(spec, spec)
 }
 
-/// A row's `COMMAND INFO` entry; `group`: its container's, for a subcommand row.
-fn info_entry(spec: &CommandSpec, group: &'static str) -> Frame {
+/// A row's `COMMAND INFO` entry; `container`: the command's own row (itself, or a subcommand's container).
+fn info_entry(spec: &CommandSpec, container: &CommandSpec) -> Frame {
     Frame::Array(vec![
         bulk(spec.name),
         Frame::Integer(spec.arity as i64),
@@ -499,9 +520,9 @@ fn info_entry(spec: &CommandSpec, group: &'static str) -> Frame {
         Frame::Integer(spec.last_key as i64),
         Frame::Integer(spec.step as i64),
         Frame::Set(
-            acl_categories(spec, group)
+            acl_categories(spec, container)
                 .into_iter()
-                .map(simple)
+                .map(|c| Frame::Simple(c.into()))
                 .collect(),
         ),
         Frame::Set(vec![]),
@@ -509,41 +530,20 @@ fn info_entry(spec: &CommandSpec, group: &'static str) -> Frame {
         Frame::Array(
             spec.subcommands
                 .iter()
-                .map(|sub| info_entry(sub, group))
+                .map(|sub| info_entry(sub, container))
                 .collect(),
         ),
     ])
 }
 
-/// Redis' ACL categories for a command, derived from its flags and (its container's) group.
-fn acl_categories(spec: &CommandSpec, group: &str) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    if spec.has(flags::WRITE) {
-        out.push("@write");
-    } else if spec.has(flags::READONLY) {
-        out.push("@read");
-    }
-    out.push(match group {
-        "string" => "@string",
-        "bitmap" => "@bitmap",
-        "hyperloglog" => "@hyperloglog",
-        "hash" => "@hash",
-        "sorted-set" => "@sortedset",
-        "generic" => "@keyspace",
-        "transactions" => "@transaction",
-        "connection" => "@connection",
-        "scripting" => "@scripting",
-        _ => "@admin",
-    });
-    out.push(if spec.has(flags::FAST) {
-        "@fast"
-    } else {
-        "@slow"
-    });
-    if spec.has(flags::ADMIN | flags::FLUSHES) {
-        out.push("@dangerous");
-    }
-    out
+/// Redis' ACL categories of a command (`@read`, `@string` …), from its table row.
+fn acl_categories(spec: &CommandSpec, container: &CommandSpec) -> Vec<String> {
+    let bits = crate::tenancy::acl::categories(spec, container);
+    crate::tenancy::acl::category::NAMES
+        .iter()
+        .filter(|(_, bit)| bits & bit != 0)
+        .map(|(name, _)| format!("@{name}"))
+        .collect()
 }
 
 fn command_docs(spec: &CommandSpec) -> Frame {

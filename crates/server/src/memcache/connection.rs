@@ -12,9 +12,14 @@
 //! login before anything else — a `set` of any key whose data is `default <password>` (answered
 //! `STORED`, or `CLIENT_ERROR authentication failure`); every other command gets
 //! `CLIENT_ERROR unauthenticated`. Until then values are capped at `MAX_AUTH_REQ_LEN` bytes.
+//! The login binds the connection to its user's tenant and that tenant's memcached keyspace, so
+//! one port serves many tenants, each seeing (and `flush_all`ing) only its own items.
+//!
+//! Plain and TLS connections (`memcached-port`, `memcached-tls-port`) run the same loop, generic
+//! over [`ClientStream`].
 //!
 //! May import: `memcache::session`, `memcache::stats`, `connection::flush` (the strict wait before
-//! replies), `client`, `state`, `tenancy`. Must not import RESP command modules.
+//! replies), `client`, `state`, `tenancy`, `tls` (the stream type). Must not import RESP command modules.
 
 use super::session::{Flow, Session};
 use super::stats::LocalCounters;
@@ -22,12 +27,12 @@ use crate::client::ClientState;
 use crate::connection::{between_batches, close, flush, MAX_PENDING_OUTPUT, READ_BUFFER};
 use crate::state::Shared;
 use crate::tenancy::Perms;
+use crate::tls::ClientStream;
 use bytes::BytesMut;
 use gradus_memcache::{Decoded, Decoder, Limits, McError};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 /// Longest login payload accepted before authentication (memcached's limit).
 const MAX_AUTH_REQ_LEN: usize = 8192;
@@ -41,16 +46,11 @@ pub fn limits(shared: &Shared) -> Limits {
 }
 
 /// Serve one accepted memcached connection until the client leaves or the server shuts down.
-pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: ClientState) {
-    let _ = stream.set_nodelay(true);
+pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut client: ClientState) {
+    let _ = stream.tcp().set_nodelay(true);
     let handle = client.handle.clone();
-    let (tenant, db) = shared.tenancy.memcached;
-    client.db = db;
-    client.tenant = tenant;
-    handle
-        .db
-        .store(shared.tenancy.select_of(db), Ordering::Relaxed);
-    handle.tenant.store(tenant, Ordering::Relaxed);
+    let (tenant, mut db) = shared.tenancy.memcached;
+    bind_keyspace(&shared, &mut client, tenant, db);
     let mut shutdown = shared.shutdown.subscribe();
     let mut authenticated = !shared.auth_required();
     let mut decoder = Decoder::new(limits(&shared));
@@ -89,6 +89,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                         let _ = stream
                             .write_all(b"CLIENT_ERROR binary protocol is not supported\r\n")
                             .await;
+                        let _ = stream.flush().await;
                     }
                     tracing::debug!(client = client.id, error = %e, "memcached protocol error, closing");
                     break 'conn;
@@ -137,8 +138,13 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                         }
                         tokio::time::sleep(delay).await;
                     }
-                    authenticated = login(&shared, &mut client, command, &mut wbuf);
-                    if authenticated {
+                    if let Some((tenant, keyspace)) =
+                        login(&shared, &mut client, command, &mut wbuf)
+                    {
+                        // From now on the user's tenant's memcached keyspace.
+                        db = keyspace;
+                        bind_keyspace(&shared, &mut client, tenant, db);
+                        authenticated = true;
                         decoder.set_limits(limits(&shared));
                     }
                 }
@@ -194,15 +200,28 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
     close(&shared, &client);
 }
 
+/// Bind the connection to `tenant` and its keyspace `db` (CLIENT LIST shows both).
+fn bind_keyspace(shared: &Shared, client: &mut ClientState, tenant: usize, db: usize) {
+    client.db = db;
+    client.tenant = tenant;
+    client
+        .handle
+        .db
+        .store(shared.tenancy.select_of(db), Ordering::Relaxed);
+    client.handle.tenant.store(tenant, Ordering::Relaxed);
+}
+
 /// memcached's `-Y` login: a `set` whose data is `user password` — `default` and `requirepass`, or
-/// a user of the port's tenant with the `read` and `write` rights. Writes the reply; true when the
-/// connection is now authenticated (and bound to the user's rights).
+/// a user with the `read` and `write` rights whose tenant has a memcached keyspace (its
+/// `memcached-keyspace`, or the port's `memcached-db` for `memcached-tenant`; an `admin` of a
+/// tenant with none gets the port's). Writes the reply; on success the connection has the user's
+/// rights and the result is the (tenant, keyspace) it now works in.
 fn login(
     shared: &Shared,
     client: &mut ClientState,
     command: gradus_memcache::Command,
     out: &mut BytesMut,
-) -> bool {
+) -> Option<(usize, usize)> {
     use gradus_memcache::{Command, StoreMode};
     let reply = |out: &mut BytesMut, text: &[u8]| gradus_memcache::reply::line(out, text);
     let Command::Store {
@@ -212,33 +231,38 @@ fn login(
     } = command
     else {
         reply(out, b"CLIENT_ERROR unauthenticated");
-        return false;
+        return None;
     };
     let Some(space) = data.iter().position(|&c| c == b' ') else {
         reply(out, b"CLIENT_ERROR bad authentication token format");
-        return false;
+        return None;
     };
     let (user, password) = (&data[..space], &data[space + 1..]);
     let requirepass = shared.live.requirepass.lock().clone();
     let ip = client.handle.addr.ip();
-    let found = shared.tenancy.user(user).filter(|u| {
-        (u.tenant == shared.tenancy.memcached.0 || u.perms.contains(Perms::ADMIN))
-            && u.perms.contains(Perms::READ.union(Perms::WRITE))
-            && u.verify(password, &requirepass)
+    let tenancy = &shared.tenancy;
+    let found = tenancy.user(user).and_then(|u| {
+        let keyspace = match tenancy.memcached_of(u.tenant) {
+            Some(g) => (u.tenant, g),
+            None if u.perms.contains(Perms::ADMIN) => tenancy.memcached,
+            None => return None,
+        };
+        (u.perms.contains(Perms::READ.union(Perms::WRITE)) && u.verify(password, &requirepass))
+            .then_some((u, keyspace))
     });
     match found {
-        Some(u) => {
+        Some((u, keyspace)) => {
             shared.auth_throttle.succeeded(ip);
             client.perms = u.perms;
             client.user = Arc::from(u.name.as_str());
             *client.handle.user.lock() = client.user.clone();
             reply(out, b"STORED");
-            true
+            Some(keyspace)
         }
         None => {
             shared.auth_throttle.failed(ip);
             reply(out, b"CLIENT_ERROR authentication failure");
-            false
+            None
         }
     }
 }

@@ -1,8 +1,9 @@
-//! The memcached listener: bind `memcached-port` on every `bind` address, accept connections
+//! The memcached listener: bind `memcached-port` (and `memcached-tls-port`) on every `bind` address, accept connections
 //! (counted against the same `maxclients` as RESP, and listed by CLIENT LIST), and run delayed
 //! `flush_all`s when they fall due.
 //!
-//! May import: `memcache::connection`, `memcache::session` (delayed flush_all), `client`, `state`.
+//! May import: `memcache::connection`, `memcache::session` (delayed flush_all), `client`, `state`,
+//! `server` (binding a port, starting a plain or TLS connection).
 
 use crate::client::ClientState;
 use crate::error::ServerError;
@@ -14,30 +15,24 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
-/// Bind the memcached port on every configured address (none when the port is 0, i.e. disabled).
-pub async fn bind(config: &crate::config::Config) -> Result<Vec<TcpListener>, ServerError> {
+/// Bind the memcached port and the memcached TLS port on every configured address (none for a
+/// port that is 0, i.e. disabled); each listener with whether it is the TLS one.
+pub async fn bind(config: &crate::config::Config) -> Result<Vec<(TcpListener, bool)>, ServerError> {
     let mut listeners = Vec::new();
-    if config.memcached_port == 0 {
-        return Ok(listeners);
-    }
-    for addr in &config.bind {
-        let ip: std::net::IpAddr = addr
-            .parse()
-            .map_err(|_| ServerError::Config(format!("bad bind address {addr}")))?;
-        let sa = SocketAddr::new(ip, config.memcached_port);
-        let listener = TcpListener::bind(sa)
-            .await
-            .map_err(|source| ServerError::Bind {
-                addr: sa.to_string(),
-                source,
-            })?;
-        listeners.push(listener);
+    for (port, tls) in [
+        (config.memcached_port, false),
+        (config.memcached_tls_port, true),
+    ] {
+        for listener in crate::server::bind_port(&config.bind, port).await? {
+            listeners.push((listener, tls));
+        }
     }
     Ok(listeners)
 }
 
-/// Accept memcached connections until the task is aborted at shutdown.
-pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+/// Accept memcached connections (over TLS on `memcached-tls-port`) until the task is aborted at
+/// shutdown.
+pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, tls: bool) {
     loop {
         let (mut stream, addr) = match listener.accept().await {
             Ok(pair) => pair,
@@ -56,12 +51,14 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
                 .stats
                 .rejected_connections
                 .fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(async move {
-                let _ = stream
-                    .write_all(b"SERVER_ERROR Too many open connections\r\n")
-                    .await;
-                let _ = stream.shutdown().await;
-            });
+            if !tls {
+                tokio::spawn(async move {
+                    let _ = stream
+                        .write_all(b"SERVER_ERROR Too many open connections\r\n")
+                        .await;
+                    let _ = stream.shutdown().await;
+                });
+            }
             continue;
         }
         let laddr = stream.local_addr().unwrap_or(addr);
@@ -69,40 +66,49 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
         // The connection does its own (memcached -Y style) login when requirepass is set; this
         // flag is the RESP dispatcher's, which memcached connections never go through.
         let client = ClientState::new(handle, true);
-        tokio::spawn(super::connection::serve(shared.clone(), stream, client));
+        crate::server::spawn_connection(
+            shared.clone(),
+            stream,
+            client,
+            tls,
+            super::connection::serve,
+            super::connection::serve,
+        );
     }
 }
 
-/// Run a delayed `flush_all` once its time comes (checked every 100 ms).
+/// Run each keyspace's delayed `flush_all` once its time comes (checked every 100 ms).
 pub async fn delayed_flush_loop(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let due = shared.memcache.flush_due_ms.load(Ordering::Relaxed);
         let now = gradus_store::now_ms();
-        if due == 0 || now < due {
-            continue;
-        }
-        if shared
-            .memcache
-            .flush_due_ms
-            .compare_exchange(due, 0, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-        {
-            continue;
-        }
-        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
-        let handle = Arc::new(crate::client::ClientHandle::new(
-            0,
-            unspecified,
-            unspecified,
-        ));
-        let mut client = ClientState::new(handle, true);
-        let db = shared.tenancy.memcached.1;
-        client.db = db;
-        if let Err(e) = super::session::flush_db(&shared, &mut client, db, now) {
-            tracing::error!(error = %e, "delayed flush_all failed");
+        let due: Vec<usize> = {
+            let mut pending = shared.memcache.flush_due_ms.lock();
+            let due = pending
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(db, _)| *db)
+                .collect::<Vec<_>>();
+            for db in &due {
+                pending.remove(db);
+            }
+            due
+        };
+        for db in due {
+            let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+            let handle = Arc::new(crate::client::ClientHandle::new(
+                0,
+                unspecified,
+                unspecified,
+            ));
+            let mut client = ClientState::new(handle, true);
+            client.db = db;
+            client.tenant = shared.tenancy.tenant_of(db).unwrap_or(0);
+            if let Err(e) = super::session::flush_db(&shared, &mut client, db, now) {
+                tracing::error!(error = %e, "delayed flush_all failed");
+            }
         }
     }
 }

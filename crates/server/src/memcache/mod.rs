@@ -4,7 +4,8 @@
 //! The path is the module list: [`listener`] accepts → [`connection`] turns bytes into
 //! `gradus_memcache::Command`s and back → [`session`] hands each command to [`text`] (the text
 //! protocol) or [`meta`] (the meta protocol), which both run on the storage core in [`session`]
-//! against the keyspace `memcached-db` (the text protocol has no SELECT and no login) → the log,
+//! against the connection's keyspace (`memcached-db`, or after a `-Y`-style login the user's
+//! tenant's `memcached-keyspace`; the text protocol has no SELECT) → the log,
 //! through the same write path (`persist::write`) as RESP writes. [`records`] holds the internal
 //! `MCSTORE` command that memcached writes are logged as, [`lease`] the RESP side of stampede
 //! protection (`GETLEASE`/`SETLEASE`), [`stats`] the `stats` replies.

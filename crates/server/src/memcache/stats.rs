@@ -72,8 +72,9 @@ pub struct McShared {
     counters: [AtomicU64; NAMES.len()],
     pub curr_connections: AtomicU64,
     pub total_connections: AtomicU64,
-    /// Unix ms at which a delayed `flush_all` is due (0 = none pending); see `text`.
-    pub flush_due_ms: AtomicU64,
+    /// Delayed `flush_all`s: global keyspace → Unix ms at which it is due (one per keyspace, as
+    /// memcached keeps one per server); see `text`. Taken briefly, never across an `.await`.
+    pub flush_due_ms: parking_lot::Mutex<std::collections::BTreeMap<usize, u64>>,
 }
 
 impl McShared {

@@ -18,7 +18,6 @@ use crate::state::Shared;
 use bytes::{Bytes, BytesMut};
 use gradus_memcache::reply;
 use gradus_memcache::{Command, MetaMode, StoreMode};
-use std::sync::atomic::Ordering;
 
 impl<'a> Session<'a> {
     /// Run a text-protocol command (the meta commands never come here: see [`Session::execute`]).
@@ -258,14 +257,12 @@ impl<'a> Session<'a> {
                 self.shared
                     .memcache
                     .flush_due_ms
-                    .store(due, Ordering::Relaxed);
+                    .lock()
+                    .insert(self.db, due);
                 Ok(())
             }
             _ => {
-                self.shared
-                    .memcache
-                    .flush_due_ms
-                    .store(0, Ordering::Relaxed);
+                self.shared.memcache.flush_due_ms.lock().remove(&self.db);
                 flush_db(self.shared, self.client, self.db, self.now_ms)
                     .map_err(|e| e.memcached_line())
             }

@@ -16,14 +16,16 @@
 //!
 //! This module is the model and the keyspace layout: [`Tenancy`] built from the configuration,
 //! its tenants and keyspaces, the users lookup, and the `LAYOUT` text (the file itself is
-//! `persist::layout`'s). [`auth`] verifies users and throttles AUTH; [`acl`] holds the rights
-//! and the check of a command against them.
+//! `persist::layout`'s). [`auth`] verifies users and throttles AUTH; [`acl`] holds the rights,
+//! the ACL categories and the check of a command against them; [`acl_users`] the Redis ACL users
+//! (`ACL SETUSER`, the aclfile), layered on tenants.
 //!
 //! May import: `config`, `error`; `acl` also reads command table rows (`command::CommandSpec`)
 //! and the connection's rights (`client`). Must not import `state`, `persist` or command
 //! handlers: they import this.
 
 pub mod acl;
+pub mod acl_users;
 pub mod auth;
 
 pub use acl::{check_perms, no_perm, required_perms, Perms};
@@ -64,6 +66,8 @@ pub struct TenantDef {
     pub ops: AtomicU64,
     /// True when any of its keyspaces, or the tenant, has a memory limit.
     pub limited: bool,
+    /// The global keyspace its users get on the memcached port (None: they cannot log in there).
+    pub memcached: Option<usize>,
 }
 
 /// Everything about tenants, fixed at startup.
@@ -74,7 +78,9 @@ pub struct Tenancy {
     users: HashMap<String, User>,
     /// True when the configuration declares tenants (then every connection must authenticate).
     pub multi_tenant: bool,
-    /// (tenant, global keyspace) the memcached port serves.
+    /// (tenant, global keyspace) the memcached port serves before a login, and without one:
+    /// `memcached-tenant`'s memcached keyspace (its `memcached-keyspace`, else `memcached-db`).
+    /// A login moves the connection to its user's tenant's keyspace ([`Tenancy::memcached_of`]).
     pub memcached: (usize, usize),
 }
 
@@ -289,7 +295,7 @@ impl Tenancy {
         if keyspaces.len() > 65536 {
             return Err(ServerError::Config("more than 65536 keyspaces".into()));
         }
-        let tenants: Vec<TenantDef> = tenants
+        let mut tenants: Vec<TenantDef> = tenants
             .into_iter()
             .enumerate()
             .map(|(t, (name, memory_limit))| {
@@ -308,9 +314,27 @@ impl Tenancy {
                     by_select,
                     ops: AtomicU64::new(0),
                     limited,
+                    memcached: None,
                 }
             })
             .collect();
+        // Each tenant's own memcached keyspace, by name.
+        for (t, tc) in config.tenants.iter().enumerate() {
+            let Some(name) = &tc.memcached_keyspace else {
+                continue;
+            };
+            let full = format!("{}/{name}", tc.name);
+            let g = keyspaces
+                .iter()
+                .position(|k| k.tenant == Some(t) && k.full_name == full)
+                .ok_or_else(|| {
+                    ServerError::Config(format!(
+                        "tenant {:?}: memcached-keyspace {name:?} is not one of its keyspaces",
+                        tc.name
+                    ))
+                })?;
+            tenants[t].memcached = Some(g);
+        }
         let memcached = {
             let t = if config.memcached_tenant.is_empty() {
                 0
@@ -326,15 +350,15 @@ impl Tenancy {
                     })?
             };
             let g = tenants[t]
-                .by_select
-                .get(&config.memcached_db)
-                .copied()
+                .memcached
+                .or_else(|| tenants[t].by_select.get(&config.memcached_db).copied())
                 .ok_or_else(|| {
                     ServerError::Config(format!(
                         "memcached-db: tenant {:?} has no keyspace with select = {}",
                         tenants[t].name, config.memcached_db
                     ))
                 })?;
+            tenants[t].memcached = Some(g);
             (t, g)
         };
         Ok(Tenancy {
@@ -458,6 +482,16 @@ impl Tenancy {
             .unwrap_or(0)
     }
 
+    /// The keyspace `tenant`'s users get on the memcached port, if any.
+    pub fn memcached_of(&self, tenant: usize) -> Option<usize> {
+        self.tenants.get(tenant)?.memcached
+    }
+
+    /// The tenant named `name`.
+    pub fn tenant_named(&self, name: &str) -> Option<usize> {
+        self.tenants.iter().position(|t| t.name == name)
+    }
+
     /// The tenant owning global keyspace `g` (orphans belong to no one).
     pub fn tenant_of(&self, g: usize) -> Option<usize> {
         self.keyspaces.get(g).and_then(|k| k.tenant)
@@ -489,6 +523,28 @@ mod tests {
         assert_eq!(parse_size("64MiB"), Some(64 << 20));
         assert_eq!(parse_size("1024"), Some(1024));
         assert_eq!(parse_size("1x"), None);
+    }
+
+    #[test]
+    fn memcached_keyspace_per_tenant() {
+        let mut c = two_tenants();
+        c.tenants[1].memcached_keyspace = Some("s".into());
+        let t = Tenancy::build(&c, &[]).unwrap();
+        // Tenant a: the port's tenant, memcached-db 0; tenant b: its own keyspace "s".
+        assert_eq!(t.memcached, (0, t.select(0, 0).unwrap()));
+        assert_eq!(t.memcached_of(0), Some(t.select(0, 0).unwrap()));
+        assert_eq!(t.memcached_of(1), Some(t.select(1, 0).unwrap()));
+        assert_ne!(t.memcached_of(0), t.memcached_of(1));
+        // Without it, b has none: its users cannot log in on the memcached port.
+        let t = Tenancy::build(&two_tenants(), &[]).unwrap();
+        assert_eq!(t.memcached_of(1), None);
+        // memcached-tenant's own memcached-keyspace wins over memcached-db.
+        let mut c = two_tenants();
+        c.tenants[0].memcached_keyspace = Some("c".into());
+        let t = Tenancy::build(&c, &[]).unwrap();
+        assert_eq!(t.memcached, (0, t.select(0, 1).unwrap()));
+        c.tenants[0].memcached_keyspace = Some("x".into());
+        assert!(Tenancy::build(&c, &[]).is_err());
     }
 
     fn two_tenants() -> Config {
