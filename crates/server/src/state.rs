@@ -3,8 +3,8 @@
 //! One `Arc<Shared>` is handed to every connection. Settings that `CONFIG SET` may change live in
 //! atomics or a small mutex so the request path reads them without locking anything shared for long.
 //!
-//! May import: `client`, `config`, `persist`, `tenancy`, `blocking`, `memcache::stats` (the state
-//! they keep); never command modules.
+//! May import: `client`, `config`, `persist`, `tenancy`, `blocking`, `memcache::stats`, `observe`
+//! (the state they keep); never command modules.
 
 use crate::client::ClientRegistry;
 use crate::config::Config;
@@ -68,6 +68,12 @@ pub struct LiveSettings {
     pub hash_max_listpack_value: AtomicU64,
     pub zset_max_listpack_entries: AtomicU64,
     pub zset_max_listpack_value: AtomicU64,
+    /// `slowlog-log-slower-than`, microseconds (negative: off; 0: every command).
+    pub slowlog_log_slower_than: AtomicI64,
+    /// `slowlog-max-len`.
+    pub slowlog_max_len: AtomicU64,
+    /// `latency-monitor-threshold`, milliseconds (0: off).
+    pub latency_monitor_threshold: AtomicU64,
 }
 
 impl LiveSettings {
@@ -114,6 +120,8 @@ pub struct Shared {
     pub shutdown: watch::Sender<bool>,
     /// memcached-protocol statistics and the pending delayed `flush_all`.
     pub memcache: crate::memcache::stats::McShared,
+    /// Command statistics, the slow log and the latency monitor (see `observe`).
+    pub observer: crate::observe::Observer,
 }
 
 impl Shared {
@@ -139,6 +147,9 @@ impl Shared {
             hash_max_listpack_value: AtomicU64::new(0),
             zset_max_listpack_entries: AtomicU64::new(0),
             zset_max_listpack_value: AtomicU64::new(0),
+            slowlog_log_slower_than: AtomicI64::new(0),
+            slowlog_max_len: AtomicU64::new(0),
+            latency_monitor_threshold: AtomicU64::new(0),
         };
         crate::settings::init_live(&live, &config);
         let (shutdown, _) = watch::channel(false);
@@ -188,6 +199,7 @@ impl Shared {
             snapshot_request: tokio::sync::Notify::new(),
             shutdown,
             memcache: Default::default(),
+            observer: Default::default(),
         }
     }
 
