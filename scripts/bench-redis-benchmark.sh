@@ -19,7 +19,7 @@ REQUESTS=${1:-200000}
 ROUNDS=${2:-3}
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
 cargo build --release -q -p gradus-server
-GRADUS=target/release/gradus
+GRADUS=${CARGO_TARGET_DIR:-target}/release/gradus
 TMP=$(mktemp -d)
 trap 'redis-cli -p 7301 shutdown nosave >/dev/null 2>&1 || true; kill $(cat "$TMP"/gradus.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 

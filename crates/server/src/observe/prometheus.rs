@@ -117,6 +117,7 @@ pub fn render(shared: &Shared) -> String {
     keyspaces(shared, &mut e);
     log(shared, &mut e);
     locks(shared, &mut e);
+    memcached(shared, &mut e);
     e.single(
         "gradus_uptime_seconds",
         "gauge",
@@ -471,6 +472,48 @@ fn log(shared: &Shared, e: &mut Exposition) {
         &batches,
         s.records_synced as f64,
         s.commit_fsyncs,
+    );
+}
+
+/// The memcached port's commands and hit rate (its `stats` counters; `stats reset` restarts
+/// them, which Prometheus' `rate` takes as a counter reset).
+fn memcached(shared: &Shared, e: &mut Exposition) {
+    let counters = shared.memcache.counters();
+    let get = |name: &str| {
+        counters
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0.0, |(_, v)| *v as f64)
+    };
+    e.family(
+        "gradus_memcached_commands_total",
+        "counter",
+        "Commands on the memcached port, by kind (memcached's cmd_get, cmd_set, cmd_flush, cmd_touch).",
+    );
+    for kind in ["get", "set", "flush", "touch"] {
+        e.sample(
+            "gradus_memcached_commands_total",
+            &[("command", kind)],
+            get(&format!("cmd_{kind}")),
+        );
+    }
+    e.family(
+        "gradus_memcached_get_results_total",
+        "counter",
+        "Keys looked up by memcached retrievals, by result.",
+    );
+    for result in ["hits", "misses", "expired"] {
+        e.sample(
+            "gradus_memcached_get_results_total",
+            &[("result", result)],
+            get(&format!("get_{result}")),
+        );
+    }
+    e.single(
+        "gradus_memcached_connections",
+        "gauge",
+        "Open connections on the memcached port.",
+        shared.memcache.curr_connections.load(Ordering::Relaxed) as f64,
     );
 }
 
