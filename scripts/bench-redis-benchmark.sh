@@ -5,6 +5,7 @@
 #   GRADUS_THREADS=N sets gradus --threads (default: one worker per core).
 #   TESTS=lpush,rpush,… sets the redis-benchmark tests (default: set,get,incr,hset); DATA=n the
 #   value size (default 1024).
+#   GRADUS_BIN=path/to/gradus benchmarks that release binary instead of building one.
 #   GRADUS_BASELINE=path/to/gradus adds a third target, an earlier build, to every round (to show
 #   that a change did not make the request path slower, as a same-run ratio).
 #
@@ -18,8 +19,12 @@ cd "$(dirname "$0")/.."
 REQUESTS=${1:-200000}
 ROUNDS=${2:-3}
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
-cargo build --release -q -p gradus-server
-GRADUS=target/release/gradus
+if [ -n "${GRADUS_BIN:-}" ]; then
+    GRADUS=$GRADUS_BIN
+else
+    cargo build --release -q -p gradus-server
+    GRADUS=${CARGO_TARGET_DIR:-target}/release/gradus
+fi
 TMP=$(mktemp -d)
 trap 'redis-cli -p 7301 shutdown nosave >/dev/null 2>&1 || true; kill $(cat "$TMP"/gradus.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 

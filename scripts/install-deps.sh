@@ -91,6 +91,20 @@ if [ "$missing_redis" -eq 1 ]; then
 fi
 stop_distro_service redis-server /run/redis/redis-server.pid
 
+# --- promtool and headless Chromium (metrics and status page tests) ---------------------------
+# promtool (Debian's prometheus package) checks the /metrics output; chromium takes the status
+# page's screenshot. The prometheus service the package installs is stopped: tests need only
+# the tool.
+if ! command -v promtool >/dev/null 2>&1; then
+    log "installing prometheus (for promtool)"
+    apt_install_quiet prometheus
+    stop_distro_service prometheus
+fi
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+    log "installing chromium"
+    apt_install_quiet chromium
+fi
+
 # --- MariaDB (InnoDB and MyRocks) and PostgreSQL (gradus-bench database targets) ---------------
 # gradus-bench starts its own mariadbd and postgres in temporary directories on free loopback
 # ports (as the `postgres` system user when run as root), so the distro services must not run.

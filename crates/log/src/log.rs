@@ -437,6 +437,12 @@ impl Log {
         stats
     }
 
+    /// The longest segment fsync since the last call, in microseconds (0 if none), and start
+    /// a new window: the latency monitor samples it once a second.
+    pub fn take_fsync_peak(&self) -> u64 {
+        std::mem::take(&mut self.shared().stats.lock().fsync_peak_micros)
+    }
+
     /// Writes a snapshot of the state as of `lsn` from `items` (opaque payloads; the caller
     /// guarantees the state includes every record `<= lsn`), then removes the segments whose
     /// records are all `<= lsn` and every older snapshot. Returns the snapshot's size.

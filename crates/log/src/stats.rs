@@ -8,6 +8,14 @@ use crate::Lsn;
 
 /// Number of buckets in [`LogStats::batch_histogram`].
 pub const BATCH_BUCKETS: usize = 16;
+/// Number of buckets in [`LogStats::fsync_histogram`].
+pub const FSYNC_BUCKETS: usize = 26;
+
+/// The [`LogStats::fsync_histogram`] bucket of an fsync that took `micros`: bucket `i` holds
+/// durations under `2^i` µs (bucket 0: under 1 µs); the last bucket is open-ended.
+pub fn fsync_bucket(micros: u64) -> usize {
+    (64 - micros.leading_zeros() as usize).min(FSYNC_BUCKETS - 1)
+}
 
 /// A point-in-time copy of the log's counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -29,6 +37,12 @@ pub struct LogStats {
     pub max_fsync_micros: u64,
     /// Sum of all segment fsync durations, microseconds (divide by `fsyncs` for the mean).
     pub total_fsync_micros: u64,
+    /// Segment fsync durations: bucket `i` counts the fsyncs that took under `2^i` µs and at
+    /// least `2^(i-1)` (see [`fsync_bucket`]); the last bucket is open-ended.
+    pub fsync_histogram: [u64; FSYNC_BUCKETS],
+    /// Longest segment fsync since [`crate::Log::take_fsync_peak`] last read it, microseconds
+    /// (the latency monitor's `fsync` event).
+    pub fsync_peak_micros: u64,
     /// Records made durable by fsyncs so far (divide by `commit_fsyncs` for the mean batch).
     pub records_synced: u64,
     /// Fsyncs that made at least one record durable (group commits).
@@ -84,6 +98,8 @@ impl LogStats {
         self.last_fsync_micros = micros;
         self.max_fsync_micros = self.max_fsync_micros.max(micros);
         self.total_fsync_micros += micros;
+        self.fsync_histogram[fsync_bucket(micros)] += 1;
+        self.fsync_peak_micros = self.fsync_peak_micros.max(micros);
         if records > 0 {
             self.records_synced += records;
             self.commit_fsyncs += 1;
@@ -110,5 +126,18 @@ mod tests {
         assert_eq!(s.batch_histogram[BATCH_BUCKETS - 1], 1);
         assert_eq!(s.max_fsync_micros, 10);
         assert_eq!(s.last_fsync_micros, 5);
+        assert_eq!(s.fsync_histogram[fsync_bucket(10)], 7);
+        assert_eq!(s.fsync_histogram[fsync_bucket(5)], 1);
+        assert_eq!(s.fsync_peak_micros, 10);
+    }
+
+    #[test]
+    fn fsync_buckets_are_powers_of_two_of_microseconds() {
+        assert_eq!(fsync_bucket(0), 0);
+        assert_eq!(fsync_bucket(1), 1);
+        assert_eq!(fsync_bucket(2), 2);
+        assert_eq!(fsync_bucket(3), 2);
+        assert_eq!(fsync_bucket(4), 3);
+        assert_eq!(fsync_bucket(u64::MAX), FSYNC_BUCKETS - 1);
     }
 }

@@ -63,6 +63,11 @@ pub struct Config {
     pub hash_max_listpack_value: u64,
     pub zset_max_listpack_entries: u64,
     pub zset_max_listpack_value: u64,
+    pub slowlog_log_slower_than: i64,
+    pub slowlog_max_len: u64,
+    pub latency_monitor_threshold: u64,
+    pub metrics_port: u16,
+    pub metrics_bind: Vec<String>,
     pub durability: DurabilityConfig,
     /// `[[tenants]]`: when present, every connection authenticates as a tenant's user.
     pub tenants: Vec<TenantConfig>,
@@ -283,6 +288,11 @@ impl Config {
             hash_max_listpack_value: 0,
             zset_max_listpack_entries: 0,
             zset_max_listpack_value: 0,
+            slowlog_log_slower_than: 0,
+            slowlog_max_len: 0,
+            latency_monitor_threshold: 0,
+            metrics_port: 0,
+            metrics_bind: Vec::new(),
             durability: DurabilityConfig {
                 default: String::new(),
                 databases: Default::default(),

@@ -7,16 +7,18 @@
 //! failure here is a reply, never a dropped connection.
 //!
 //! May import: `command` (the table and handlers), `persist::write`, `tenancy` (the rights check),
-//! `client`, `state`.
+//! `client`, `state`, `observe` (timing each command).
 
 use crate::client::ClientState;
 use crate::command::{arity_error, flags, table, CommandSpec, Ctx, Named};
 use crate::error::CmdError;
+use crate::observe::Outcome;
 use crate::persist::write::{Scope, WriteTxn};
 use crate::state::Shared;
 use bytes::Bytes;
 use gradus_proto::Frame;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 /// Run (or queue) one command and return its reply.
 ///
@@ -28,22 +30,27 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         None => return reject(client, unknown_command(&args)),
     };
     if !spec.arity_ok(args.len()) {
-        return reject(client, arity_error(&args[0]));
+        return rejected(shared, client, spec, arity_error(&args[0]));
     }
     // The subcommand's row where there is one: its arity, and the rights it needs.
     let row = spec.resolve(&args);
     if !row.arity_ok(args.len()) {
-        return reject(client, CmdError::WrongArity(row.name.to_string()));
+        return rejected(
+            shared,
+            client,
+            row,
+            CmdError::WrongArity(row.name.to_string()),
+        );
     }
     if !client.authenticated && !spec.has(flags::NO_AUTH) {
         if shared.auth_required() {
-            return reject(client, CmdError::NoAuth);
+            return rejected(shared, client, row, CmdError::NoAuth);
         }
         // requirepass was cleared at run time: everyone is in.
         client.authenticated = true;
     }
     if let Err(e) = crate::tenancy::check_perms(client, row) {
-        return reject(client, e);
+        return rejected(shared, client, row, e);
     }
     if let Err(denied) = crate::tenancy::acl::check_acl(client, row, spec, &args) {
         crate::command::acl::log_denial(shared, client, Some(&denied), None, now_ms);
@@ -66,19 +73,56 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     }
     crate::client::LocalCounters::bump(&client.counters.commands);
     client.handle.touch(row.name, now_ms);
-    let reply = if spec.has(flags::OWN_GATE) {
-        run(shared, client, spec, &args, now_ms)
-    } else if spec.runs_as_write() {
-        run_write(shared, client, spec, args, now_ms)
-    } else {
-        let _gate = shared.store.shared(client.id);
-        run(shared, client, spec, &args, now_ms)
-    };
+    let reply = run_observed(shared, client, spec, args, |shared, client, args| {
+        if spec.has(flags::OWN_GATE) {
+            run(shared, client, spec, args, now_ms)
+        } else if spec.runs_as_write() {
+            run_write(shared, client, spec, std::mem::take(args), now_ms)
+        } else {
+            let _gate = shared.store.shared(client.id);
+            run(shared, client, spec, args, now_ms)
+        }
+    });
     // Clients blocked on keys this command wrote (EXEC's and scripts' writes included) are
     // served now that it has finished, first blocked first (see `blocking`).
     if !client.ready_keys.is_empty() {
         crate::blocking::serve(shared, std::mem::take(&mut client.ready_keys));
     }
+    reply
+}
+
+/// Run a command through `body`, timing it for the command statistics, the slow log and the
+/// latency monitor (`observe`). A write's arguments go to the write path, so they are kept for
+/// the slow log only while it is on (`Bytes` clones: reference counts, not copies).
+pub fn run_observed(
+    shared: &Shared,
+    client: &mut ClientState,
+    spec: &'static CommandSpec,
+    mut args: Vec<Bytes>,
+    body: impl FnOnce(&Shared, &mut ClientState, &mut Vec<Bytes>) -> Frame,
+) -> Frame {
+    let row = spec.resolve(&args);
+    let kept = (spec.runs_as_write()
+        && !spec.has(flags::OWN_GATE)
+        && crate::observe::slowlog_on(&shared.live))
+    .then(|| args.clone());
+    let started = Instant::now();
+    // The body takes the arguments when it hands them to the write path.
+    let reply = body(shared, client, &mut args);
+    let elapsed = started.elapsed();
+    let args = if args.is_empty() {
+        kept.unwrap_or_default()
+    } else {
+        args
+    };
+    let outcome = if reply.is_error() {
+        Outcome::Failed
+    } else {
+        Outcome::Ok
+    };
+    shared
+        .observer
+        .finish_command(&shared.live, client, row, &args, elapsed, outcome);
     reply
 }
 
@@ -182,6 +226,25 @@ pub fn run(
         Ok(frame) => frame,
         Err(e) => e.to_frame(),
     }
+}
+
+/// A command of the table refused before it ran: counted as rejected (Redis'
+/// `rejected_calls`), then as [`reject`].
+fn rejected(
+    shared: &Shared,
+    client: &mut ClientState,
+    row: &'static CommandSpec,
+    err: CmdError,
+) -> Frame {
+    shared.observer.finish_command(
+        &shared.live,
+        client,
+        row,
+        &[],
+        std::time::Duration::ZERO,
+        Outcome::Rejected,
+    );
+    reject(client, err)
 }
 
 /// An error before queueing marks an open transaction as failed (EXEC will answer EXECABORT).

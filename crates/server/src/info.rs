@@ -4,7 +4,8 @@
 //! `redis_version`; monitoring reads `used_memory`, `connected_clients`, `keyspace_hits`, `dbN:`).
 //! Gradus-specific fields are prefixed `gradus_`.
 //!
-//! May import: `state` (and what it holds); read-only: it never changes state.
+//! May import: `state` (and what it holds), `command` (row names), `observe` (command
+//! statistics); read-only: it never changes state.
 
 use crate::state::Shared;
 use std::fmt::Write;
@@ -22,6 +23,10 @@ const DEFAULT_SECTIONS: &[&str] = &[
     "tenants",
 ];
 
+/// Sections `INFO all` and `INFO everything` add to the default ones (as Redis: they are
+/// long).
+const EXTRA_SECTIONS: &[&str] = &["commandstats", "latencystats"];
+
 /// Sections a user without the `admin` right may read: server-wide figures are not theirs.
 const TENANT_SECTIONS: &[&str] = &["server", "keyspace", "tenants"];
 
@@ -33,18 +38,13 @@ pub struct Viewer {
 
 /// Render the requested sections (`default`, `all`, `everything` or section names).
 pub fn render(shared: &Shared, viewer: &Viewer, requested: &[String]) -> String {
-    let wanted: Vec<&str> = if requested.is_empty()
-        || requested
-            .iter()
-            .any(|s| s == "default" || s == "all" || s == "everything")
-    {
+    let every = DEFAULT_SECTIONS.iter().chain(EXTRA_SECTIONS).copied();
+    let wanted: Vec<&str> = if requested.is_empty() || requested.iter().any(|s| s == "default") {
         DEFAULT_SECTIONS.to_vec()
+    } else if requested.iter().any(|s| s == "all" || s == "everything") {
+        every.collect()
     } else {
-        DEFAULT_SECTIONS
-            .iter()
-            .copied()
-            .filter(|s| requested.iter().any(|r| r == s))
-            .collect()
+        every.filter(|s| requested.iter().any(|r| r == s)).collect()
     };
     let wanted: Vec<&str> = wanted
         .into_iter()
@@ -65,6 +65,8 @@ pub fn render(shared: &Shared, viewer: &Viewer, requested: &[String]) -> String 
             "cpu" => cpu(&mut out),
             "keyspace" => keyspace(shared, viewer, &mut out),
             "tenants" => tenants(shared, viewer, &mut out),
+            "commandstats" => commandstats(shared, &mut out),
+            "latencystats" => latencystats(shared, &mut out),
             _ => {}
         }
     }
@@ -333,7 +335,7 @@ fn persistence(shared: &Shared, out: &mut String) {
 }
 
 /// Bytes on disk in log segments and in snapshots (directory listing; INFO is not a hot path).
-fn data_dir_sizes(dir: &std::path::Path) -> (u64, u64) {
+pub(crate) fn data_dir_sizes(dir: &std::path::Path) -> (u64, u64) {
     let mut sizes = (0, 0);
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
@@ -497,5 +499,51 @@ fn tenants(shared: &Shared, viewer: &Viewer, out: &mut String) {
         for l in lines {
             line!(out, "{l}");
         }
+    }
+}
+
+/// `cmdstat_<row>:calls=…,usec=…,usec_per_call=…,rejected_calls=…,failed_calls=…` for every
+/// command row used since the last RESETSTAT (Redis' format; subcommands as `config|get`).
+fn commandstats(shared: &Shared, out: &mut String) {
+    line!(out, "# Commandstats");
+    let cells = shared.observer.commands.since_reset();
+    for ((row, _), c) in crate::command::table().rows().iter().zip(&cells) {
+        if c.is_empty() {
+            continue;
+        }
+        let per_call = if c.calls == 0 {
+            0.0
+        } else {
+            c.usec as f64 / c.calls as f64
+        };
+        line!(
+            out,
+            "cmdstat_{}:calls={},usec={},usec_per_call={per_call:.2},rejected_calls={},failed_calls={}",
+            row.name,
+            c.calls,
+            c.usec,
+            c.rejected,
+            c.failed
+        );
+    }
+}
+
+/// `latency_percentiles_usec_<row>:p50=…,p99=…,p99.9=…` (Redis' default percentiles).
+fn latencystats(shared: &Shared, out: &mut String) {
+    line!(out, "# Latencystats");
+    let cells = shared.observer.commands.since_reset();
+    for ((row, _), c) in crate::command::table().rows().iter().zip(&cells) {
+        let Some(h) = c.hist.as_ref().filter(|h| !h.is_empty()) else {
+            continue;
+        };
+        let p = |q| crate::observe::cmdstats::percentile_usec(h, q);
+        line!(
+            out,
+            "latency_percentiles_usec_{}:p50={:.3},p99={:.3},p99.9={:.3}",
+            row.name,
+            p(50.0),
+            p(99.0),
+            p(99.9)
+        );
     }
 }

@@ -16,6 +16,8 @@
 //!   `LAYOUT` file (the log itself is `gradus-log`);
 //! - [`memcache`]: the memcached listener over the same keyspaces: `memcache::session` (the
 //!   storage core both protocols share), `memcache::text` and `memcache::meta` (the commands);
+//! - [`observe`]: per-command statistics, the slow log, the latency monitor, and the HTTP
+//!   listener for Prometheus metrics and the status page;
 //! - [`settings`]: the table of settings (name, type, default, live, flag, doc) that the TOML file,
 //!   flags, CONFIG GET/SET, `--print-config` and the README's table all come from;
 //! - [`tls`]: rustls on the TLS ports: the configuration from the `tls-*` settings, its reload,
@@ -39,6 +41,7 @@ pub mod hll;
 pub mod info;
 pub mod long_double;
 pub mod memcache;
+pub mod observe;
 pub mod persist;
 pub mod quota;
 pub mod server;

@@ -7,8 +7,8 @@
 //! TLS ports (`tls-port`, `memcached-tls-port`) are accepted like the plain ones, then the TLS
 //! handshake runs in the connection's own task ([`spawn_connection`]) before its loop starts.
 //!
-//! May import: `connection`, `memcache::listener`, `persist` (recovery, layout, snapshots),
-//! `state`, `config`, `tls`. Must not import command modules.
+//! May import: `connection`, `memcache::listener`, `observe::http`, `persist` (recovery, layout,
+//! snapshots), `state`, `config`, `tls`. Must not import command modules.
 
 use crate::client::ClientState;
 use crate::config::Config;
@@ -34,6 +34,8 @@ pub struct Server {
     /// RESP listeners, each with whether it is a TLS port.
     listeners: Vec<(TcpListener, bool)>,
     memcached_listeners: Vec<(TcpListener, bool)>,
+    /// The metrics and status page listeners (None: `metrics-port` is 0).
+    metrics_listeners: Option<Vec<TcpListener>>,
 }
 
 impl Server {
@@ -94,6 +96,7 @@ impl Server {
         };
         // After the data-directory lock, so a second server on the same directory reports that.
         let memcached_listeners = crate::memcache::listener::bind(&config).await?;
+        let metrics_listeners = crate::observe::http::bind(&config).await?;
         let dir = config.dir.clone();
         // With port 0, CONFIG GET port shows the port the OS picked.
         let config = Config { port, ..config };
@@ -161,6 +164,7 @@ impl Server {
             shared,
             listeners,
             memcached_listeners,
+            metrics_listeners,
         })
     }
 
@@ -204,6 +208,13 @@ impl Server {
         tasks.spawn(expiry_loop(shared.clone()));
         tasks.spawn(snapshot_loop(shared.clone()));
         tasks.spawn(lock_lease_loop(shared.clone()));
+        tasks.spawn(fsync_latency_loop(shared.clone()));
+        if let Some(listeners) = self.metrics_listeners {
+            for listener in listeners {
+                tracing::info!(addr = %listener.local_addr()?, "listening (metrics, status page)");
+                tasks.spawn(crate::observe::http::accept_loop(shared.clone(), listener));
+            }
+        }
         let mut shutdown = shared.shutdown.subscribe();
         while !*shutdown.borrow() {
             if shutdown.changed().await.is_err() {
@@ -383,6 +394,20 @@ async fn lock_lease_loop(shared: Arc<Shared>) {
     loop {
         tick.tick().await;
         shared.locks.expire_leases(std::time::Instant::now());
+    }
+}
+
+/// Once a second, the longest log fsync of that second goes to the latency monitor (its
+/// `fsync` event) when it passes `latency-monitor-threshold`.
+async fn fsync_latency_loop(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Some(log) = shared.persist.log.get() {
+            let peak = Duration::from_micros(log.take_fsync_peak());
+            shared.observer.latency_event(&shared.live, "fsync", peak);
+        }
     }
 }
 

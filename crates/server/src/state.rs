@@ -3,8 +3,8 @@
 //! One `Arc<Shared>` is handed to every connection. Settings that `CONFIG SET` may change live in
 //! atomics or a small mutex so the request path reads them without locking anything shared for long.
 //!
-//! May import: `client`, `config`, `persist`, `tenancy`, `blocking`, `memcache::stats`, `tls` (the state
-//! they keep); never command modules.
+//! May import: `client`, `config`, `persist`, `tenancy`, `blocking`, `memcache::stats`, `tls`, `observe`
+//! (the state they keep); never command modules.
 
 use crate::client::ClientRegistry;
 use crate::config::Config;
@@ -80,6 +80,12 @@ pub struct LiveSettings {
     pub hash_max_listpack_value: AtomicU64,
     pub zset_max_listpack_entries: AtomicU64,
     pub zset_max_listpack_value: AtomicU64,
+    /// `slowlog-log-slower-than`, microseconds (negative: off; 0: every command).
+    pub slowlog_log_slower_than: AtomicI64,
+    /// `slowlog-max-len`.
+    pub slowlog_max_len: AtomicU64,
+    /// `latency-monitor-threshold`, milliseconds (0: off).
+    pub latency_monitor_threshold: AtomicU64,
 }
 
 impl LiveSettings {
@@ -130,6 +136,8 @@ pub struct Shared {
     pub tls: crate::tls::TlsState,
     /// ACL users (ACL SETUSER, the aclfile) and the ACL LOG.
     pub acl: crate::tenancy::acl_users::AclUsers,
+    /// Command statistics, the slow log and the latency monitor (see `observe`).
+    pub observer: crate::observe::Observer,
 }
 
 impl Shared {
@@ -160,6 +168,9 @@ impl Shared {
             hash_max_listpack_value: AtomicU64::new(0),
             zset_max_listpack_entries: AtomicU64::new(0),
             zset_max_listpack_value: AtomicU64::new(0),
+            slowlog_log_slower_than: AtomicI64::new(0),
+            slowlog_max_len: AtomicU64::new(0),
+            latency_monitor_threshold: AtomicU64::new(0),
         };
         crate::settings::init_live(&live, &config);
         let (shutdown, _) = watch::channel(false);
@@ -211,6 +222,7 @@ impl Shared {
             memcache: Default::default(),
             tls: Default::default(),
             acl: Default::default(),
+            observer: Default::default(),
         }
     }
 

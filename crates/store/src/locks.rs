@@ -10,11 +10,16 @@
 //! and `expire_leases`), never across an `.await`; hand-over to the next waiter is a oneshot send
 //! done under that mutex, so grant order is exactly queue order. A waiter that gave up (timeout,
 //! disconnect) is skipped at hand-over: its receiver is gone, or it removed itself first.
+//!
+//! [`LockStats`] counts what happened (grants, waits, waiter-cap rejections, expired leases, the
+//! time waiters queued) in relaxed atomics updated under the table mutex the step already holds,
+//! for INFO and the metrics endpoint.
 
 use bytes::Bytes;
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -66,6 +71,7 @@ struct Holder {
 struct Waiter {
     id: u64,
     client: u64,
+    queued_at: Instant,
     lease: Option<Duration>,
     grant: oneshot::Sender<Token>,
 }
@@ -97,6 +103,62 @@ struct Table {
 #[derive(Default)]
 pub struct LockTable {
     table: Mutex<Table>,
+    stats: LockStats,
+}
+
+/// Number of buckets of a [`MicrosHistogram`].
+pub const MICROS_BUCKETS: usize = 32;
+
+/// A histogram of durations in power-of-two microsecond buckets, in relaxed atomics: bucket `i`
+/// counts durations under `2^i` µs (and at least `2^(i-1)`); the last bucket is open-ended.
+/// Cheap enough to record from any thread; a reader sees a consistent-enough copy for metrics.
+pub struct MicrosHistogram {
+    buckets: [AtomicU64; MICROS_BUCKETS],
+    sum_micros: AtomicU64,
+}
+
+impl Default for MicrosHistogram {
+    fn default() -> Self {
+        Self {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+}
+
+impl MicrosHistogram {
+    /// Count one duration.
+    pub fn record(&self, d: Duration) {
+        let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let bucket = (64 - micros.leading_zeros() as usize).min(MICROS_BUCKETS - 1);
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// The bucket counts (bucket `i`: under `2^i` µs) and the sum in microseconds.
+    pub fn read(&self) -> ([u64; MICROS_BUCKETS], u64) {
+        (
+            std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
+            self.sum_micros.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// What the lock table has done since start (never reset: metrics counters).
+#[derive(Default)]
+pub struct LockStats {
+    /// Locks granted at once (no holder).
+    pub granted_at_once: AtomicU64,
+    /// Acquisitions that queued behind a holder.
+    pub queued: AtomicU64,
+    /// Waiters that were handed the lock.
+    pub granted_after_wait: AtomicU64,
+    /// Acquisitions refused because `max_waiters` already waited (LOCKBUSY).
+    pub waiter_cap_rejections: AtomicU64,
+    /// Locks handed on because their lease ran out.
+    pub lease_expirations: AtomicU64,
+    /// How long each waiter that was handed the lock had queued.
+    pub wait: MicrosHistogram,
 }
 
 impl Table {
@@ -106,7 +168,7 @@ impl Table {
     }
 
     /// Give the lock at `key` to the first waiter still waiting, or drop it when none is.
-    fn hand_over(&mut self, key: &(usize, Bytes), now: Instant) {
+    fn hand_over(&mut self, key: &(usize, Bytes), now: Instant, stats: &LockStats) {
         loop {
             let Some(state) = self.locks.get_mut(key) else {
                 return;
@@ -119,6 +181,10 @@ impl Table {
             let token = self.next_token;
             // A waiter whose receiver is gone (timed out or disconnected) is skipped.
             if waiter.grant.send(token).is_ok() {
+                stats.granted_after_wait.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .wait
+                    .record(now.saturating_duration_since(waiter.queued_at));
                 let state = self.locks.get_mut(key).expect("checked above");
                 state.holder = Holder {
                     client: waiter.client,
@@ -163,18 +229,24 @@ impl LockTable {
                     waiters: VecDeque::new(),
                 },
             );
+            self.stats.granted_at_once.fetch_add(1, Ordering::Relaxed);
             return Acquire::Granted(token);
         }
         t.next_waiter += 1;
         let id = t.next_waiter;
         let state = t.locks.get_mut(&NameRef(db, name)).expect("checked above");
         if max_waiters.is_some_and(|max| state.waiters.len() >= max) {
+            self.stats
+                .waiter_cap_rejections
+                .fetch_add(1, Ordering::Relaxed);
             return Acquire::TooManyWaiters;
         }
+        self.stats.queued.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         state.waiters.push_back(Waiter {
             id,
             client,
+            queued_at: Instant::now(),
             lease,
             grant: tx,
         });
@@ -210,7 +282,7 @@ impl LockTable {
             Some((_, state)) if state.holder.token != token => Err(ReleaseError::WrongToken),
             Some((key, _)) => {
                 let key = key.clone();
-                t.hand_over(&key, Instant::now());
+                t.hand_over(&key, Instant::now(), &self.stats);
                 Ok(())
             }
         }
@@ -239,7 +311,7 @@ impl LockTable {
         }
         let now = Instant::now();
         for key in &held {
-            t.hand_over(key, now);
+            t.hand_over(key, now, &self.stats);
         }
         held.len()
     }
@@ -257,10 +329,35 @@ impl LockTable {
             })
             .map(|(k, _)| k.clone())
             .collect();
+        self.stats
+            .lease_expirations
+            .fetch_add(expired.len() as u64, Ordering::Relaxed);
         for key in &expired {
-            t.hand_over(key, now);
+            t.hand_over(key, now, &self.stats);
         }
         expired.len()
+    }
+
+    /// How long `token` has held `name` (None when it does not): right after a waiter's grant
+    /// arrives, the hand-over latency (from the release that handed it on to the waiter running).
+    pub fn held_for(&self, db: usize, name: &[u8], token: Token) -> Option<Duration> {
+        let t = self.table.lock();
+        t.locks
+            .get(&NameRef(db, name))
+            .filter(|s| s.holder.token == token)
+            .map(|s| s.holder.since.elapsed())
+    }
+
+    /// The counters (see [`LockStats`]).
+    pub fn stats(&self) -> &LockStats {
+        &self.stats
+    }
+
+    /// Locks held now and connections waiting for one.
+    pub fn counts(&self) -> (usize, usize) {
+        let t = self.table.lock();
+        let waiters = t.locks.values().map(|s| s.waiters.len()).sum();
+        (t.locks.len(), waiters)
     }
 
     /// Holder, token, age, lease left and queue length of `name`.
@@ -350,6 +447,24 @@ mod tests {
             Acquire::TooManyWaiters
         ));
         assert_eq!(t.info(0, b"s").unwrap().waiters, 1);
+        assert_eq!(t.stats().waiter_cap_rejections.load(Ordering::Relaxed), 1);
+        assert_eq!(t.stats().granted_at_once.load(Ordering::Relaxed), 1);
+        assert_eq!(t.stats().queued.load(Ordering::Relaxed), 1);
+        assert_eq!(t.counts(), (1, 1));
+    }
+
+    #[test]
+    fn a_hand_over_counts_the_wait_and_the_holder_age() {
+        let t = LockTable::new();
+        let first = granted(t.acquire(0, b"s", 1, None, None));
+        let (_, mut w) = queued(t.acquire(0, b"s", 2, None, None));
+        t.release(0, b"s", first).unwrap();
+        let token = w.try_recv().expect("handed over");
+        assert!(t.held_for(0, b"s", token).is_some());
+        assert!(t.held_for(0, b"s", first).is_none());
+        assert_eq!(t.stats().granted_after_wait.load(Ordering::Relaxed), 1);
+        let (buckets, _) = t.stats().wait.read();
+        assert_eq!(buckets.iter().sum::<u64>(), 1);
     }
 
     #[test]

@@ -19,8 +19,8 @@ const CONN: u32 = flags::FAST | flags::LOADING;
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("ping", -1, CONN, NO_KEYS, "connection", "Returns the server's liveliness response.", ping),
     cmd("echo", 2, CONN, NO_KEYS, "connection", "Returns the given string.", echo),
-    cmd("hello", -1, CONN | flags::NO_AUTH | flags::NOSCRIPT, NO_KEYS, "connection", "Handshakes with the Redis server.", hello),
-    cmd("auth", -2, CONN | flags::NO_AUTH | flags::NOSCRIPT, NO_KEYS, "connection", "Authenticates the connection.", auth),
+    cmd("hello", -1, CONN | flags::NO_AUTH | flags::NOSCRIPT | flags::SECRET_ARGS, NO_KEYS, "connection", "Handshakes with the Redis server.", hello),
+    cmd("auth", -2, CONN | flags::NO_AUTH | flags::NOSCRIPT | flags::SECRET_ARGS, NO_KEYS, "connection", "Authenticates the connection.", auth),
     cmd("select", 2, CONN, NO_KEYS, "connection", "Changes the selected database.", select),
     cmd("quit", -1, CONN | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Closes the connection.", quit),
     cmd("reset", 1, CONN | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Resets the connection.", reset),

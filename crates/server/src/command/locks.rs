@@ -99,8 +99,15 @@ fn wait_for_grant(
                     None => std::future::pending().await,
                 }
             };
+            let waiting_since = Instant::now();
             let token = tokio::select! {
-                granted = &mut grant => granted.ok(),
+                granted = &mut grant => granted.ok().inspect(|&t| {
+                    // Hand-over latency: from the release that handed the lock on to here.
+                    if let Some(latency) = shared.locks.held_for(db, &name, t) {
+                        shared.observer.lock_handover.record(latency);
+                    }
+                    shared.observer.latency_event(&shared.live, "lock-wait", waiting_since.elapsed());
+                }),
                 _ = timeout => None,
                 _ = handle.killed() => None,
                 _ = shutdown.wait_for(|down| *down) => None,

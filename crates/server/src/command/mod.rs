@@ -10,6 +10,7 @@ pub mod bitmaps;
 pub mod blocking;
 pub mod connection;
 pub mod databases;
+pub mod diagnostics;
 pub mod dump;
 pub mod hashes;
 pub mod hyperloglog;
@@ -88,6 +89,12 @@ pub mod flags {
     /// A write that runs under the exclusive store gate, so no other command sees it half done
     /// (SWAPDB, which moves every key of two keyspaces).
     pub const EXCLUSIVE: u32 = 1 << 20;
+    /// Never logged to the slow log (Redis' `skip_slowlog`: EXEC, whose commands are logged
+    /// one by one).
+    pub const SKIP_SLOWLOG: u32 = 1 << 21;
+    /// Carries secrets after an `AUTH` word (AUTH, HELLO … AUTH): the slow log shows them as
+    /// `(redacted)`, as Redis does.
+    pub const SECRET_ARGS: u32 = 1 << 22;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -103,6 +110,7 @@ pub mod flags {
         (BLOCKING, "blocking"),
         (MAY_REPLICATE, "may_replicate"),
         (MOVABLE_KEYS, "movablekeys"),
+        (SKIP_SLOWLOG, "skip_slowlog"),
     ];
 }
 
@@ -352,6 +360,7 @@ pub fn table() -> &'static CommandTable {
             connection::COMMANDS,
             acl::COMMANDS,
             server::COMMANDS,
+            diagnostics::COMMANDS,
             databases::COMMANDS,
             sort::COMMANDS,
             strings::COMMANDS,
@@ -377,6 +386,11 @@ pub fn table() -> &'static CommandTable {
 pub struct CommandTable {
     by_name: hashbrown::HashMap<&'static [u8], &'static CommandSpec>,
     all: Vec<&'static CommandSpec>,
+    /// Every row, subcommand rows included, with its family (a subcommand row: its
+    /// container's group), numbered for per-command statistics.
+    rows: Vec<(&'static CommandSpec, &'static str)>,
+    /// A row's number in `rows`, by its address.
+    row_numbers: hashbrown::HashMap<usize, usize>,
 }
 
 impl CommandTable {
@@ -391,7 +405,42 @@ impl CommandTable {
             }
         }
         all.sort_by_key(|s| s.name);
-        Self { by_name, all }
+        let rows: Vec<(&'static CommandSpec, &'static str)> = all
+            .iter()
+            .flat_map(|spec| {
+                std::iter::once((*spec, spec.group))
+                    .chain(spec.subcommands.iter().map(|row| (row, spec.group)))
+            })
+            .collect();
+        let row_numbers = rows
+            .iter()
+            .enumerate()
+            .map(|(i, (row, _))| (*row as *const CommandSpec as usize, i))
+            .collect();
+        Self {
+            by_name,
+            all,
+            rows,
+            row_numbers,
+        }
+    }
+
+    /// Every row (subcommand rows after their container) with its family, in row-number order.
+    pub fn rows(&self) -> &[(&'static CommandSpec, &'static str)] {
+        &self.rows
+    }
+
+    /// How many rows [`Self::rows`] has.
+    pub fn row_count(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// The number of a row of this table (a command's or a subcommand's).
+    pub fn row_index(&self, row: &'static CommandSpec) -> usize {
+        self.row_numbers
+            .get(&(row as *const CommandSpec as usize))
+            .copied()
+            .expect("a row of the command table")
     }
 
     /// Case-insensitive lookup without allocating for names up to 32 bytes.

@@ -482,6 +482,7 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ] {
                 counter.store(0, Ordering::Relaxed);
             }
+            ctx.shared.observer.commands.reset();
             Ok(Frame::ok())
         }
         "rewrite" if args.len() == 2 => Err(CmdError::err(

@@ -25,7 +25,7 @@ const TX: u32 = flags::NO_QUEUE | flags::FAST | flags::LOADING;
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("multi", 1, TX, NO_KEYS, "transactions", "Starts a transaction.", multi),
-    cmd("exec", 1, flags::NO_QUEUE | flags::LOADING | flags::OWN_GATE, NO_KEYS, "transactions", "Executes all commands in a transaction.", exec),
+    cmd("exec", 1, flags::NO_QUEUE | flags::LOADING | flags::OWN_GATE | flags::SKIP_SLOWLOG, NO_KEYS, "transactions", "Executes all commands in a transaction.", exec),
     cmd("discard", 1, TX, NO_KEYS, "transactions", "Discards a transaction.", discard),
     cmd("watch", -2, TX, (1, -1, 1), "transactions", "Monitors changes to keys to determine the execution of a transaction.", watch),
     cmd("unwatch", 1, TX, NO_KEYS, "transactions", "Forgets about watched keys of a transaction.", unwatch),
@@ -127,11 +127,20 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     // locks are tried, not waited for) holds the whole EXEC reply until its own is known.
     let mut late = Vec::new();
     for (spec, args) in multi.queued {
-        replies.push(if spec.runs_as_write() {
-            dispatch::run_write(shared, txn.client(), spec, args, now)
-        } else {
-            dispatch::run(shared, txn.client(), spec, &args, now)
-        });
+        // Each queued command counts and may be slow-logged on its own (EXEC itself is not).
+        replies.push(dispatch::run_observed(
+            shared,
+            txn.client(),
+            spec,
+            args,
+            |shared, client, args| {
+                if spec.runs_as_write() {
+                    dispatch::run_write(shared, client, spec, std::mem::take(args), now)
+                } else {
+                    dispatch::run(shared, client, spec, args, now)
+                }
+            },
+        ));
         if let Some(work) = txn.client().deferred.take() {
             late.push((replies.len() - 1, work));
         }

@@ -88,6 +88,15 @@ impl McShared {
         }
     }
 
+    /// Every counter by its `stats` name (the metrics endpoint reads them).
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        NAMES
+            .iter()
+            .zip(&self.counters)
+            .map(|(name, c)| (*name, c.load(Ordering::Relaxed)))
+            .collect()
+    }
+
     fn reset(&self) {
         for c in &self.counters {
             c.store(0, Ordering::Relaxed);

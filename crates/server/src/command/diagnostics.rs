@@ -1,0 +1,174 @@
+//! Diagnostics commands: SLOWLOG and LATENCY, with Redis 7.2's replies.
+//!
+//! SLOWLOG is per tenant for users without the `admin` right: they see, count and reset only
+//! the entries of their own tenant's connections. LATENCY is server-wide, so it needs `admin`.
+//! The data lives in `observe`; these handlers only read it and shape replies.
+//!
+//! May import: `observe` (the slow log and the latency monitor), `args`, `state`.
+
+use super::{cmd, flags, sub, CommandSpec, Ctx, NO_KEYS};
+use crate::args::{is, parse_i64, show};
+use crate::error::{CmdError, CmdResult};
+use crate::observe::slowlog::Entry;
+use bytes::Bytes;
+use gradus_proto::Frame;
+use std::sync::atomic::Ordering;
+
+const ADMIN: u32 = flags::ADMIN | flags::LOADING;
+const DIAG: u32 = flags::LOADING;
+
+#[rustfmt::skip]
+pub const COMMANDS: &[CommandSpec] = &[
+    cmd("slowlog", -2, DIAG, NO_KEYS, "server", "A container for slow log commands.", slowlog).with_subcommands(&[
+        sub("slowlog|get", -2, DIAG, "Returns the slow log's entries (a tenant's user: its own tenant's)."),
+        sub("slowlog|len", 2, DIAG, "Returns the number of entries in the slow log."),
+        sub("slowlog|reset", 2, DIAG, "Clears all entries from the slow log."),
+        sub("slowlog|help", 2, DIAG, "Show helpful text about the different subcommands"),
+    ]),
+    cmd("latency", -2, ADMIN, NO_KEYS, "server", "A container for latency diagnostics commands.", latency).with_subcommands(&[
+        sub("latency|latest", 2, ADMIN, "Returns the latest latency samples for all events."),
+        sub("latency|history", 3, ADMIN, "Returns timestamp-latency samples for an event."),
+        sub("latency|reset", -2, ADMIN, "Resets the latency data for one or more events."),
+        sub("latency|doctor", 2, ADMIN, "Returns a human-readable latency analysis report."),
+        sub("latency|help", 2, flags::LOADING, "Returns helpful text about the different subcommands."),
+    ]),
+];
+
+const SLOWLOG_HELP: &[&str] = &[
+    "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET [<count>]",
+    "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+    "    Entries are made of:",
+    "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+    "    client name",
+    "LEN",
+    "    Return the length of the slowlog.",
+    "RESET",
+    "    Reset the slowlog.",
+    "HELP",
+    "    Prints this help.",
+];
+
+const LATENCY_HELP: &[&str] = &[
+    "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "DOCTOR",
+    "    Return a human readable latency analysis report.",
+    "HISTORY <event>",
+    "    Return time-latency samples for the <event> class.",
+    "LATEST",
+    "    Return the latest latency samples for all events.",
+    "RESET [<event> ...]",
+    "    Reset latency data of one or more <event> classes.",
+    "    (default: reset all data for all event classes)",
+    "HELP",
+    "    Prints this help.",
+];
+
+fn help(lines: &[&'static str]) -> Frame {
+    Frame::Array(lines.iter().map(|l| Frame::Simple((*l).into())).collect())
+}
+
+/// Which slow log entries the caller may see: all for an admin, else its tenant's.
+fn visible(ctx: &Ctx<'_>) -> impl Fn(&Entry) -> bool {
+    let admin = ctx.client.perms.contains(crate::tenancy::Perms::ADMIN);
+    let tenant = ctx.client.tenant;
+    move |e: &Entry| admin || e.tenant == tenant
+}
+
+fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let argc = args.len();
+    let slow = &ctx.shared.observer.slowlog;
+    match String::from_utf8_lossy(&args[1]).to_lowercase().as_str() {
+        "help" if argc == 2 => Ok(help(SLOWLOG_HELP)),
+        "reset" if argc == 2 => {
+            slow.reset(visible(ctx));
+            Ok(Frame::ok())
+        }
+        "len" if argc == 2 => Ok(Frame::Integer(slow.len(visible(ctx)) as i64)),
+        "get" if argc == 2 || argc == 3 => {
+            let count = match args.get(2) {
+                None => 10,
+                Some(a) => match parse_i64(a) {
+                    None => return Err(CmdError::NotInteger),
+                    Some(-1) => usize::MAX,
+                    Some(n) if n >= 0 => n as usize,
+                    Some(_) => {
+                        return Err(CmdError::err("count should be greater than or equal to -1"))
+                    }
+                },
+            };
+            let entries = slow.get(count, visible(ctx));
+            Ok(Frame::Array(entries.into_iter().map(entry_frame).collect()))
+        }
+        _ => Err(CmdError::UnknownSubcommand {
+            cmd: "SLOWLOG".into(),
+            sub: show(&args[1]),
+        }),
+    }
+}
+
+fn entry_frame(e: Entry) -> Frame {
+    Frame::Array(vec![
+        Frame::Integer(e.id as i64),
+        Frame::Integer(e.time as i64),
+        Frame::Integer(e.micros as i64),
+        Frame::Array(e.args.into_iter().map(Frame::Bulk).collect()),
+        Frame::Bulk(Bytes::from(e.addr)),
+        Frame::Bulk(Bytes::from(e.name)),
+    ])
+}
+
+fn latency(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let argc = args.len();
+    let monitor = &ctx.shared.observer.latency;
+    let sub = &args[1];
+    if is(sub, "help") && argc == 2 {
+        Ok(help(LATENCY_HELP))
+    } else if is(sub, "latest") && argc == 2 {
+        Ok(Frame::Array(
+            monitor
+                .latest()
+                .into_iter()
+                .map(|(name, last, max)| {
+                    Frame::Array(vec![
+                        Frame::Bulk(Bytes::from_static(name.as_bytes())),
+                        Frame::Integer(last.time as i64),
+                        Frame::Integer(last.millis as i64),
+                        Frame::Integer(max as i64),
+                    ])
+                })
+                .collect(),
+        ))
+    } else if is(sub, "history") && argc == 3 {
+        Ok(Frame::Array(
+            monitor
+                .history(&args[2])
+                .into_iter()
+                .map(|s| {
+                    Frame::Array(vec![
+                        Frame::Integer(s.time as i64),
+                        Frame::Integer(s.millis as i64),
+                    ])
+                })
+                .collect(),
+        ))
+    } else if is(sub, "reset") {
+        let names: Vec<&[u8]> = args[2..].iter().map(|a| &a[..]).collect();
+        Ok(Frame::Integer(monitor.reset(&names) as i64))
+    } else if is(sub, "doctor") && argc == 2 {
+        let threshold = ctx
+            .shared
+            .live
+            .latency_monitor_threshold
+            .load(Ordering::Relaxed);
+        Ok(Frame::Verbatim {
+            format: *b"txt",
+            text: Bytes::from(monitor.doctor(threshold)),
+        })
+    } else {
+        Err(CmdError::UnknownSubcommand {
+            cmd: "LATENCY".into(),
+            sub: show(sub),
+        })
+    }
+}
