@@ -61,10 +61,12 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     }
     crate::client::LocalCounters::bump(&client.counters.commands);
     client.handle.touch(row.name, now_ms);
-    let reply = if spec.has(flags::OWN_GATE) {
+    // A subcommand's row decides how it runs where it says so (FUNCTION LOAD is a write,
+    // FUNCTION KILL runs without the gate); such rows carry the container's handler.
+    let reply = if spec.has(flags::OWN_GATE) || row.has(flags::OWN_GATE) {
         run(shared, client, spec, &args, now_ms)
-    } else if spec.runs_as_write() {
-        run_write(shared, client, spec, args, now_ms)
+    } else if row.runs_as_write() {
+        run_write(shared, client, row, args, now_ms)
     } else {
         let _gate = shared.store.shared(client.id);
         run(shared, client, spec, &args, now_ms)

@@ -10,6 +10,7 @@ pub mod blocking;
 pub mod connection;
 pub mod databases;
 pub mod dump;
+pub mod functions;
 pub mod hashes;
 pub mod hyperloglog;
 pub mod keys;
@@ -87,6 +88,9 @@ pub mod flags {
     /// A write that runs under the exclusive store gate, so no other command sees it half done
     /// (SWAPDB, which moves every key of two keyspaces).
     pub const EXCLUSIVE: u32 = 1 << 20;
+    /// Reads every keyspace's shards without naming keys and without needing the `read` right
+    /// (INFO's key counts): a script that runs under its keys' locks may not run it.
+    pub const WHOLE_STORE: u32 = 1 << 21;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -355,6 +359,7 @@ pub fn table() -> &'static CommandTable {
             transactions::COMMANDS,
             locks::COMMANDS,
             scripting::COMMANDS,
+            functions::COMMANDS,
             crate::memcache::records::COMMANDS,
             crate::memcache::lease::COMMANDS,
         ])

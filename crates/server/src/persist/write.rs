@@ -32,6 +32,7 @@ use bytes::Bytes;
 use gradus_log::format::MAX_RECORD_LEN;
 use gradus_log::{Durability, LogError, Lsn};
 use gradus_store::gate::{ExclusiveHold, SharedHold};
+use gradus_store::HeldShards;
 
 /// What a write transaction may change; it decides the degree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,6 +208,11 @@ enum Gate<'s> {
     Pending,
     Shared(#[allow(dead_code)] SharedHold<'s>),
     Exclusive(#[allow(dead_code)] ExclusiveHold<'s>),
+    /// A script that declared its keys: the gate shared, and its keys' shards held.
+    Keyed(
+        #[allow(dead_code)] SharedHold<'s>,
+        #[allow(dead_code)] HeldShards<'s>,
+    ),
 }
 
 /// One write transaction (see the module docs). It borrows the connection for its whole life;
@@ -298,6 +304,70 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             gate: Gate::Exclusive(shared.store.exclusive()),
             order: None,
         })
+    }
+
+    /// Begin a transaction that runs other writes on declared keys only (a script or function
+    /// that declared them): instead of the exclusive gate it holds the gate shared and the
+    /// shards of `keys` in keyspace `db` until it ends, so scripts on other keys, and every
+    /// other command, run beside it. The caller must let it run only commands on those keys (in
+    /// `db`). Inside an open transaction (a script in EXEC) it joins.
+    ///
+    /// Log order: a lone write holds the write-order lock from before it applies until it has
+    /// appended. The shards are taken while this transaction holds that lock (when the keyspace
+    /// is logged), so every write applied before has been appended already; the lock is let go
+    /// at once, and a write to a held key waits for the shards, which go only after this
+    /// transaction's record has been appended (`commit`). So writes to the same key reach the
+    /// log in the order they reached memory, and writes to other keys commute. The commit does
+    /// not take the write-order lock again: a lone write may hold it while it waits for one of
+    /// these shards. The shards are taken with `try_lock` only; when one is busy, everything is
+    /// let go, the shard is waited for, and the whole is tried again, so nothing waits while it
+    /// holds a shard or the write-order lock (no deadlock with other holds or multi-key
+    /// commands).
+    pub fn begin_keyed(
+        shared: &'s Shared,
+        client: &'c mut ClientState,
+        now_ms: u64,
+        grows: bool,
+        db: usize,
+        keys: &[Bytes],
+    ) -> Result<Self, WriteError> {
+        if client.record.is_some() {
+            return Self::begin_exclusive(shared, client, now_ms, grows);
+        }
+        if grows {
+            crate::quota::make_room(shared, client, db, now_ms)?;
+        }
+        let logged = degree(shared, client, Scope::Keyspace(db)).is_ok_and(|d| d.is_logged());
+        let keyspace = shared
+            .store
+            .db(db)
+            .expect("the selected keyspace exists");
+        let gate = shared.store.shared(client.id);
+        let held = loop {
+            let order = logged.then(|| shared.write_order.lock());
+            let attempt = keyspace.try_hold(keys.iter().map(|k| k.as_ref()));
+            drop(order);
+            match attempt {
+                Ok(held) => break held,
+                Err(busy) => keyspace.wait_for_shard(busy),
+            }
+        };
+        client.record = Some(OpenRecord {
+            runs_others: true,
+            ..OpenRecord::new(now_ms, Durability::None)
+        });
+        Ok(Self {
+            shared,
+            client,
+            degree: Durability::None,
+            gate: Gate::Keyed(gate, held),
+            order: None,
+        })
+    }
+
+    /// Whether this transaction holds its keys' shards rather than the exclusive gate.
+    pub fn is_keyed(&self) -> bool {
+        matches!(self.gate, Gate::Keyed(..))
     }
 
     /// The connection, for the writes a transaction runs (they begin transactions that join it).
