@@ -680,7 +680,10 @@ pub fn restore_functions(payload: &[u8]) -> Result<Vec<Bytes>> {
         pos: 0,
     };
     let limit = default_restore_limit(payload.len());
-    let mut budget = Budget { left: limit as u64, limit };
+    let mut budget = Budget {
+        left: limit as u64,
+        limit,
+    };
     let mut codes = Vec::new();
     while r.remaining() > 0 {
         match r.u8()? {

@@ -161,8 +161,7 @@ impl Libraries {
             self.remove(&old.name);
         }
         for (i, f) in library.functions.iter().enumerate() {
-            self.functions
-                .insert(f.name.clone(), (library.clone(), i));
+            self.functions.insert(f.name.clone(), (library.clone(), i));
         }
         self.by_name.insert(library.name.clone(), library);
         Ok(())

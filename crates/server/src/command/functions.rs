@@ -62,9 +62,9 @@ fn function(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         "stats" if args.len() == 2 => Ok(stats(ctx)),
         "kill" if args.len() == 2 => super::scripting::kill_running(true),
         "help" if args.len() == 2 => Ok(help()),
-        "delete" | "dump" | "stats" | "kill" | "help" => Err(CmdError::WrongArity(format!(
-            "function|{sub}"
-        ))),
+        "delete" | "dump" | "stats" | "kill" | "help" => {
+            Err(CmdError::WrongArity(format!("function|{sub}")))
+        }
         _ => Err(CmdError::Other(format!(
             "ERR unknown subcommand '{}'. Try FUNCTION HELP.",
             String::from_utf8_lossy(&args[1])
@@ -134,7 +134,14 @@ fn load(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let code = &args[args.len() - 1];
     // Redis refuses a taken name before it runs the code.
     let (name, _) = library_name(code).map_err(CmdError::err)?;
-    if !replace && ctx.shared.functions.get(tenant(ctx)).by_name.contains_key(&name) {
+    if !replace
+        && ctx
+            .shared
+            .functions
+            .get(tenant(ctx))
+            .by_name
+            .contains_key(&name)
+    {
         return Err(CmdError::err(format!("Library '{name}' already exists")));
     }
     let library = Arc::new(compile_library(code).map_err(CmdError::err)?);
@@ -202,20 +209,19 @@ enum Policy {
 }
 
 fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let policy = match args.len() {
-        3 => Policy::Append,
-        4 => match args[3].to_ascii_lowercase().as_slice() {
-            b"append" => Policy::Append,
-            b"replace" => Policy::Replace,
-            b"flush" => Policy::Flush,
-            _ => {
-                return Err(CmdError::err(
+    let policy =
+        match args.len() {
+            3 => Policy::Append,
+            4 => match args[3].to_ascii_lowercase().as_slice() {
+                b"append" => Policy::Append,
+                b"replace" => Policy::Replace,
+                b"flush" => Policy::Flush,
+                _ => return Err(CmdError::err(
                     "Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
-                ))
-            }
-        },
-        _ => return Err(CmdError::WrongArity("function|restore".into())),
-    };
+                )),
+            },
+            _ => return Err(CmdError::WrongArity("function|restore".into())),
+        };
     let codes = gradus_proto::rdb::restore_functions(&args[2]).map_err(|e| match e {
         gradus_proto::rdb::RdbError::PreGaFunctions => {
             CmdError::err("Pre-GA function format not supported")
@@ -330,7 +336,11 @@ fn list(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 fn dump(ctx: &mut Ctx<'_>) -> CmdResult {
     let libraries = ctx.shared.functions.get(tenant(ctx));
-    let codes: Vec<&[u8]> = libraries.by_name.values().map(|l| l.code.as_ref()).collect();
+    let codes: Vec<&[u8]> = libraries
+        .by_name
+        .values()
+        .map(|l| l.code.as_ref())
+        .collect();
     Ok(Frame::Bulk(gradus_proto::rdb::dump_functions(&codes)))
 }
 
@@ -340,7 +350,10 @@ fn stats(ctx: &mut Ctx<'_>) -> Frame {
     let running = match super::scripting::running_function() {
         Some((name, command, millis)) => Frame::Map(vec![
             (bulk("name"), bulk(&name)),
-            (bulk("command"), Frame::Array(vec![bulk(&command), bulk(&name)])),
+            (
+                bulk("command"),
+                Frame::Array(vec![bulk(&command), bulk(&name)]),
+            ),
             (bulk("duration_ms"), Frame::Integer(millis as i64)),
         ]),
         None => Frame::Null,
@@ -428,9 +441,14 @@ pub fn snapshot_libraries(shared: &crate::state::Shared) -> Vec<(usize, Vec<Byte
         .filter_map(|(t, libs)| {
             // Named by a logged keyspace of the tenant: that index is stable across restarts
             // (the LAYOUT file), the tenant's position in the config is not.
-            let db = shared.tenancy.tenants.get(t)?.keyspaces.iter().copied().find(|&k| {
-                shared.persist.db_logged(k)
-            })?;
+            let db = shared
+                .tenancy
+                .tenants
+                .get(t)?
+                .keyspaces
+                .iter()
+                .copied()
+                .find(|&k| shared.persist.db_logged(k))?;
             Some((db, libs.by_name.values().map(|l| l.code.clone()).collect()))
         })
         .collect()

@@ -192,9 +192,15 @@ fn evalsha_ro(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 fn evalsha_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResult {
     let script = {
         let cache = cache().lock();
-        if args[1].len() == 40 && args[1].iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+        if args[1].len() == 40
+            && args[1]
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        {
             // SAFETY of the lookup: a lower-case hex digest is its own key.
-            cache.get(std::str::from_utf8(&args[1]).unwrap_or("")).cloned()
+            cache
+                .get(std::str::from_utf8(&args[1]).unwrap_or(""))
+                .cloned()
         } else {
             let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
             cache.get(&sha).cloned()
@@ -561,6 +567,7 @@ fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
                 return Ok(reply);
             }
             Some(Abort::Undeclared(text)) => {
+                inv.cross_key.store(true, Ordering::Relaxed);
                 txn.commit()?;
                 return Ok(Frame::Error(text));
             }
@@ -700,7 +707,8 @@ pub fn kill_running(function: bool) -> CmdResult {
     let slots = running_slots().lock();
     let mut found = false;
     for slot in slots.iter() {
-        if !slot.running.load(Ordering::Acquire) || slot.function.load(Ordering::Relaxed) != function
+        if !slot.running.load(Ordering::Acquire)
+            || slot.function.load(Ordering::Relaxed) != function
         {
             continue;
         }
@@ -832,7 +840,8 @@ impl Vm {
             .call((hidden.clone(), read_killed))?;
         let deadline = Rc::new(Cell::new(Instant::now()));
         let slot = Arc::new(RunSlot::new(killed.clone()));
-        let (hook_flag, hook_deadline, hook_slot) = (killed.clone(), deadline.clone(), slot.clone());
+        let (hook_flag, hook_deadline, hook_slot) =
+            (killed.clone(), deadline.clone(), slot.clone());
         lua.set_hook(
             HookTriggers::new().every_nth_instruction(HOOK_EVERY),
             move |_, _| {
@@ -965,7 +974,8 @@ impl Vm {
             finish.call::<()>(())?;
             Ok(out)
         });
-        let out = outcome.map_err(|e| format!("Error registering functions: {}", lua_message(&e)))?;
+        let out =
+            outcome.map_err(|e| format!("Error registering functions: {}", lua_message(&e)))?;
         let mut out = out.into_iter();
         if !matches!(out.next(), Some(Value::Boolean(true))) {
             let message = match out.next() {
@@ -978,7 +988,10 @@ impl Vm {
                 Some(other) => with_err_prefix(&other.to_string().unwrap_or_default()),
                 None => "unknown error".into(),
             };
-            return Err(format!("Error registering functions: {}", one_line(&message)));
+            return Err(format!(
+                "Error registering functions: {}",
+                one_line(&message)
+            ));
         }
         let registered = collected.into_inner();
         if registered.is_empty() {
@@ -1070,9 +1083,9 @@ impl Vm {
             lua_to_frame(&value, 0)
         } else if self.killed.load(Ordering::Relaxed) {
             match self.slot.kill_reason.load(Ordering::Relaxed) {
-                KILLED_BY_USER if inv.function => Frame::Error(
-                    "ERR Script killed by user with FUNCTION KILL...".into(),
-                ),
+                KILLED_BY_USER if inv.function => {
+                    Frame::Error("ERR Script killed by user with FUNCTION KILL...".into())
+                }
                 KILLED_BY_USER => {
                     Frame::Error("ERR Script killed by user with SCRIPT KILL...".into())
                 }

@@ -90,10 +90,7 @@ pub struct LoggedCommand {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     /// A tenant's function libraries (a snapshot item): their code, in the tenant of `db`.
-    Functions {
-        db: usize,
-        codes: Vec<Bytes>,
-    },
+    Functions { db: usize, codes: Vec<Bytes> },
     Commands {
         now_ms: u64,
         commands: Vec<LoggedCommand>,

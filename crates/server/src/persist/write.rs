@@ -338,10 +338,7 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             crate::quota::make_room(shared, client, db, now_ms)?;
         }
         let logged = degree(shared, client, Scope::Keyspace(db)).is_ok_and(|d| d.is_logged());
-        let keyspace = shared
-            .store
-            .db(db)
-            .expect("the selected keyspace exists");
+        let keyspace = shared.store.db(db).expect("the selected keyspace exists");
         let gate = shared.store.shared(client.id);
         let held = loop {
             let order = logged.then(|| shared.write_order.lock());
@@ -764,6 +761,83 @@ mod tests {
         exec.commit().unwrap();
         assert!(f.client.record.is_none());
         assert_eq!(f.records(), [["0:SET s x", "0:SET s y", "0:DEL t"]]);
+    }
+
+    /// Two transactions holding different keys' shards are open at once (scripts on other keys
+    /// run in parallel); an exclusive one waits until neither is open; a key-locked one logs its
+    /// writes as one record. The keys are picked in distinct shards.
+    #[test]
+    fn key_locked_transactions_on_other_keys_run_together_and_exclusive_waits() {
+        let f = Fixture::new();
+        let ks = f.shared.store.db(0).unwrap();
+        let a = Bytes::from_static(b"a");
+        let b = (0..1000)
+            .map(|i| Bytes::from(format!("b{i}")))
+            .find(|k| ks.shard_index(k) != ks.shard_index(&a))
+            .unwrap();
+        let shared = Arc::new(f.shared);
+        let unspecified = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let client = |id| {
+            ClientState::new(
+                Arc::new(crate::client::ClientHandle::new(
+                    id,
+                    unspecified,
+                    unspecified,
+                )),
+                true,
+            )
+        };
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let (shared, a) = (shared.clone(), a.clone());
+            std::thread::spawn(move || {
+                let mut c = client(2);
+                let mut txn =
+                    WriteTxn::begin_keyed(&shared, &mut c, NOW, false, 0, &[a.clone()]).unwrap();
+                assert!(txn.is_keyed());
+                let inner = txn.client();
+                let mut w =
+                    WriteTxn::begin(&shared, inner, Scope::Keyspace(0), NOW, false).unwrap();
+                w.apply_command(0, args("SET a 1"), |_, _| true, |ok| *ok)
+                    .unwrap();
+                w.commit().unwrap();
+                // The shard is held: locking it here borrows the hold.
+                assert!(shared.store.db(0).unwrap().holds(&a));
+                drop(shared.store.db(0).unwrap().lock(&a));
+                held_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                txn.commit().unwrap();
+            })
+        };
+        held_rx.recv().unwrap();
+        // Another key-locked transaction on another shard opens while the first is open.
+        let mut c = client(3);
+        let other = WriteTxn::begin_keyed(&shared, &mut c, NOW, false, 0, &[b.clone()]).unwrap();
+        assert!(other.is_keyed());
+        drop(other);
+        // An exclusive one waits for the first.
+        let exclusive_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waiter = {
+            let (shared, done) = (shared.clone(), exclusive_done.clone());
+            std::thread::spawn(move || {
+                let mut c = client(4);
+                let txn = WriteTxn::begin_exclusive(&shared, &mut c, NOW, false).unwrap();
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+                drop(txn);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!exclusive_done.load(std::sync::atomic::Ordering::SeqCst));
+        go_tx.send(()).unwrap();
+        holder.join().unwrap();
+        waiter.join().unwrap();
+        assert!(exclusive_done.load(std::sync::atomic::Ordering::SeqCst));
+        let ks = shared.store.db(0).unwrap();
+        assert!(
+            ks.try_hold([a.as_ref()]).is_ok(),
+            "the commit let the shards go"
+        );
     }
 
     #[test]
