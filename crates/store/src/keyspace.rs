@@ -542,6 +542,33 @@ mod tests {
         );
     }
 
+    /// A hold keeps other threads out of its shards; on its own thread, locking a held shard
+    /// borrows the hold (a script's commands), and the hold's end unlocks.
+    #[test]
+    fn a_hold_excludes_other_threads_and_lends_its_shards_to_its_own() {
+        let ks = std::sync::Arc::new(Keyspace::new());
+        put(&ks, "a");
+        let hold = ks.try_hold([&b"a"[..]]).expect("free");
+        assert!(ks.holds(b"a"));
+        // Borrowed on this thread: read and write through the usual lock.
+        ks.lock(b"a").set(b"a", Value::Str(Bytes::from_static(b"w")), None, 0);
+        drop(ks.lock_keys([&b"a"[..]]));
+        let busy = {
+            let ks = ks.clone();
+            std::thread::spawn(move || (ks.holds(b"a"), ks.try_hold([&b"a"[..]]).err()))
+                .join()
+                .unwrap()
+        };
+        assert_eq!(busy, (false, Some(ks.shard_index(b"a"))));
+        drop(hold);
+        assert!(!ks.holds(b"a"));
+        let ks2 = ks.clone();
+        std::thread::spawn(move || assert!(ks2.try_hold([&b"a"[..]]).is_ok()))
+            .join()
+            .unwrap();
+        assert!(ks.lock(b"a").get(b"a", 0).is_some());
+    }
+
     #[test]
     fn scan_visits_every_key_once_when_stable() {
         let ks = Keyspace::new();

@@ -427,8 +427,6 @@ struct ScriptRun<'a> {
     /// A write command has been run (or tried).
     wrote: bool,
     abort: Option<Abort>,
-    /// Shared with SCRIPT/FUNCTION KILL.
-    slot: Arc<RunSlot>,
 }
 
 impl ScriptRun<'_> {
@@ -465,7 +463,6 @@ impl ScriptRun<'_> {
         }
         if spec.runs_as_write() {
             self.wrote = true;
-            self.slot.wrote.store(true, Ordering::Relaxed);
             dispatch::run_write(self.shared, self.client, spec, args, self.now_ms)
         } else {
             dispatch::run(self.shared, self.client, spec, &args, self.now_ms)
@@ -556,7 +553,6 @@ fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
             }),
             wrote: false,
             abort: None,
-            slot: RunSlot::mine(),
         });
         let reply = execute(&run, inv);
         let abort = run.into_inner().abort;
@@ -588,7 +584,6 @@ fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
             declared: None,
             wrote: false,
             abort: None,
-            slot: RunSlot::mine(),
         }),
         inv,
     );
@@ -674,16 +669,6 @@ pub struct RunSlot {
 }
 
 impl RunSlot {
-    /// The slot of this thread's state (a detached one when there is no state).
-    fn mine() -> Arc<RunSlot> {
-        VM.with(|cell| {
-            cell.borrow()
-                .as_ref()
-                .map(|vm| vm.slot.clone())
-                .unwrap_or_else(|| Arc::new(RunSlot::new(Arc::new(AtomicBool::new(false)))))
-        })
-    }
-
     fn new(killed: Arc<AtomicBool>) -> RunSlot {
         RunSlot {
             running: AtomicBool::new(false),
@@ -1060,6 +1045,8 @@ impl Vm {
                     Ok(args) => {
                         let mut run = run.borrow_mut();
                         let frame = run.call(args);
+                        // KILL must not stop a script that has written (Redis' UNKILLABLE).
+                        slot.wrote.store(run.wrote, Ordering::Relaxed);
                         if run.abort.is_some() && !killed.swap(true, Ordering::Relaxed) {
                             // pcall must not swallow it: the script stops here.
                             slot.kill_reason.store(KILLED_TO_RESTART, Ordering::Relaxed);
