@@ -551,7 +551,8 @@ mod tests {
         let hold = ks.try_hold([&b"a"[..]]).expect("free");
         assert!(ks.holds(b"a"));
         // Borrowed on this thread: read and write through the usual lock.
-        ks.lock(b"a").set(b"a", Value::Str(Bytes::from_static(b"w")), None, 0);
+        ks.lock(b"a")
+            .set(b"a", Value::Str(Bytes::from_static(b"w")), None, 0);
         drop(ks.lock_keys([&b"a"[..]]));
         let busy = {
             let ks = ks.clone();

@@ -985,7 +985,10 @@ fn function_payloads_round_trip_and_read_redis_own() {
     let ours = dump_functions(&[&code[..], b"#!lua name=y\n"]);
     assert_eq!(
         restore_functions(&ours).unwrap(),
-        vec![Bytes::from_static(code), Bytes::from_static(b"#!lua name=y\n")]
+        vec![
+            Bytes::from_static(code),
+            Bytes::from_static(b"#!lua name=y\n")
+        ]
     );
     assert_eq!(
         restore_functions(&dump_functions(&[])).unwrap(),

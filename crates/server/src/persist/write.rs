@@ -777,7 +777,7 @@ mod tests {
             .unwrap();
         let shared = Arc::new(f.shared);
         let unspecified = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        let client = |id| {
+        let client = move |id| {
             ClientState::new(
                 Arc::new(crate::client::ClientHandle::new(
                     id,
@@ -794,7 +794,8 @@ mod tests {
             std::thread::spawn(move || {
                 let mut c = client(2);
                 let mut txn =
-                    WriteTxn::begin_keyed(&shared, &mut c, NOW, false, 0, &[a.clone()]).unwrap();
+                    WriteTxn::begin_keyed(&shared, &mut c, NOW, false, 0, std::slice::from_ref(&a))
+                        .unwrap();
                 assert!(txn.is_keyed());
                 let inner = txn.client();
                 let mut w =
@@ -813,7 +814,8 @@ mod tests {
         held_rx.recv().unwrap();
         // Another key-locked transaction on another shard opens while the first is open.
         let mut c = client(3);
-        let other = WriteTxn::begin_keyed(&shared, &mut c, NOW, false, 0, &[b.clone()]).unwrap();
+        let other = WriteTxn::begin_keyed(&shared, &mut c, NOW, false, 0, std::slice::from_ref(&b))
+            .unwrap();
         assert!(other.is_keyed());
         drop(other);
         // An exclusive one waits for the first.
