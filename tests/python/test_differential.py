@@ -460,11 +460,26 @@ class Generator:
             ["SSCAN", "t0", "0", "COUNT", "0"], ["SISMEMBER", "t0"], ["SMEMBERS", "t0", "t1"],
         ])]
 
+    def script_cmd(self) -> List[List[str]]:
+        # A string, hash or set command run by a script that declares its key (Gradus: under the
+        # key's lock), by one that declares none (exclusive), or by a function (FCALL).
+        # (Only commands whose replies compare as they are: no unordered or random replies.)
+        cmd = self.rng.choice([self.string_cmd, self.hash_cmd])()[0]
+        unordered = ("HGETALL", "HKEYS", "HVALS", "HRANDFIELD", "HSCAN", "HSCANALL")
+        if len(cmd) < 2 or cmd[0] in unordered or cmd[1] not in ALL_KEYS:
+            return [cmd]
+        how = self.rng.randrange(3)
+        if how == 0:
+            return [["EVAL", "return redis.pcall(ARGV[1], KEYS[1], unpack(ARGV, 2))", "1", cmd[1], cmd[0]] + cmd[2:]]
+        if how == 1:
+            return [["EVAL", "return redis.pcall(unpack(ARGV))", "0"] + cmd]
+        return [["FCALL", "diff_call", "1", cmd[1], cmd[0]] + cmd[2:]]
+
     def plain_step(self) -> List[List[str]]:
         family = self.rng.choices(
             [self.string_cmd, self.key_cmd, self.hash_cmd, self.zset_cmd, self.set_cmd, self.bad_cmd,
-             self.db_cmd, self.object_cmd, self.sort_cmd],
-            weights=[30, 20, 20, 20, 25, 5, 8, 6, 12],
+             self.db_cmd, self.object_cmd, self.sort_cmd, self.script_cmd],
+            weights=[30, 20, 20, 20, 25, 5, 8, 6, 12, 8],
         )[0]
         return family()
 
@@ -606,6 +621,15 @@ def check_random_members(theirs: RawConnection, ours: RawConnection, cmd: Sequen
     return None
 
 
+# The function the generator's FCALLs call: any command on one declared key.
+DIFF_LIBRARY = (
+    "#!lua name=difflib\n"
+    "redis.register_function('diff_call', function(keys, args)\n"
+    "  return redis.pcall(args[1], keys[1], unpack(args, 2))\n"
+    "end)\n"
+)
+
+
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_differential(seed, gradus, redis_server):
     protocol = 2 if seed % 2 == 0 else 3
@@ -618,6 +642,8 @@ def test_differential(seed, gradus, redis_server):
             for conn in (ours, theirs):
                 hello = conn.call("HELLO", "3")
                 assert isinstance(hello, Map), f"HELLO 3 failed on {conn.port}: {hello!r}"
+        for conn in (ours, theirs):
+            assert conn.call("FUNCTION", "LOAD", "REPLACE", DIFF_LIBRARY) == b"difflib"
         history: list = []
         queued: List[List[str]] = []  # commands inside the open MULTI
         index = 0

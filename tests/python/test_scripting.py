@@ -324,3 +324,44 @@ def test_differential_eval_replies(gradus, redis_server):
     finally:
         ours.close()
         theirs.close()
+
+
+PHP_EVALSHA_UNLOCK = r"""<?php
+$r = new Redis();
+$r->connect('127.0.0.1', (int)$argv[1]);
+$script = 'if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end';
+$sha = $r->script('load', $script);
+$r->set('PHPREDIS_SESSION:abc_LOCK', 'token-1');
+$out = [];
+$out[] = $r->evalSha($sha, ['PHPREDIS_SESSION:abc_LOCK', 'other'], 1);
+$out[] = $r->get('PHPREDIS_SESSION:abc_LOCK');
+$out[] = $r->evalSha($sha, ['PHPREDIS_SESSION:abc_LOCK', 'token-1'], 1);
+$out[] = $r->exists('PHPREDIS_SESSION:abc_LOCK');
+$out[] = $r->evalSha(str_repeat('0', 40), ['k'], 1);
+$out[] = $r->getLastError();
+echo json_encode($out);
+"""
+
+
+def test_phpredis_evalsha_unlock(gradus, tmp_path):
+    """phpredis' own EVALSHA of its session unlock script (a key-locked script on Gradus)."""
+    import json
+    import shutil
+    import subprocess
+
+    if shutil.which("php") is None or "redis" not in subprocess.run(
+            ["php", "-m"], capture_output=True, text=True).stdout.lower().split():
+        pytest.skip("php-cli with php-redis not installed")
+    script = tmp_path / "unlock.php"
+    script.write_text(PHP_EVALSHA_UNLOCK)
+    proc = subprocess.run(["php", str(script), str(gradus.port)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert json.loads(proc.stdout) == [0, "token-1", 1, 0, False, "NOSCRIPT No matching script. Please use EVAL."]
+
+
+def test_eval_ro_and_script_kill_errors(r2):
+    assert r2.eval_ro("return redis.call('get', KEYS[1])", 1, "nothing") is None
+    with pytest.raises(redis.ResponseError, match="^Write commands are not allowed from read-only scripts"):
+        r2.evalsha_ro(r2.script_load("return redis.call('del', KEYS[1])"), 1, "k")
+    with pytest.raises(redis.ResponseError, match="No scripts in execution right now."):
+        r2.script_kill()

@@ -5,7 +5,8 @@
 //! listpacks, ziplists, intsets, zipmaps and quicklists. [`dump`] writes the encodings Redis 7.0
 //! writes for the value (so a real Redis 7.0 or later accepts the payload with RESTORE); [`restore`]
 //! reads every string, list, set, sorted-set and hash encoding that Redis 7.0/7.2 emits or still
-//! loads (RDB versions up to 11). Streams and module values are refused. It is a pure codec: no I/O,
+//! loads (RDB versions up to 11). Streams and module values are refused. [`dump_functions`] and
+//! [`restore_functions`] do the same for FUNCTION DUMP/RESTORE payloads (libraries' code). It is a pure codec: no I/O,
 //! no store types, no reply texts (the caller says "DUMP payload version or checksum are wrong" for
 //! [`RdbError::is_footer`] errors and "Bad data format" for the rest, as Redis does). It may import
 //! only `bytes`, std, the crates already in this crate's `Cargo.toml`, and `crc`.
@@ -122,6 +123,12 @@ pub enum RdbError {
     /// The decoded value would exceed the restore limit (in bytes).
     #[error("decoded value exceeds the limit of {0} bytes")]
     TooLarge(usize),
+    /// A FUNCTION RESTORE payload in the format of Redis 7.0's release candidates.
+    #[error("pre-GA function format")]
+    PreGaFunctions,
+    /// A FUNCTION RESTORE payload holds something other than function libraries.
+    #[error("not a function library")]
+    NotAFunction,
 }
 
 impl RdbError {
@@ -642,6 +649,73 @@ fn lzf_decompress(input: &[u8], out_len: usize) -> Result<Vec<u8>> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// functions
+
+/// RDB opcode of a function library (its code as an RDB string), Redis 7.0 GA and later.
+const OPCODE_FUNCTION2: u8 = 245;
+/// RDB opcode of Redis 7.0's release-candidate function format, which Redis refuses too.
+const OPCODE_FUNCTION_PRE_GA: u8 = 246;
+
+/// The FUNCTION DUMP payload of libraries whose code (shebang line included) is `codes`: each
+/// as opcode `FUNCTION2` and an RDB string, then the RDB version and the CRC-64, as Redis'
+/// `functionDumpCommand` writes it.
+pub fn dump_functions(codes: &[&[u8]]) -> Bytes {
+    let mut out = BytesMut::new();
+    for code in codes {
+        out.put_u8(OPCODE_FUNCTION2);
+        put_string(&mut out, code);
+    }
+    out.put_u16_le(DUMP_RDB_VERSION);
+    let crc = crc64(&out);
+    out.put_u64_le(crc);
+    out.freeze()
+}
+
+/// The libraries' code in a FUNCTION DUMP payload (footer checked as for [`restore`]); an
+/// empty payload body holds no library.
+pub fn restore_functions(payload: &[u8]) -> Result<Vec<Bytes>> {
+    let body_len = check_footer(payload)?;
+    let mut r = Reader {
+        data: &payload[..body_len],
+        pos: 0,
+    };
+    let limit = default_restore_limit(payload.len());
+    let mut budget = Budget {
+        left: limit as u64,
+        limit,
+    };
+    let mut codes = Vec::new();
+    while r.remaining() > 0 {
+        match r.u8()? {
+            OPCODE_FUNCTION2 => {}
+            OPCODE_FUNCTION_PRE_GA => return Err(RdbError::PreGaFunctions),
+            _ => return Err(RdbError::NotAFunction),
+        }
+        let code = r.string(&mut budget)?;
+        codes.push(Bytes::copy_from_slice(&code));
+    }
+    Ok(codes)
+}
+
+/// Check a payload's footer (length, RDB version, CRC-64); the length of what precedes it.
+fn check_footer(payload: &[u8]) -> Result<usize> {
+    if payload.len() < FOOTER_LEN {
+        return Err(RdbError::TooShort);
+    }
+    let body_len = payload.len() - FOOTER_LEN;
+    let version = u16::from_le_bytes([payload[body_len], payload[body_len + 1]]);
+    if version > MAX_RDB_VERSION {
+        return Err(RdbError::Version(version));
+    }
+    let mut crc = [0u8; 8];
+    crc.copy_from_slice(&payload[body_len + 2..]);
+    if crc64(&payload[..body_len + 2]) != u64::from_le_bytes(crc) {
+        return Err(RdbError::Checksum);
+    }
+    Ok(body_len)
+}
+
+// ---------------------------------------------------------------------------------------------
 // restore
 
 /// Decodes a DUMP payload with the default limit, [`default_restore_limit`] of its size.
@@ -656,19 +730,7 @@ pub fn restore(payload: &[u8]) -> Result<RdbValue> {
 /// Sets decoded from an intset come in ascending order and sorted sets from a listpack or ziplist
 /// in score order; every other collection in payload order.
 pub fn restore_with_limit(payload: &[u8], limit: usize) -> Result<RdbValue> {
-    if payload.len() < FOOTER_LEN {
-        return Err(RdbError::TooShort);
-    }
-    let body_len = payload.len() - FOOTER_LEN;
-    let version = u16::from_le_bytes([payload[body_len], payload[body_len + 1]]);
-    if version > MAX_RDB_VERSION {
-        return Err(RdbError::Version(version));
-    }
-    let mut crc = [0u8; 8];
-    crc.copy_from_slice(&payload[body_len + 2..]);
-    if crc64(&payload[..body_len + 2]) != u64::from_le_bytes(crc) {
-        return Err(RdbError::Checksum);
-    }
+    let body_len = check_footer(payload)?;
     let mut r = Reader {
         data: &payload[..body_len],
         pos: 0,

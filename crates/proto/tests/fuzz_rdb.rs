@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use gradus_proto::rdb::{crc64, dump, restore, RdbValue};
+use gradus_proto::rdb::{crc64, dump, dump_functions, restore, restore_functions, RdbValue};
 
 /// xorshift64* PRNG.
 struct Rng(u64);
@@ -169,6 +169,11 @@ fn check(input: &[u8]) {
             (RdbValue::ZSet(a), RdbValue::ZSet(b)) => assert_eq!(a.len(), b.len()),
             (a, b) => panic!("round trip changed the type: {a:?} -> {b:?}"),
         }
+    }
+    // The same bytes as a FUNCTION RESTORE payload: libraries' code that dumps back the same.
+    if let Ok(codes) = restore_functions(input) {
+        let refs: Vec<&[u8]> = codes.iter().map(|c| c.as_ref()).collect();
+        assert_eq!(restore_functions(&dump_functions(&refs)).unwrap(), codes);
     }
 }
 

@@ -73,11 +73,13 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     }
     crate::client::LocalCounters::bump(&client.counters.commands);
     client.handle.touch(row.name, now_ms);
+    // A subcommand's row decides how it runs where it says so (FUNCTION LOAD is a write,
+    // FUNCTION KILL runs without the gate); such rows carry the container's handler.
     let reply = run_observed(shared, client, spec, args, |shared, client, args| {
-        if spec.has(flags::OWN_GATE) {
+        if spec.has(flags::OWN_GATE) || row.has(flags::OWN_GATE) {
             run(shared, client, spec, args, now_ms)
-        } else if spec.runs_as_write() {
-            run_write(shared, client, spec, std::mem::take(args), now_ms)
+        } else if row.runs_as_write() {
+            run_write(shared, client, row, std::mem::take(args), now_ms)
         } else {
             let _gate = shared.store.shared(client.id);
             run(shared, client, spec, args, now_ms)

@@ -8,6 +8,8 @@
 //! - [`state`]: what all connections share (store, live settings, counters);
 //! - [`tenancy`]: tenants and keyspaces, the keyspace layout, the users lookup; `tenancy::auth`:
 //!   password checks and AUTH throttling; `tenancy::acl`: rights and the per-command check;
+//! - [`functions`]: Redis 7 function libraries, per tenant (data; the commands and the Lua side
+//!   are in `command::functions` and `command::scripting`);
 //! - [`blocking`]: clients blocked in BLPOP & co., served first-come first-served by writers;
 //! - [`quota`]: memory limits per keyspace and tenant: LRU eviction for caches, OOM for the rest;
 //! - [`persist`]: durability degrees and the strict wait; `persist::write`: the one write path;
@@ -37,6 +39,7 @@ pub mod config;
 pub mod connection;
 pub mod dispatch;
 pub mod error;
+pub mod functions;
 pub mod hll;
 pub mod info;
 pub mod long_double;

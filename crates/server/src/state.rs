@@ -116,6 +116,8 @@ pub struct Shared {
     /// Held while a write is applied and appended, so log order = application order (a queue
     /// push and a hash update: short, never held across an `.await`).
     pub write_order: Mutex<()>,
+    /// Each tenant's function libraries (FUNCTION LOAD; FCALL reads them).
+    pub functions: crate::functions::Registry,
     /// Clients blocked in BLPOP & co., by key.
     pub blocked: crate::blocking::BlockTable,
     /// Native session locks (in memory only; empty after a restart).
@@ -198,6 +200,7 @@ impl Shared {
             dir_lock: Mutex::new(None),
             strict_waiters: std::sync::atomic::AtomicUsize::new(0),
         };
+        let tenant_count = tenancy.tenants.len();
         Self {
             store: Store::with_keyspaces(&tenancy.evicting()),
             tenancy,
@@ -215,6 +218,7 @@ impl Shared {
                 .unwrap_or(0),
             persist,
             write_order: Mutex::new(()),
+            functions: crate::functions::Registry::new(tenant_count),
             locks: gradus_store::locks::LockTable::new(),
             blocked: Default::default(),
             snapshot_request: tokio::sync::Notify::new(),

@@ -5,6 +5,14 @@
 //! SCAN, DBSIZE, FLUSHDB) take shards one at a time. No shard lock is ever held across an `.await`
 //! (the server only calls in here from synchronous command handlers). Atomicity across commands
 //! (MULTI/EXEC) is the store gate's job, not this module's.
+//!
+//! Held shards: a script that declares its keys holds their shards for its whole run
+//! ([`Keyspace::try_hold`], [`HeldShards`]) instead of taking the store gate exclusively. The
+//! commands it runs lock shards as usual; on the thread that holds them, locking a held shard
+//! borrows the hold instead of locking again (the script's commands run synchronously on its
+//! thread, one at a time, and the holder never touches a shard while one of them runs). Shards
+//! are held only with `try_lock` in ascending order: a hold never waits while it holds
+//! anything, so holds and multi-key commands cannot deadlock.
 
 use crate::glob::glob_match;
 use crate::scan::{scan_position, scan_step, SCAN_HASH_BITS};
@@ -14,7 +22,9 @@ use bytes::Bytes;
 use hashbrown::DefaultHashBuilder;
 use parking_lot::{Mutex, MutexGuard};
 use rand::Rng;
+use std::cell::{Cell, RefCell};
 use std::hash::BuildHasher;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Shards per keyspace. A power of two. The shard is the unit of locking and of a snapshot's copy:
@@ -41,7 +51,9 @@ pub struct Keyspace {
 /// A locked shard. Dereferences to [`Shard`]; when dropped it adds the shard's change in memory
 /// use to the keyspace total, so memory limits are checked without locking every shard.
 pub struct ShardGuard<'a> {
-    guard: MutexGuard<'a, Shard>,
+    guard: ManuallyDrop<MutexGuard<'a, Shard>>,
+    /// The lock belongs to a [`HeldShards`] of this thread: dropping the guard must not unlock.
+    borrowed: bool,
     used_before: usize,
     total: &'a AtomicUsize,
 }
@@ -69,7 +81,65 @@ impl Drop for ShardGuard<'_> {
             self.total
                 .fetch_sub(self.used_before - now, Ordering::Relaxed);
         }
+        if !self.borrowed {
+            // SAFETY: dropped once, here; a borrowed guard was made without locking and must
+            // leave the lock to its `HeldShards`.
+            unsafe { ManuallyDrop::drop(&mut self.guard) }
+        }
     }
+}
+
+thread_local! {
+    /// Whether this thread holds shards (a [`HeldShards`] is alive here): the fast check.
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
+    /// The shards this thread holds: (keyspace address, shard index).
+    static HELD: RefCell<Vec<(usize, usize)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Shards held by one script for its whole run, on the thread that runs it (see the module
+/// docs). Dropping it unlocks them.
+pub struct HeldShards<'a> {
+    shards: Vec<(&'a Keyspace, usize)>,
+}
+
+impl HeldShards<'_> {
+    /// Hold nothing (for a script that declares no keys of this keyspace).
+    pub fn none() -> Self {
+        HeldShards { shards: Vec::new() }
+    }
+
+    /// How many shards are held.
+    pub fn len(&self) -> usize {
+        self.shards.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.shards.is_empty()
+    }
+}
+
+impl Drop for HeldShards<'_> {
+    fn drop(&mut self) {
+        if self.shards.is_empty() {
+            return;
+        }
+        HELD.with(|held| held.borrow_mut().clear());
+        HOLDING.with(|h| h.set(false));
+        for (keyspace, i) in self.shards.drain(..).rev() {
+            // SAFETY: `try_hold` locked this shard and forgot its guard; nothing else on this
+            // thread holds a guard for it now (borrowed guards live inside a command's run).
+            unsafe { keyspace.shards[i].force_unlock() }
+        }
+    }
+}
+
+/// Whether this thread holds shard `i` of `keyspace`.
+fn held_here(keyspace: &Keyspace, i: usize) -> bool {
+    HOLDING.with(Cell::get)
+        && HELD.with(|held| {
+            held.borrow()
+                .contains(&(keyspace as *const Keyspace as usize, i))
+        })
 }
 
 impl Default for Keyspace {
@@ -151,13 +221,75 @@ impl Keyspace {
 
     /// Lock shard `i`.
     fn shard(&self, i: usize) -> ShardGuard<'_> {
-        let guard = self.shards[i].lock();
+        let borrowed = held_here(self, i);
+        let guard = if borrowed {
+            // SAFETY: this thread's `HeldShards` holds the lock and does not use the shard
+            // while a command it runs does (see the module docs); the guard is never unlocked
+            // by its drop (`borrowed`).
+            unsafe { self.shards[i].make_guard_unchecked() }
+        } else {
+            self.shards[i].lock()
+        };
         let used_before = guard.used_bytes();
         ShardGuard {
-            guard,
+            guard: ManuallyDrop::new(guard),
+            borrowed,
             used_before,
             total: &self.used,
         }
+    }
+
+    /// Hold the shards of `keys` for a script's run, without waiting: each is taken with
+    /// `try_lock`, in ascending order. `Err(i)`: shard `i` is busy (nothing is held then; the
+    /// caller may wait for it with [`Keyspace::wait_for_shard`] and try again). Only one hold
+    /// per thread at a time.
+    pub fn try_hold<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> Result<HeldShards<'_>, usize> {
+        debug_assert!(!HOLDING.with(Cell::get), "one hold per thread");
+        let mut wanted: Vec<usize> = keys.into_iter().map(|k| self.shard_index(k)).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut hold = HeldShards {
+            shards: Vec::with_capacity(wanted.len()),
+        };
+        for i in wanted {
+            match self.shards[i].try_lock() {
+                Some(guard) => {
+                    std::mem::forget(guard);
+                    hold.shards.push((self, i));
+                }
+                None => {
+                    // Unlocks what was taken (HELD is not set yet).
+                    return Err(i);
+                }
+            }
+        }
+        if !hold.shards.is_empty() {
+            HELD.with(|held| {
+                let mut held = held.borrow_mut();
+                held.clear();
+                held.extend(
+                    hold.shards
+                        .iter()
+                        .map(|(k, i)| (*k as *const Keyspace as usize, *i)),
+                );
+            });
+            HOLDING.with(|h| h.set(true));
+        }
+        Ok(hold)
+    }
+
+    /// Wait until shard `i` is free (then let it go): what a hold that found it busy does
+    /// before it tries again, holding nothing.
+    pub fn wait_for_shard(&self, i: usize) {
+        drop(self.shards[i].lock());
+    }
+
+    /// Whether this thread holds the shard of `key` (a script's hold).
+    pub fn holds(&self, key: &[u8]) -> bool {
+        held_here(self, self.shard_index(key))
     }
 
     /// Evict one key by approximate LRU (sampling `samples` keys of a random non-empty shard);
@@ -408,6 +540,34 @@ mod tests {
             None,
             0,
         );
+    }
+
+    /// A hold keeps other threads out of its shards; on its own thread, locking a held shard
+    /// borrows the hold (a script's commands), and the hold's end unlocks.
+    #[test]
+    fn a_hold_excludes_other_threads_and_lends_its_shards_to_its_own() {
+        let ks = std::sync::Arc::new(Keyspace::new());
+        put(&ks, "a");
+        let hold = ks.try_hold([&b"a"[..]]).expect("free");
+        assert!(ks.holds(b"a"));
+        // Borrowed on this thread: read and write through the usual lock.
+        ks.lock(b"a")
+            .set(b"a", Value::Str(Bytes::from_static(b"w")), None, 0);
+        drop(ks.lock_keys([&b"a"[..]]));
+        let busy = {
+            let ks = ks.clone();
+            std::thread::spawn(move || (ks.holds(b"a"), ks.try_hold([&b"a"[..]]).err()))
+                .join()
+                .unwrap()
+        };
+        assert_eq!(busy, (false, Some(ks.shard_index(b"a"))));
+        drop(hold);
+        assert!(!ks.holds(b"a"));
+        let ks2 = ks.clone();
+        std::thread::spawn(move || assert!(ks2.try_hold([&b"a"[..]]).is_ok()))
+            .join()
+            .unwrap();
+        assert!(ks.lock(b"a").get(b"a", 0).is_some());
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub mod store;
 pub mod value;
 
 pub use keyspace::ShardGuard;
-pub use keyspace::{Keyspace, MultiLock, ScanPage, SHARDS};
+pub use keyspace::{HeldShards, Keyspace, MultiLock, ScanPage, SHARDS};
 pub use list::{End, ListValue};
 pub use set::{Member, SetValue};
 pub use shard::{Cleared, Entry, ItemMeta, ItemView, Shard, ValueView};

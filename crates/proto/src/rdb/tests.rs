@@ -968,3 +968,39 @@ fn canonical_integers() {
         assert_eq!(canonical_int(s.as_bytes()), None, "{s:?}");
     }
 }
+
+/// FUNCTION DUMP of redis-server 7.0.15 after FUNCTION LOAD of one library.
+#[test]
+fn function_payloads_round_trip_and_read_redis_own() {
+    let redis_payload = hex(
+        "f5c34046404b1f23216c7561206e616d653d780a72656469732e72656769737465725f66756e63\
+         0974696f6e28276627\
+         2c20e0000d0e292072657475726e203120656e64292035400d0120350a00b24dbc6685cadc97",
+    );
+    let code = b"#!lua name=x\nredis.register_function('f', function() return 1 end)\nreturn 5";
+    assert_eq!(
+        restore_functions(&redis_payload).unwrap(),
+        vec![Bytes::from_static(code)]
+    );
+    let ours = dump_functions(&[&code[..], b"#!lua name=y\n"]);
+    assert_eq!(
+        restore_functions(&ours).unwrap(),
+        vec![
+            Bytes::from_static(code),
+            Bytes::from_static(b"#!lua name=y\n")
+        ]
+    );
+    assert_eq!(
+        restore_functions(&dump_functions(&[])).unwrap(),
+        Vec::<Bytes>::new()
+    );
+    let mut pre_ga = dump_functions(&[b"x"]).to_vec();
+    pre_ga[0] = OPCODE_FUNCTION_PRE_GA;
+    let n = pre_ga.len();
+    let crc = crc64(&pre_ga[..n - 8]);
+    pre_ga[n - 8..].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(restore_functions(&pre_ga), Err(RdbError::PreGaFunctions));
+    assert!(restore_functions(b"garbage-payload")
+        .unwrap_err()
+        .is_footer());
+}

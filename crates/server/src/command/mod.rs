@@ -12,6 +12,7 @@ pub mod connection;
 pub mod databases;
 pub mod diagnostics;
 pub mod dump;
+pub mod functions;
 pub mod hashes;
 pub mod hyperloglog;
 pub mod keys;
@@ -95,6 +96,9 @@ pub mod flags {
     /// Carries secrets after an `AUTH` word (AUTH, HELLO … AUTH): the slow log shows them as
     /// `(redacted)`, as Redis does.
     pub const SECRET_ARGS: u32 = 1 << 22;
+    /// Reads every keyspace's shards without naming keys and without needing the `read` right
+    /// (INFO's key counts): a script that runs under its keys' locks may not run it.
+    pub const WHOLE_STORE: u32 = 1 << 23;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -376,6 +380,7 @@ pub fn table() -> &'static CommandTable {
             transactions::COMMANDS,
             locks::COMMANDS,
             scripting::COMMANDS,
+            functions::COMMANDS,
             crate::memcache::records::COMMANDS,
             crate::memcache::lease::COMMANDS,
         ])

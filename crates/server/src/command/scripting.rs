@@ -1,28 +1,49 @@
-//! Lua scripting: EVAL, EVALSHA, SCRIPT LOAD|EXISTS|FLUSH|HELP, and FUNCTION FLUSH as a no-op.
+//! Lua scripting: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, SCRIPT LOAD|EXISTS|FLUSH|KILL|HELP, FCALL
+//! and FCALL_RO, and the Lua side of Redis 7 functions (running a library's code to learn what
+//! it registers; the FUNCTION commands are `command::functions`').
 //!
 //! Scripts run in an embedded Lua 5.1 (the `mlua` crate, vendored), the version Redis uses, in a
 //! sandbox (no `os`, `io`, `package`/`require`, `loadfile`, `dofile`, `coroutine`, `debug`). Like
-//! Redis, each thread keeps one Lua state and the compiled scripts ([`Vm`]); as in Redis 7 the
-//! globals and the libraries are read-only and each script has its own environment, so no script
-//! can leave anything behind for another.
+//! Redis, each thread keeps one Lua state and the compiled scripts and libraries ([`Vm`]); as in
+//! Redis 7 the globals and the libraries are read-only and each script has its own environment,
+//! so no script can leave anything behind for another.
 //!
-//! Atomicity and logging work exactly like EXEC (see `transactions.rs`): the script runs under the
-//! *exclusive* hold of the store gate, `redis.call`/`redis.pcall` go through the command table and
-//! [`crate::dispatch::run`] with one clock reading for the whole script, and every successful write
-//! is collected as a [`LoggedCommand`]; after the script they are appended as ONE record at the
-//! strongest degree seen. The log therefore holds the script's *effects*, never its text: replay
-//! never runs Lua, so `TIME` or `math.random` inside a script come back with the same values.
+//! Atomicity: a script (or function) runs as one write transaction, in one of two ways, chosen
+//! before it starts:
+//! - **under the locks of its keys** when it declares keys (numkeys > 0) and is not flagged
+//!   `allow-cross-slot-keys`: it holds the store gate shared and the shards of its keys for its
+//!   whole run (`WriteTxn::begin_keyed`), so scripts on other keys and every other command run
+//!   beside it. Every `redis.call` must then name only declared keys, in the caller's
+//!   database, and no command that reads or writes the keyspace without naming keys (KEYS,
+//!   SCAN, FLUSHDB, INFO's key counts…);
+//! - **exclusively** (the store gate's exclusive hold, like EXEC) otherwise: no declared keys,
+//!   `allow-cross-slot-keys`, inside MULTI, or a script seen touching an undeclared key before.
 //!
-//! A script cannot hold the gate forever: an instruction-count hook aborts it after
-//! [`SCRIPT_TIME_LIMIT`], and keeps aborting it if the script catches the error with `pcall`.
+//! A key-locked script that touches an undeclared key before it has written anything is
+//! stopped, its replies thrown away, and run again exclusively (from then on it always runs
+//! exclusively): nothing it did is visible. After a write, such an access is an error, as in a
+//! Redis Cluster (`Script attempted to access a non local key…`): the writes before it stand, as
+//! after any error in a script.
+//!
+//! Either way `redis.call`/`redis.pcall` go through the command table and
+//! [`crate::dispatch::run`] with one clock reading for the whole script, and every successful
+//! write is collected as a [`LoggedCommand`](crate::persist::record::LoggedCommand); after the
+//! script they are appended as ONE record at the strongest degree seen. The log therefore holds
+//! the script's *effects*, never its text: replay never runs Lua, so `TIME` or `math.random`
+//! inside a script come back with the same values.
+//!
+//! A script cannot run forever: an instruction-count hook aborts it after [`SCRIPT_TIME_LIMIT`]
+//! (or when SCRIPT KILL / FUNCTION KILL asks, if it has not written), and keeps aborting it if
+//! the script catches the error with `pcall`.
 //!
 //! This module depends on the command table and dispatch only; it must not touch the log directly
 //! other than through `shared.persist`.
 
-use super::{cmd, flags, sub, table, CommandSpec, Ctx, NO_KEYS};
+use super::{cmd, flags, sub, table, CommandSpec, Ctx, Named, NO_KEYS};
 use crate::client::ClientState;
 use crate::dispatch;
 use crate::error::{CmdError, CmdResult};
+use crate::functions::{FunctionDef, Library, ScriptFlags};
 use crate::persist::write::WriteTxn;
 use crate::state::Shared;
 use bytes::Bytes;
@@ -32,41 +53,66 @@ use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Longest a script may run before it is aborted (Redis' `busy-reply-threshold` is 5 s too,
-/// but Redis only starts answering BUSY; here the script is stopped so the gate is released).
+/// but Redis only starts answering BUSY; here the script is stopped so its locks are released).
 pub const SCRIPT_TIME_LIMIT: Duration = Duration::from_secs(5);
+/// Longest FUNCTION LOAD may run a library's code (Redis' load timeout).
+const LOAD_TIME_LIMIT: Duration = Duration::from_millis(500);
 /// The hook runs every this many VM instructions.
 const HOOK_EVERY: u32 = 10_000;
 /// Memory a single script's Lua state may allocate.
 const SCRIPT_MEMORY_LIMIT: usize = 256 * 1024 * 1024;
 
 const SCRIPT_FLAGS: u32 = flags::OWN_GATE | flags::DENYOOM | flags::NOSCRIPT;
+const SCRIPT_RO_FLAGS: u32 = flags::OWN_GATE | flags::NOSCRIPT;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("eval", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Executes a server-side Lua script.", eval),
     cmd("evalsha", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Executes a server-side Lua script by SHA1 digest.", evalsha),
+    cmd("eval_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Executes a read-only server-side Lua script.", eval_ro),
+    cmd("evalsha_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Executes a read-only server-side Lua script by SHA1 digest.", evalsha_ro),
+    cmd("fcall", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Invokes a function.", fcall),
+    cmd("fcall_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Invokes a read-only function.", fcall_ro),
     cmd("script", -2, flags::NO_MULTI | flags::NOSCRIPT, NO_KEYS, "scripting", "A container for Lua scripts management commands.", script).with_subcommands(&[
         sub("script|load", 3, flags::NO_MULTI | flags::NOSCRIPT, "Loads a server-side Lua script to the script cache."),
         sub("script|exists", -3, flags::NO_MULTI | flags::NOSCRIPT, "Determines whether server-side Lua scripts exist in the script cache."),
         // Empties every tenant's script cache: an administrator's right.
         sub("script|flush", -2, flags::ADMIN | flags::NO_MULTI | flags::NOSCRIPT, "Removes all server-side Lua scripts from the script cache."),
+        // Answers while a script runs, even one that holds the gate exclusively.
+        cmd("script|kill", 2, flags::OWN_GATE | flags::NO_MULTI | flags::NOSCRIPT, NO_KEYS, "", "Terminates a server-side Lua script during execution.", script),
         sub("script|help", 2, flags::NO_MULTI | flags::NOSCRIPT, "Returns helpful text about the different subcommands."),
     ]),
-    cmd("function", -2, flags::NO_MULTI | flags::NOSCRIPT, NO_KEYS, "scripting", "A container for function commands (only FUNCTION FLUSH, which has nothing to flush).", function),
 ];
 
-/// The script cache: lower-case hex SHA1 → script body.
+/// A script in the cache: its body, what its shebang line says, and whether it was seen
+/// touching keys it did not declare.
+struct CachedScript {
+    body: Bytes,
+    shebang: Result<Shebang, String>,
+    cross_key: AtomicBool,
+}
+
+/// What an EVAL script's `#!lua flags=…` line says. `flags` is None without a shebang (Redis'
+/// compatibility mode: the script may write). `skip`: the shebang line's length; the code Lua
+/// compiles starts at its newline, so line numbers stay the script's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Shebang {
+    flags: Option<ScriptFlags>,
+    skip: usize,
+}
+
+/// The script cache: lower-case hex SHA1 → script.
 ///
 /// Process-wide (a static, not a field of `Shared`): one server per process in production; in
 /// unit tests several servers would share it, which is harmless because a body's key is its own
 /// digest. Held only for a lookup or an insert, never while a script runs.
-fn cache() -> &'static Mutex<HashMap<String, Bytes>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Bytes>>> = OnceLock::new();
+fn cache() -> &'static Mutex<HashMap<String, Arc<CachedScript>>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<CachedScript>>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -75,49 +121,187 @@ pub fn sha1_hex(body: &[u8]) -> String {
     sha1_smol::Sha1::from(body).digest().to_string()
 }
 
-/// Store `body` in the cache and return its digest.
-fn cache_script(body: &Bytes) -> String {
+/// Store `body` in the cache; its digest and entry.
+fn cache_script(body: &Bytes) -> (String, Arc<CachedScript>) {
     let sha = sha1_hex(body);
-    cache()
+    let entry = cache()
         .lock()
         .entry(sha.clone())
-        .or_insert_with(|| body.clone());
-    sha
+        .or_insert_with(|| {
+            Arc::new(CachedScript {
+                body: body.clone(),
+                shebang: parse_shebang(body),
+                cross_key: AtomicBool::new(false),
+            })
+        })
+        .clone();
+    (sha, entry)
+}
+
+/// Redis 7's EVAL shebang: `#!lua` then options, of which only `flags=a,b` exists.
+fn parse_shebang(body: &[u8]) -> Result<Shebang, String> {
+    if !body.starts_with(b"#!") {
+        return Ok(Shebang {
+            flags: None,
+            skip: 0,
+        });
+    }
+    let end = body.iter().position(|&b| b == b'\n').unwrap_or(body.len());
+    let line = String::from_utf8_lossy(&body[2..end]);
+    let mut parts = line.split_ascii_whitespace();
+    let engine = parts.next().unwrap_or("");
+    if engine != "lua" {
+        return Err(format!("Unexpected engine in script shebang: {engine}"));
+    }
+    let mut flags = ScriptFlags::default();
+    for part in parts {
+        let Some(list) = part.strip_prefix("flags=") else {
+            return Err(format!("Unknown lua shebang option: {part}"));
+        };
+        for name in list.split(',').filter(|n| !n.is_empty()) {
+            match ScriptFlags::named(name.as_bytes()) {
+                Some(f) => flags.insert(f),
+                None => return Err(format!("Unexpected flag in script shebang: {name}")),
+            }
+        }
+    }
+    Ok(Shebang {
+        flags: Some(flags),
+        skip: end,
+    })
 }
 
 fn eval(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let (keys, argv) = split_keys(args)?;
-    let body = args[1].clone();
-    let sha = cache_script(&body);
-    run_script(ctx, &sha, &body, keys, argv)
+    let (sha, script) = cache_script(&args[1]);
+    eval_cached(ctx, args, &sha, &script, false)
+}
+
+fn eval_ro(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let (sha, script) = cache_script(&args[1]);
+    eval_cached(ctx, args, &sha, &script, true)
 }
 
 fn evalsha(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let (keys, argv) = split_keys(args)?;
-    let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-    let body = cache().lock().get(&sha).cloned();
-    let Some(body) = body else {
+    evalsha_generic(ctx, args, false)
+}
+
+fn evalsha_ro(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    evalsha_generic(ctx, args, true)
+}
+
+fn evalsha_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResult {
+    let script = {
+        let cache = cache().lock();
+        if args[1].len() == 40
+            && args[1]
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        {
+            // SAFETY of the lookup: a lower-case hex digest is its own key.
+            cache
+                .get(std::str::from_utf8(&args[1]).unwrap_or(""))
+                .cloned()
+        } else {
+            let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+            cache.get(&sha).cloned()
+        }
+    };
+    let Some(script) = script else {
         return Err(CmdError::Other(
             "NOSCRIPT No matching script. Please use EVAL.".into(),
         ));
     };
-    run_script(ctx, &sha, &body, keys, argv)
+    let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    eval_cached(ctx, args, &sha, &script, read_only)
 }
 
-/// `args` = [EVAL, script, numkeys, key..., arg...] → (keys, args), with Redis' errors.
-fn split_keys(args: &[Bytes]) -> Result<(&[Bytes], &[Bytes]), CmdError> {
-    let numkeys: i64 = std::str::from_utf8(&args[2])
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or(CmdError::NotInteger)?;
-    if numkeys < 0 {
-        return Err(CmdError::err("Number of keys can't be negative"));
+fn eval_cached(
+    ctx: &mut Ctx<'_>,
+    args: &[Bytes],
+    sha: &str,
+    script: &CachedScript,
+    read_only: bool,
+) -> CmdResult {
+    let (keys, argv) = split_keys(args, CmdError::NotInteger)?;
+    let shebang = script.shebang.clone().map_err(CmdError::err)?;
+    let flags = shebang.flags.unwrap_or_default();
+    if read_only && shebang.flags.is_some() && !flags.contains(ScriptFlags::NO_WRITES) {
+        return Err(CmdError::err(
+            "Can not execute a script with write flag using *_ro command.",
+        ));
     }
+    run_script(
+        ctx,
+        &Invocation {
+            name: sha,
+            target: Target::Script {
+                sha,
+                code: script.body.slice(shebang.skip..),
+            },
+            keys,
+            argv,
+            flags,
+            read_only,
+            cross_key: &script.cross_key,
+            function: false,
+        },
+    )
+}
+
+fn fcall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    fcall_generic(ctx, args, false)
+}
+
+fn fcall_ro(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    fcall_generic(ctx, args, true)
+}
+
+/// FCALL / FCALL_RO: the caller's tenant's function, with Redis' checks in Redis' order.
+fn fcall_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResult {
+    let tenant = ctx.shared.tenancy.tenant_of(ctx.client.db).unwrap_or(0);
+    let libraries = ctx.shared.functions.get(tenant);
+    let name = String::from_utf8_lossy(&args[1]);
+    let Some((library, function)) = libraries.function(&name) else {
+        return Err(CmdError::err("Function not found"));
+    };
+    let (keys, argv) = split_keys(args, CmdError::err("Bad number of keys provided"))?;
+    if read_only && !function.flags.contains(ScriptFlags::NO_WRITES) {
+        return Err(CmdError::err(
+            "Can not execute a script with write flag using *_ro command.",
+        ));
+    }
+    run_script(
+        ctx,
+        &Invocation {
+            name: &function.name,
+            target: Target::Function {
+                library,
+                name: &function.name,
+            },
+            keys,
+            argv,
+            flags: function.flags,
+            read_only,
+            cross_key: &function.cross_key,
+            function: true,
+        },
+    )
+}
+
+/// `args` = [EVAL, script, numkeys, key..., arg...] → (keys, args), with Redis' errors
+/// (`not_integer`: EVAL's and FCALL's differ).
+fn split_keys(args: &[Bytes], not_integer: CmdError) -> Result<(&[Bytes], &[Bytes]), CmdError> {
+    let Some(numkeys) = crate::args::parse_i64(&args[2]) else {
+        return Err(not_integer);
+    };
     let rest = &args[3..];
-    if numkeys as u64 > rest.len() as u64 {
+    if numkeys as i128 > rest.len() as i128 {
         return Err(CmdError::err(
             "Number of keys can't be greater than number of args",
         ));
+    }
+    if numkeys < 0 {
+        return Err(CmdError::err("Number of keys can't be negative"));
     }
     Ok(rest.split_at(numkeys as usize))
 }
@@ -125,7 +309,7 @@ fn split_keys(args: &[Bytes]) -> Result<(&[Bytes], &[Bytes]), CmdError> {
 fn script(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     match (sub.as_str(), args.len()) {
-        ("load", 3) => Ok(Frame::Bulk(cache_script(&args[2]).into())),
+        ("load", 3) => Ok(Frame::Bulk(cache_script(&args[2]).0.into())),
         ("exists", n) if n >= 3 => {
             let cache = cache().lock();
             Ok(Frame::Array(
@@ -149,6 +333,7 @@ fn script(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             Ok(Frame::ok())
         }
         ("flush", _) => Err(CmdError::Syntax),
+        ("kill", 2) => kill_running(false),
         ("help", 2) => Ok(Frame::Array(
             [
                 "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -156,6 +341,8 @@ fn script(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 "    Return information about the existence of the scripts in the script cache.",
                 "FLUSH [ASYNC|SYNC]",
                 "    Flush the Lua scripts cache.",
+                "KILL",
+                "    Kill the currently executing Lua script.",
                 "LOAD <script>",
                 "    Load a script into the scripts cache without executing it.",
                 "HELP",
@@ -165,7 +352,7 @@ fn script(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             .map(|l| Frame::Simple(Bytes::from_static(l.as_bytes())))
             .collect(),
         )),
-        ("load" | "exists" | "help", _) => Err(CmdError::Other(format!(
+        ("load" | "exists" | "help" | "kill", _) => Err(CmdError::Other(format!(
             "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try SCRIPT HELP."
         ))),
         _ => Err(CmdError::UnknownSubcommand {
@@ -181,17 +368,6 @@ fn flush_scripts() {
     FLUSH_GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
-/// Gradus has no Redis Functions; FUNCTION FLUSH succeeds because there is nothing to flush
-/// (test suites and frameworks call it on setup).
-fn function(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    if args[1].eq_ignore_ascii_case(b"flush") && args.len() <= 3 {
-        return Ok(Frame::ok());
-    }
-    Err(CmdError::err(
-        "Redis Functions are not supported by Gradus (only FUNCTION FLUSH, a no-op)",
-    ))
-}
-
 /// Whether a script may call `spec`: not one flagged `noscript` (scripts, AUTH, CLIENT, LOCK
 /// and SESSION.OPEN, which may wait server-side), nor one that is itself not allowed in MULTI,
 /// manages the gate itself, or is never queued.
@@ -199,11 +375,58 @@ fn allowed_in_script(spec: &CommandSpec) -> bool {
     !spec.has(flags::NO_MULTI | flags::NO_QUEUE | flags::OWN_GATE | flags::NOSCRIPT)
 }
 
+/// One run of a script or function, as the caller asked for it.
+struct Invocation<'a> {
+    /// What error replies name: the digest, or the function's name.
+    name: &'a str,
+    target: Target<'a>,
+    keys: &'a [Bytes],
+    argv: &'a [Bytes],
+    flags: ScriptFlags,
+    /// EVAL_RO, EVALSHA_RO, FCALL_RO.
+    read_only: bool,
+    /// Set when a key-locked run touched an undeclared key (then it always runs exclusively).
+    cross_key: &'a AtomicBool,
+    function: bool,
+}
+
+enum Target<'a> {
+    /// An EVAL script: its digest and the code Lua compiles (after the shebang line).
+    Script { sha: &'a str, code: Bytes },
+    /// A function of a loaded library.
+    Function {
+        library: &'a Arc<Library>,
+        name: &'a str,
+    },
+}
+
+/// The keys a key-locked run declared (in keyspace `db`).
+struct Declared<'a> {
+    db: usize,
+    keys: &'a [Bytes],
+}
+
+/// Why a key-locked run was stopped.
+#[derive(Debug)]
+enum Abort {
+    /// It touched an undeclared key before writing anything: run it again exclusively.
+    Restart,
+    /// It touched an undeclared key after writing: this error is its reply.
+    Undeclared(String),
+}
+
 /// What `redis.call` needs while a script runs.
 struct ScriptRun<'a> {
     shared: &'a Shared,
     client: &'a mut ClientState,
     now_ms: u64,
+    /// No write command may run (`no-writes`, or a `*_RO` command).
+    read_only: bool,
+    /// Key-locked: only these keys may be touched.
+    declared: Option<Declared<'a>>,
+    /// A write command has been run (or tried).
+    wrote: bool,
+    abort: Option<Abort>,
 }
 
 impl ScriptRun<'_> {
@@ -213,6 +436,9 @@ impl ScriptRun<'_> {
     /// over the log's limit is refused before it is applied (the script's earlier writes stand,
     /// as after any error in a script).
     fn call(&mut self, args: Vec<Bytes>) -> Frame {
+        if self.abort.is_some() {
+            return CmdError::err("the script was stopped").to_frame();
+        }
         let Some(spec) = table().get(&args[0]) else {
             return CmdError::err("Unknown Redis command called from script").to_frame();
         };
@@ -223,6 +449,10 @@ impl ScriptRun<'_> {
         if !allowed_in_script(spec) {
             return CmdError::err("This Redis command is not allowed from script").to_frame();
         }
+        if self.read_only && spec.has(flags::WRITE) {
+            return CmdError::err("Write commands are not allowed from read-only scripts.")
+                .to_frame();
+        }
         if let Err(e) = crate::tenancy::check_perms(self.client, spec.resolve(&args)) {
             return e.to_frame();
         }
@@ -231,39 +461,136 @@ impl ScriptRun<'_> {
         {
             return CmdError::Other(denied.error_text(&self.client.user)).to_frame();
         }
+        if let Some(declared) = &self.declared {
+            if !declares(self.shared, spec, &args, self.client.db, declared) {
+                return self.undeclared(spec, &args);
+            }
+        }
         if spec.runs_as_write() {
+            self.wrote = true;
             dispatch::run_write(self.shared, self.client, spec, args, self.now_ms)
         } else {
             dispatch::run(self.shared, self.client, spec, &args, self.now_ms)
         }
     }
+
+    /// A key-locked script touched what it did not declare: stop it (see the module docs).
+    fn undeclared(&mut self, spec: &CommandSpec, args: &[Bytes]) -> Frame {
+        let text = if self.wrote {
+            let what = match spec.key_indexes(args).first().and_then(|&i| args.get(i)) {
+                Some(key) => format!("key '{}'", String::from_utf8_lossy(key)),
+                None => format!("the keyspace ({})", spec.name.to_uppercase()),
+            };
+            format!(
+                "ERR Script attempted to access a non local key in a cluster node script: {what} \
+                 was not declared (scripts that declare keys run under those keys' locks; \
+                 declare every key, or use the allow-cross-slot-keys flag)"
+            )
+        } else {
+            "ERR Script attempted to access an undeclared key; it runs again exclusively".into()
+        };
+        self.abort = Some(if self.wrote {
+            Abort::Undeclared(text.clone())
+        } else {
+            Abort::Restart
+        });
+        Frame::Error(text)
+    }
 }
 
-/// Run a script as one write transaction under the exclusive gate (inside EXEC: joined to the
-/// EXEC's, with its clock), so its writes are one record: replay applies all of them or none,
-/// and never runs the script again.
-fn run_script(
-    ctx: &mut Ctx<'_>,
-    sha: &str,
-    body: &Bytes,
-    keys: &[Bytes],
-    argv: &[Bytes],
-) -> CmdResult {
+/// Whether a key-locked script may run `args` (command `spec`) in keyspace `db`: it names only
+/// declared keys, in the declared keyspace, and does not reach the keyspace any other way. A
+/// command that touches no keyspace (PING, TIME, SELECT, UNLOCK…) is always allowed.
+fn declares(
+    shared: &Shared,
+    spec: &CommandSpec,
+    args: &[Bytes],
+    db: usize,
+    declared: &Declared<'_>,
+) -> bool {
+    let whole_keyspace = flags::READS_KEYSPACE
+        | flags::FLUSHES
+        | flags::TENANT_WIDE
+        | flags::EXCLUSIVE
+        | flags::WHOLE_STORE;
+    if spec.has(whole_keyspace)
+        || (spec.has(flags::MOVABLE_KEYS) && spec.numkeys_at == 0)
+        || spec.named_keyspaces(&shared.tenancy, db, args) != Named::Selected
+    {
+        return false;
+    }
+    let keys = spec.key_indexes(args);
+    if keys.is_empty() {
+        return !spec.has(flags::WRITE | flags::READONLY | flags::MAY_REPLICATE)
+            || spec.has(flags::TAKES_LOCKS);
+    }
+    db == declared.db
+        && keys
+            .iter()
+            .all(|&i| args.get(i).is_some_and(|k| declared.keys.contains(k)))
+}
+
+/// Run a script or function as one write transaction, key-locked or exclusive (see the module
+/// docs; inside EXEC: joined to the EXEC's, with its clock), so its writes are one record:
+/// replay applies all of them or none, and never runs the script again.
+fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
     let shared = ctx.shared;
     let now = ctx.now_ms;
     // SELECT inside a script does not change the caller's database (as in Redis 7).
     let caller_db = ctx.client.db;
-    let mut txn = WriteTxn::begin_exclusive(shared, ctx.client, now, true)?;
+    let read_only = inv.read_only || inv.flags.contains(ScriptFlags::NO_WRITES);
+    // Redis refuses a script that may write when over memory, unless it is flagged allow-oom.
+    let grows = !read_only && !inv.flags.contains(ScriptFlags::ALLOW_OOM);
+    let keyed = ctx.client.record.is_none()
+        && !inv.keys.is_empty()
+        && !inv.flags.contains(ScriptFlags::ALLOW_CROSS_SLOT_KEYS)
+        && !inv.cross_key.load(Ordering::Relaxed);
+    if keyed {
+        let mut txn = WriteTxn::begin_keyed(shared, ctx.client, now, grows, caller_db, inv.keys)?;
+        let run = RefCell::new(ScriptRun {
+            shared,
+            client: txn.client(),
+            now_ms: now,
+            read_only,
+            declared: Some(Declared {
+                db: caller_db,
+                keys: inv.keys,
+            }),
+            wrote: false,
+            abort: None,
+        });
+        let reply = execute(&run, inv);
+        let abort = run.into_inner().abort;
+        txn.client().db = caller_db;
+        match abort {
+            None => {
+                txn.commit()?;
+                return Ok(reply);
+            }
+            Some(Abort::Undeclared(text)) => {
+                inv.cross_key.store(true, Ordering::Relaxed);
+                txn.commit()?;
+                return Ok(Frame::Error(text));
+            }
+            Some(Abort::Restart) => {
+                // Nothing was written: let everything go and run it exclusively.
+                drop(txn);
+                inv.cross_key.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+    let mut txn = WriteTxn::begin_exclusive(shared, ctx.client, now, grows)?;
     let reply = execute(
         &RefCell::new(ScriptRun {
             shared,
             client: txn.client(),
             now_ms: now,
+            read_only,
+            declared: None,
+            wrote: false,
+            abort: None,
         }),
-        sha,
-        body,
-        keys,
-        argv,
+        inv,
     );
     txn.client().db = caller_db;
     txn.commit()?;
@@ -271,36 +598,42 @@ fn run_script(
 }
 
 /// Run the script on this thread's Lua state; the reply frame (errors included).
-fn execute(
-    run: &RefCell<ScriptRun<'_>>,
-    sha: &str,
-    body: &Bytes,
-    keys: &[Bytes],
-    argv: &[Bytes],
-) -> Frame {
+fn execute(run: &RefCell<ScriptRun<'_>>, inv: &Invocation<'_>) -> Frame {
+    with_vm(|vm| match vm.run(run, inv) {
+        Ok(frame) => Ok(frame),
+        Err(e) => Err(Frame::Error(format!(
+            "ERR Error running script: {} script: {}",
+            one_line(&e.to_string()),
+            inv.name
+        ))),
+    })
+    .unwrap_or_else(|e| e)
+}
+
+/// Run `f` on this thread's Lua state (created on first use). When `f` fails (`Err`) for a
+/// reason outside the script itself, the state is dropped: the next script gets a new one
+/// rather than trust this one.
+fn with_vm<T, E>(f: impl FnOnce(&mut Vm) -> Result<T, E>) -> Result<T, E>
+where
+    E: From<Frame>,
+{
     VM.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
             match Vm::new() {
                 Ok(vm) => *slot = Some(vm),
                 Err(e) => {
-                    return CmdError::err(format!("cannot create the Lua state: {e}")).to_frame()
+                    return Err(E::from(
+                        CmdError::err(format!("cannot create the Lua state: {e}")).to_frame(),
+                    ))
                 }
             }
         }
-        let vm = slot.as_mut().expect("just created");
-        match vm.run(run, sha, body, keys, argv) {
-            Ok(frame) => frame,
-            Err(e) => {
-                // Something failed outside the script itself (the state's own plumbing): start
-                // the next script on a new state rather than trust this one.
-                *slot = None;
-                Frame::Error(format!(
-                    "ERR Error running script: {} script: {sha}",
-                    one_line(&e.to_string())
-                ))
-            }
+        let result = f(slot.as_mut().expect("just created"));
+        if result.is_err() {
+            *slot = None;
         }
+        result
     })
 }
 
@@ -311,38 +644,177 @@ thread_local! {
 
 /// Bumped by SCRIPT FLUSH: every thread's state drops its compiled scripts when it sees a new value.
 static FLUSH_GENERATION: AtomicU64 = AtomicU64::new(0);
+/// Bumped by FUNCTION DELETE|FLUSH|RESTORE and LOAD REPLACE: every thread's state drops the
+/// libraries it compiled (they may be gone).
+static LIBRARY_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Tell every thread's state that libraries were removed or replaced.
+pub fn libraries_changed() {
+    LIBRARY_GENERATION.fetch_add(1, Ordering::AcqRel);
+}
 
 /// Compiled scripts a state keeps (EVAL of ever-new bodies would grow it without bound); past
-/// this many the cache is emptied and refilled as scripts run again.
+/// this many the cache is emptied and refilled as scripts run again. Libraries likewise.
 const MAX_COMPILED: usize = 1000;
+
+/// Why a state's kill flag was set.
+const KILLED_BY_TIME: u8 = 1;
+const KILLED_BY_USER: u8 = 2;
+const KILLED_TO_RESTART: u8 = 3;
+
+/// What SCRIPT KILL, FUNCTION KILL and FUNCTION STATS see of the script a thread runs: one per
+/// Lua state, registered once (so a script's start and end only store atomics).
+pub struct RunSlot {
+    running: AtomicBool,
+    function: AtomicBool,
+    wrote: AtomicBool,
+    killed: Arc<AtomicBool>,
+    kill_reason: AtomicU8,
+    started: Mutex<(Instant, String, String)>,
+}
+
+impl RunSlot {
+    fn new(killed: Arc<AtomicBool>) -> RunSlot {
+        RunSlot {
+            running: AtomicBool::new(false),
+            function: AtomicBool::new(false),
+            wrote: AtomicBool::new(false),
+            killed,
+            kill_reason: AtomicU8::new(0),
+            started: Mutex::new((Instant::now(), String::new(), String::new())),
+        }
+    }
+}
+
+fn running_slots() -> &'static Mutex<Vec<Arc<RunSlot>>> {
+    static SLOTS: OnceLock<Mutex<Vec<Arc<RunSlot>>>> = OnceLock::new();
+    SLOTS.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// SCRIPT KILL (`function` false) / FUNCTION KILL: stop the running script(s) of that kind that
+/// have not written, with Redis' replies.
+pub fn kill_running(function: bool) -> CmdResult {
+    let slots = running_slots().lock();
+    let mut found = false;
+    for slot in slots.iter() {
+        if !slot.running.load(Ordering::Acquire)
+            || slot.function.load(Ordering::Relaxed) != function
+        {
+            continue;
+        }
+        found = true;
+        if slot.wrote.load(Ordering::Relaxed) {
+            return Err(CmdError::Other(
+                "UNKILLABLE Sorry the script already executed write commands against the dataset. \
+                 You can either wait the script termination or kill the server in a hard way \
+                 using the SHUTDOWN NOSAVE command."
+                    .into(),
+            ));
+        }
+    }
+    if !found {
+        return Err(CmdError::Other(
+            "NOTBUSY No scripts in execution right now.".into(),
+        ));
+    }
+    for slot in slots.iter() {
+        if slot.running.load(Ordering::Acquire) && slot.function.load(Ordering::Relaxed) == function
+        {
+            slot.kill_reason.store(KILLED_BY_USER, Ordering::Relaxed);
+            slot.killed.store(true, Ordering::Release);
+        }
+    }
+    Ok(Frame::ok())
+}
+
+/// FUNCTION STATS' `running_script`: a function running now (name, command, duration in ms).
+pub fn running_function() -> Option<(String, String, u64)> {
+    let slots = running_slots().lock();
+    slots.iter().find_map(|slot| {
+        (slot.running.load(Ordering::Acquire) && slot.function.load(Ordering::Relaxed)).then(|| {
+            let started = slot.started.lock();
+            (
+                started.1.clone(),
+                started.2.clone(),
+                started.0.elapsed().as_millis() as u64,
+            )
+        })
+    })
+}
+
+/// One function a library's code registered (FUNCTION LOAD, or a state compiling it for FCALL).
+struct Registered {
+    name: String,
+    callback: Function,
+    flags: ScriptFlags,
+    description: Option<Bytes>,
+}
+
+/// FUNCTION LOAD's work on the Lua side: run `code` (the whole library, shebang line first;
+/// `skip`: that line's length) on this thread's state and return what it registered, or
+/// Redis' error text (without `ERR `).
+pub fn load_library(code: &[u8], skip: usize) -> Result<Vec<FunctionDef>, String> {
+    with_vm(|vm| Ok::<_, Frame>(vm.load_library(code, skip)))
+        .unwrap_or_else(|frame| match frame {
+            Frame::Error(e) => Err(e),
+            _ => Err("cannot create the Lua state".into()),
+        })
+        .map(|registered| {
+            registered
+                .into_iter()
+                .map(|r| FunctionDef {
+                    name: r.name,
+                    description: r.description,
+                    flags: r.flags,
+                    cross_key: AtomicBool::new(false),
+                })
+                .collect()
+        })
+}
 
 /// A Lua state reused by every script run on one thread.
 ///
 /// Creating a state, opening its libraries and compiling the prelude cost far more than a small
 /// script (with a fresh state per call, `EVALSHA` of phpredis' unlock script ran at a tenth of
-/// Redis' rate, all of it under the exclusive gate), so like Redis each thread keeps one state and
-/// each script's compiled function. Scripts stay isolated as in Redis 7: a script runs in an
-/// environment of its own (`KEYS`, `ARGV`, and the sandbox's globals read through it), global
-/// assignment fails with "Attempt to modify a readonly table", and the library tables (`string`,
-/// `table`, `math`, `redis`) and the string metatable are read-only, so no script can leave
-/// anything behind for the next one.
+/// Redis' rate), so like Redis each thread keeps one state and each script's compiled function,
+/// and each function library it has run (its registered functions, by library id). Scripts stay
+/// isolated as in Redis 7: a script runs in an environment of its own (`KEYS`, `ARGV`, and the
+/// sandbox's globals read through it), global assignment fails with "Attempt to modify a
+/// readonly table", and the library tables (`string`, `table`, `math`, `redis`) and the string
+/// metatable are read-only, so no script can leave anything behind for the next one. A
+/// library's functions share the library's environment (read-only too; reading a global it
+/// does not have is an error, as in Redis); their upvalues live in this thread's state.
 struct Vm {
     lua: Lua,
     /// Compiled scripts by digest (as of `generation`).
     compiled: HashMap<String, Function>,
     generation: u64,
+    /// Libraries run here: id → table of their functions by name (as of `library_generation`).
+    libraries: HashMap<u64, Table>,
+    library_generation: u64,
     /// Metatable of every script's environment: reads fall through to the sandbox globals,
     /// writes fail.
     env_mt: Table,
-    /// The prelude's private table: `call` is the current script's `redis.call` callback.
+    /// The prelude's private table: `call` is the current script's `redis.call` callback;
+    /// `library_env` makes a library's environment.
     hidden: Table,
     /// Lua's own `pcall`, to run a script and catch what it raises.
     pcall: Function,
-    /// Set by the time-limit hook; read by the `pcall`/`xpcall` wrappers so a script cannot
-    /// swallow its own kill. Reset for each script.
+    /// Set by the time-limit hook or a KILL; read by the `pcall`/`xpcall` wrappers so a script
+    /// cannot swallow its own kill. Reset for each script.
     killed: Arc<AtomicBool>,
     /// When the running script is killed.
     deadline: Rc<Cell<Instant>>,
+    /// This state's entry among the running scripts.
+    slot: Arc<RunSlot>,
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        running_slots()
+            .lock()
+            .retain(|s| !Arc::ptr_eq(s, &self.slot));
+    }
 }
 
 impl Vm {
@@ -357,12 +829,18 @@ impl Vm {
             .set_name("=prelude")
             .call((hidden.clone(), read_killed))?;
         let deadline = Rc::new(Cell::new(Instant::now()));
-        let (hook_flag, hook_deadline) = (killed.clone(), deadline.clone());
+        let slot = Arc::new(RunSlot::new(killed.clone()));
+        let (hook_flag, hook_deadline, hook_slot) =
+            (killed.clone(), deadline.clone(), slot.clone());
         lua.set_hook(
             HookTriggers::new().every_nth_instruction(HOOK_EVERY),
             move |_, _| {
                 if hook_flag.load(Ordering::Relaxed) || Instant::now() > hook_deadline.get() {
-                    hook_flag.store(true, Ordering::Relaxed);
+                    if !hook_flag.swap(true, Ordering::Relaxed) {
+                        hook_slot
+                            .kill_reason
+                            .store(KILLED_BY_TIME, Ordering::Relaxed);
+                    }
                     return Err(mlua::Error::runtime(
                         "ERR Script killed: it ran longer than the script time limit",
                     ));
@@ -370,20 +848,24 @@ impl Vm {
                 Ok(VmState::Continue)
             },
         );
+        running_slots().lock().push(slot.clone());
         Ok(Vm {
             lua,
             compiled: HashMap::new(),
             generation: FLUSH_GENERATION.load(Ordering::Acquire),
+            libraries: HashMap::new(),
+            library_generation: LIBRARY_GENERATION.load(Ordering::Acquire),
             env_mt,
             hidden,
             pcall,
             killed,
             deadline,
+            slot,
         })
     }
 
     /// The compiled function for `body` (digest `sha`), or the compile error's reply.
-    fn compiled(&mut self, sha: &str, body: &Bytes) -> Result<Function, Frame> {
+    fn compiled(&mut self, sha: &str, body: &[u8]) -> Result<Function, Frame> {
         let generation = FLUSH_GENERATION.load(Ordering::Acquire);
         if generation != self.generation || self.compiled.len() >= MAX_COMPILED {
             self.compiled.clear();
@@ -394,7 +876,7 @@ impl Vm {
         }
         let f = self
             .lua
-            .load(body.as_ref())
+            .load(body)
             .set_name("@user_script")
             .into_function()
             .map_err(|e| {
@@ -407,6 +889,107 @@ impl Vm {
         Ok(f)
     }
 
+    /// The functions of `library` on this state, running its code the first time.
+    fn library(&mut self, library: &Library) -> Result<Table, Frame> {
+        let generation = LIBRARY_GENERATION.load(Ordering::Acquire);
+        if generation != self.library_generation || self.libraries.len() >= MAX_COMPILED {
+            self.libraries.clear();
+            self.library_generation = generation;
+        }
+        if let Some(t) = self.libraries.get(&library.id) {
+            return Ok(t.clone());
+        }
+        let skip = library
+            .code
+            .iter()
+            .position(|&b| b == b'\n')
+            .unwrap_or(library.code.len());
+        let registered = self
+            .load_library(&library.code, skip)
+            .map_err(|e| Frame::Error(format!("ERR {e}")))?;
+        let table = self
+            .lua
+            .create_table()
+            .map_err(|e| Frame::Error(format!("ERR {e}")))?;
+        for r in registered {
+            table
+                .raw_set(r.name, r.callback)
+                .map_err(|e| Frame::Error(format!("ERR {e}")))?;
+        }
+        self.libraries.insert(library.id, table.clone());
+        Ok(table)
+    }
+
+    /// Run a library's code with `redis.register_function` available and collect what it
+    /// registers; Redis' error texts (without `ERR `).
+    fn load_library(&mut self, code: &[u8], skip: usize) -> Result<Vec<Registered>, String> {
+        let chunk = self
+            .lua
+            .load(&code[skip.min(code.len())..])
+            .set_name("@user_function")
+            .into_function()
+            .map_err(|e| format!("Error compiling function: {}", lua_message(&e)))?;
+        let collected: RefCell<Vec<Registered>> = RefCell::new(Vec::new());
+        self.killed.store(false, Ordering::Relaxed);
+        self.deadline.set(Instant::now() + LOAD_TIME_LIMIT);
+        let outcome = self.lua.scope(|scope| {
+            let collect = scope.create_function(
+                |_, (name, callback, flags, description): (mlua::String, Function, u8, Option<mlua::String>)| {
+                    let name = name.to_string_lossy();
+                    let mut collected = collected.borrow_mut();
+                    if collected.iter().any(|r| r.name == name) {
+                        return Ok(Some("ERR Function already exists in the library".to_string()));
+                    }
+                    if name.is_empty()
+                        || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                    {
+                        return Ok(Some(
+                            "ERR Library names can only contain letters, numbers, or underscores(_) and must be at least one character long"
+                                .to_string(),
+                        ));
+                    }
+                    collected.push(Registered {
+                        name,
+                        callback,
+                        flags: ScriptFlags::from_bits(flags),
+                        description: description.map(|d| Bytes::copy_from_slice(&d.as_bytes())),
+                    });
+                    Ok(None)
+                },
+            )?;
+            let library_env: Function = self.hidden.raw_get("library_env")?;
+            let (env, finish): (Table, Function) = library_env.call(collect)?;
+            chunk.set_environment(env)?;
+            let out: MultiValue = self.pcall.call(chunk)?;
+            finish.call::<()>(())?;
+            Ok(out)
+        });
+        let out =
+            outcome.map_err(|e| format!("Error registering functions: {}", lua_message(&e)))?;
+        let mut out = out.into_iter();
+        if !matches!(out.next(), Some(Value::Boolean(true))) {
+            let message = match out.next() {
+                _ if self.killed.load(Ordering::Relaxed) => "FUNCTION LOAD timeout".to_string(),
+                Some(Value::Table(t)) => match t.raw_get::<Value>("err") {
+                    Ok(Value::String(s)) => s.to_string_lossy(),
+                    _ => "unknown error".into(),
+                },
+                Some(Value::String(s)) => with_err_prefix(&s.to_string_lossy()),
+                Some(other) => with_err_prefix(&other.to_string().unwrap_or_default()),
+                None => "unknown error".into(),
+            };
+            return Err(format!(
+                "Error registering functions: {}",
+                one_line(&message)
+            ));
+        }
+        let registered = collected.into_inner();
+        if registered.is_empty() {
+            return Err("No functions registered".into());
+        }
+        Ok(registered)
+    }
+
     /// A script's own environment: `KEYS`, `ARGV`, `_G` (itself), the sandbox behind it.
     fn new_env(&self, keys: &[Bytes], argv: &[Bytes]) -> mlua::Result<Table> {
         let env = self.lua.create_table_with_capacity(0, 3)?;
@@ -417,37 +1000,72 @@ impl Vm {
         Ok(env)
     }
 
-    /// Runs one script. `Err` only for failures of the state itself; whatever the script does
-    /// (errors, kills, compile errors) comes back as the reply frame.
-    fn run(
-        &mut self,
-        run: &RefCell<ScriptRun<'_>>,
-        sha: &str,
-        body: &Bytes,
-        keys: &[Bytes],
-        argv: &[Bytes],
-    ) -> mlua::Result<Frame> {
-        let func = match self.compiled(sha, body) {
-            Ok(f) => f,
-            Err(reply) => return Ok(reply),
+    /// Runs one script or function. `Err` only for failures of the state itself; whatever the
+    /// script does (errors, kills, compile errors) comes back as the reply frame.
+    fn run(&mut self, run: &RefCell<ScriptRun<'_>>, inv: &Invocation<'_>) -> mlua::Result<Frame> {
+        let mut call_args = MultiValue::new();
+        let func = match &inv.target {
+            Target::Script { sha, code } => match self.compiled(sha, code) {
+                Ok(f) => {
+                    f.set_environment(self.new_env(inv.keys, inv.argv)?)?;
+                    f
+                }
+                Err(reply) => return Ok(reply),
+            },
+            Target::Function { library, name } => {
+                let functions = match self.library(library) {
+                    Ok(t) => t,
+                    Err(reply) => return Ok(reply),
+                };
+                let Ok(Value::Function(f)) = functions.raw_get::<Value>(*name) else {
+                    return Ok(Frame::Error("ERR Function not found".into()));
+                };
+                call_args.push_back(Value::Table(string_list(&self.lua, inv.keys)?));
+                call_args.push_back(Value::Table(string_list(&self.lua, inv.argv)?));
+                f
+            }
         };
+        call_args.push_front(Value::Function(func));
         let lua = &self.lua;
-        func.set_environment(self.new_env(keys, argv)?)?;
         self.killed.store(false, Ordering::Relaxed);
+        self.slot.kill_reason.store(0, Ordering::Relaxed);
+        self.slot.wrote.store(false, Ordering::Relaxed);
+        self.slot.function.store(inv.function, Ordering::Relaxed);
+        if inv.function {
+            *self.slot.started.lock() = (
+                Instant::now(),
+                inv.name.to_string(),
+                if inv.read_only { "fcall_ro" } else { "fcall" }.to_string(),
+            );
+        }
+        self.slot.running.store(true, Ordering::Release);
         self.deadline.set(Instant::now() + SCRIPT_TIME_LIMIT);
+        let killed = &self.killed;
+        let slot = &self.slot;
         let result = lua.scope(|scope| {
             // `redis.call`/`redis.pcall` reach this through the prelude's private table; it
             // dies with the scope.
             let call = scope.create_function(|lua, args: MultiValue| {
                 let frame = match command_args(&args) {
-                    Ok(args) => run.borrow_mut().call(args),
+                    Ok(args) => {
+                        let mut run = run.borrow_mut();
+                        let frame = run.call(args);
+                        // KILL must not stop a script that has written (Redis' UNKILLABLE).
+                        slot.wrote.store(run.wrote, Ordering::Relaxed);
+                        if run.abort.is_some() && !killed.swap(true, Ordering::Relaxed) {
+                            // pcall must not swallow it: the script stops here.
+                            slot.kill_reason.store(KILLED_TO_RESTART, Ordering::Relaxed);
+                        }
+                        frame
+                    }
                     Err(e) => e.to_frame(),
                 };
                 frame_to_lua(lua, &frame)
             })?;
             self.hidden.raw_set("call", call)?;
-            self.pcall.call::<MultiValue>(func)
+            self.pcall.call::<MultiValue>(call_args)
         });
+        self.slot.running.store(false, Ordering::Release);
         // The callback is dead with the scope either way; drop the table's reference to it.
         let _ = self.hidden.raw_set("call", Value::Nil);
         let mut out = result?.into_iter();
@@ -456,9 +1074,19 @@ impl Vm {
         let frame = if ok {
             lua_to_frame(&value, 0)
         } else if self.killed.load(Ordering::Relaxed) {
-            Frame::Error("ERR Script killed: it ran longer than the script time limit".into())
+            match self.slot.kill_reason.load(Ordering::Relaxed) {
+                KILLED_BY_USER if inv.function => {
+                    Frame::Error("ERR Script killed by user with FUNCTION KILL...".into())
+                }
+                KILLED_BY_USER => {
+                    Frame::Error("ERR Script killed by user with SCRIPT KILL...".into())
+                }
+                _ => Frame::Error(
+                    "ERR Script killed: it ran longer than the script time limit".into(),
+                ),
+            }
         } else {
-            script_error(&value, sha)
+            script_error(&value, inv.name)
         };
         if !ok {
             // A script that failed may have failed for memory: give it back now.
@@ -468,7 +1096,26 @@ impl Vm {
     }
 }
 
-/// The reply for a script that raised `value`.
+/// An mlua error's message as Lua would show it (no traceback).
+fn lua_message(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::SyntaxError { message, .. } => one_line(message),
+        mlua::Error::RuntimeError(m) => one_line(m),
+        mlua::Error::CallbackError { cause, .. } => lua_message(cause),
+        other => one_line(&other.to_string()),
+    }
+}
+
+/// Redis prefixes a Lua error message that has no error code with `ERR `.
+fn with_err_prefix(message: &str) -> String {
+    let code = message.split(' ').next().unwrap_or("");
+    if !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase()) {
+        message.to_string()
+    } else {
+        format!("ERR {message}")
+    }
+}
+
 fn script_error(value: &Value, sha: &str) -> Frame {
     match value {
         // An error reply raised by redis.call (or returned by error_reply and raised): as is.
@@ -569,6 +1216,86 @@ base.redis = readonly(redis)
 local string_mt = raw_getmetatable('')
 string_mt.__index = base.string
 string_mt.__metatable = readonly(string_mt)
+-- A function library's environment (FUNCTION LOAD, or a state compiling a library for FCALL):
+-- `redis.register_function` while the library's code runs (`collect` gets what it registers;
+-- it returns an error text or nil), `redis.call`/`pcall` missing then, as in Redis; reading a
+-- global the sandbox does not have is an error; writing any is too. Returns the environment
+-- and the function that ends the loading.
+local flag_bits = {['no-writes'] = 1, ['allow-oom'] = 2, ['allow-stale'] = 4, ['no-cluster'] = 8,
+  ['allow-cross-slot-keys'] = 16}
+local raw_select, raw_tostring = select, tostring
+local function fail(msg) raw_error(msg, 0) end
+hidden.library_env = function(collect)
+  local loading = true
+  local function register_function(...)
+    local n = raw_select('#', ...)
+    local name, callback, flags, description
+    if n == 1 then
+      local t = ...
+      if raw_type(t) ~= 'table' then
+        fail('ERR calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments).')
+      end
+      for k, v in raw_pairs(t) do
+        if k == 'function_name' then name = v
+        elseif k == 'callback' then callback = v
+        elseif k == 'flags' then flags = v
+        elseif k == 'description' then description = v
+        else fail('ERR unknown argument given to redis.register_function') end
+      end
+      if name == nil then fail('ERR redis.register_function must get a function name argument') end
+      if callback == nil then fail('ERR redis.register_function must get a callback argument') end
+      if raw_type(name) == 'number' then name = raw_tostring(name) end
+      if raw_type(name) ~= 'string' then fail('ERR function_name argument given to redis.register_function must be a string') end
+      if raw_type(callback) ~= 'function' then fail('ERR callback argument given to redis.register_function must be a function') end
+      if raw_type(description) == 'number' then description = raw_tostring(description) end
+      if description ~= nil and raw_type(description) ~= 'string' then
+        fail('ERR description argument given to redis.register_function must be a string')
+      end
+    elseif n == 2 then
+      name, callback = ...
+      -- A number is a string to Lua's C API, as Redis reads it.
+      if raw_type(name) == 'number' then name = raw_tostring(name) end
+      if raw_type(name) ~= 'string' then fail('ERR first argument to redis.register_function must be a string') end
+      if raw_type(callback) ~= 'function' then fail('ERR second argument to redis.register_function must be a function') end
+    else
+      fail('ERR wrong number of arguments to redis.register_function')
+    end
+    local bits = 0
+    if flags ~= nil then
+      if raw_type(flags) ~= 'table' then fail('ERR flags argument to redis.register_function must be a table representing function flags') end
+      for _, f in raw_pairs(flags) do
+        local bit = raw_type(f) == 'string' and flag_bits[f]
+        if not bit then fail('ERR unknown flag given') end
+        if bits % (bit * 2) < bit then bits = bits + bit end
+      end
+    end
+    local err = collect(name, callback, bits, description)
+    if err then fail(err) end
+  end
+  local lib_redis = raw_setmetatable({}, {
+    __index = function(_, k)
+      if k == 'register_function' then
+        if loading then return register_function end
+        return nil
+      end
+      if loading and (k == 'call' or k == 'pcall') then
+        raw_error("Script attempted to access nonexistent global variable '" .. k .. "'", 2)
+      end
+      return base.redis[k]
+    end,
+    __newindex = readonly_error, __metatable = false})
+  local env = raw_setmetatable({}, {
+    __index = function(_, k)
+      if k == 'redis' then return lib_redis end
+      local v = base[k]
+      if v == nil then
+        raw_error("Script attempted to access nonexistent global variable '" .. raw_tostring(k) .. "'", 2)
+      end
+      return v
+    end,
+    __newindex = readonly_error, __metatable = false})
+  return env, function() loading = false end
+end
 return {__index = base, __newindex = readonly_error, __metatable = false}, raw_pcall
 "#;
 

@@ -21,7 +21,7 @@ const ADMIN: u32 = flags::ADMIN | flags::LOADING;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("info", -1, flags::LOADING, NO_KEYS, "server", "Returns information and statistics about the server.", info).with_acl(category::DANGEROUS),
+    cmd("info", -1, flags::LOADING | flags::WHOLE_STORE, NO_KEYS, "server", "Returns information and statistics about the server.", info).with_acl(category::DANGEROUS),
     cmd("config", -2, ADMIN, NO_KEYS, "server", "A container for server configuration commands.", config).with_subcommands(&[
         sub("config|get", -3, ADMIN | flags::LOADING, "Returns the effective values of configuration parameters."),
         sub("config|set", -4, ADMIN, "Sets configuration parameters in-flight."),

@@ -30,6 +30,14 @@
 //!          item stays below the log's record limit whatever the value's size, and the loader
 //!          threads get even shares)
 //! ```
+//!
+//! snapshot functions item (one tenant's function libraries; written first, only for a tenant
+//! that has libraries, so a snapshot without any reads as before)
+//! +------+--------+-----------+------------------------------+
+//! | 0x03 | db u16 | count u32 | count × code (len u32|bytes) |
+//! +------+--------+-----------+------------------------------+
+//!   db: a keyspace of the tenant (keyspace indices are stable, see persist::layout); code: a
+//!   library's whole code, shebang line first, as FUNCTION LOAD took it.
 //! All integers little-endian. Replay re-executes each command with the clock set to `now_ms`, so
 //! relative TTLs and expiry decisions come out exactly as they did the first time.
 //! Decoding never panics: a malformed payload is an error (the log's checksum makes that corruption
@@ -46,6 +54,7 @@ use gradus_store::{
 
 const TAG_COMMANDS: u8 = 1;
 const TAG_SNAPSHOT_ITEM: u8 = 2;
+const TAG_FUNCTIONS: u8 = 3;
 
 /// A snapshot item holding a value bigger than this is split into parts of about this size (a
 /// part ends after the element that reaches it; a string part is exactly this long).
@@ -80,6 +89,8 @@ pub struct LoggedCommand {
 /// A decoded payload.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
+    /// A tenant's function libraries (a snapshot item): their code, in the tenant of `db`.
+    Functions { db: usize, codes: Vec<Bytes> },
     Commands {
         now_ms: u64,
         commands: Vec<LoggedCommand>,
@@ -105,6 +116,19 @@ pub struct RecordError(pub(crate) &'static str);
 fn put_bytes(out: &mut BytesMut, b: &[u8]) {
     out.put_u32_le(b.len() as u32);
     out.put_slice(b);
+}
+
+/// Encode a tenant's function libraries (their code) as a snapshot item, named by keyspace `db`
+/// of the tenant.
+pub fn encode_functions(db: usize, codes: &[Bytes]) -> Bytes {
+    let mut out = BytesMut::with_capacity(7 + codes.iter().map(|c| 4 + c.len()).sum::<usize>());
+    out.put_u8(TAG_FUNCTIONS);
+    out.put_u16_le(db as u16);
+    out.put_u32_le(codes.len() as u32);
+    for code in codes {
+        put_bytes(&mut out, code);
+    }
+    out.freeze()
 }
 
 /// Encode commands applied at `now_ms` as one record.
@@ -484,6 +508,15 @@ pub fn decode(payload: &Bytes) -> Result<Record, RecordError> {
                 commands.push(LoggedCommand { db, args });
             }
             Record::Commands { now_ms, commands }
+        }
+        TAG_FUNCTIONS => {
+            let db = r.u16()? as usize;
+            let n = r.count(4)?;
+            let mut codes = Vec::with_capacity(n);
+            for _ in 0..n {
+                codes.push(r.bytes()?);
+            }
+            Record::Functions { db, codes }
         }
         TAG_SNAPSHOT_ITEM => {
             let header = read_item_header(&mut r)?;

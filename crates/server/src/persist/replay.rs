@@ -51,6 +51,7 @@ pub fn recover(
                 );
                 // Freed off the start-up path, as FLUSHALL frees.
                 let old: Vec<_> = keyspaces.iter().map(|k| k.flush()).collect();
+                shared.functions.clear();
                 crate::command::server::dispose(old);
                 Ok(())
             }
@@ -170,7 +171,7 @@ fn replay_stream<R>(
             for (lsn, payload) in records.drain(..) {
                 let (now_ms, mut commands) = match record::decode(&payload) {
                     Ok(Record::Commands { now_ms, commands }) => (now_ms, commands),
-                    Ok(Record::Item { .. }) => {
+                    Ok(Record::Item { .. } | Record::Functions { .. }) => {
                         return Err(format!("record {lsn}: snapshot item in the log"))
                     }
                     Err(e) => return Err(format!("record {lsn}: {e}")),
@@ -257,6 +258,10 @@ fn load_items(shared: &crate::state::Shared, items: &[bytes::Bytes]) -> Result<(
                     meta,
                     ..
                 } => (db, key, Some((expires_at, value, meta))),
+                Record::Functions { db, codes } => {
+                    crate::command::functions::load_snapshot_libraries(shared, db, &codes)?;
+                    continue;
+                }
                 Record::Commands { .. } => return Err("command record inside a snapshot".into()),
             }
         } else {

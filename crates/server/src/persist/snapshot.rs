@@ -82,7 +82,7 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
         .store(gradus_store::now_ms(), Ordering::Relaxed);
     let started = std::time::Instant::now();
     let result = (|| {
-        let (lsn, sink, bytes_now) = {
+        let (lsn, sink, bytes_now, libraries) = {
             // No command is half-applied while the gate is held exclusively, and every applied
             // write has been appended: the state is exactly the log up to `lsn`.
             let _exclusive = shared.store.exclusive();
@@ -90,8 +90,14 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
                 log.last_lsn(),
                 shared.store.arm_snapshot(),
                 log.stats().bytes_written,
+                crate::command::functions::snapshot_libraries(shared),
             )
         };
+        // Function libraries go first: a loader needs nothing else to read them.
+        let libraries: Vec<Bytes> = libraries
+            .iter()
+            .map(|(db, codes)| record::encode_functions(*db, codes))
+            .collect();
         let arm_micros = started.elapsed().as_micros() as u64;
         let now = gradus_store::now_ms();
         let compress = shared.config.durability.snapshot_compression;
@@ -122,7 +128,14 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
             })
             .take(1);
             let received = Received { rx, budget };
-            let written = log.write_snapshot_from(lsn, &mut received.map(Ok).chain(incomplete));
+            let written = log.write_snapshot_from(
+                lsn,
+                &mut libraries
+                    .into_iter()
+                    .map(Ok)
+                    .chain(received.map(Ok))
+                    .chain(incomplete),
+            );
             // A panic there has failed the snapshot (above); report it as this snapshot's error.
             (written, drain.join())
         });

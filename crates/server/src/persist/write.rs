@@ -32,6 +32,7 @@ use bytes::Bytes;
 use gradus_log::format::MAX_RECORD_LEN;
 use gradus_log::{Durability, LogError, Lsn};
 use gradus_store::gate::{ExclusiveHold, SharedHold};
+use gradus_store::HeldShards;
 
 /// What a write transaction may change; it decides the degree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,6 +208,11 @@ enum Gate<'s> {
     Pending,
     Shared(#[allow(dead_code)] SharedHold<'s>),
     Exclusive(#[allow(dead_code)] ExclusiveHold<'s>),
+    /// A script that declared its keys: the gate shared, and its keys' shards held.
+    Keyed(
+        #[allow(dead_code)] SharedHold<'s>,
+        #[allow(dead_code)] HeldShards<'s>,
+    ),
 }
 
 /// One write transaction (see the module docs). It borrows the connection for its whole life;
@@ -298,6 +304,67 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             gate: Gate::Exclusive(shared.store.exclusive()),
             order: None,
         })
+    }
+
+    /// Begin a transaction that runs other writes on declared keys only (a script or function
+    /// that declared them): instead of the exclusive gate it holds the gate shared and the
+    /// shards of `keys` in keyspace `db` until it ends, so scripts on other keys, and every
+    /// other command, run beside it. The caller must let it run only commands on those keys (in
+    /// `db`). Inside an open transaction (a script in EXEC) it joins.
+    ///
+    /// Log order: a lone write holds the write-order lock from before it applies until it has
+    /// appended. The shards are taken while this transaction holds that lock (when the keyspace
+    /// is logged), so every write applied before has been appended already; the lock is let go
+    /// at once, and a write to a held key waits for the shards, which go only after this
+    /// transaction's record has been appended (`commit`). So writes to the same key reach the
+    /// log in the order they reached memory, and writes to other keys commute. The commit does
+    /// not take the write-order lock again: a lone write may hold it while it waits for one of
+    /// these shards. The shards are taken with `try_lock` only; when one is busy, everything is
+    /// let go, the shard is waited for, and the whole is tried again, so nothing waits while it
+    /// holds a shard or the write-order lock (no deadlock with other holds or multi-key
+    /// commands).
+    pub fn begin_keyed(
+        shared: &'s Shared,
+        client: &'c mut ClientState,
+        now_ms: u64,
+        grows: bool,
+        db: usize,
+        keys: &[Bytes],
+    ) -> Result<Self, WriteError> {
+        if client.record.is_some() {
+            return Self::begin_exclusive(shared, client, now_ms, grows);
+        }
+        if grows {
+            crate::quota::make_room(shared, client, db, now_ms)?;
+        }
+        let logged = degree(shared, client, Scope::Keyspace(db)).is_ok_and(|d| d.is_logged());
+        let keyspace = shared.store.db(db).expect("the selected keyspace exists");
+        let gate = shared.store.shared(client.id);
+        let held = loop {
+            let order = logged.then(|| shared.write_order.lock());
+            let attempt = keyspace.try_hold(keys.iter().map(|k| k.as_ref()));
+            drop(order);
+            match attempt {
+                Ok(held) => break held,
+                Err(busy) => keyspace.wait_for_shard(busy),
+            }
+        };
+        client.record = Some(OpenRecord {
+            runs_others: true,
+            ..OpenRecord::new(now_ms, Durability::None)
+        });
+        Ok(Self {
+            shared,
+            client,
+            degree: Durability::None,
+            gate: Gate::Keyed(gate, held),
+            order: None,
+        })
+    }
+
+    /// Whether this transaction holds its keys' shards rather than the exclusive gate.
+    pub fn is_keyed(&self) -> bool {
+        matches!(self.gate, Gate::Keyed(..))
     }
 
     /// The connection, for the writes a transaction runs (they begin transactions that join it).
@@ -694,6 +761,85 @@ mod tests {
         exec.commit().unwrap();
         assert!(f.client.record.is_none());
         assert_eq!(f.records(), [["0:SET s x", "0:SET s y", "0:DEL t"]]);
+    }
+
+    /// Two transactions holding different keys' shards are open at once (scripts on other keys
+    /// run in parallel); an exclusive one waits until neither is open; a key-locked one logs its
+    /// writes as one record. The keys are picked in distinct shards.
+    #[test]
+    fn key_locked_transactions_on_other_keys_run_together_and_exclusive_waits() {
+        let f = Fixture::new();
+        let ks = f.shared.store.db(0).unwrap();
+        let a = Bytes::from_static(b"a");
+        let b = (0..1000)
+            .map(|i| Bytes::from(format!("b{i}")))
+            .find(|k| ks.shard_index(k) != ks.shard_index(&a))
+            .unwrap();
+        let shared = Arc::new(f.shared);
+        let unspecified = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let client = move |id| {
+            ClientState::new(
+                Arc::new(crate::client::ClientHandle::new(
+                    id,
+                    unspecified,
+                    unspecified,
+                )),
+                true,
+            )
+        };
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let (shared, a) = (shared.clone(), a.clone());
+            std::thread::spawn(move || {
+                let mut c = client(2);
+                let mut txn =
+                    WriteTxn::begin_keyed(&shared, &mut c, NOW, false, 0, std::slice::from_ref(&a))
+                        .unwrap();
+                assert!(txn.is_keyed());
+                let inner = txn.client();
+                let mut w =
+                    WriteTxn::begin(&shared, inner, Scope::Keyspace(0), NOW, false).unwrap();
+                w.apply_command(0, args("SET a 1"), |_, _| true, |ok| *ok)
+                    .unwrap();
+                w.commit().unwrap();
+                // The shard is held: locking it here borrows the hold.
+                assert!(shared.store.db(0).unwrap().holds(&a));
+                drop(shared.store.db(0).unwrap().lock(&a));
+                held_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                txn.commit().unwrap();
+            })
+        };
+        held_rx.recv().unwrap();
+        // Another key-locked transaction on another shard opens while the first is open.
+        let mut c = client(3);
+        let other = WriteTxn::begin_keyed(&shared, &mut c, NOW, false, 0, std::slice::from_ref(&b))
+            .unwrap();
+        assert!(other.is_keyed());
+        drop(other);
+        // An exclusive one waits for the first.
+        let exclusive_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waiter = {
+            let (shared, done) = (shared.clone(), exclusive_done.clone());
+            std::thread::spawn(move || {
+                let mut c = client(4);
+                let txn = WriteTxn::begin_exclusive(&shared, &mut c, NOW, false).unwrap();
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+                drop(txn);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!exclusive_done.load(std::sync::atomic::Ordering::SeqCst));
+        go_tx.send(()).unwrap();
+        holder.join().unwrap();
+        waiter.join().unwrap();
+        assert!(exclusive_done.load(std::sync::atomic::Ordering::SeqCst));
+        let ks = shared.store.db(0).unwrap();
+        assert!(
+            ks.try_hold([a.as_ref()]).is_ok(),
+            "the commit let the shards go"
+        );
     }
 
     #[test]

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""EVALSHA and FCALL throughput: Gradus (this build, and optionally an earlier one) next to
+redis-server without persistence, redis-benchmark -c 50 unpipelined, rounds interleaved.
+
+usage: scripts/bench-scripting.py GRADUS_BIN [BEFORE_BIN] [--requests N] [--rounds R]
+
+Each server gets the same scripts (SCRIPT LOAD) and library (FUNCTION LOAD; skipped where the
+server has no functions). Tests:
+  unlock  EVALSHA of phpredis' session unlock script, 1 key (lock:__rand_int__, -r 100000: mostly
+          absent, so GET + return 0; the held-lock case adds a DEL)
+  script4 EVALSHA of a 4-command script (SET, INCR, GET, EXPIRE) on 2 keys
+  fcall4  FCALL of the same 4 commands as a Redis 7 function
+Prints a Markdown table of medians and every round's figures.
+"""
+import argparse
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+
+import redis
+
+UNLOCK = 'if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end'
+SCRIPT4 = ("redis.call('set', KEYS[1], ARGV[1]); redis.call('incr', KEYS[2]); "
+           "redis.call('get', KEYS[1]); return redis.call('expire', KEYS[1], 100)")
+LIBRARY = ("#!lua name=bench\n"
+           "redis.register_function('touch4', function(keys, args)\n"
+           "  redis.call('set', keys[1], args[1]); redis.call('incr', keys[2])\n"
+           "  redis.call('get', keys[1]); return redis.call('expire', keys[1], 100)\n"
+           "end)\n")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(argv, port):
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            if redis.Redis(port=port).ping():
+                return proc
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{argv[0]} did not start")
+
+
+def run(port, args, requests):
+    out = subprocess.run(["redis-benchmark", "-p", str(port), "-c", "50", "-n", str(requests),
+                          "-r", "100000", "--csv"] + args, capture_output=True, text=True, check=True).stdout
+    line = [l for l in out.splitlines() if l and not l.startswith('"test"')][-1]
+    return float(line.split(",")[1].strip('"'))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("gradus")
+    ap.add_argument("before", nargs="?")
+    ap.add_argument("--requests", type=int, default=100000)
+    ap.add_argument("--rounds", type=int, default=3)
+    opts = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="bench-scripting-")
+    servers = {}
+    procs = []
+    try:
+        port = free_port()
+        procs.append(start(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
+                            "--dir", tmp], port))
+        servers["redis-server"] = port
+        for name, binary in [("Gradus (before)", opts.before), ("Gradus", opts.gradus)]:
+            if not binary:
+                continue
+            port = free_port()
+            d = os.path.join(tmp, name.replace(" ", "_").replace("(", "").replace(")", ""))
+            procs.append(start([binary, "--port", str(port), "--memcached-port", "0", "--durability", "none",
+                                "--dir", d], port))
+            servers[name] = port
+        tests = {}
+        for name, port in servers.items():
+            c = redis.Redis(port=port)
+            unlock, script4 = c.script_load(UNLOCK), c.script_load(SCRIPT4)
+            tests.setdefault("unlock", {})[name] = ["evalsha", unlock, "1", "lock:__rand_int__", "token"]
+            tests.setdefault("script4", {})[name] = ["evalsha", script4, "2", "k:__rand_int__",
+                                                     "n:__rand_int__", "value"]
+            try:
+                c.function_load(LIBRARY, replace=True)
+                tests.setdefault("fcall4", {})[name] = ["fcall", "touch4", "2", "k:__rand_int__",
+                                                        "n:__rand_int__", "value"]
+            except redis.ResponseError:
+                pass
+        figures = {}
+        for r in range(opts.rounds):
+            for test, per_server in tests.items():
+                for name, args in per_server.items():
+                    figures.setdefault((test, name), []).append(run(servers[name], args, opts.requests))
+        print(f"load average: {os.getloadavg()}")
+        names = list(servers)
+        print("| test | " + " | ".join(f"{n} ops/s (median)" for n in names) + " | Gradus / Redis |")
+        print("|---|" + "---|" * (len(names) + 1))
+        for test in tests:
+            medians = {n: statistics.median(figures[(test, n)]) for n in names if (test, n) in figures}
+            ratio = medians.get("Gradus", 0) / medians["redis-server"]
+            print(f"| {test} | " + " | ".join(f"{medians[n]:,.0f}" if n in medians else "n/a" for n in names)
+                  + f" | {ratio:.2f}x |")
+        print("\nper round:")
+        for (test, name), values in figures.items():
+            print(f"{test:8} {name:18} " + " ".join(f"{v:,.0f}" for v in values))
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

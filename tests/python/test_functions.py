@@ -1,0 +1,354 @@
+"""Redis 7 functions: FUNCTION LOAD/LIST/DELETE/FLUSH/DUMP/RESTORE/STATS/KILL/HELP, FCALL and
+FCALL_RO, redis.register_function (both forms, with flags), Redis' error texts, persistence
+(restart, snapshot, kill -9 at strict), DUMP payloads exchanged with redis-server, and tenants."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+
+from conftest import target_is_redis
+from servers import redis_client
+
+LIB = """#!lua name=mylib
+local function incr_both(keys, args)
+  redis.call('incrby', keys[1], args[1])
+  return redis.call('incrby', keys[2], args[1])
+end
+redis.register_function('incr_both', incr_both)
+redis.register_function{
+  function_name = 'peek',
+  callback = function(keys) return redis.call('get', keys[1]) end,
+  flags = {'no-writes'},
+  description = 'reads a key',
+}
+redis.register_function{
+  function_name = 'set_ro',
+  callback = function(keys) return redis.call('set', keys[1], 'x') end,
+  flags = {'no-writes'},
+}
+"""
+
+
+def lib(name: str, function: str, body: str = "return 1") -> str:
+    return f"#!lua name={name}\nredis.register_function('{function}', function(keys, args) {body} end)"
+
+
+def as_dict(reply):
+    """A map reply as a dict, whichever way the client parsed it."""
+    if isinstance(reply, dict) or reply is None:
+        return reply
+    return dict(zip(reply[::2], reply[1::2]))
+
+
+@pytest.fixture
+def fr(r2):
+    r2.function_flush()
+    yield r2
+
+
+def test_load_and_call(fr):
+    assert fr.function_load(LIB) == b"mylib"
+    assert fr.fcall("incr_both", 2, "a", "b", 5) == 5
+    assert fr.fcall("incr_both", 2, "a", "b", 2) == 7
+    assert fr.get("a") == b"7"
+    assert fr.fcall_ro("peek", 1, "a") == b"7"
+    assert fr.fcall("peek", 1, "a") == b"7"
+    with pytest.raises(redis.ResponseError, match="^Write commands are not allowed from read-only scripts"):
+        fr.fcall("set_ro", 1, "a")
+    with pytest.raises(redis.ResponseError, match=r"^Can not execute a script with write flag using \*_ro command\.$"):
+        fr.fcall_ro("incr_both", 2, "a", "b", 1)
+    with pytest.raises(redis.ResponseError, match="^Function not found$"):
+        fr.fcall("nope", 0)
+    with pytest.raises(redis.ResponseError, match="^Bad number of keys provided$"):
+        fr.execute_command("FCALL", "peek", "x")
+    with pytest.raises(redis.ResponseError, match="^Number of keys can't be negative$"):
+        fr.fcall("peek", -1)
+    with pytest.raises(redis.ResponseError, match="^Number of keys can't be greater than number of args$"):
+        fr.fcall("peek", 3, "a")
+
+
+def test_list_stats_delete_flush(fr):
+    fr.function_load(LIB)
+    fr.function_load(lib("other", "o1"))
+    listed = {entry[1]: entry for entry in fr.function_list()}
+    assert set(listed) == {b"mylib", b"other"}
+    mylib = listed[b"mylib"]
+    assert mylib[:4] == [b"library_name", b"mylib", b"engine", b"LUA"]
+    functions = {f[1]: f for f in mylib[5]}
+    assert functions[b"peek"] == [b"name", b"peek", b"description", b"reads a key", b"flags", [b"no-writes"]]
+    assert functions[b"incr_both"] == [b"name", b"incr_both", b"description", None, b"flags", []]
+    with_code = fr.function_list(library="myl*", withcode=True)
+    assert len(with_code) == 1 and with_code[0][6:] == [b"library_code", LIB.encode()]
+    assert fr.function_list(library="MYLIB") != [], "the pattern ignores case, as Redis'"
+    stats = fr.function_stats()
+    assert stats[0:2] == [b"running_script", None]
+    assert stats[3] == [b"LUA", [b"libraries_count", 2, b"functions_count", 4]]
+    assert fr.function_delete("other")
+    with pytest.raises(redis.ResponseError, match="^Library not found$"):
+        fr.function_delete("other")
+    assert [e[1] for e in fr.function_list()] == [b"mylib"]
+    assert fr.function_flush("SYNC")
+    assert fr.function_list() == []
+    with pytest.raises(redis.ResponseError, match="^FUNCTION FLUSH only supports SYNC|ASYNC option$"):
+        fr.execute_command("FUNCTION", "FLUSH", "LATER")
+    help_lines = fr.execute_command("FUNCTION", "HELP")
+    assert help_lines[0].startswith(b"FUNCTION <subcommand>")
+
+
+def test_load_replace_and_collisions(fr):
+    fr.function_load(lib("l1", "f1", "return 1"))
+    with pytest.raises(redis.ResponseError, match="^Library 'l1' already exists$"):
+        fr.function_load(lib("l1", "f9"))
+    with pytest.raises(redis.ResponseError, match="^Function f1 already exists$"):
+        fr.function_load(lib("l2", "f1"))
+    assert fr.function_load(lib("l1", "f2", "return 2"), replace=True) == b"l1"
+    assert fr.fcall("f2", 0) == 2
+    with pytest.raises(redis.ResponseError, match="^Function not found$"):
+        fr.fcall("f1", 0)
+    with pytest.raises(redis.ResponseError, match="^Unknown option given: NOW$"):
+        fr.execute_command("FUNCTION", "LOAD", "NOW", lib("l3", "f3"))
+
+
+NL = "\n"
+LOAD_ERRORS = [
+    ("return 1", "Missing library metadata"),
+    ("#!lua", "Invalid library metadata"),
+    ("#!lua" + NL, "Library name was not given"),
+    ("#!lua foo=bar" + NL, "Invalid metadata value given: foo=bar"),
+    ("#!lu name=x" + NL, "Engine 'lu' not found"),
+    ("#!lua name=a-b" + NL, "Library names can only contain letters, numbers, or underscores(_) and must be at least one character long"),
+    ("#!lua name=x name=y" + NL, "Invalid metadata value, name argument was given multiple times"),
+    ("#!lua name=x" + NL, "No functions registered"),
+    ("#!lua name=x" + NL + "redis.call('set','a','b')",
+     "Error registering functions: ERR user_function:2: Script attempted to access nonexistent global variable 'call'"),
+    ("#!lua name=x" + NL + "redis.register_function('f', 5)",
+     "Error registering functions: ERR second argument to redis.register_function must be a function"),
+    ("#!lua name=x" + NL + "redis.register_function()",
+     "Error registering functions: ERR wrong number of arguments to redis.register_function"),
+    ("#!lua name=x" + NL + "redis.register_function{function_name='f', callback=function() end, flags={'bogus'}}",
+     "Error registering functions: ERR unknown flag given"),
+    ("#!lua name=x" + NL + "redis.register_function{function_name='f', callback=function() end, foo=1}",
+     "Error registering functions: ERR unknown argument given to redis.register_function"),
+    ("#!lua name=x" + NL + "redis.register_function{callback=function() end}",
+     "Error registering functions: ERR redis.register_function must get a function name argument"),
+    ("#!lua name=x" + NL + "redis.register_function{function_name='f'}",
+     "Error registering functions: ERR redis.register_function must get a callback argument"),
+    ("#!lua name=x" + NL + "redis.register_function('f', function() end)" + NL + "redis.register_function('f', function() end)",
+     "Error registering functions: ERR Function already exists in the library"),
+    ("#!lua name=x" + NL + "x = 5", "Error registering functions: ERR user_function:2: Attempt to modify a readonly table"),
+    ("#!lua name=x" + NL + "syntax error here", "Error compiling function: user_function:2: '=' expected near 'error'"),
+]
+
+
+@pytest.mark.parametrize("code,error", LOAD_ERRORS)
+def test_load_errors_match_redis(fr, code, error):
+    with pytest.raises(redis.ResponseError) as caught:
+        fr.function_load(code)
+    assert str(caught.value) == error
+
+
+def test_runtime_environment_matches_redis(fr):
+    fr.function_load("#!lua name=env\n"
+                     "redis.register_function('reg', function() redis.register_function('q', function() end) end)\n"
+                     "redis.register_function('g', function() return type(KEYS) end)\n"
+                     "redis.register_function('w', function() y = 1 end)\n"
+                     "redis.register_function('args', function(k, a) return {#k, #a, k[1], a[1]} end)\n")
+    with pytest.raises(redis.ResponseError, match="attempt to call field 'register_function' \\(a nil value\\)"):
+        fr.fcall("reg", 0)
+    with pytest.raises(redis.ResponseError, match="Script attempted to access nonexistent global variable 'KEYS'"):
+        fr.fcall("g", 0)
+    with pytest.raises(redis.ResponseError, match="Attempt to modify a readonly table"):
+        fr.fcall("w", 0)
+    assert fr.fcall("args", 1, "k", "a", "b") == [1, 2, b"k", b"a"]
+
+
+def test_eval_shebang_flags(fr):
+    with pytest.raises(redis.ResponseError, match="^Write commands are not allowed from read-only scripts"):
+        fr.eval("#!lua flags=no-writes\nreturn redis.call('set', KEYS[1], 'x')", 1, "k")
+    with pytest.raises(redis.ResponseError, match="^Unexpected flag in script shebang: bogus$"):
+        fr.eval("#!lua flags=bogus\nreturn 1", 0)
+    with pytest.raises(redis.ResponseError, match="^Unknown lua shebang option: name=x$"):
+        fr.eval("#!lua name=x\nreturn 1", 0)
+    assert fr.eval("#!lua\nreturn redis.call('get', KEYS[1])", 1, "missing") is None
+    assert fr.eval_ro("return redis.call('get', KEYS[1])", 1, "missing") is None
+    with pytest.raises(redis.ResponseError, match="^Write commands are not allowed from read-only scripts"):
+        fr.eval_ro("return redis.call('set', KEYS[1], 'x')", 1, "k")
+
+
+def test_dump_and_restore_policies(fr):
+    fr.function_load(LIB)
+    payload = fr.function_dump()
+    with pytest.raises(redis.ResponseError, match="^Library mylib already exists$"):
+        fr.function_restore(payload)
+    with pytest.raises(redis.ResponseError, match="^Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.$"):
+        fr.function_restore(payload, "LATER")
+    assert fr.function_restore(payload, "REPLACE")
+    fr.function_load(lib("extra", "e1"))
+    assert fr.function_restore(payload, "FLUSH")
+    assert [e[1] for e in fr.function_list()] == [b"mylib"]
+    fr.function_flush()
+    assert fr.function_restore(payload)
+    assert fr.fcall("incr_both", 2, "x", "y", 1) == 1
+    with pytest.raises(redis.ResponseError, match="^DUMP payload version or checksum are wrong$"):
+        fr.function_restore(b"garbage-payload")
+
+
+@pytest.mark.gradus_only
+def test_dump_payloads_move_between_gradus_and_redis(fr, redis_server):
+    real = redis_client(redis_server, 2)
+    try:
+        real.function_load(LIB)
+        assert fr.function_restore(real.function_dump())
+        assert fr.fcall("incr_both", 2, "a", "b", 3) == 3
+        fr.function_load(lib("fromgradus", "gf", "return 'hi'"))
+        real.function_flush()
+        assert real.function_restore(fr.function_dump())
+        assert real.fcall("gf", 0) == b"hi"
+        assert real.fcall("incr_both", 2, "a", "b", 3) == 3
+    finally:
+        real.close()
+
+
+@pytest.mark.gradus_only
+def test_libraries_survive_restart_snapshot_and_log(gradus):
+    c = redis_client(gradus, 2)
+    c.function_load(LIB)
+    c.fcall("incr_both", 2, "a", "b", 4)
+    c.save()  # the libraries are in the snapshot...
+    c.function_load(lib("after", "after_snapshot", "return 'log'"))  # ...and this one in the log
+    c.close()
+    gradus.restart()
+    c = redis_client(gradus, 2)
+    try:
+        assert c.fcall("incr_both", 2, "a", "b", 1) == 5
+        assert c.fcall("after_snapshot", 0) == b"log"
+        c.function_delete("after")
+        c.save()
+        c.function_flush()
+        c.function_load(lib("last", "last_one"))
+    finally:
+        c.close()
+    gradus.restart()
+    c = redis_client(gradus, 2)
+    try:
+        assert [e[1] for e in c.function_list()] == [b"last"]
+    finally:
+        c.close()
+
+
+@pytest.mark.gradus_only
+def test_libraries_survive_kill_9_at_strict(gradus_factory):
+    server = gradus_factory("--durability", "strict")
+    c = redis_client(server, 2)
+    c.function_load(LIB)
+    c.close()
+    server.crash_restart()
+    c = redis_client(server, 2)
+    try:
+        assert c.fcall("incr_both", 2, "a", "b", 2) == 2
+    finally:
+        c.close()
+
+
+@pytest.mark.gradus_only
+def test_libraries_are_per_tenant(gradus_factory):
+    from test_tenants import EXAMPLE, connect
+
+    server = gradus_factory("--config", str(EXAMPLE))
+    alpha, beta = connect(server, "alpha"), connect(server, "beta")
+    try:
+        alpha.function_load(lib("alib", "afunc", "return 'alpha'"))
+        with pytest.raises(redis.ResponseError, match="^Function not found$"):
+            beta.fcall("afunc", 0)
+        assert beta.function_list() == []
+        # The same names in another tenant do not collide.
+        beta.function_load(lib("alib", "afunc", "return 'beta'"))
+        assert alpha.fcall("afunc", 0) == b"alpha"
+        assert beta.fcall("afunc", 0) == b"beta"
+        beta.function_flush()
+        assert alpha.fcall("afunc", 0) == b"alpha"
+    finally:
+        alpha.close()
+        beta.close()
+    server.restart()
+    alpha = connect(server, "alpha")
+    try:
+        assert alpha.fcall("afunc", 0) == b"alpha"
+    finally:
+        alpha.close()
+
+
+def test_kill_with_nothing_running(fr):
+    with pytest.raises(redis.ResponseError, match="No scripts in execution right now."):
+        fr.function_kill()
+    with pytest.raises(redis.ResponseError, match="No scripts in execution right now."):
+        fr.script_kill()
+
+
+def test_key_locked_scripts_are_atomic_with_other_commands(r2, gradus):
+    """Scripts that INCR two keys, plain INCRs of one of them, and MGETs of both, concurrently:
+    every MGET sees the pair written together and no increment is lost."""
+    rounds, workers = 200, 3
+    script = r2.register_script(
+        "redis.call('incr', KEYS[1]); redis.call('incr', KEYS[2]); return redis.call('incr', KEYS[3])")
+    errors = []
+
+    def scripted():
+        c = redis_client(gradus, 2)
+        s = c.register_script(script.script)
+        for _ in range(rounds):
+            s(keys=["pair:a", "pair:b", "count"])
+        c.close()
+
+    def plain():
+        c = redis_client(gradus, 2)
+        for _ in range(rounds):
+            c.incr("count")
+        c.close()
+
+    def reader():
+        c = redis_client(gradus, 2)
+        for _ in range(rounds):
+            a, b = c.mget("pair:a", "pair:b")
+            if a != b:
+                errors.append((a, b))
+            a, b = c.eval("return {redis.call('get', KEYS[1]), redis.call('get', KEYS[2])}", 2,
+                          "pair:a", "pair:b") or (None, None)
+            if a != b:
+                errors.append((a, b))
+        c.close()
+
+    threads = [threading.Thread(target=f) for f in [scripted] * workers + [plain] * workers + [reader]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert r2.get("pair:a") == r2.get("pair:b") == str(rounds * workers).encode()
+    assert r2.get("count") == str(2 * rounds * workers).encode()
+
+
+@pytest.mark.gradus_only
+def test_undeclared_keys_before_a_write_rerun_exclusively_and_after_one_are_an_error(r2):
+    # Touches an undeclared key before writing: run again exclusively, transparently.
+    r2.set("other", "o")
+    assert r2.eval("local v = redis.call('get', 'other'); redis.call('set', KEYS[1], v); return v",
+                   1, "declared") == b"o"
+    assert r2.get("declared") == b"o"
+    # KEYS (the whole keyspace) likewise.
+    assert sorted(r2.eval("redis.call('set', 'x1', 1); return redis.call('keys', 'x*')", 0)) == [b"x1"]
+    assert r2.eval("return #redis.call('keys', 'declared')", 1, "declared") == 1
+    # After a write, an undeclared key is an error (as in a Redis cluster); the write stands.
+    script = "redis.call('set', KEYS[1], 'first'); return redis.call('get', 'elsewhere')"
+    with pytest.raises(redis.ResponseError, match="non local key.*'elsewhere' was not declared"):
+        r2.eval(script, 1, "k1")
+    assert r2.get("k1") == b"first"
+    # The same script runs exclusively from then on, and succeeds.
+    assert r2.eval(script, 1, "k2") is None
+    # allow-cross-slot-keys asks for the exclusive path from the start.
+    assert r2.eval("#!lua flags=allow-cross-slot-keys\n"
+                   "redis.call('set', KEYS[1], 'v'); return redis.call('get', 'other')", 1, "k3") == b"o"
