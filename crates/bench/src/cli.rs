@@ -774,6 +774,9 @@ pub fn execute(cli: Cli, argv: Vec<String>) -> Result<BenchResult> {
 /// The binary's entry point: exit status 0 for a complete result, 3 for a partial one (still
 /// written), 2 for bad input or an output error (nothing measured or written).
 pub fn main_with_args(argv: Vec<String>) -> std::process::ExitCode {
+    if argv.get(1).map(String::as_str) == Some("php-lms") {
+        return crate::php_lms::main_with_args(argv);
+    }
     let cli = match Cli::try_parse_from(&argv) {
         Ok(c) => c,
         Err(e) => {
