@@ -882,9 +882,11 @@ fn run_target(
             fault,
         ));
         let mut point = outcome.result;
+        let mut server_gone = false;
         if let Some(m) = managed.as_ref() {
             let mut m = m.lock();
             if let Some(status) = m.exit_status() {
+                server_gone = true;
                 let reason = format!(
                     "the server process exited ({status}); its last output: {}",
                     m.log_tail()
@@ -893,7 +895,10 @@ fn run_target(
                 point.partial_reason = Some(reason);
             }
         }
-        let stop = point.partial;
+        // An adaptive sweep carries on past a point that failed while the server lives (users
+        // refused at the connection cap, say): that point is its first bad one.
+        let stop =
+            point.partial && (plan.common.refine == 0 || server_gone || crate::run::interrupted());
         if stop && !result.partial {
             result.partial = true;
             result.partial_reason = point.partial_reason.clone();
