@@ -86,9 +86,13 @@ pub fn apply(pids: &[u32], data_dir: &Path, iops: u32) -> Result<IopsLimit> {
         )
     };
     let limit = IopsLimit { dir, description };
-    for pid in pids {
-        std::fs::write(limit.dir.join("cgroup.procs"), pid.to_string())
-            .map_err(|e| cgroup_err(&limit.dir, e))?;
+    for (i, pid) in pids.iter().enumerate() {
+        match std::fs::write(limit.dir.join("cgroup.procs"), pid.to_string()) {
+            Ok(()) => {}
+            // A short-lived child (a PostgreSQL backend) that exited since it was listed.
+            Err(e) if i > 0 && e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(e) => return Err(cgroup_err(&limit.dir, e)),
+        }
     }
     Ok(limit)
 }
