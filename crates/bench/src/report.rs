@@ -856,19 +856,25 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
         .targets
         .iter()
         .filter(|t| !t.points.is_empty())
-        .map(|t| crate::svg::Series {
-            label: t.label.clone(),
-            points: t
-                .points
-                .iter()
-                .map(|p| {
-                    (
-                        p.users.map(|u| u as f64).or(p.rate).unwrap_or(0.0),
-                        p.unit_latency.p90_us as f64 / 1000.0,
-                    )
-                })
-                .collect(),
-            knee: t.knee.as_ref().map(|k| k.index),
+        .map(|t| {
+            // Points that measured nothing (users refused, a server gone) are left off the line.
+            let shown: Vec<usize> = (0..t.points.len())
+                .filter(|&i| !t.points[i].partial && t.points[i].unit_latency.count > 0)
+                .collect();
+            crate::svg::Series {
+                label: t.label.clone(),
+                points: shown
+                    .iter()
+                    .map(|&i| {
+                        let p = &t.points[i];
+                        (point_x(p), p.unit_latency.p90_us as f64 / 1000.0)
+                    })
+                    .collect(),
+                knee: t
+                    .knee
+                    .as_ref()
+                    .and_then(|k| shown.iter().position(|&i| i == k.index)),
+            }
         })
         .collect();
     if series.iter().any(|s| s.points.len() > 1) {
