@@ -159,6 +159,24 @@ def test_gradus_engine_unlocked_behaves_like_the_stock_engines(gradus, django_se
     assert final < CONCURRENT + 1
 
 
+def test_login_cycles_the_key_and_logout_deletes_the_session(gradus, django_server):
+    import redis
+    server = django_server(GRADUS_URL=url(gradus), SESSIONS="gradus")
+    b = server.browser()
+    assert b.get("incr") == (200, "1")
+    old_key = b.get("key")[1]
+    status, new_key = b.get("login")
+    assert status == 200 and new_key and new_key != old_key
+    client = redis.Redis(host=gradus.host, port=gradus.port)
+    assert client.exists(f"django.session:{old_key}") == 0
+    assert client.exists(f"django.session:{new_key}") == 1
+    assert b.get("incr") == (200, "2")  # the data came along to the new key
+    assert b.get("logout") == (200, "bye")
+    assert client.exists(f"django.session:{new_key}") == 0
+    assert b.get("show") == (200, "0")
+    assert client.execute_command("LOCKS.LIST") == []
+
+
 @pytest.mark.parametrize("durability,how", [("background", "restart"), ("strict", "kill")])
 def test_sessions_survive_a_gradus_restart(gradus_factory, django_server, durability, how):
     server_g = gradus_factory("--durability", durability)

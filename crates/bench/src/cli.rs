@@ -882,9 +882,11 @@ fn run_target(
             fault,
         ));
         let mut point = outcome.result;
+        let mut server_gone = false;
         if let Some(m) = managed.as_ref() {
             let mut m = m.lock();
             if let Some(status) = m.exit_status() {
+                server_gone = true;
                 let reason = format!(
                     "the server process exited ({status}); its last output: {}",
                     m.log_tail()
@@ -893,7 +895,10 @@ fn run_target(
                 point.partial_reason = Some(reason);
             }
         }
-        let stop = point.partial;
+        // An adaptive sweep carries on past a point that failed while the server lives (users
+        // refused at the connection cap, say): that point is its first bad one.
+        let stop =
+            point.partial && (plan.common.refine == 0 || server_gone || crate::run::interrupted());
         if stop && !result.partial {
             result.partial = true;
             result.partial_reason = point.partial_reason.clone();
@@ -1020,6 +1025,9 @@ pub fn execute(cli: Cli, argv: Vec<String>) -> Result<BenchResult> {
 /// The binary's entry point: exit status 0 for a complete result, 3 for a partial one (still
 /// written), 2 for bad input or an output error (nothing measured or written).
 pub fn main_with_args(argv: Vec<String>) -> std::process::ExitCode {
+    if argv.get(1).map(String::as_str) == Some("php-lms") {
+        return crate::php_lms::main_with_args(argv);
+    }
     let cli = match Cli::try_parse_from(&argv) {
         Ok(c) => c,
         Err(e) => {

@@ -55,13 +55,19 @@ pub fn apply(pids: &[u32], data_dir: &Path, iops: u32) -> Result<IopsLimit> {
     let v2 = std::fs::read_to_string(v2_root.join("cgroup.controllers"))
         .map(|c| c.split_whitespace().any(|x| x == "io"))
         .unwrap_or(false);
-    let (dir, description) = if v2 {
+    // The guard removes the cgroup again if a later step fails.
+    let limit = if v2 {
         let _ = std::fs::write(v2_root.join("cgroup.subtree_control"), "+io");
         let dir = v2_root.join(&name);
         std::fs::create_dir(&dir).map_err(|e| cgroup_err(&dir, e))?;
+        let mut guard = IopsLimit {
+            dir,
+            description: String::new(),
+        };
         let limit = format!("{device} riops={iops} wiops={iops}");
-        std::fs::write(dir.join("io.max"), &limit).map_err(|e| cgroup_err(&dir, e))?;
-        (dir, format!("cgroup v2 io.max {limit}"))
+        std::fs::write(guard.dir.join("io.max"), &limit).map_err(|e| cgroup_err(&guard.dir, e))?;
+        guard.description = format!("cgroup v2 io.max {limit}");
+        guard
     } else {
         let root = v2_root.join("blkio");
         if !root.join("blkio.throttle.read_iops_device").exists() {
@@ -73,22 +79,27 @@ pub fn apply(pids: &[u32], data_dir: &Path, iops: u32) -> Result<IopsLimit> {
         }
         let dir = root.join(&name);
         std::fs::create_dir(&dir).map_err(|e| cgroup_err(&dir, e))?;
+        let mut guard = IopsLimit {
+            dir,
+            description: String::new(),
+        };
         for file in [
             "blkio.throttle.read_iops_device",
             "blkio.throttle.write_iops_device",
         ] {
-            std::fs::write(dir.join(file), format!("{device} {iops}"))
-                .map_err(|e| cgroup_err(&dir, e))?;
+            std::fs::write(guard.dir.join(file), format!("{device} {iops}"))
+                .map_err(|e| cgroup_err(&guard.dir, e))?;
         }
-        (
-            dir,
-            format!("cgroup v1 blkio {device} read_iops={iops} write_iops={iops}"),
-        )
+        guard.description = format!("cgroup v1 blkio {device} read_iops={iops} write_iops={iops}");
+        guard
     };
-    let limit = IopsLimit { dir, description };
-    for pid in pids {
-        std::fs::write(limit.dir.join("cgroup.procs"), pid.to_string())
-            .map_err(|e| cgroup_err(&limit.dir, e))?;
+    for (i, pid) in pids.iter().enumerate() {
+        match std::fs::write(limit.dir.join("cgroup.procs"), pid.to_string()) {
+            Ok(()) => {}
+            // A short-lived child (a PostgreSQL backend) that exited since it was listed.
+            Err(e) if i > 0 && e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(e) => return Err(cgroup_err(&limit.dir, e)),
+        }
     }
     Ok(limit)
 }
@@ -100,6 +111,45 @@ fn cgroup_err(dir: &Path, e: std::io::Error) -> BenchError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: a PostgreSQL backend that exits between listing the server's processes and
+    /// moving them made the whole limit fail with ESRCH.
+    #[test]
+    fn iops_limit_skips_a_child_that_exited() {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let writable = std::fs::metadata("/sys/fs/cgroup/blkio/blkio.throttle.read_iops_device")
+            .is_ok()
+            || std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+                .map(|c| c.contains("io"))
+                .unwrap_or(false);
+        if !root || !writable {
+            eprintln!("skipped: needs root and a cgroup block-I/O controller");
+            return;
+        }
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        // A process that has exited (and been reaped): its pid names no process.
+        let mut done = std::process::Command::new("true").spawn().unwrap();
+        let gone = done.id();
+        done.wait().unwrap();
+        let limit = apply(&[child.id(), gone], &std::env::temp_dir(), 1000);
+        let _ = child.kill();
+        let _ = child.wait();
+        let limit = limit.expect("the live process was moved, the vanished one skipped");
+        assert!(limit.description.contains("1000"));
+        let dir = limit.dir.clone();
+        drop(limit);
+        assert!(!dir.exists(), "the cgroup is removed with its guard");
+        // The main process itself gone is an error, and leaves no cgroup behind.
+        assert!(apply(&[gone], &std::env::temp_dir(), 1000).is_err());
+        let name = format!("gradus-bench-{}-{gone}", std::process::id());
+        assert!(!std::path::Path::new("/sys/fs/cgroup/blkio")
+            .join(name)
+            .exists());
+    }
 
     #[test]
     fn device_numbers_read_from_the_file_system() {

@@ -24,6 +24,7 @@
 //! * [`run`] — one measurement point: load models, warm-up, drain, progress, aborts.
 //! * [`report`] and [`svg`] — the result types (the JSON schema), Markdown and charts.
 //! * [`cli`] — the command line and orchestration; the binary only calls it.
+//! * [`php_lms`] — `gradus-bench php-lms`: the lms journey through PHP pages served by `php -S`.
 //!
 //! # JSON result (schema `gradus-bench/1`)
 //! Top level: `schema`, `tool`, `command` (argv), `subcommand`, `started_at`/`finished_at`
@@ -73,6 +74,7 @@ pub mod error;
 pub mod fault;
 pub mod iolimit;
 pub mod memcache;
+pub mod php_lms;
 pub mod report;
 pub mod resp;
 pub mod run;

@@ -403,20 +403,49 @@ pub fn find_knee(xs: &[f64], ys: &[f64]) -> Option<usize> {
 /// names the resource that saturated past it. `cpus`: the machine's cores; `cap`: the
 /// database's connection cap, if one was set.
 pub fn attach_knee(target: &mut TargetResult, cpus: usize) {
-    let xs: Vec<f64> = target.points.iter().map(point_x).collect();
-    let ys: Vec<f64> = target
-        .points
+    // The curve is made of the points that measured something; a point that failed (users
+    // refused at a connection cap) is past the knee whatever its latency.
+    let measured: Vec<usize> = (0..target.points.len())
+        .filter(|&i| !target.points[i].partial && target.points[i].unit_latency.count > 0)
+        .collect();
+    let xs: Vec<f64> = measured
         .iter()
-        .map(|p| p.unit_latency.p90_us as f64 / 1000.0)
+        .map(|&i| point_x(&target.points[i]))
+        .collect();
+    let ys: Vec<f64> = measured
+        .iter()
+        .map(|&i| target.points[i].unit_latency.p90_us as f64 / 1000.0)
         .collect();
     let cap = target.spec.max_connections;
-    target.knee = find_knee(&xs, &ys).map(|i| {
+    let first_failed = target.points.iter().position(|p| p.partial);
+    let knee = find_knee(&xs, &ys)
+        .map(|k| {
+            (
+                measured[k],
+                xs[k],
+                ys[k],
+                "largest gap below the chord of the normalised P90 curve (Kneedle)",
+            )
+        })
+        .or_else(|| {
+            // No bend among the measured points but a failed point after them: the knee is
+            // the last measured point before it.
+            let f = first_failed?;
+            let k = measured.iter().rposition(|&i| i < f)?;
+            Some((
+                measured[k],
+                xs[k],
+                ys[k],
+                "last point measured before a point that failed",
+            ))
+        });
+    target.knee = knee.map(|(i, x, p90_ms, method)| {
         let past = &target.points[(i + 1).min(target.points.len() - 1)];
         Knee {
             index: i,
-            x: xs[i],
-            p90_ms: ys[i],
-            method: "largest gap below the chord of the normalised P90 curve (Kneedle)",
+            x,
+            p90_ms,
+            method,
             saturated: Some(saturated_resource(&target.points[0], past, cap, cpus)),
         }
     });
@@ -488,15 +517,24 @@ pub fn saturated_resource(
         })
         .map(|(_, n)| n)
         .sum();
+    let refused = at
+        .partial_reason
+        .as_deref()
+        .map(|r| r.contains("connect"))
+        .unwrap_or(false);
     if let Some(cap) = cap {
-        if r.available && r.sockets_max as f64 >= 0.9 * cap as f64 || connect_errors > 0 {
+        if r.available && r.sockets_max as f64 >= 0.9 * cap as f64 || connect_errors > 0 || refused
+        {
             found.push(format!(
                 "connections: {} sockets open against a cap of {cap}, {connect_errors} connection errors",
                 r.sockets_max
             ));
         }
-    } else if connect_errors > 0 {
-        found.push(format!("connections: {connect_errors} connection errors"));
+    } else if connect_errors > 0 || refused {
+        found.push(format!(
+            "connections: {connect_errors} connection errors{}",
+            if refused { ", users refused" } else { "" }
+        ));
     }
     if r.available && r0.available {
         let ops = r.disk_read_ops_per_s + r.disk_write_ops_per_s;
@@ -818,19 +856,25 @@ pub fn write_markdown(result: &BenchResult, path: &Path) -> Result<()> {
         .targets
         .iter()
         .filter(|t| !t.points.is_empty())
-        .map(|t| crate::svg::Series {
-            label: t.label.clone(),
-            points: t
-                .points
-                .iter()
-                .map(|p| {
-                    (
-                        p.users.map(|u| u as f64).or(p.rate).unwrap_or(0.0),
-                        p.unit_latency.p90_us as f64 / 1000.0,
-                    )
-                })
-                .collect(),
-            knee: t.knee.as_ref().map(|k| k.index),
+        .map(|t| {
+            // Points that measured nothing (users refused, a server gone) are left off the line.
+            let shown: Vec<usize> = (0..t.points.len())
+                .filter(|&i| !t.points[i].partial && t.points[i].unit_latency.count > 0)
+                .collect();
+            crate::svg::Series {
+                label: t.label.clone(),
+                points: shown
+                    .iter()
+                    .map(|&i| {
+                        let p = &t.points[i];
+                        (point_x(p), p.unit_latency.p90_us as f64 / 1000.0)
+                    })
+                    .collect(),
+                knee: t
+                    .knee
+                    .as_ref()
+                    .and_then(|k| shown.iter().position(|&i| i == k.index)),
+            }
         })
         .collect();
     if series.iter().any(|s| s.points.len() > 1) {
@@ -1116,6 +1160,43 @@ mod tests {
         let knee = target.knee.expect("a knee");
         assert!((knee.x - 270.0).abs() <= 0.05 * 270.0, "knee at {}", knee.x);
         assert!(knee.saturated.unwrap().contains("queueing"));
+    }
+
+    #[test]
+    fn a_point_refused_at_the_connection_cap_is_past_the_knee() {
+        let mut failed = synthetic_point(180, 0.0);
+        failed.partial = true;
+        failed.partial_reason = Some("user 149 cannot connect: Too many connections".into());
+        failed.unit_latency = LatencySummary::default();
+        failed.resources = Resources {
+            available: true,
+            sockets_max: 151,
+            ..Resources::default()
+        };
+        let mut spec = crate::target::TargetSpec::parse("mariadb").unwrap();
+        spec.max_connections = Some(150);
+        let mut target = TargetResult {
+            label: "capped".into(),
+            spec,
+            server: None,
+            points: vec![
+                synthetic_point(10, 800.0),
+                synthetic_point(60, 1300.0),
+                failed,
+            ],
+            knee: None,
+            disk_bytes: None,
+            disk: None,
+            iops_limit: None,
+            held: None,
+            partial: true,
+            partial_reason: None,
+        };
+        attach_knee(&mut target, 2);
+        let knee = target.knee.expect("a knee");
+        assert_eq!(knee.x, 60.0);
+        let s = knee.saturated.unwrap();
+        assert!(s.contains("cap of 150"), "{s}");
     }
 
     #[test]

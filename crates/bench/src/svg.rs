@@ -104,8 +104,15 @@ fn open_chart(
 
 /// A line chart; the knee of each series is circled and labelled.
 pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
-    let (w, h) = (760.0, 420.0);
-    let (left, right, top, bottom) = (70.0, 190.0, 40.0, 50.0);
+    // The legend column is as wide as the longest label needs (up to 8 px a character at 12 px).
+    let longest = series
+        .iter()
+        .map(|s| s.label.chars().count())
+        .max()
+        .unwrap_or(0);
+    let right = (60.0 + 8.0 * longest as f64).max(190.0);
+    let (w, h) = (570.0 + right, 420.0);
+    let (left, top, bottom) = (70.0, 40.0, 50.0);
     let plot_w = w - left - right;
     let plot_h = h - top - bottom;
     let all = series.iter().flat_map(|s| s.points.iter());

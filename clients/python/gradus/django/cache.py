@@ -76,9 +76,7 @@ class GradusCache(BaseCache):
     def _ttl(self, timeout) -> Optional[int]:
         """Seconds for SET EX; None: no expiry; 0: already expired."""
         seconds = self.get_backend_timeout(timeout)
-        if seconds is None:
-            return None
-        return max(0, int(seconds - time.time() + 0.999)) if seconds > 1e9 else max(0, int(seconds))
+        return None if seconds is None else max(0, int(seconds))
 
     # -- BaseCache
 

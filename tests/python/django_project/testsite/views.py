@@ -18,6 +18,23 @@ def incr(request):
     return HttpResponse(str(n + 1))
 
 
+def login(request):
+    """What django.contrib.auth.login does to the session: a new key, the data kept."""
+    request.session.cycle_key()
+    request.session["user"] = "alice"
+    return HttpResponse(request.session.session_key)
+
+
+def logout(request):
+    """What django.contrib.auth.logout does: flush (delete the data, forget the key)."""
+    request.session.flush()
+    return HttpResponse("bye")
+
+
+def key(request):
+    return HttpResponse(request.session.session_key or "")
+
+
 def show(request):
     return HttpResponse(str(request.session.get("n", 0)))
 
