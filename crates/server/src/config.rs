@@ -50,6 +50,9 @@ pub struct Config {
     pub hash_max_listpack_value: u64,
     pub zset_max_listpack_entries: u64,
     pub zset_max_listpack_value: u64,
+    pub client_output_buffer_limit: String,
+    pub notify_keyspace_events: String,
+    pub tracking_table_max_keys: u64,
     pub durability: DurabilityConfig,
     /// `[[tenants]]`: when present, every connection authenticates as a tenant's user.
     pub tenants: Vec<TenantConfig>,
@@ -257,6 +260,9 @@ impl Config {
             hash_max_listpack_value: 0,
             zset_max_listpack_entries: 0,
             zset_max_listpack_value: 0,
+            client_output_buffer_limit: String::new(),
+            notify_keyspace_events: String::new(),
+            tracking_table_max_keys: 0,
             durability: DurabilityConfig {
                 default: String::new(),
                 databases: Default::default(),

@@ -65,10 +65,16 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                             reply = work.complete(shared.clone(), &mut client) => reply,
                             _ = peer_closed(&stream) => break 'conn,
                         };
+                        client.take_pushes(&mut wbuf);
                         encode(&reply, client.resp, &mut wbuf);
                         now_ms = gradus_store::now_ms();
-                    } else if !client.suppress_reply {
-                        encode(&reply, client.resp, &mut wbuf);
+                    } else {
+                        // What others (or the command itself) pushed comes first, as in the
+                        // one output buffer of Redis.
+                        client.take_pushes(&mut wbuf);
+                        if !std::mem::take(&mut client.reply_queued) && !client.suppress_reply {
+                            encode(&reply, client.resp, &mut wbuf);
+                        }
                     }
                     if client.close_after_reply || handle.is_killed() {
                         flush(&shared, &mut stream, &mut wbuf, &mut client).await;
@@ -148,6 +154,17 @@ pub(crate) async fn between_batches(
         },
         _ = client.handle.killed() => false,
         _ = shutdown.changed() => false,
+        // Messages pushed by others: the next flush writes them.
+        _ = pushed(client.outbox.as_deref()) => true,
+    }
+}
+
+/// Resolves when another connection has pushed something to this one (never if it has no
+/// outbox).
+async fn pushed(outbox: Option<&crate::pubsub::Outbox>) {
+    match outbox {
+        Some(outbox) => outbox.ready().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -159,6 +176,12 @@ pub(crate) fn close(shared: &Shared, client: &ClientState) {
         .stats
         .absorb(&client.counters, &shared.tenancy.tenants[client.tenant].ops);
     shared.locks.release_client(client.id);
+    if let Some(subs) = &client.subs {
+        subs.release(&shared.pubsub, client.id);
+    }
+    if let Some(outbox) = &client.outbox {
+        outbox.close();
+    }
     shared.clients.unregister(client.id);
 }
 
@@ -206,11 +229,21 @@ pub(crate) async fn flush(
             }
         }
     }
+    client.take_pushes(wbuf);
     if wbuf.is_empty() {
         return true;
     }
-    if stream.write_all(wbuf).await.is_err() {
+    // A connection killed while its peer does not read (a slow subscriber over its output
+    // limit) stops writing at once.
+    let written = tokio::select! {
+        written = stream.write_all(wbuf) => written.is_ok(),
+        _ = client.handle.killed() => false,
+    };
+    if !written {
         return false;
+    }
+    if let Some(outbox) = &client.outbox {
+        outbox.written(std::mem::take(&mut client.outbox_taken));
     }
     shared
         .stats

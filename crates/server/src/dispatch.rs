@@ -45,6 +45,16 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     if let Err(e) = crate::tenancy::check_perms(client, row) {
         return reject(client, e);
     }
+    // Redis: a subscribed RESP2 connection may only (un)subscribe, PING, QUIT and RESET.
+    if client.resp == gradus_proto::ProtocolVersion::Resp2
+        && !spec.has(flags::SUBSCRIBED_OK)
+        && client.is_subscribed()
+    {
+        return reject(client, CmdError::err(format!(
+            "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            row.name
+        )));
+    }
     if let Some(multi) = client.multi.as_mut() {
         if !spec.has(flags::NO_QUEUE) {
             if spec.has(flags::NO_MULTI) {

@@ -9,6 +9,9 @@
 //! - [`tenancy`]: tenants and keyspaces, the keyspace layout, the users lookup; `tenancy::auth`:
 //!   password checks and AUTH throttling; `tenancy::acl`: rights and the per-command check;
 //! - [`blocking`]: clients blocked in BLPOP & co., served first-come first-served by writers;
+//! - [`pubsub`]: channel subscriptions by tenant, and each connection's bounded outbox of pushed
+//!   messages (pub/sub, keyspace notifications, invalidations);
+//! - [`notify`]: keyspace notifications (`notify-keyspace-events`);
 //! - [`quota`]: memory limits per keyspace and tenant: LRU eviction for caches, OOM for the rest;
 //! - [`persist`]: durability degrees and the strict wait; `persist::write`: the one write path;
 //!   `persist::record`: log records and snapshot items; `persist::replay`: recovery;
@@ -37,7 +40,9 @@ pub mod hll;
 pub mod info;
 pub mod long_double;
 pub mod memcache;
+pub mod notify;
 pub mod persist;
+pub mod pubsub;
 pub mod quota;
 pub mod server;
 pub mod settings;

@@ -3,7 +3,7 @@
 //! One `Arc<Shared>` is handed to every connection. Settings that `CONFIG SET` may change live in
 //! atomics or a small mutex so the request path reads them without locking anything shared for long.
 //!
-//! May import: `client`, `config`, `persist`, `tenancy`, `blocking`, `memcache::stats` (the state
+//! May import: `client`, `config`, `persist`, `tenancy`, `blocking`, `pubsub`, `memcache::stats` (the state
 //! they keep); never command modules.
 
 use crate::client::ClientRegistry;
@@ -68,6 +68,11 @@ pub struct LiveSettings {
     pub hash_max_listpack_value: AtomicU64,
     pub zset_max_listpack_entries: AtomicU64,
     pub zset_max_listpack_value: AtomicU64,
+    /// `client-output-buffer-limit`, shared with the pub/sub tables that enforce it.
+    pub output_limits: std::sync::Arc<crate::pubsub::OutputLimits>,
+    /// `notify-keyspace-events` as `notify` class bits.
+    pub notify_flags: std::sync::atomic::AtomicU32,
+    pub tracking_table_max_keys: AtomicU64,
 }
 
 impl LiveSettings {
@@ -114,6 +119,8 @@ pub struct Shared {
     pub shutdown: watch::Sender<bool>,
     /// memcached-protocol statistics and the pending delayed `flush_all`.
     pub memcache: crate::memcache::stats::McShared,
+    /// Pub/sub subscriptions and the output limits of subscribed connections.
+    pub pubsub: crate::pubsub::PubSub,
 }
 
 impl Shared {
@@ -139,8 +146,12 @@ impl Shared {
             hash_max_listpack_value: AtomicU64::new(0),
             zset_max_listpack_entries: AtomicU64::new(0),
             zset_max_listpack_value: AtomicU64::new(0),
+            output_limits: Default::default(),
+            notify_flags: Default::default(),
+            tracking_table_max_keys: AtomicU64::new(0),
         };
         crate::settings::init_live(&live, &config);
+        let live_limits = live.output_limits.clone();
         let (shutdown, _) = watch::channel(false);
         let persist = crate::persist::Persistence {
             // Set by start-up recovery, which replays into this state before the log exists.
@@ -188,6 +199,7 @@ impl Shared {
             snapshot_request: tokio::sync::Notify::new(),
             shutdown,
             memcache: Default::default(),
+            pubsub: crate::pubsub::PubSub::new(live_limits),
         }
     }
 

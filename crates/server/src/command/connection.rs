@@ -3,7 +3,8 @@
 //! These act on the calling connection's state (protocol version, database, name, authentication)
 //! and, for CLIENT LIST/KILL, on the registry of other connections. They never touch keys.
 //!
-//! May import: `args`, `client`, `tenancy` (AUTH), `blocking` (CLIENT UNBLOCK), `state`.
+//! May import: `args`, `client`, `tenancy` (AUTH), `blocking` (CLIENT UNBLOCK), `pubsub`
+//! (RESET and AUTH drop subscriptions), `state`.
 
 use super::{cmd, flags, sub, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, parse_i64, show};
@@ -16,13 +17,13 @@ const CONN: u32 = flags::FAST | flags::LOADING;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("ping", -1, CONN, NO_KEYS, "connection", "Returns the server's liveliness response.", ping),
+    cmd("ping", -1, CONN | flags::SUBSCRIBED_OK, NO_KEYS, "connection", "Returns the server's liveliness response.", ping),
     cmd("echo", 2, CONN, NO_KEYS, "connection", "Returns the given string.", echo),
     cmd("hello", -1, CONN | flags::NO_AUTH | flags::NOSCRIPT, NO_KEYS, "connection", "Handshakes with the Redis server.", hello),
     cmd("auth", -2, CONN | flags::NO_AUTH | flags::NOSCRIPT, NO_KEYS, "connection", "Authenticates the connection.", auth),
     cmd("select", 2, CONN, NO_KEYS, "connection", "Changes the selected database.", select),
-    cmd("quit", -1, CONN | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Closes the connection.", quit),
-    cmd("reset", 1, CONN | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Resets the connection.", reset),
+    cmd("quit", -1, CONN | flags::SUBSCRIBED_OK | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Closes the connection.", quit),
+    cmd("reset", 1, CONN | flags::SUBSCRIBED_OK | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Resets the connection.", reset),
     cmd("client", -2, flags::LOADING | flags::NOSCRIPT, NO_KEYS, "connection", "A container for client connection commands.", client).with_subcommands(&[
         sub("client|id", 2, flags::LOADING | flags::NOSCRIPT, "Returns the unique client ID of the connection."),
         sub("client|getname", 2, flags::LOADING | flags::NOSCRIPT, "Returns the name of the connection."),
@@ -41,7 +42,16 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 fn ping(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let _ = ctx;
+    if ctx.client.resp == ProtocolVersion::Resp2 && ctx.client.is_subscribed() {
+        // Redis' reply in the RESP2 pub/sub context: ["pong", message or ""].
+        return match args.len() {
+            1 | 2 => Ok(Frame::Array(vec![
+                Frame::Bulk(Bytes::from_static(b"pong")),
+                Frame::Bulk(args.get(1).cloned().unwrap_or_default()),
+            ])),
+            _ => Err(super::arity_error(&args[0])),
+        };
+    }
     match args.len() {
         1 => Ok(Frame::Simple("PONG".into())),
         2 => Ok(Frame::Bulk(args[1].clone())),
@@ -73,6 +83,13 @@ fn authenticate(ctx: &mut Ctx<'_>, user: &[u8], pass: &[u8]) -> Result<(), CmdEr
         Some(u) => {
             shared.auth_throttle.succeeded(ip);
             let client = &mut *ctx.client;
+            if client.tenant != u.tenant {
+                // Subscriptions belong to a tenant: they do not follow into another.
+                if let Some(mut subs) = client.subs.take() {
+                    subs.clear(&shared.pubsub, client.id);
+                    client.note_subscriptions();
+                }
+            }
             if client.tenant != u.tenant || !client.authenticated {
                 client.tenant = u.tenant;
                 client.db = shared.tenancy.initial_keyspace(u.tenant);
@@ -249,6 +266,10 @@ fn quit(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
 
 fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     ctx.client.clear_transaction();
+    if let Some(mut subs) = ctx.client.subs.take() {
+        subs.clear(&ctx.shared.pubsub, ctx.client.id);
+        ctx.client.note_subscriptions();
+    }
     ctx.client.db = ctx.shared.tenancy.initial_keyspace(ctx.client.tenant);
     ctx.client.resp = ProtocolVersion::Resp2;
     if ctx.shared.auth_required() {
@@ -415,6 +436,8 @@ fn verbatim(text: String) -> Frame {
 
 fn client_list(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
     let mut ids: Option<Vec<u64>> = None;
+    // TYPE: Some(true) only subscribed (pubsub) clients, Some(false) only normal ones.
+    let mut pubsub: Option<bool> = None;
     let mut i = 0;
     while i < opts.len() {
         if is(&opts[i], "type") && i + 1 < opts.len() {
@@ -422,9 +445,10 @@ fn client_list(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
             if !(is(t, "normal") || is(t, "master") || is(t, "replica") || is(t, "pubsub")) {
                 return Err(CmdError::err(format!("Unknown client type '{}'", show(t))));
             }
-            if !is(t, "normal") {
+            if is(t, "master") || is(t, "replica") {
                 return Ok(verbatim(String::new()));
             }
+            pubsub = Some(is(t, "pubsub"));
             i += 2;
         } else if is(&opts[i], "id") && i + 1 < opts.len() {
             let mut list = Vec::new();
@@ -442,7 +466,10 @@ fn client_list(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
     }
     let mut out = String::new();
     for c in ctx.shared.clients.all() {
-        if ids.as_ref().is_some_and(|ids| !ids.contains(&c.id)) || !same_tenant(ctx, &c) {
+        if ids.as_ref().is_some_and(|ids| !ids.contains(&c.id))
+            || pubsub.is_some_and(|p| p != c.is_pubsub())
+            || !same_tenant(ctx, &c)
+        {
             continue;
         }
         out.push_str(&c.describe());

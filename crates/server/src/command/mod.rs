@@ -15,6 +15,7 @@ pub mod hyperloglog;
 pub mod keys;
 pub mod lists;
 pub mod locks;
+pub mod pubsub;
 pub mod scripting;
 pub mod server;
 pub mod sets;
@@ -87,6 +88,11 @@ pub mod flags {
     /// A write that runs under the exclusive store gate, so no other command sees it half done
     /// (SWAPDB, which moves every key of two keyspaces).
     pub const EXCLUSIVE: u32 = 1 << 20;
+    /// A pub/sub command (Redis' `pubsub`).
+    pub const PUBSUB: u32 = 1 << 21;
+    /// Allowed while a RESP2 connection is subscribed to channels (Redis allows only
+    /// (P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE, PING, QUIT and RESET there).
+    pub const SUBSCRIBED_OK: u32 = 1 << 22;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -102,6 +108,7 @@ pub mod flags {
         (BLOCKING, "blocking"),
         (MAY_REPLICATE, "may_replicate"),
         (MOVABLE_KEYS, "movablekeys"),
+        (PUBSUB, "pubsub"),
     ];
 }
 
@@ -354,6 +361,7 @@ pub fn table() -> &'static CommandTable {
             sets::COMMANDS,
             transactions::COMMANDS,
             locks::COMMANDS,
+            pubsub::COMMANDS,
             scripting::COMMANDS,
             crate::memcache::records::COMMANDS,
             crate::memcache::lease::COMMANDS,
