@@ -319,3 +319,42 @@ def test_phpredis_subscribe(gradus, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+TENANTS = Path(__file__).resolve().parents[2] / "examples" / "tenants.toml"
+PASSWORDS = {"alpha": "alpha-pass", "beta": "beta-pass", "admin": "admin-pass"}
+
+
+def tenant_client(server, user, protocol=2):
+    return redis_client(server, protocol, username=user, password=PASSWORDS[user])
+
+
+@pytest.mark.gradus_only
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_a_tenant_never_hears_another_tenants_channels(gradus_factory, protocol):
+    server = gradus_factory("--config", str(TENANTS))
+    alpha, beta, admin = (tenant_client(server, u, protocol) for u in ("alpha", "beta", "admin"))
+    a = alpha.pubsub()
+    a.subscribe("news")
+    a.psubscribe("*")
+    wait_message(a)
+    wait_message(a)
+    b = beta.pubsub()
+    b.psubscribe("*")
+    wait_message(b)
+    # beta publishes on a channel of the same name: only beta's own pattern hears it.
+    assert beta.publish("news", "from beta") == 1
+    m = wait_message(b)
+    assert (m["type"], m["data"]) == ("pmessage", b"from beta")
+    assert a.get_message(timeout=0.3) is None
+    assert alpha.publish("news", "from alpha") == 2
+    assert wait_message(a)["data"] == b"from alpha"
+    assert wait_message(a)["data"] == b"from alpha"
+    assert b.get_message(timeout=0.3) is None
+    # Introspection is per tenant; the admin sees every tenant's.
+    assert beta.pubsub_channels() == []
+    assert beta.pubsub_numsub("news") == [(b"news", 0)]
+    assert beta.pubsub_numpat() == 1
+    assert alpha.pubsub_channels() == [b"news"]
+    assert admin.pubsub_channels() == [b"news"]
+    assert admin.pubsub_numpat() == 2
