@@ -115,6 +115,56 @@ pub fn run_write(
     args: Vec<Bytes>,
     now_ms: u64,
 ) -> Frame {
+    // The keyspace events its row names, for its keys, once it has succeeded (see `notify`).
+    let Some(notify) = spec.notify.filter(|_| crate::notify::enabled(shared)) else {
+        return run_write_logged(shared, client, spec, args, now_ms);
+    };
+    let db = client.db;
+    let exists = |key: &[u8]| {
+        shared
+            .store
+            .db(db)
+            .is_some_and(|ks| ks.lock(key).is_live(key, now_ms))
+    };
+    let keys: Vec<(Bytes, bool)> = spec
+        .key_indexes(&args)
+        .into_iter()
+        .filter_map(|i| args.get(i).cloned())
+        .map(|key| {
+            let existed = !notify.only_existing || exists(&key);
+            (key, existed)
+        })
+        .collect();
+    let reply = run_write_logged(shared, client, spec, args, now_ms);
+    let unchanged = matches!(
+        reply,
+        Frame::Integer(0) | Frame::Null | Frame::NullArray | Frame::Error(_)
+    );
+    if (unchanged && notify.only_if_changed) || reply.is_error() {
+        return reply;
+    }
+    for (i, (key, existed)) in keys.iter().enumerate() {
+        let (class, event) = notify.events[i.min(notify.events.len() - 1)];
+        if event.is_empty() || !existed {
+            continue;
+        }
+        crate::notify::emit(shared, class, event, db, key);
+        // A list, set, hash or sorted set left empty is deleted: Redis says `del` too.
+        if class & crate::notify::CONTAINERS != 0 && !exists(key) {
+            crate::notify::emit(shared, crate::notify::GENERIC, "del", db, key);
+        }
+    }
+    reply
+}
+
+/// [`run_write`] without its notifications.
+fn run_write_logged(
+    shared: &Shared,
+    client: &mut ClientState,
+    spec: &CommandSpec,
+    args: Vec<Bytes>,
+    now_ms: u64,
+) -> Frame {
     let db = client.db;
     if spec.has(flags::EXCLUSIVE) && client.record.is_none() {
         // Under the exclusive gate: the write joins this transaction's record.

@@ -27,6 +27,8 @@ pub const STREAM: u32 = 1 << 10;
 pub const KEY_MISS: u32 = 1 << 11;
 pub const MODULE: u32 = 1 << 12;
 pub const NEW: u32 = 1 << 13;
+/// The classes of values that disappear when emptied.
+pub const CONTAINERS: u32 = LIST | SET | HASH | ZSET;
 /// Redis' `A`: every class but `m` (key misses) and `n` (new keys).
 pub const ALL: u32 =
     GENERIC | STRING | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE;
@@ -90,6 +92,29 @@ pub fn normalize(text: &str) -> Result<String, String> {
     parse(text)
         .map(format)
         .ok_or_else(|| "Invalid event class character. Use 'Ag$lshzxeKEtmdn'.".to_string())
+}
+
+/// True when some class is on and has somewhere to go (K or E): one atomic load.
+pub fn enabled(shared: &Shared) -> bool {
+    let flags = shared.live.notify_flags.load(Ordering::Relaxed);
+    flags & (KEYSPACE | KEYEVENT) != 0 && flags & !(KEYSPACE | KEYEVENT) != 0
+}
+
+/// True when expirations are to be published (the store keeps the keys it expires for
+/// [`publish_expired`] only then).
+pub fn wants_expired(shared: &Shared) -> bool {
+    let flags = shared.live.notify_flags.load(Ordering::Relaxed);
+    flags & (KEYSPACE | KEYEVENT) != 0 && flags & EXPIRED != 0
+}
+
+/// Publish `expired` for the keys the store reclaimed since the last call (lazily or by the
+/// sweep); the active-expiry timer calls it each cycle.
+pub fn publish_expired(shared: &Shared) {
+    for (db, keyspace) in shared.store.keyspaces().iter().enumerate() {
+        for key in keyspace.take_expired() {
+            emit(shared, EXPIRED, "expired", db, &key);
+        }
+    }
 }
 
 /// Publish the notification of `event` (of `class`) on `key` in keyspace `db` (global index),

@@ -88,6 +88,7 @@ pub fn make_room(
                 return Err(oom(shared, g, tenant, ks_over));
             };
             count += 1;
+            crate::notify::emit(shared, crate::notify::EVICTED, "evicted", db, &key);
             if shared.persist.db_logged(db) {
                 log_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
             }

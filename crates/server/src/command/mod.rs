@@ -137,6 +137,20 @@ pub struct CommandSpec {
     /// Other keyspaces of the caller's tenant the command writes, named by SELECT number in
     /// its arguments (MOVE, COPY … DB, SWAPDB): the write path's scope and replay follow them.
     pub other_keyspaces: Option<OtherKeyspaces>,
+    /// The keyspace notification a write emits for its keys when it succeeds (see `notify`).
+    pub notify: Option<Notify>,
+}
+
+/// The keyspace events of a write (Redis' `notifyKeyspaceEvent` calls, as data): the
+/// `notify` class and event name for each key argument in order (the last pair serves the
+/// keys after it: MSET's every key is `set`; RENAME's are `rename_from` then `rename_to`).
+#[derive(Debug, Clone, Copy)]
+pub struct Notify {
+    pub events: &'static [(u32, &'static str)],
+    /// Emitted only when the reply says something changed (not `0` or nil: SETNX, SREM …).
+    pub only_if_changed: bool,
+    /// Emitted only for the keys that existed before the write (DEL, UNLINK).
+    pub only_existing: bool,
 }
 
 /// How a command names other keyspaces of its tenant (by SELECT number, as the client sends
@@ -241,6 +255,44 @@ impl CommandSpec {
         }
     }
 
+    /// The same row with the keyspace events it emits (table rows:
+    /// `cmd(...).notifies(&[(notify::STRING, "set")])`).
+    pub const fn notifies(mut self, events: &'static [(u32, &'static str)]) -> CommandSpec {
+        self.notify = Some(Notify {
+            events,
+            only_if_changed: false,
+            only_existing: false,
+        });
+        self
+    }
+
+    /// Like [`CommandSpec::notifies`], for each key that existed before the write (DEL).
+    pub const fn notifies_existing(
+        mut self,
+        events: &'static [(u32, &'static str)],
+    ) -> CommandSpec {
+        self.notify = Some(Notify {
+            events,
+            only_if_changed: true,
+            only_existing: true,
+        });
+        self
+    }
+
+    /// Like [`CommandSpec::notifies`], for a write that may change nothing (its reply is then
+    /// `0` or nil, and nothing is emitted).
+    pub const fn notifies_if_changed(
+        mut self,
+        events: &'static [(u32, &'static str)],
+    ) -> CommandSpec {
+        self.notify = Some(Notify {
+            events,
+            only_if_changed: true,
+            only_existing: false,
+        });
+        self
+    }
+
     /// The same row with its keys after a `numkeys` argument at `index` (table rows:
     /// `cmd(...).with_numkeys(1)`); flags it `movablekeys`.
     pub const fn with_numkeys(mut self, index: usize) -> CommandSpec {
@@ -301,6 +353,7 @@ pub const fn cmd(
         subcommands: &[],
         numkeys_at: 0,
         other_keyspaces: None,
+        notify: None,
     }
 }
 
