@@ -148,6 +148,14 @@ pub struct ClientState {
     pub outbox_taken: usize,
     /// The channels, patterns and shard channels this connection listens to.
     pub subs: Option<Box<crate::pubsub::Subscriptions>>,
+    /// CLIENT TRACKING options while tracking is on (a copy of what `tracking` holds, so a read
+    /// checks them without a lock).
+    pub tracking: Option<crate::tracking::Options>,
+    /// Messages due to this connection after the running command's reply (invalidations of its
+    /// own reads and writes, as Redis orders them).
+    pub after_reply: Vec<Bytes>,
+    /// CLIENT CACHING yes|no: applies to the next command (counted down per command).
+    pub caching: Option<(bool, u8)>,
     /// The running command queued its reply in the outbox itself (SUBSCRIBE's confirmations):
     /// the connection writes no other.
     pub reply_queued: bool,
@@ -155,6 +163,8 @@ pub struct ClientState {
 
 impl ClientState {
     pub fn new(handle: Arc<ClientHandle>, authenticated: bool) -> Self {
+        // Made now, so messages others push (an invalidation redirected here) wake it.
+        let outbox = handle.outbox();
         Self {
             id: handle.id,
             db: 0,
@@ -175,18 +185,25 @@ impl ClientState {
             counters: LocalCounters::default(),
             record: None,
             ready_keys: Vec::new(),
-            outbox: None,
+            outbox,
             outbox_taken: 0,
             subs: None,
+            tracking: None,
+            after_reply: Vec::new(),
+            caching: None,
             reply_queued: false,
         }
     }
 
-    /// The connection's outbox, made on first use.
+    /// The connection's outbox.
     pub fn outbox(&mut self) -> Arc<crate::pubsub::Outbox> {
         let handle = &self.handle;
         self.outbox
-            .get_or_insert_with(|| Arc::new(crate::pubsub::Outbox::new(handle.clone())))
+            .get_or_insert_with(|| {
+                handle
+                    .outbox()
+                    .unwrap_or_else(|| Arc::new(crate::pubsub::Outbox::new(handle.clone())))
+            })
             .clone()
     }
 
@@ -238,7 +255,9 @@ impl ClientState {
     /// command's reply, and before each write).
     pub fn take_pushes(&mut self, wbuf: &mut bytes::BytesMut) {
         if let Some(outbox) = &self.outbox {
-            self.outbox_taken += outbox.drain_into(wbuf);
+            if outbox.has_queued() {
+                self.outbox_taken += outbox.drain_into(wbuf);
+            }
         }
     }
 
@@ -280,6 +299,10 @@ pub struct ClientHandle {
     pub durability: AtomicU8,
     /// Subscriptions to channels, patterns and shard channels (CLIENT LIST sub, psub, ssub).
     pub subs: [AtomicUsize; 3],
+    /// The connection's outbox, so others can reach it by id (a tracking redirect target);
+    /// emptied when the connection closes (the outbox points back at this handle).
+    outbox: Mutex<Option<Arc<crate::pubsub::Outbox>>>,
+    outbox_closed: AtomicBool,
     killed: AtomicBool,
     kill_notify: Notify,
 }
@@ -304,6 +327,8 @@ impl ClientHandle {
             watch_count: AtomicUsize::new(0),
             durability: AtomicU8::new(0),
             subs: Default::default(),
+            outbox: Mutex::new(None),
+            outbox_closed: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             kill_notify: Notify::new(),
         }
@@ -313,6 +338,27 @@ impl ClientHandle {
     pub fn touch(&self, cmd: &'static str, now_ms: u64) {
         self.last_active_ms.store(now_ms, Ordering::Relaxed);
         *self.last_cmd.lock() = cmd;
+    }
+
+    /// The connection's outbox (made on first use; none once the connection has closed).
+    pub fn outbox(self: &Arc<Self>) -> Option<Arc<crate::pubsub::Outbox>> {
+        let mut slot = self.outbox.lock();
+        if self.outbox_closed.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(
+            slot.get_or_insert_with(|| Arc::new(crate::pubsub::Outbox::new(self.clone())))
+                .clone(),
+        )
+    }
+
+    /// Drop the outbox (the connection has closed): what was queued is discarded.
+    pub fn close_outbox(&self) {
+        let mut slot = self.outbox.lock();
+        self.outbox_closed.store(true, Ordering::Relaxed);
+        if let Some(outbox) = slot.take() {
+            outbox.close();
+        }
     }
 
     /// True while the connection listens to any channel (Redis' `pubsub` client type).

@@ -67,6 +67,9 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                         };
                         client.take_pushes(&mut wbuf);
                         encode(&reply, client.resp, &mut wbuf);
+                        for msg in client.after_reply.drain(..) {
+                            wbuf.extend_from_slice(&msg);
+                        }
                         now_ms = gradus_store::now_ms();
                     } else {
                         // What others (or the command itself) pushed comes first, as in the
@@ -74,6 +77,9 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, mut client: Clien
                         client.take_pushes(&mut wbuf);
                         if !std::mem::take(&mut client.reply_queued) && !client.suppress_reply {
                             encode(&reply, client.resp, &mut wbuf);
+                        }
+                        for msg in client.after_reply.drain(..) {
+                            wbuf.extend_from_slice(&msg);
                         }
                     }
                     if client.close_after_reply || handle.is_killed() {
@@ -179,9 +185,10 @@ pub(crate) fn close(shared: &Shared, client: &ClientState) {
     if let Some(subs) = &client.subs {
         subs.release(&shared.pubsub, client.id);
     }
-    if let Some(outbox) = &client.outbox {
-        outbox.close();
+    if client.tracking.is_some() {
+        shared.tracking.disable(client.id);
     }
+    client.handle.close_outbox();
     shared.clients.unregister(client.id);
 }
 

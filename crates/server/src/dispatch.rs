@@ -76,15 +76,61 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     } else if spec.runs_as_write() {
         run_write(shared, client, spec, args, now_ms)
     } else {
-        let _gate = shared.store.shared(client.id);
-        run(shared, client, spec, &args, now_ms)
+        let reply = {
+            let _gate = shared.store.shared(client.id);
+            run(shared, client, spec, &args, now_ms)
+        };
+        if client.tracking.is_some() && spec.has(flags::READONLY) {
+            remember_read(shared, client, spec, &args);
+        }
+        reply
     };
+    if let Some((_, left)) = client.caching.as_mut() {
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            client.caching = None;
+        }
+    }
     // Clients blocked on keys this command wrote (EXEC's and scripts' writes included) are
     // served now that it has finished, first blocked first (see `blocking`).
     if !client.ready_keys.is_empty() {
         crate::blocking::serve(shared, std::mem::take(&mut client.ready_keys));
     }
     reply
+}
+
+/// Client-side caching: a tracking connection's read remembers its keys (default mode; OPTIN
+/// only after CLIENT CACHING yes, OPTOUT unless CLIENT CACHING no), so a later write of them
+/// sends it an invalidation (see `tracking`).
+fn remember_read(shared: &Shared, client: &mut ClientState, spec: &CommandSpec, args: &[Bytes]) {
+    let Some(options) = &client.tracking else {
+        return;
+    };
+    let caching = client.caching.map(|(yes, _)| yes);
+    let wanted = if options.bcast {
+        false
+    } else if options.optin {
+        caching == Some(true)
+    } else if options.optout {
+        caching != Some(false)
+    } else {
+        true
+    };
+    if !wanted {
+        return;
+    }
+    let keys: Vec<Bytes> = spec
+        .key_indexes(args)
+        .into_iter()
+        .filter_map(|i| args.get(i).cloned())
+        .collect();
+    if !keys.is_empty() {
+        let max = shared.live.tracking_table_max_keys.load(Ordering::Relaxed) as usize;
+        let own = shared
+            .tracking
+            .remember(client.id, client.tenant, &keys, max);
+        client.after_reply.extend(own);
+    }
 }
 
 /// Note the keys of a write that has just been applied, when clients are blocked: one of them
@@ -109,6 +155,38 @@ fn note_ready_keys(
 /// inside the transaction the connection has open (EXEC, a script), whose record it joins. A
 /// command is logged as itself when it succeeds; one flagged `self_logged` logs its effects.
 pub fn run_write(
+    shared: &Shared,
+    client: &mut ClientState,
+    spec: &CommandSpec,
+    args: Vec<Bytes>,
+    now_ms: u64,
+) -> Frame {
+    // Client-side caching: the keys it wrote are invalidated for whoever may cache them, and
+    // a flush invalidates everything (see `tracking`).
+    if shared.tracking.is_active() {
+        let keys: Vec<Bytes> = spec
+            .key_indexes(&args)
+            .into_iter()
+            .filter_map(|i| args.get(i).cloned())
+            .collect();
+        let flushes = spec.has(flags::FLUSHES);
+        let (id, tenant) = (client.id, client.tenant);
+        let reply = run_write_notified(shared, client, spec, args, now_ms);
+        if !reply.is_error() {
+            if flushes {
+                shared.tracking.flush(tenant);
+            } else if !keys.is_empty() {
+                let own = shared.tracking.invalidate(id, tenant, &keys);
+                client.after_reply.extend(own);
+            }
+        }
+        return reply;
+    }
+    run_write_notified(shared, client, spec, args, now_ms)
+}
+
+/// [`run_write`] with the keyspace notifications its row names.
+fn run_write_notified(
     shared: &Shared,
     client: &mut ClientState,
     spec: &CommandSpec,

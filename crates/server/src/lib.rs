@@ -8,6 +8,7 @@
 //! - [`state`]: what all connections share (store, live settings, counters);
 //! - [`tenancy`]: tenants and keyspaces, the keyspace layout, the users lookup; `tenancy::auth`:
 //!   password checks and AUTH throttling; `tenancy::acl`: rights and the per-command check;
+//! - [`tracking`]: client-side caching (CLIENT TRACKING) and its invalidations;
 //! - [`blocking`]: clients blocked in BLPOP & co., served first-come first-served by writers;
 //! - [`pubsub`]: channel subscriptions by tenant, and each connection's bounded outbox of pushed
 //!   messages (pub/sub, keyspace notifications, invalidations);
@@ -48,6 +49,7 @@ pub mod server;
 pub mod settings;
 pub mod state;
 pub mod tenancy;
+pub mod tracking;
 
 pub use config::{Cli, Config};
 pub use server::Server;

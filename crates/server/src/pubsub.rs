@@ -161,6 +161,8 @@ pub struct Outbox {
     /// The class whose limits apply ([`LimitClass`] as u8).
     class: AtomicU8,
     closed: AtomicBool,
+    /// Something is queued (checked before taking the queue's lock).
+    queued: AtomicBool,
 }
 
 impl Outbox {
@@ -173,6 +175,7 @@ impl Outbox {
             soft_since_ms: AtomicU64::new(0),
             class: AtomicU8::new(LimitClass::Normal as u8),
             closed: AtomicBool::new(false),
+            queued: AtomicBool::new(false),
         }
     }
 
@@ -228,8 +231,24 @@ impl Outbox {
             return false;
         }
         self.queue.lock().push_back(msg);
+        self.queued.store(true, Ordering::Release);
         self.notify.notify_one();
         true
+    }
+
+    /// True once the connection has closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    /// True when something is queued.
+    pub fn has_queued(&self) -> bool {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// Wake the connection (after [`Outbox::push_own`] from another connection).
+    pub fn wake(&self) {
+        self.notify.notify_one();
     }
 
     /// Queue the connection's own reply (a subscription confirmation): it counts towards the
@@ -240,6 +259,7 @@ impl Outbox {
         }
         self.pending.fetch_add(msg.len(), Ordering::Relaxed);
         self.queue.lock().push_back(msg);
+        self.queued.store(true, Ordering::Release);
     }
 
     /// Whether `pending` bytes break the class's hard limit, or its soft limit for longer than
@@ -266,6 +286,7 @@ impl Outbox {
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
         self.queue.lock().clear();
+        self.queued.store(false, Ordering::Release);
         self.pending.store(0, Ordering::Relaxed);
     }
 
@@ -273,6 +294,7 @@ impl Outbox {
     /// [`Outbox::written`] once they are on the socket.
     pub fn drain_into(&self, out: &mut BytesMut) -> usize {
         let mut queue = self.queue.lock();
+        self.queued.store(false, Ordering::Release);
         let mut moved = 0;
         for msg in queue.drain(..) {
             moved += msg.len();
@@ -296,7 +318,7 @@ impl Outbox {
     pub async fn ready(&self) {
         loop {
             let notified = self.notify.notified();
-            if !self.queue.lock().is_empty() {
+            if self.has_queued() {
                 return;
             }
             notified.await;

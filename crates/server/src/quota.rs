@@ -89,6 +89,12 @@ pub fn make_room(
             };
             count += 1;
             crate::notify::emit(shared, crate::notify::EVICTED, "evicted", db, &key);
+            if shared.tracking.is_active() {
+                let own = shared
+                    .tracking
+                    .invalidate(0, tenant, std::slice::from_ref(&key));
+                debug_assert!(own.is_empty(), "no connection has id 0");
+            }
             if shared.persist.db_logged(db) {
                 log_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
             }

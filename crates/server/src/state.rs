@@ -121,6 +121,8 @@ pub struct Shared {
     pub memcache: crate::memcache::stats::McShared,
     /// Pub/sub subscriptions and the output limits of subscribed connections.
     pub pubsub: crate::pubsub::PubSub,
+    /// Client-side caching: tracking connections and the keys they may cache.
+    pub tracking: crate::tracking::Tracking,
 }
 
 impl Shared {
@@ -200,6 +202,7 @@ impl Shared {
             shutdown,
             memcache: Default::default(),
             pubsub: crate::pubsub::PubSub::new(live_limits),
+            tracking: Default::default(),
         }
     }
 

@@ -35,6 +35,10 @@ pub const COMMANDS: &[CommandSpec] = &[
         sub("client|no-evict", 3, flags::LOADING | flags::NOSCRIPT, "Sets the client eviction mode of the connection."),
         sub("client|no-touch", 3, flags::LOADING | flags::NOSCRIPT, "Controls whether commands sent by the client affect the LRU/LFU of accessed keys."),
         sub("client|unblock", -3, flags::LOADING | flags::NOSCRIPT, "Unblocks a client blocked by a blocking command from a different connection."),
+        sub("client|tracking", -3, flags::LOADING | flags::NOSCRIPT, "Controls server-assisted client-side caching for the connection."),
+        sub("client|caching", 3, flags::LOADING | flags::NOSCRIPT, "Instructs the server whether to track the keys in the next request."),
+        sub("client|getredir", 2, flags::LOADING | flags::NOSCRIPT, "Returns the client ID to which the connection's tracking notifications are redirected."),
+        sub("client|trackinginfo", 2, flags::LOADING | flags::NOSCRIPT, "Returns information about server-assisted client-side caching for the connection."),
         sub("client|help", 2, flags::LOADING | flags::NOSCRIPT, "Returns helpful text about the different subcommands."),
         sub("client|durability", -2, flags::LOADING | flags::NOSCRIPT, "Sets the connection's durability degree (none, lazy, background, strict, default) or returns it."),
     ]),
@@ -270,6 +274,10 @@ fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
         subs.clear(&ctx.shared.pubsub, ctx.client.id);
         ctx.client.note_subscriptions();
     }
+    if ctx.client.tracking.take().is_some() {
+        ctx.shared.tracking.disable(ctx.client.id);
+    }
+    ctx.client.caching = None;
     ctx.client.db = ctx.shared.tenancy.initial_keyspace(ctx.client.tenant);
     ctx.client.resp = ProtocolVersion::Resp2;
     if ctx.shared.auth_required() {
@@ -412,6 +420,13 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 Err(CmdError::Syntax)
             }
         }
+        "tracking" if argc >= 3 => client_tracking(ctx, &args[2..]),
+        "caching" if argc == 3 => client_caching(ctx, &args[2]),
+        "getredir" if argc == 2 => Ok(Frame::Integer(match &ctx.client.tracking {
+            None => -1,
+            Some(o) => o.redirect as i64,
+        })),
+        "trackinginfo" if argc == 2 => Ok(tracking_info(ctx)),
         "help" if argc == 2 => Ok(Frame::Array(
             CLIENT_HELP
                 .iter()
@@ -419,12 +434,186 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 .collect(),
         )),
         "id" | "getname" | "setname" | "setinfo" | "info" | "kill" | "no-evict" | "no-touch"
-        | "help" | "durability" | "unblock" => Err(wrong()),
+        | "help" | "durability" | "unblock" | "tracking" | "caching" | "getredir"
+        | "trackinginfo" => Err(wrong()),
         _ => Err(CmdError::UnknownSubcommand {
             cmd: "CLIENT".into(),
             sub: show(&args[1]),
         }),
     }
+}
+
+/// CLIENT TRACKING on|off [REDIRECT id] [PREFIX p]... [BCAST] [OPTIN] [OPTOUT] [NOLOOP], with
+/// Redis' checks and texts.
+fn client_tracking(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let on = if is(&args[0], "on") {
+        true
+    } else if is(&args[0], "off") {
+        false
+    } else {
+        return Err(CmdError::Syntax);
+    };
+    let mut o = crate::tracking::Options::default();
+    let mut i = 1;
+    while i < args.len() {
+        let more = i + 1 < args.len();
+        if is(&args[i], "redirect") && more {
+            if o.redirect != 0 {
+                return Err(CmdError::err(
+                    "A client can only redirect to a single other client",
+                ));
+            }
+            let id = parse_i64(&args[i + 1]).ok_or(CmdError::NotInteger)?;
+            let exists = u64::try_from(id)
+                .ok()
+                .and_then(|id| ctx.shared.clients.get(id))
+                .is_some();
+            if !exists {
+                return Err(CmdError::err(
+                    "The client ID you want redirect to does not exist",
+                ));
+            }
+            o.redirect = id as u64;
+            i += 2;
+        } else if is(&args[i], "prefix") && more {
+            o.prefixes.push(args[i + 1].clone());
+            i += 2;
+        } else if is(&args[i], "bcast") {
+            o.bcast = true;
+            i += 1;
+        } else if is(&args[i], "optin") {
+            o.optin = true;
+            i += 1;
+        } else if is(&args[i], "optout") {
+            o.optout = true;
+            i += 1;
+        } else if is(&args[i], "noloop") {
+            o.noloop = true;
+            i += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    if !on {
+        if ctx.client.tracking.take().is_some() {
+            ctx.shared.tracking.disable(ctx.client.id);
+        }
+        ctx.client.caching = None;
+        return Ok(Frame::ok());
+    }
+    if !o.bcast && !o.prefixes.is_empty() {
+        return Err(CmdError::err(
+            "PREFIX option requires BCAST mode to be enabled",
+        ));
+    }
+    if let Some(current) = &ctx.client.tracking {
+        if current.bcast != o.bcast {
+            return Err(CmdError::err("You can't switch BCAST mode on/off before disabling tracking for this client, and then re-enabling it with a different mode."));
+        }
+    }
+    if o.optin && o.optout {
+        return Err(CmdError::err(
+            "You can't specify both OPTIN mode and OPTOUT mode",
+        ));
+    }
+    if o.bcast && (o.optin || o.optout) {
+        return Err(CmdError::err(
+            "OPTIN and OPTOUT are not compatible with BCAST",
+        ));
+    }
+    for (a, p) in o.prefixes.iter().enumerate() {
+        for q in &o.prefixes[a + 1..] {
+            if p.starts_with(q) || q.starts_with(p) {
+                let (first, second) = if p.len() <= q.len() { (p, q) } else { (q, p) };
+                return Err(CmdError::err(format!(
+                    "Prefix '{}' overlaps with another provided prefix '{}'. Prefixes for a single client must not overlap.",
+                    show(first),
+                    show(second)
+                )));
+            }
+        }
+    }
+    // Re-enabling keeps earlier prefixes (Redis adds to them).
+    if let Some(current) = &ctx.client.tracking {
+        for p in &current.prefixes {
+            if !o.prefixes.contains(p) {
+                o.prefixes.push(p.clone());
+            }
+        }
+    }
+    let target = match o.redirect {
+        0 => Some(ctx.client.outbox()),
+        id => ctx.shared.clients.get(id).and_then(|h| h.outbox()),
+    }
+    .ok_or_else(|| CmdError::err("The client ID you want redirect to does not exist"))?;
+    ctx.shared
+        .tracking
+        .enable(ctx.client.id, ctx.client.tenant, target, o.clone());
+    ctx.client.tracking = Some(o);
+    Ok(Frame::ok())
+}
+
+/// CLIENT CACHING yes|no: whether the next command's keys are tracked (OPTIN / OPTOUT).
+fn client_caching(ctx: &mut Ctx<'_>, arg: &Bytes) -> CmdResult {
+    let Some(o) = ctx.client.tracking.as_ref().filter(|o| o.optin || o.optout) else {
+        return Err(CmdError::err("CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled"));
+    };
+    let yes = if is(arg, "yes") {
+        if !o.optin {
+            return Err(CmdError::err(
+                "CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.",
+            ));
+        }
+        true
+    } else if is(arg, "no") {
+        if !o.optout {
+            return Err(CmdError::err(
+                "CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.",
+            ));
+        }
+        false
+    } else {
+        return Err(CmdError::Syntax);
+    };
+    // This command and the next (dispatch counts down after each).
+    ctx.client.caching = Some((yes, 2));
+    Ok(Frame::ok())
+}
+
+/// CLIENT TRACKINGINFO: flags, redirect and prefixes, as Redis shows them.
+fn tracking_info(ctx: &Ctx<'_>) -> Frame {
+    let s = |v: &str| Frame::Bulk(Bytes::from(v.to_string()));
+    let (flags, redirect, prefixes) = match &ctx.client.tracking {
+        None => (vec![s("off")], -1, Vec::new()),
+        Some(o) => {
+            let broken = ctx
+                .shared
+                .tracking
+                .options(ctx.client.id)
+                .is_some_and(|(_, broken)| broken);
+            let mut flags = vec![s("on")];
+            for (set, name) in [
+                (o.bcast, "bcast"),
+                (o.optin, "optin"),
+                (o.optout, "optout"),
+                (ctx.client.caching == Some((true, 1)), "caching-yes"),
+                (ctx.client.caching == Some((false, 1)), "caching-no"),
+                (o.noloop, "noloop"),
+                (broken, "broken_redirect"),
+            ] {
+                if set {
+                    flags.push(s(name));
+                }
+            }
+            let prefixes = o.prefixes.iter().cloned().map(Frame::Bulk).collect();
+            (flags, o.redirect as i64, prefixes)
+        }
+    };
+    Frame::Map(vec![
+        (s("flags"), Frame::Set(flags)),
+        (s("redirect"), Frame::Integer(redirect)),
+        (s("prefixes"), Frame::Array(prefixes)),
+    ])
 }
 
 fn verbatim(text: String) -> Frame {
