@@ -358,3 +358,40 @@ def test_a_tenant_never_hears_another_tenants_channels(gradus_factory, protocol)
     assert alpha.pubsub_channels() == [b"news"]
     assert admin.pubsub_channels() == [b"news"]
     assert admin.pubsub_numpat() == 2
+
+
+def test_monitor_shows_commands_in_redis_line_format(gradus):
+    mon = RawConnection(gradus.host, gradus.port)
+    assert mon.call("MONITOR") == Simple(b"OK")
+    c = redis_client(gradus, 2, db=2)
+    c.set("k", 'v "quoted"\n')
+    deadline = time.monotonic() + 5
+    lines = []
+    while time.monotonic() < deadline:
+        line = mon.read_reply()
+        lines.append(line.value.decode())
+        if '"set"' in lines[-1].lower():
+            break
+    assert re.fullmatch(
+        r'\d+\.\d{6} \[2 127\.0\.0\.1:\d+\] "SET" "k" "v \\"quoted\\"\\n"', lines[-1]
+    ), lines
+
+
+@pytest.mark.gradus_only
+def test_monitor_is_for_admins_and_sees_its_own_tenant(gradus_factory):
+    server = gradus_factory("--config", str(TENANTS))
+    alpha = tenant_client(server, "alpha")
+    with pytest.raises(redis.ResponseError, match="no permissions to run the 'monitor' command"):
+        alpha.execute_command("MONITOR")
+    mon = RawConnection(server.host, server.port)
+    mon.call("AUTH", "admin", PASSWORDS["admin"])
+    assert mon.call("MONITOR") == Simple(b"OK")
+    # The admin works in the first tenant (alpha): beta's commands are not shown.
+    tenant_client(server, "beta").set("beta-key", "1")
+    alpha.set("alpha-key", "1")
+    lines = []
+    while not any("alpha-key" in l for l in lines):
+        lines.append(mon.read_reply().value.decode())
+    assert not any("beta-key" in l for l in lines)
+    # Commands that carry credentials are never shown.
+    assert not any('"auth"' in l.lower() or '"hello"' in l.lower() for l in lines)

@@ -188,6 +188,7 @@ pub(crate) fn close(shared: &Shared, client: &ClientState) {
     if client.tracking.is_some() {
         shared.tracking.disable(client.id);
     }
+    shared.monitors.remove(client.id);
     client.handle.close_outbox();
     shared.clients.unregister(client.id);
 }

@@ -69,6 +69,14 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
             return Frame::Simple("QUEUED".into());
         }
     }
+    // MONITOR shows what runs (never the commands that carry credentials).
+    if shared.monitors.any() && !spec.has(flags::NO_AUTH) {
+        let addr = client.handle.addr.to_string();
+        let db = shared.tenancy.select_of(client.db);
+        shared
+            .monitors
+            .feed(client.tenant, db, &addr, &args, &shared.pubsub.limits);
+    }
     crate::client::LocalCounters::bump(&client.counters.commands);
     client.handle.touch(row.name, now_ms);
     let reply = if spec.has(flags::OWN_GATE) {

@@ -12,6 +12,7 @@
 //! - [`blocking`]: clients blocked in BLPOP & co., served first-come first-served by writers;
 //! - [`pubsub`]: channel subscriptions by tenant, and each connection's bounded outbox of pushed
 //!   messages (pub/sub, keyspace notifications, invalidations);
+//! - [`monitor`]: MONITOR's connections and lines;
 //! - [`notify`]: keyspace notifications (`notify-keyspace-events`);
 //! - [`quota`]: memory limits per keyspace and tenant: LRU eviction for caches, OOM for the rest;
 //! - [`persist`]: durability degrees and the strict wait; `persist::write`: the one write path;
@@ -41,6 +42,7 @@ pub mod hll;
 pub mod info;
 pub mod long_double;
 pub mod memcache;
+pub mod monitor;
 pub mod notify;
 pub mod persist;
 pub mod pubsub;

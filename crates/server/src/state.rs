@@ -123,6 +123,8 @@ pub struct Shared {
     pub pubsub: crate::pubsub::PubSub,
     /// Client-side caching: tracking connections and the keys they may cache.
     pub tracking: crate::tracking::Tracking,
+    /// Connections in MONITOR.
+    pub monitors: crate::monitor::Monitors,
 }
 
 impl Shared {
@@ -203,6 +205,7 @@ impl Shared {
             memcache: Default::default(),
             pubsub: crate::pubsub::PubSub::new(live_limits),
             tracking: Default::default(),
+            monitors: Default::default(),
         }
     }
 
