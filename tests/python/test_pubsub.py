@@ -395,3 +395,13 @@ def test_monitor_is_for_admins_and_sees_its_own_tenant(gradus_factory):
     assert not any("beta-key" in l for l in lines)
     # Commands that carry credentials are never shown.
     assert not any('"auth"' in l.lower() or '"hello"' in l.lower() for l in lines)
+
+
+def test_pubsub_channels_with_extra_arguments_words_the_error_as_redis(gradus):
+    """Regression: CHANNELS/SHARDCHANNELS (arity -2) with two patterns answered the arity
+    error of NUMPAT; Redis' handler says 'unknown subcommand or wrong number of arguments'."""
+    c = RawConnection(gradus.host, gradus.port)
+    assert c.call("PUBSUB", "CHANNELS", "a", "b").text == (
+        "ERR unknown subcommand or wrong number of arguments for 'CHANNELS'. Try PUBSUB HELP.")
+    assert c.call("PUBSUB", "shardchannels", "a", "b").text == (
+        "ERR unknown subcommand or wrong number of arguments for 'shardchannels'. Try PUBSUB HELP.")

@@ -232,7 +232,12 @@ fn pubsub(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 .map(|l| Frame::Simple((*l).into()))
                 .collect(),
         )),
-        ("channels" | "shardchannels" | "numpat" | "help", _) => Err(CmdError::err(format!(
+        // Their arity is -2, so Redis' handler words it itself.
+        ("channels" | "shardchannels", _) => Err(CmdError::err(format!(
+            "unknown subcommand or wrong number of arguments for '{}'. Try PUBSUB HELP.",
+            show(&args[1])
+        ))),
+        ("numpat" | "help", _) => Err(CmdError::err(format!(
             "wrong number of arguments for 'pubsub|{sub}' command"
         ))),
         _ => Err(CmdError::UnknownSubcommand {
