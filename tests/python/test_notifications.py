@@ -161,3 +161,25 @@ def test_notifications_stay_in_their_tenant(gradus_factory):
     beta.set("other", "1")
     assert drain(pa) == []
     assert ("__keyevent@0__:set", "other") in drain(pb)
+
+
+@pytest.mark.gradus_only
+def test_evicted_is_published_for_a_tenants_lru_cache(gradus_factory, tmp_path):
+    from test_tenants import LIMITS, passwd
+
+    config = tmp_path / "evict.toml"
+    config.write_text('notify-keyspace-events = "Ee"\n' + LIMITS.format(
+        hash=passwd("small-pass"), session_limit="512kb", tenant_limit="64mb", cache_degree="none"))
+    server = gradus_factory("--config", str(config))
+    cache = redis_client(server, 2, username="small", password="small-pass", db=1)
+    p = cache.pubsub()
+    p.subscribe("__keyevent@1__:evicted")
+    assert p.get_message(timeout=5)["type"] == "subscribe"
+    pipe = cache.pipeline(transaction=False)
+    for i in range(2000):
+        pipe.set(f"cache:{i}", b"x" * 1000)
+    pipe.execute()
+    evicted = [data for _, data in drain(p, wait=0.5)]
+    assert len(evicted) > 500
+    assert all(k.startswith("cache:") for k in evicted)
+    assert not any(cache.exists(k) for k in evicted[:50])
