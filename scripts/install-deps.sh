@@ -7,7 +7,7 @@
 #   - php-cli and php-redis (phpredis, for the PHP session-handler tests);
 #   - php-memcached, libmemcached-tools and memcached (memcached-port tests and benchmark);
 #   - the Python packages in tests/python/requirements.txt (redis-py, pymemcache, pytest, hypothesis, rq,
-#     Django for the clients/python integration tests);
+#     celery, Django, channels, channels-redis);
 #   - e2fsprogs and mount (the full-disk tests mount a small ext4 image; they need root);
 #   - rustup's cargo on PATH (for this script's checks; scripts/test.sh does the same).
 # Nothing is installed when it is already there.  A distro Redis service that the
@@ -153,7 +153,7 @@ stop_distro_service memcached /run/memcached/memcached.pid
 python_ok() {
     python3 - <<'EOF' 2>/dev/null
 import importlib.metadata as md
-import django, hypothesis, pymemcache, pytest, redis  # noqa: F401
+import celery, channels, channels_redis, django, hypothesis, pymemcache, pytest, redis  # noqa: F401
 major, minor = (int(x) for x in md.version("redis").split(".")[:2])
 raise SystemExit(0 if (major, minor) >= (5, 2) and django.VERSION[:2] == (4, 2) else 1)
 EOF

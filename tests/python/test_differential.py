@@ -3,7 +3,7 @@ real redis-server, and every reply must be the same.
 
 A seeded generator draws commands over a small key space (strings, hashes,
 sorted sets, sets, long TTLs, MULTI/EXEC blocks, wrong types, bad arities, unknown
-commands; COPY, MOVE and SWAPDB between databases 0 and 1; SORT and SORT_RO
+commands; PUBLISH, SPUBLISH and PUBSUB introspection; COPY, MOVE and SWAPDB between databases 0 and 1; SORT and SORT_RO
 with BY/GET patterns over weight keys; OBJECT ENCODING of hashes and sorted sets
 as they cross the listpack limits, and of strings right after they are set)
 so that keys collide and types clash often.  Replies are compared
@@ -475,11 +475,25 @@ class Generator:
             return [["EVAL", "return redis.pcall(unpack(ARGV))", "0"] + cmd]
         return [["FCALL", "diff_call", "1", cmd[1], cmd[0]] + cmd[2:]]
 
+    def pubsub_cmd(self) -> List[List[str]]:
+        """Publishing and introspection with no subscriber (the connection never subscribes: its
+        replies would change mode); arity and subcommand errors."""
+        rng = self.rng
+        chan = rng.choice(["news", "s0", "", "a b"])
+        return [rng.choice([
+            ["PUBLISH", chan, rng.choice(VALUES)], ["SPUBLISH", chan, "m"],
+            ["PUBSUB", "CHANNELS"], ["PUBSUB", "CHANNELS", rng.choice(["*", "n*", "[a-z]*"])],
+            ["PUBSUB", "NUMSUB"], ["PUBSUB", "NUMSUB", chan, "other"], ["PUBSUB", "NUMPAT"],
+            ["PUBSUB", "SHARDCHANNELS"], ["PUBSUB", "SHARDNUMSUB", chan],
+            ["PUBLISH", chan], ["PUBLISH"], ["PUBSUB", "NUMPAT", "x"], ["PUBSUB", "CHANNELS", "a", "b"],
+            ["PUBSUB", "NOPE"], ["PUBSUB"], ["SPUBLISH", chan],
+        ])]
+
     def plain_step(self) -> List[List[str]]:
         family = self.rng.choices(
             [self.string_cmd, self.key_cmd, self.hash_cmd, self.zset_cmd, self.set_cmd, self.bad_cmd,
-             self.db_cmd, self.object_cmd, self.sort_cmd, self.script_cmd],
-            weights=[30, 20, 20, 20, 25, 5, 8, 6, 12, 8],
+             self.db_cmd, self.object_cmd, self.sort_cmd, self.script_cmd, self.pubsub_cmd],
+            weights=[30, 20, 20, 20, 25, 5, 8, 6, 12, 8, 4],
         )[0]
         return family()
 
@@ -493,7 +507,7 @@ class Generator:
                 # queued SET's reference too).
                 body += [c for c in self.plain_step()
                          if not c[0].endswith("SCANALL") and c[0] != "SPOP"
-                         and c[:2] not in (["OBJECT", "NOPE"], ["OBJECT", "REFCOUNT"])]
+                         and c[:2] not in (["OBJECT", "NOPE"], ["OBJECT", "REFCOUNT"], ["PUBSUB", "NOPE"])]
             if self.rng.random() < 0.15:
                 body.insert(self.rng.randrange(len(body) + 1), self.rng.choice([["GET"], ["NOSUCHCMD", "x"]]))
             end = ["DISCARD"] if self.rng.random() < 0.1 else ["EXEC"]

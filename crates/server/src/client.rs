@@ -144,10 +144,30 @@ pub struct ClientState {
     /// Keys this connection's writes touched while clients were blocked (see `blocking`): served
     /// once the running command has finished.
     pub ready_keys: Vec<(usize, Bytes)>,
+    /// Messages others push to this connection (pub/sub, notifications, invalidations): made at
+    /// its first subscription (see `pubsub`).
+    pub outbox: Option<Arc<crate::pubsub::Outbox>>,
+    /// Bytes taken from the outbox into the write buffer and not yet written.
+    pub outbox_taken: usize,
+    /// The channels, patterns and shard channels this connection listens to.
+    pub subs: Option<Box<crate::pubsub::Subscriptions>>,
+    /// CLIENT TRACKING options while tracking is on (a copy of what `tracking` holds, so a read
+    /// checks them without a lock).
+    pub tracking: Option<crate::tracking::Options>,
+    /// Messages due to this connection after the running command's reply (invalidations of its
+    /// own reads and writes, as Redis orders them).
+    pub after_reply: Vec<Bytes>,
+    /// CLIENT CACHING yes|no: applies to the next command (counted down per command).
+    pub caching: Option<(bool, u8)>,
+    /// The running command queued its reply in the outbox itself (SUBSCRIBE's confirmations):
+    /// the connection writes no other.
+    pub reply_queued: bool,
 }
 
 impl ClientState {
     pub fn new(handle: Arc<ClientHandle>, authenticated: bool) -> Self {
+        // Made now, so messages others push (an invalidation redirected here) wake it.
+        let outbox = handle.outbox();
         Self {
             id: handle.id,
             db: 0,
@@ -169,6 +189,79 @@ impl ClientState {
             counters: LocalCounters::default(),
             record: None,
             ready_keys: Vec::new(),
+            outbox,
+            outbox_taken: 0,
+            subs: None,
+            tracking: None,
+            after_reply: Vec::new(),
+            caching: None,
+            reply_queued: false,
+        }
+    }
+
+    /// The connection's outbox.
+    pub fn outbox(&mut self) -> Arc<crate::pubsub::Outbox> {
+        let handle = &self.handle;
+        self.outbox
+            .get_or_insert_with(|| {
+                handle
+                    .outbox()
+                    .unwrap_or_else(|| Arc::new(crate::pubsub::Outbox::new(handle.clone())))
+            })
+            .clone()
+    }
+
+    /// The connection's subscriptions, made on first use (in its tenant).
+    pub fn subscriptions(&mut self) -> &mut crate::pubsub::Subscriptions {
+        let tenant = self.tenant;
+        self.subs
+            .get_or_insert_with(|| Box::new(crate::pubsub::Subscriptions::new(tenant)))
+    }
+
+    /// True while it listens to any channel, pattern or shard channel (Redis' pub/sub context).
+    pub fn is_subscribed(&self) -> bool {
+        self.subs.as_ref().is_some_and(|s| !s.is_empty())
+    }
+
+    /// Queue `reply` in the outbox, in order with the messages there; the command's reply is
+    /// then this (see `reply_queued`).
+    pub fn queue_reply(&mut self, reply: &gradus_proto::Frame) {
+        let bytes = crate::pubsub::encode_for(reply, self.resp);
+        self.outbox().push_own(bytes);
+        self.reply_queued = true;
+    }
+
+    /// After subscriptions changed: CLIENT LIST's counts, and the output limits' class (a
+    /// subscribed connection is a `pubsub` client).
+    pub fn note_subscriptions(&mut self) {
+        use crate::pubsub::{Kind, LimitClass};
+        let counts = self.subs.as_ref().map_or([0; 3], |s| {
+            [
+                s.len(Kind::Channel),
+                s.len(Kind::Pattern),
+                s.len(Kind::Shard),
+            ]
+        });
+        for (slot, n) in self.handle.subs.iter().zip(counts) {
+            slot.store(n, Ordering::Relaxed);
+        }
+        let class = if counts.iter().any(|&n| n > 0) {
+            LimitClass::Pubsub
+        } else {
+            LimitClass::Normal
+        };
+        if let Some(outbox) = &self.outbox {
+            outbox.set_class(class);
+        }
+    }
+
+    /// Move what others queued for this connection to the end of `wbuf` (before the running
+    /// command's reply, and before each write).
+    pub fn take_pushes(&mut self, wbuf: &mut bytes::BytesMut) {
+        if let Some(outbox) = &self.outbox {
+            if outbox.has_queued() {
+                self.outbox_taken += outbox.drain_into(wbuf);
+            }
         }
     }
 
@@ -208,6 +301,12 @@ pub struct ClientHandle {
     pub watch_count: AtomicUsize,
     /// CLIENT DURABILITY override for CLIENT LIST/INFO: 0 = default, else 1 + degree index.
     pub durability: AtomicU8,
+    /// Subscriptions to channels, patterns and shard channels (CLIENT LIST sub, psub, ssub).
+    pub subs: [AtomicUsize; 3],
+    /// The connection's outbox, so others can reach it by id (a tracking redirect target);
+    /// emptied when the connection closes (the outbox points back at this handle).
+    outbox: Mutex<Option<Arc<crate::pubsub::Outbox>>>,
+    outbox_closed: AtomicBool,
     killed: AtomicBool,
     kill_notify: Notify,
 }
@@ -231,6 +330,9 @@ impl ClientHandle {
             multi_len: std::sync::atomic::AtomicI64::new(-1),
             watch_count: AtomicUsize::new(0),
             durability: AtomicU8::new(0),
+            subs: Default::default(),
+            outbox: Mutex::new(None),
+            outbox_closed: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             kill_notify: Notify::new(),
         }
@@ -240,6 +342,32 @@ impl ClientHandle {
     pub fn touch(&self, cmd: &'static str, now_ms: u64) {
         self.last_active_ms.store(now_ms, Ordering::Relaxed);
         *self.last_cmd.lock() = cmd;
+    }
+
+    /// The connection's outbox (made on first use; none once the connection has closed).
+    pub fn outbox(self: &Arc<Self>) -> Option<Arc<crate::pubsub::Outbox>> {
+        let mut slot = self.outbox.lock();
+        if self.outbox_closed.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(
+            slot.get_or_insert_with(|| Arc::new(crate::pubsub::Outbox::new(self.clone())))
+                .clone(),
+        )
+    }
+
+    /// Drop the outbox (the connection has closed): what was queued is discarded.
+    pub fn close_outbox(&self) {
+        let mut slot = self.outbox.lock();
+        self.outbox_closed.store(true, Ordering::Relaxed);
+        if let Some(outbox) = slot.take() {
+            outbox.close();
+        }
+    }
+
+    /// True while the connection listens to any channel (Redis' `pubsub` client type).
+    pub fn is_pubsub(&self) -> bool {
+        self.subs.iter().any(|n| n.load(Ordering::Relaxed) > 0)
     }
 
     /// Ask the connection to close (CLIENT KILL, shutdown).
@@ -271,13 +399,24 @@ impl ClientHandle {
         let lib_name = self.lib_name.lock().clone().unwrap_or_default();
         let lib_ver = self.lib_ver.lock().clone().unwrap_or_default();
         let multi = self.multi_len.load(Ordering::Relaxed);
-        let flags = if multi >= 0 { "x" } else { "N" };
+        let subs: Vec<usize> = self
+            .subs
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect();
+        let flags = if multi >= 0 {
+            "x"
+        } else if subs.iter().any(|&n| n > 0) {
+            "P"
+        } else {
+            "N"
+        };
         let durability = match self.durability.load(Ordering::Relaxed) {
             0 => "default",
             n => gradus_log::Durability::ALL[(n as usize - 1).min(3)].as_str(),
         };
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} watch={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={} durability={}",
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} watch={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={} durability={}",
             self.id,
             self.addr,
             self.laddr,
@@ -286,6 +425,9 @@ impl ClientHandle {
             idle_ms / 1000,
             flags,
             self.db.load(Ordering::Relaxed),
+            subs[0],
+            subs[1],
+            subs[2],
             multi,
             self.watch_count.load(Ordering::Relaxed),
             self.last_cmd.lock(),

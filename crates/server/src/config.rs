@@ -68,6 +68,9 @@ pub struct Config {
     pub latency_monitor_threshold: u64,
     pub metrics_port: u16,
     pub metrics_bind: Vec<String>,
+    pub client_output_buffer_limit: String,
+    pub notify_keyspace_events: String,
+    pub tracking_table_max_keys: u64,
     pub durability: DurabilityConfig,
     /// `[[tenants]]`: when present, every connection authenticates as a tenant's user.
     pub tenants: Vec<TenantConfig>,
@@ -293,6 +296,9 @@ impl Config {
             latency_monitor_threshold: 0,
             metrics_port: 0,
             metrics_bind: Vec::new(),
+            client_output_buffer_limit: String::new(),
+            notify_keyspace_events: String::new(),
+            tracking_table_max_keys: 0,
             durability: DurabilityConfig {
                 default: String::new(),
                 databases: Default::default(),

@@ -74,10 +74,22 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                             reply = work.complete(shared.clone(), &mut client) => reply,
                             _ = peer_closed(stream.tcp()) => break 'conn,
                         };
+                        client.take_pushes(&mut wbuf);
                         encode(&reply, client.resp, &mut wbuf);
+                        for msg in client.after_reply.drain(..) {
+                            wbuf.extend_from_slice(&msg);
+                        }
                         now_ms = gradus_store::now_ms();
-                    } else if !client.suppress_reply {
-                        encode(&reply, client.resp, &mut wbuf);
+                    } else {
+                        // What others (or the command itself) pushed comes first, as in the
+                        // one output buffer of Redis.
+                        client.take_pushes(&mut wbuf);
+                        if !std::mem::take(&mut client.reply_queued) && !client.suppress_reply {
+                            encode(&reply, client.resp, &mut wbuf);
+                        }
+                        for msg in client.after_reply.drain(..) {
+                            wbuf.extend_from_slice(&msg);
+                        }
                     }
                     if client.close_after_reply || handle.is_killed() {
                         flush(&shared, &mut stream, &mut wbuf, &mut client).await;
@@ -158,6 +170,17 @@ pub(crate) async fn between_batches<S: ClientStream>(
         },
         _ = client.handle.killed() => false,
         _ = shutdown.changed() => false,
+        // Messages pushed by others: the next flush writes them.
+        _ = pushed(client.outbox.as_deref()) => true,
+    }
+}
+
+/// Resolves when another connection has pushed something to this one (never if it has no
+/// outbox).
+async fn pushed(outbox: Option<&crate::pubsub::Outbox>) {
+    match outbox {
+        Some(outbox) => outbox.ready().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -169,6 +192,14 @@ pub(crate) fn close(shared: &Shared, client: &ClientState) {
         .stats
         .absorb(&client.counters, &shared.tenancy.tenants[client.tenant].ops);
     shared.locks.release_client(client.id);
+    if let Some(subs) = &client.subs {
+        subs.release(&shared.pubsub, client.id);
+    }
+    if client.tracking.is_some() {
+        shared.tracking.disable(client.id);
+    }
+    shared.monitors.remove(client.id);
+    client.handle.close_outbox();
     shared.clients.unregister(client.id);
 }
 
@@ -248,13 +279,25 @@ pub(crate) async fn flush<S: ClientStream>(
             }
         }
     }
+    client.take_pushes(wbuf);
     if wbuf.is_empty() {
         return true;
     }
-    // A TLS stream may keep part of the records it made in its buffer until flushed (a no-op for
-    // a plain socket).
-    if stream.write_all(wbuf).await.is_err() || stream.flush().await.is_err() {
+    // A connection killed while its peer does not read (a slow subscriber over its output
+    // limit) stops writing at once. A TLS stream may keep part of the records it made in its
+    // buffer until flushed (a no-op for a plain socket).
+    let written = tokio::select! {
+        written = async {
+            stream.write_all(wbuf).await?;
+            stream.flush().await
+        } => written.is_ok(),
+        _ = client.handle.killed() => false,
+    };
+    if !written {
         return false;
+    }
+    if let Some(outbox) = &client.outbox {
+        outbox.written(std::mem::take(&mut client.outbox_taken));
     }
     shared
         .stats

@@ -57,6 +57,16 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         let e = CmdError::Other(denied.error_text(&client.user));
         return reject(client, e);
     }
+    // Redis: a subscribed RESP2 connection may only (un)subscribe, PING, QUIT and RESET.
+    if client.resp == gradus_proto::ProtocolVersion::Resp2
+        && !spec.has(flags::SUBSCRIBED_OK)
+        && client.is_subscribed()
+    {
+        return reject(client, CmdError::err(format!(
+            "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            row.name
+        )));
+    }
     if let Some(multi) = client.multi.as_mut() {
         if !spec.has(flags::NO_QUEUE) {
             if spec.has(flags::NO_MULTI) {
@@ -71,6 +81,14 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
             return Frame::Simple("QUEUED".into());
         }
     }
+    // MONITOR shows what runs (never the commands that carry credentials).
+    if shared.monitors.any() && !spec.has(flags::NO_AUTH) {
+        let addr = client.handle.addr.to_string();
+        let db = shared.tenancy.select_of(client.db);
+        shared
+            .monitors
+            .feed(client.tenant, db, &addr, &args, &shared.pubsub.limits);
+    }
     crate::client::LocalCounters::bump(&client.counters.commands);
     client.handle.touch(row.name, now_ms);
     // A subcommand's row decides how it runs where it says so (FUNCTION LOAD is a write,
@@ -81,10 +99,22 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         } else if row.runs_as_write() {
             run_write(shared, client, row, std::mem::take(args), now_ms)
         } else {
-            let _gate = shared.store.shared(client.id);
-            run(shared, client, spec, args, now_ms)
+            let reply = {
+                let _gate = shared.store.shared(client.id);
+                run(shared, client, spec, args, now_ms)
+            };
+            if client.tracking.is_some() && spec.has(flags::READONLY) {
+                remember_read(shared, client, spec, args);
+            }
+            reply
         }
     });
+    if let Some((_, left)) = client.caching.as_mut() {
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            client.caching = None;
+        }
+    }
     // Clients blocked on keys this command wrote (EXEC's and scripts' writes included) are
     // served now that it has finished, first blocked first (see `blocking`).
     if !client.ready_keys.is_empty() {
@@ -128,6 +158,40 @@ pub fn run_observed(
     reply
 }
 
+/// Client-side caching: a tracking connection's read remembers its keys (default mode; OPTIN
+/// only after CLIENT CACHING yes, OPTOUT unless CLIENT CACHING no), so a later write of them
+/// sends it an invalidation (see `tracking`).
+fn remember_read(shared: &Shared, client: &mut ClientState, spec: &CommandSpec, args: &[Bytes]) {
+    let Some(options) = &client.tracking else {
+        return;
+    };
+    let caching = client.caching.map(|(yes, _)| yes);
+    let wanted = if options.bcast {
+        false
+    } else if options.optin {
+        caching == Some(true)
+    } else if options.optout {
+        caching != Some(false)
+    } else {
+        true
+    };
+    if !wanted {
+        return;
+    }
+    let keys: Vec<Bytes> = spec
+        .key_indexes(args)
+        .into_iter()
+        .filter_map(|i| args.get(i).cloned())
+        .collect();
+    if !keys.is_empty() {
+        let max = shared.live.tracking_table_max_keys.load(Ordering::Relaxed) as usize;
+        let own = shared
+            .tracking
+            .remember(client.id, client.tenant, &keys, max);
+        client.after_reply.extend(own);
+    }
+}
+
 /// Note the keys of a write that has just been applied, when clients are blocked: one of them
 /// may be ready for them. (Read after the change left its shard: see `blocking`'s docs.)
 fn note_ready_keys(
@@ -150,6 +214,88 @@ fn note_ready_keys(
 /// inside the transaction the connection has open (EXEC, a script), whose record it joins. A
 /// command is logged as itself when it succeeds; one flagged `self_logged` logs its effects.
 pub fn run_write(
+    shared: &Shared,
+    client: &mut ClientState,
+    spec: &CommandSpec,
+    args: Vec<Bytes>,
+    now_ms: u64,
+) -> Frame {
+    // Client-side caching: the keys it wrote are invalidated for whoever may cache them, and
+    // a flush invalidates everything (see `tracking`).
+    if shared.tracking.is_active() {
+        let keys: Vec<Bytes> = spec
+            .key_indexes(&args)
+            .into_iter()
+            .filter_map(|i| args.get(i).cloned())
+            .collect();
+        let flushes = spec.has(flags::FLUSHES);
+        let (id, tenant) = (client.id, client.tenant);
+        let reply = run_write_notified(shared, client, spec, args, now_ms);
+        if !reply.is_error() {
+            if flushes {
+                shared.tracking.flush(tenant);
+            } else if !keys.is_empty() {
+                let own = shared.tracking.invalidate(id, tenant, &keys);
+                client.after_reply.extend(own);
+            }
+        }
+        return reply;
+    }
+    run_write_notified(shared, client, spec, args, now_ms)
+}
+
+/// [`run_write`] with the keyspace notifications its row names.
+fn run_write_notified(
+    shared: &Shared,
+    client: &mut ClientState,
+    spec: &CommandSpec,
+    args: Vec<Bytes>,
+    now_ms: u64,
+) -> Frame {
+    // The keyspace events its row names, for its keys, once it has succeeded (see `notify`).
+    let Some(notify) = spec.notify.filter(|_| crate::notify::enabled(shared)) else {
+        return run_write_logged(shared, client, spec, args, now_ms);
+    };
+    let db = client.db;
+    let exists = |key: &[u8]| {
+        shared
+            .store
+            .db(db)
+            .is_some_and(|ks| ks.lock(key).is_live(key, now_ms))
+    };
+    let keys: Vec<(Bytes, bool)> = spec
+        .key_indexes(&args)
+        .into_iter()
+        .filter_map(|i| args.get(i).cloned())
+        .map(|key| {
+            let existed = !notify.only_existing || exists(&key);
+            (key, existed)
+        })
+        .collect();
+    let reply = run_write_logged(shared, client, spec, args, now_ms);
+    let unchanged = matches!(
+        reply,
+        Frame::Integer(0) | Frame::Null | Frame::NullArray | Frame::Error(_)
+    );
+    if (unchanged && notify.only_if_changed) || reply.is_error() {
+        return reply;
+    }
+    for (i, (key, existed)) in keys.iter().enumerate() {
+        let (class, event) = notify.events[i.min(notify.events.len() - 1)];
+        if event.is_empty() || !existed {
+            continue;
+        }
+        crate::notify::emit(shared, class, event, db, key);
+        // A list, set, hash or sorted set left empty is deleted: Redis says `del` too.
+        if class & crate::notify::CONTAINERS != 0 && !exists(key) {
+            crate::notify::emit(shared, crate::notify::GENERIC, "del", db, key);
+        }
+    }
+    reply
+}
+
+/// [`run_write`] without its notifications.
+fn run_write_logged(
     shared: &Shared,
     client: &mut ClientState,
     spec: &CommandSpec,

@@ -10,7 +10,12 @@
 //!   password checks and AUTH throttling; `tenancy::acl`: rights and the per-command check;
 //! - [`functions`]: Redis 7 function libraries, per tenant (data; the commands and the Lua side
 //!   are in `command::functions` and `command::scripting`);
+//! - [`tracking`]: client-side caching (CLIENT TRACKING) and its invalidations;
 //! - [`blocking`]: clients blocked in BLPOP & co., served first-come first-served by writers;
+//! - [`pubsub`]: channel subscriptions by tenant, and each connection's bounded outbox of pushed
+//!   messages (pub/sub, keyspace notifications, invalidations);
+//! - [`monitor`]: MONITOR's connections and lines;
+//! - [`notify`]: keyspace notifications (`notify-keyspace-events`);
 //! - [`quota`]: memory limits per keyspace and tenant: LRU eviction for caches, OOM for the rest;
 //! - [`persist`]: durability degrees and the strict wait; `persist::write`: the one write path;
 //!   `persist::record`: log records and snapshot items; `persist::replay`: recovery;
@@ -44,14 +49,18 @@ pub mod hll;
 pub mod info;
 pub mod long_double;
 pub mod memcache;
+pub mod monitor;
+pub mod notify;
 pub mod observe;
 pub mod persist;
+pub mod pubsub;
 pub mod quota;
 pub mod server;
 pub mod settings;
 pub mod state;
 pub mod tenancy;
 pub mod tls;
+pub mod tracking;
 
 pub use config::{Cli, Config};
 pub use server::Server;

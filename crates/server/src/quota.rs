@@ -88,6 +88,13 @@ pub fn make_room(
                 return Err(oom(shared, g, tenant, ks_over));
             };
             count += 1;
+            crate::notify::emit(shared, crate::notify::EVICTED, "evicted", db, &key);
+            if shared.tracking.is_active() {
+                let own = shared
+                    .tracking
+                    .invalidate(0, tenant, std::slice::from_ref(&key));
+                debug_assert!(own.is_empty(), "no connection has id 0");
+            }
             if shared.persist.db_logged(db) {
                 log_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
             }

@@ -369,12 +369,19 @@ async fn expiry_loop(shared: Arc<Shared>) {
     let period = Duration::from_millis(1000 / u64::from(shared.config.hz.max(1)));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut logging_expired = false;
     loop {
         tick.tick().await;
-        let shared = shared.clone();
+        // Expired keys are kept for `expired` notifications only while those are on.
+        let wanted = crate::notify::wants_expired(&shared);
+        if wanted != logging_expired {
+            shared.store.set_expired_log(wanted);
+            logging_expired = wanted;
+        }
+        let sweeper = shared.clone();
         // The sweep takes shard locks; keep it off the async workers' fast path.
         let removed = tokio::task::spawn_blocking(move || {
-            shared
+            sweeper
                 .store
                 .sweep_expired(gradus_store::now_ms(), SWEEP_BUDGET_PER_SHARD)
         })
@@ -382,6 +389,9 @@ async fn expiry_loop(shared: Arc<Shared>) {
         .unwrap_or(0);
         if removed > 0 {
             tracing::trace!(removed, "active expiry");
+        }
+        if logging_expired {
+            crate::notify::publish_expired(&shared);
         }
     }
 }

@@ -57,6 +57,9 @@ pub enum Kind {
     EnumOrInt(&'static [&'static str]),
     /// A list of words (`CONFIG GET` shows them separated by spaces; TOML: an array of strings).
     List,
+    /// Text in a syntax of its own: the function checks it and returns its canonical form, or
+    /// Redis' error (`client-output-buffer-limit`, `notify-keyspace-events`).
+    Custom(fn(&str) -> Result<String, String>),
 }
 
 /// A setting's value, whatever the field's Rust type.
@@ -124,7 +127,9 @@ impl Kind {
                 Some(n) => Value::Int(n as u64),
                 None => return Err("argument must be a memory value".into()),
             },
-            Kind::Text | Kind::Enum(_) | Kind::EnumOrInt(_) => Value::Text(text.to_string()),
+            Kind::Text | Kind::Enum(_) | Kind::EnumOrInt(_) | Kind::Custom(_) => {
+                Value::Text(text.to_string())
+            }
             Kind::List => Value::List(text.split_whitespace().map(str::to_string).collect()),
         };
         self.check(v)
@@ -139,9 +144,10 @@ impl Kind {
                 .map_err(|_| self.range_error())?,
             (Kind::Signed { .. }, toml::Value::Integer(n)) => Value::Signed(*n),
             (Kind::Size { .. }, toml::Value::String(s)) => return self.parse(s),
-            (Kind::Text | Kind::Enum(_) | Kind::EnumOrInt(_), toml::Value::String(s)) => {
-                Value::Text(s.clone())
-            }
+            (
+                Kind::Text | Kind::Enum(_) | Kind::EnumOrInt(_) | Kind::Custom(_),
+                toml::Value::String(s),
+            ) => Value::Text(s.clone()),
             (Kind::EnumOrInt(_), toml::Value::Integer(n)) if *n >= 0 => Value::Text(n.to_string()),
             (Kind::List, toml::Value::Array(items)) => Value::List(
                 items
@@ -196,6 +202,7 @@ impl Kind {
                     ))
                 }
             }
+            (Kind::Custom(normalize), Value::Text(s)) => normalize(&s).map(Value::Text),
             (Kind::Bool, v @ Value::Bool(_))
             | (Kind::Text, v @ Value::Text(_))
             | (Kind::List, v @ Value::List(_)) => Ok(v),
@@ -221,7 +228,7 @@ impl Kind {
             Kind::Bool => "true or false",
             Kind::Int { .. } | Kind::Signed { .. } => "a whole number",
             Kind::Size { .. } => "a number of bytes or a size such as \"64mb\"",
-            Kind::Text | Kind::Enum(_) => "a string",
+            Kind::Text | Kind::Enum(_) | Kind::Custom(_) => "a string",
             Kind::EnumOrInt(_) => "a string or a whole number",
             Kind::List => "an array of strings",
         }
@@ -241,7 +248,7 @@ impl Kind {
             Kind::Int { min, max } => range("int", min, max),
             Kind::Size { min, max } => range("size", min, max),
             Kind::Signed { min, max } => format!("int {min}–{max}"),
-            Kind::Text => "string".into(),
+            Kind::Text | Kind::Custom(_) => "string".into(),
             Kind::Enum(words) => format!("enum: {}", words.join(", ")),
             Kind::EnumOrInt(words) => format!("{} or int", words.join(", ")),
             Kind::List => "list".into(),
@@ -633,6 +640,17 @@ pub static SETTINGS: &[Setting] = &[
     Setting { name: "metrics-bind", section: Section::Top, key: "metrics-bind", kind: Kind::List, default: "127.0.0.1",
         flag: flag("ADDR"), live: None, field: field!(metrics_bind),
         doc: "Addresses the metrics listener binds (loopback only by default); it serves only GET and HEAD of its own paths." },
+    Setting { name: "client-output-buffer-limit", section: Section::Top, key: "client-output-buffer-limit", kind: Kind::Custom(normalize_output_limits), default: "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60",
+        flag: None, field: field!(client_output_buffer_limit),
+        live: Some(Live { get: |l| Value::Text(l.output_limits.text()), set: |l, v| l.output_limits.apply(&v.text()), apply: None }),
+        doc: "Redis' output limits per client class (class, hard bytes, soft bytes, soft seconds; repeated): a pub/sub subscriber whose unsent messages pass the hard limit, or the soft one for longer than its seconds, is disconnected; a CONFIG SET changes only the classes it names." },
+    Setting { name: "notify-keyspace-events", section: Section::Top, key: "notify-keyspace-events", kind: Kind::Custom(crate::notify::normalize), default: "",
+        flag: None, field: field!(notify_keyspace_events),
+        live: Some(Live { get: |l| Value::Text(crate::notify::format(l.notify_flags.load(Ordering::Relaxed))), set: |l, v| l.notify_flags.store(crate::notify::parse(&v.text()).unwrap_or(0), Ordering::Relaxed), apply: None }),
+        doc: "Keyspace notification classes in Redis' letters (K, E, g, $, l, s, h, z, x, e, d, t, m, n, A); empty: none. Published in the tenant's own keyspace and keyevent channels (see README, Keyspace notifications)." },
+    Setting { name: "tracking-table-max-keys", section: Section::Top, key: "tracking-table-max-keys", kind: KNOB, default: "1000000",
+        flag: None, live: live_u64!(tracking_table_max_keys), field: field!(tracking_table_max_keys),
+        doc: "Most keys the client-side caching table (CLIENT TRACKING) remembers; past it the oldest are invalidated and forgotten; 0: no limit." },
     Setting { name: "durability", section: Section::Durability, key: "default", kind: DEGREES, default: "background",
         flag: flag("DEGREE"), live: None, field: field!(durability.default),
         doc: "Default durability degree of every database: none, lazy, background or strict (see README, Durability)." },
@@ -664,6 +682,24 @@ pub static SETTINGS: &[Setting] = &[
         flag: None, live: None, field: field!(durability.snapshot_compression),
         doc: "Store snapshot values of 64 bytes or more LZ4-compressed when that saves at least an eighth (as rdbcompression)." },
 ];
+
+/// The canonical form of a `client-output-buffer-limit` value (sizes in bytes), or Redis' error.
+fn normalize_output_limits(text: &str) -> Result<String, String> {
+    let classes = crate::pubsub::parse_output_limits(text)?;
+    Ok(classes
+        .iter()
+        .map(|(class, l)| {
+            format!(
+                "{} {} {} {}",
+                crate::pubsub::LimitClass::NAMES[*class as usize],
+                l.hard,
+                l.soft,
+                l.soft_seconds
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" "))
+}
 
 /// How a reported value is read from the server's state.
 pub type Reported = fn(&Shared) -> String;

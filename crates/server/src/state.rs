@@ -3,8 +3,8 @@
 //! One `Arc<Shared>` is handed to every connection. Settings that `CONFIG SET` may change live in
 //! atomics or a small mutex so the request path reads them without locking anything shared for long.
 //!
-//! May import: `client`, `config`, `persist`, `tenancy`, `blocking`, `memcache::stats`, `tls`, `observe`
-//! (the state they keep); never command modules.
+//! May import: `client`, `config`, `persist`, `tenancy`, `blocking`, `pubsub`, `memcache::stats`, `tls`,
+//! `observe` (the state they keep); never command modules.
 
 use crate::client::ClientRegistry;
 use crate::config::Config;
@@ -86,6 +86,11 @@ pub struct LiveSettings {
     pub slowlog_max_len: AtomicU64,
     /// `latency-monitor-threshold`, milliseconds (0: off).
     pub latency_monitor_threshold: AtomicU64,
+    /// `client-output-buffer-limit`, shared with the pub/sub tables that enforce it.
+    pub output_limits: std::sync::Arc<crate::pubsub::OutputLimits>,
+    /// `notify-keyspace-events` as `notify` class bits.
+    pub notify_flags: std::sync::atomic::AtomicU32,
+    pub tracking_table_max_keys: AtomicU64,
 }
 
 impl LiveSettings {
@@ -140,6 +145,12 @@ pub struct Shared {
     pub acl: crate::tenancy::acl_users::AclUsers,
     /// Command statistics, the slow log and the latency monitor (see `observe`).
     pub observer: crate::observe::Observer,
+    /// Pub/sub subscriptions and the output limits of subscribed connections.
+    pub pubsub: crate::pubsub::PubSub,
+    /// Client-side caching: tracking connections and the keys they may cache.
+    pub tracking: crate::tracking::Tracking,
+    /// Connections in MONITOR.
+    pub monitors: crate::monitor::Monitors,
 }
 
 impl Shared {
@@ -173,8 +184,12 @@ impl Shared {
             slowlog_log_slower_than: AtomicI64::new(0),
             slowlog_max_len: AtomicU64::new(0),
             latency_monitor_threshold: AtomicU64::new(0),
+            output_limits: Default::default(),
+            notify_flags: Default::default(),
+            tracking_table_max_keys: AtomicU64::new(0),
         };
         crate::settings::init_live(&live, &config);
+        let live_limits = live.output_limits.clone();
         let (shutdown, _) = watch::channel(false);
         let persist = crate::persist::Persistence {
             // Set by start-up recovery, which replays into this state before the log exists.
@@ -227,6 +242,9 @@ impl Shared {
             tls: Default::default(),
             acl: Default::default(),
             observer: Default::default(),
+            pubsub: crate::pubsub::PubSub::new(live_limits),
+            tracking: Default::default(),
+            monitors: Default::default(),
         }
     }
 

@@ -519,6 +519,21 @@ impl Keyspace {
         None
     }
 
+    /// Keep (or stop keeping) the keys expiry reclaims, in every shard (for keyspace
+    /// notifications).
+    pub fn set_expired_log(&self, on: bool) {
+        for i in 0..SHARDS {
+            self.shard(i).set_expired_log(on);
+        }
+    }
+
+    /// The keys expiry reclaimed since the last call, from every shard.
+    pub fn take_expired(&self) -> Vec<Bytes> {
+        (0..SHARDS)
+            .flat_map(|i| self.shard(i).take_expired())
+            .collect()
+    }
+
     /// Reclaim up to `budget_per_shard` expired keys in every shard; returns how many were removed.
     pub fn sweep_expired(&self, now_ms: u64, budget_per_shard: usize) -> usize {
         (0..SHARDS)

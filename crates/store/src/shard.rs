@@ -271,7 +271,13 @@ pub struct Shard {
     /// duplicates, see the module docs.
     sample_keys: Vec<Bytes>,
     sampling: bool,
+    /// Keys reclaimed by expiry since the server last took them (for `expired` keyspace
+    /// notifications); None while nobody wants them. At most [`EXPIRED_LOG_MAX`].
+    expired_log: Option<Vec<Bytes>>,
 }
+
+/// Most expired keys a shard keeps between two takes; past it the rest are not reported.
+pub const EXPIRED_LOG_MAX: usize = 4096;
 
 impl Shard {
     /// An empty shard. Versions start from the clock (Unix ms × 1024), not from 0, so a version
@@ -480,8 +486,30 @@ impl Shard {
         if expired {
             self.remove_entry(key);
             self.expired_count += 1;
+            self.log_expired(key);
         }
         expired
+    }
+
+    fn log_expired(&mut self, key: &[u8]) {
+        if let Some(log) = &mut self.expired_log {
+            if log.len() < EXPIRED_LOG_MAX {
+                log.push(Bytes::copy_from_slice(key));
+            }
+        }
+    }
+
+    /// Keep (or stop keeping) the keys expiry reclaims, for [`Shard::take_expired`].
+    pub fn set_expired_log(&mut self, on: bool) {
+        self.expired_log = on.then(Vec::new);
+    }
+
+    /// The keys reclaimed by expiry since the last call (empty when not kept).
+    pub fn take_expired(&mut self) -> Vec<Bytes> {
+        match &mut self.expired_log {
+            Some(log) => std::mem::take(log),
+            None => Vec::new(),
+        }
     }
 
     fn remove_entry(&mut self, key: &[u8]) -> Option<Entry> {
@@ -500,6 +528,11 @@ impl Shard {
         let entry = self.map.get_mut(key)?;
         entry.atime = access_tick(now_ms);
         Some(entry)
+    }
+
+    /// Whether `key` holds a live entry, changing nothing (an expired one is left for expiry).
+    pub fn is_live(&self, key: &[u8], now_ms: u64) -> bool {
+        self.map.get(key).is_some_and(|e| !e.is_expired(now_ms))
     }
 
     /// The live entry for `key` without counting an access (OBJECT looks at a key this way):
@@ -680,6 +713,8 @@ impl Shard {
             );
             if was_expired {
                 self.expired_count += 1;
+                let k = k.clone();
+                self.log_expired(&k);
                 return None;
             }
             return Some(old);
@@ -793,6 +828,7 @@ impl Shard {
             }
             self.remove_entry(&key);
             self.expired_count += 1;
+            self.log_expired(&key);
             removed += 1;
         }
         removed

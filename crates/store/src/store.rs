@@ -56,6 +56,14 @@ impl Store {
         self.gate.exclusive()
     }
 
+    /// Keep (or stop keeping) the keys expiry reclaims, in every keyspace
+    /// ([`Keyspace::take_expired`] hands them out).
+    pub fn set_expired_log(&self, on: bool) {
+        for k in &self.keyspaces {
+            k.set_expired_log(on);
+        }
+    }
+
     /// Active expiry: reclaim up to `budget_per_shard` expired keys per shard in every keyspace.
     /// Takes a shared hold of the gate itself (it is called from a timer, not from a command).
     pub fn sweep_expired(&self, now_ms: u64, budget_per_shard: usize) -> usize {

@@ -23,12 +23,12 @@ const F: u32 = flags::FAST;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("setbit", 4, W, KEY1, "bitmap", "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.", setbit),
+    cmd("setbit", 4, W, KEY1, "bitmap", "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.", setbit).notifies(&[(crate::notify::STRING, "setbit")]),
     cmd("getbit", 3, R | F, KEY1, "bitmap", "Returns a bit value by offset.", getbit),
     cmd("bitcount", -2, R, KEY1, "bitmap", "Counts the number of set bits (population counting) in a string.", bitcount),
     cmd("bitpos", -3, R, KEY1, "bitmap", "Finds the first set (1) or clear (0) bit in a string.", bitpos),
-    cmd("bitop", -4, W, (2, -1, 1), "bitmap", "Performs bitwise operations on multiple strings, and stores the result.", bitop),
-    cmd("bitfield", -2, W, KEY1, "bitmap", "Performs arbitrary bitfield integer operations on strings.", bitfield),
+    cmd("bitop", -4, W, (2, -1, 1), "bitmap", "Performs bitwise operations on multiple strings, and stores the result.", bitop).notifies(&[(crate::notify::STRING, "set"), (0, "")]),
+    cmd("bitfield", -2, W, KEY1, "bitmap", "Performs arbitrary bitfield integer operations on strings.", bitfield).notifies(&[(crate::notify::STRING, "setbit")]),
     cmd("bitfield_ro", -2, R | F, KEY1, "bitmap", "Performs arbitrary read-only bitfield integer operations on strings.", bitfield_ro),
 ];
 

@@ -4,7 +4,7 @@
 //! and, for CLIENT LIST/KILL, on the registry of other connections. They never touch keys.
 //!
 //! May import: `args`, `client`, `tenancy` (AUTH), `command::acl` (ACL users at AUTH), `blocking`
-//! (CLIENT UNBLOCK), `state`.
+//! (CLIENT UNBLOCK), `pubsub` (RESET and AUTH drop subscriptions), `state`.
 
 use super::{cmd, flags, sub, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, parse_i64, show};
@@ -17,13 +17,13 @@ const CONN: u32 = flags::FAST | flags::LOADING;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("ping", -1, CONN, NO_KEYS, "connection", "Returns the server's liveliness response.", ping),
+    cmd("ping", -1, CONN | flags::SUBSCRIBED_OK, NO_KEYS, "connection", "Returns the server's liveliness response.", ping),
     cmd("echo", 2, CONN, NO_KEYS, "connection", "Returns the given string.", echo),
     cmd("hello", -1, CONN | flags::NO_AUTH | flags::NOSCRIPT | flags::SECRET_ARGS, NO_KEYS, "connection", "Handshakes with the Redis server.", hello),
     cmd("auth", -2, CONN | flags::NO_AUTH | flags::NOSCRIPT | flags::SECRET_ARGS, NO_KEYS, "connection", "Authenticates the connection.", auth),
     cmd("select", 2, CONN, NO_KEYS, "connection", "Changes the selected database.", select),
-    cmd("quit", -1, CONN | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Closes the connection.", quit),
-    cmd("reset", 1, CONN | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Resets the connection.", reset),
+    cmd("quit", -1, CONN | flags::SUBSCRIBED_OK | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Closes the connection.", quit),
+    cmd("reset", 1, CONN | flags::SUBSCRIBED_OK | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Resets the connection.", reset),
     cmd("client", -2, flags::LOADING | flags::NOSCRIPT, NO_KEYS, "connection", "A container for client connection commands.", client).with_subcommands(&[
         sub("client|id", 2, flags::LOADING | flags::NOSCRIPT, "Returns the unique client ID of the connection."),
         sub("client|getname", 2, flags::LOADING | flags::NOSCRIPT, "Returns the name of the connection."),
@@ -35,13 +35,26 @@ pub const COMMANDS: &[CommandSpec] = &[
         sub("client|no-evict", 3, flags::LOADING | flags::NOSCRIPT, "Sets the client eviction mode of the connection."),
         sub("client|no-touch", 3, flags::LOADING | flags::NOSCRIPT, "Controls whether commands sent by the client affect the LRU/LFU of accessed keys."),
         sub("client|unblock", -3, flags::LOADING | flags::NOSCRIPT, "Unblocks a client blocked by a blocking command from a different connection."),
+        sub("client|tracking", -3, flags::LOADING | flags::NOSCRIPT, "Controls server-assisted client-side caching for the connection."),
+        sub("client|caching", 3, flags::LOADING | flags::NOSCRIPT, "Instructs the server whether to track the keys in the next request."),
+        sub("client|getredir", 2, flags::LOADING | flags::NOSCRIPT, "Returns the client ID to which the connection's tracking notifications are redirected."),
+        sub("client|trackinginfo", 2, flags::LOADING | flags::NOSCRIPT, "Returns information about server-assisted client-side caching for the connection."),
         sub("client|help", 2, flags::LOADING | flags::NOSCRIPT, "Returns helpful text about the different subcommands."),
         sub("client|durability", -2, flags::LOADING | flags::NOSCRIPT, "Sets the connection's durability degree (none, lazy, background, strict, default) or returns it."),
     ]),
 ];
 
 fn ping(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let _ = ctx;
+    if ctx.client.resp == ProtocolVersion::Resp2 && ctx.client.is_subscribed() {
+        // Redis' reply in the RESP2 pub/sub context: ["pong", message or ""].
+        return match args.len() {
+            1 | 2 => Ok(Frame::Array(vec![
+                Frame::Bulk(Bytes::from_static(b"pong")),
+                Frame::Bulk(args.get(1).cloned().unwrap_or_default()),
+            ])),
+            _ => Err(super::arity_error(&args[0])),
+        };
+    }
     match args.len() {
         1 => Ok(Frame::Simple("PONG".into())),
         2 => Ok(Frame::Bulk(args[1].clone())),
@@ -80,6 +93,13 @@ fn authenticate(ctx: &mut Ctx<'_>, user: &[u8], pass: &[u8]) -> Result<(), CmdEr
         Some((name, tenant, perms, acl)) => {
             shared.auth_throttle.succeeded(ip);
             let client = &mut *ctx.client;
+            if client.tenant != tenant {
+                // Subscriptions belong to a tenant: they do not follow into another.
+                if let Some(mut subs) = client.subs.take() {
+                    subs.clear(&shared.pubsub, client.id);
+                    client.note_subscriptions();
+                }
+            }
             if client.tenant != tenant || !client.authenticated {
                 client.tenant = tenant;
                 client.db = shared.tenancy.initial_keyspace(tenant);
@@ -223,6 +243,15 @@ fn quit(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
 
 fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     ctx.client.clear_transaction();
+    if let Some(mut subs) = ctx.client.subs.take() {
+        subs.clear(&ctx.shared.pubsub, ctx.client.id);
+        ctx.client.note_subscriptions();
+    }
+    if ctx.client.tracking.take().is_some() {
+        ctx.shared.tracking.disable(ctx.client.id);
+    }
+    ctx.client.caching = None;
+    ctx.shared.monitors.remove(ctx.client.id);
     ctx.client.db = ctx.shared.tenancy.initial_keyspace(ctx.client.tenant);
     ctx.client.resp = ProtocolVersion::Resp2;
     if ctx.shared.auth_required() {
@@ -274,6 +303,15 @@ const CLIENT_HELP: &[&str] = &[
     "    Unblock the specified blocked client.",
     "DURABILITY (NONE|LAZY|BACKGROUND|STRICT|DEFAULT)",
     "    Set the durability degree of this connection's writes (DEFAULT: the database's own).",
+    "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+    "         [OPTIN] [OPTOUT] [NOLOOP]",
+    "    Control server assisted client side caching.",
+    "TRACKINGINFO",
+    "    Report tracking status for the current connection.",
+    "CACHING (YES|NO)",
+    "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+    "GETREDIR",
+    "    Return the client ID we are redirecting to when tracking is enabled.",
     "NO-EVICT (ON|OFF)",
     "NO-TOUCH (ON|OFF)",
     "    Accepted for compatibility; no effect.",
@@ -372,6 +410,13 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 Err(CmdError::Syntax)
             }
         }
+        "tracking" if argc >= 3 => client_tracking(ctx, &args[2..]),
+        "caching" if argc == 3 => client_caching(ctx, &args[2]),
+        "getredir" if argc == 2 => Ok(Frame::Integer(match &ctx.client.tracking {
+            None => -1,
+            Some(o) => o.redirect as i64,
+        })),
+        "trackinginfo" if argc == 2 => Ok(tracking_info(ctx)),
         "help" if argc == 2 => Ok(Frame::Array(
             CLIENT_HELP
                 .iter()
@@ -379,12 +424,186 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 .collect(),
         )),
         "id" | "getname" | "setname" | "setinfo" | "info" | "kill" | "no-evict" | "no-touch"
-        | "help" | "durability" | "unblock" => Err(wrong()),
+        | "help" | "durability" | "unblock" | "tracking" | "caching" | "getredir"
+        | "trackinginfo" => Err(wrong()),
         _ => Err(CmdError::UnknownSubcommand {
             cmd: "CLIENT".into(),
             sub: show(&args[1]),
         }),
     }
+}
+
+/// CLIENT TRACKING on|off [REDIRECT id] [PREFIX p]... [BCAST] [OPTIN] [OPTOUT] [NOLOOP], with
+/// Redis' checks and texts.
+fn client_tracking(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let on = if is(&args[0], "on") {
+        true
+    } else if is(&args[0], "off") {
+        false
+    } else {
+        return Err(CmdError::Syntax);
+    };
+    let mut o = crate::tracking::Options::default();
+    let mut i = 1;
+    while i < args.len() {
+        let more = i + 1 < args.len();
+        if is(&args[i], "redirect") && more {
+            if o.redirect != 0 {
+                return Err(CmdError::err(
+                    "A client can only redirect to a single other client",
+                ));
+            }
+            let id = parse_i64(&args[i + 1]).ok_or(CmdError::NotInteger)?;
+            let exists = u64::try_from(id)
+                .ok()
+                .and_then(|id| ctx.shared.clients.get(id))
+                .is_some();
+            if !exists {
+                return Err(CmdError::err(
+                    "The client ID you want redirect to does not exist",
+                ));
+            }
+            o.redirect = id as u64;
+            i += 2;
+        } else if is(&args[i], "prefix") && more {
+            o.prefixes.push(args[i + 1].clone());
+            i += 2;
+        } else if is(&args[i], "bcast") {
+            o.bcast = true;
+            i += 1;
+        } else if is(&args[i], "optin") {
+            o.optin = true;
+            i += 1;
+        } else if is(&args[i], "optout") {
+            o.optout = true;
+            i += 1;
+        } else if is(&args[i], "noloop") {
+            o.noloop = true;
+            i += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    if !on {
+        if ctx.client.tracking.take().is_some() {
+            ctx.shared.tracking.disable(ctx.client.id);
+        }
+        ctx.client.caching = None;
+        return Ok(Frame::ok());
+    }
+    if !o.bcast && !o.prefixes.is_empty() {
+        return Err(CmdError::err(
+            "PREFIX option requires BCAST mode to be enabled",
+        ));
+    }
+    if let Some(current) = &ctx.client.tracking {
+        if current.bcast != o.bcast {
+            return Err(CmdError::err("You can't switch BCAST mode on/off before disabling tracking for this client, and then re-enabling it with a different mode."));
+        }
+    }
+    if o.optin && o.optout {
+        return Err(CmdError::err(
+            "You can't specify both OPTIN mode and OPTOUT mode",
+        ));
+    }
+    if o.bcast && (o.optin || o.optout) {
+        return Err(CmdError::err(
+            "OPTIN and OPTOUT are not compatible with BCAST",
+        ));
+    }
+    for (a, p) in o.prefixes.iter().enumerate() {
+        for q in &o.prefixes[a + 1..] {
+            if p.starts_with(q) || q.starts_with(p) {
+                let (first, second) = if p.len() <= q.len() { (p, q) } else { (q, p) };
+                return Err(CmdError::err(format!(
+                    "Prefix '{}' overlaps with another provided prefix '{}'. Prefixes for a single client must not overlap.",
+                    show(first),
+                    show(second)
+                )));
+            }
+        }
+    }
+    // Re-enabling keeps earlier prefixes (Redis adds to them).
+    if let Some(current) = &ctx.client.tracking {
+        for p in &current.prefixes {
+            if !o.prefixes.contains(p) {
+                o.prefixes.push(p.clone());
+            }
+        }
+    }
+    let target = match o.redirect {
+        0 => Some(ctx.client.outbox()),
+        id => ctx.shared.clients.get(id).and_then(|h| h.outbox()),
+    }
+    .ok_or_else(|| CmdError::err("The client ID you want redirect to does not exist"))?;
+    ctx.shared
+        .tracking
+        .enable(ctx.client.id, ctx.client.tenant, target, o.clone());
+    ctx.client.tracking = Some(o);
+    Ok(Frame::ok())
+}
+
+/// CLIENT CACHING yes|no: whether the next command's keys are tracked (OPTIN / OPTOUT).
+fn client_caching(ctx: &mut Ctx<'_>, arg: &Bytes) -> CmdResult {
+    let Some(o) = ctx.client.tracking.as_ref().filter(|o| o.optin || o.optout) else {
+        return Err(CmdError::err("CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled"));
+    };
+    let yes = if is(arg, "yes") {
+        if !o.optin {
+            return Err(CmdError::err(
+                "CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.",
+            ));
+        }
+        true
+    } else if is(arg, "no") {
+        if !o.optout {
+            return Err(CmdError::err(
+                "CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.",
+            ));
+        }
+        false
+    } else {
+        return Err(CmdError::Syntax);
+    };
+    // This command and the next (dispatch counts down after each).
+    ctx.client.caching = Some((yes, 2));
+    Ok(Frame::ok())
+}
+
+/// CLIENT TRACKINGINFO: flags, redirect and prefixes, as Redis shows them.
+fn tracking_info(ctx: &Ctx<'_>) -> Frame {
+    let s = |v: &str| Frame::Bulk(Bytes::from(v.to_string()));
+    let (flags, redirect, prefixes) = match &ctx.client.tracking {
+        None => (vec![s("off")], -1, Vec::new()),
+        Some(o) => {
+            let broken = ctx
+                .shared
+                .tracking
+                .options(ctx.client.id)
+                .is_some_and(|(_, broken)| broken);
+            let mut flags = vec![s("on")];
+            for (set, name) in [
+                (o.bcast, "bcast"),
+                (o.optin, "optin"),
+                (o.optout, "optout"),
+                (ctx.client.caching == Some((true, 1)), "caching-yes"),
+                (ctx.client.caching == Some((false, 1)), "caching-no"),
+                (o.noloop, "noloop"),
+                (broken, "broken_redirect"),
+            ] {
+                if set {
+                    flags.push(s(name));
+                }
+            }
+            let prefixes = o.prefixes.iter().cloned().map(Frame::Bulk).collect();
+            (flags, o.redirect as i64, prefixes)
+        }
+    };
+    Frame::Map(vec![
+        (s("flags"), Frame::Set(flags)),
+        (s("redirect"), Frame::Integer(redirect)),
+        (s("prefixes"), Frame::Array(prefixes)),
+    ])
 }
 
 fn verbatim(text: String) -> Frame {
@@ -396,6 +615,8 @@ fn verbatim(text: String) -> Frame {
 
 fn client_list(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
     let mut ids: Option<Vec<u64>> = None;
+    // TYPE: Some(true) only subscribed (pubsub) clients, Some(false) only normal ones.
+    let mut pubsub: Option<bool> = None;
     let mut i = 0;
     while i < opts.len() {
         if is(&opts[i], "type") && i + 1 < opts.len() {
@@ -403,9 +624,10 @@ fn client_list(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
             if !(is(t, "normal") || is(t, "master") || is(t, "replica") || is(t, "pubsub")) {
                 return Err(CmdError::err(format!("Unknown client type '{}'", show(t))));
             }
-            if !is(t, "normal") {
+            if is(t, "master") || is(t, "replica") {
                 return Ok(verbatim(String::new()));
             }
+            pubsub = Some(is(t, "pubsub"));
             i += 2;
         } else if is(&opts[i], "id") && i + 1 < opts.len() {
             let mut list = Vec::new();
@@ -423,7 +645,10 @@ fn client_list(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
     }
     let mut out = String::new();
     for c in ctx.shared.clients.all() {
-        if ids.as_ref().is_some_and(|ids| !ids.contains(&c.id)) || !same_tenant(ctx, &c) {
+        if ids.as_ref().is_some_and(|ids| !ids.contains(&c.id))
+            || pubsub.is_some_and(|p| p != c.is_pubsub())
+            || !same_tenant(ctx, &c)
+        {
             continue;
         }
         out.push_str(&c.describe());

@@ -29,7 +29,7 @@ const OBJ: u32 = flags::READONLY | flags::READS_KEYSPACE;
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("copy", -3, W | flags::DENYOOM, (1, 2, 1), "generic", "Copies the value of a key to a new key.", copy)
-        .with_other_keyspaces(OtherKeyspaces::Target(copy_target)),
+        .with_other_keyspaces(OtherKeyspaces::Target(copy_target)).notifies_if_changed(&[(0, ""), (crate::notify::GENERIC, "copy_to")]),
     cmd("move", 3, W | flags::FAST, KEY1, "generic", "Moves a key to another database.", move_key)
         .with_other_keyspaces(OtherKeyspaces::Target(move_target)),
     cmd("swapdb", 3, W | flags::FAST | flags::EXCLUSIVE, NO_KEYS, "server", "Swaps two Redis databases.", swapdb)

@@ -18,7 +18,7 @@ use gradus_store::{HashValue, ListValue, SetValue, Value, ZSetValue};
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("dump", 2, flags::READONLY, KEY1, "generic", "Returns a serialized representation of the value stored at a key.", dump),
-    cmd("restore", -4, flags::WRITE | flags::DENYOOM, KEY1, "generic", "Creates a key from the serialized representation of a value.", restore),
+    cmd("restore", -4, flags::WRITE | flags::DENYOOM, KEY1, "generic", "Creates a key from the serialized representation of a value.", restore).notifies(&[(crate::notify::GENERIC, "restore")]),
 ];
 
 /// The value in the codec's terms.

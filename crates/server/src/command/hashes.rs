@@ -28,20 +28,20 @@ const D: u32 = flags::DENYOOM;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("hset", -4, W | D | F, KEY1, "hash", "Creates or modifies the value of a field in a hash.", hset),
-    cmd("hmset", -4, W | D | F, KEY1, "hash", "Sets the values of multiple fields.", hmset),
-    cmd("hsetnx", 4, W | D | F, KEY1, "hash", "Sets the value of a field in a hash only when the field doesn't exist.", hsetnx),
+    cmd("hset", -4, W | D | F, KEY1, "hash", "Creates or modifies the value of a field in a hash.", hset).notifies(&[(crate::notify::HASH, "hset")]),
+    cmd("hmset", -4, W | D | F, KEY1, "hash", "Sets the values of multiple fields.", hmset).notifies(&[(crate::notify::HASH, "hset")]),
+    cmd("hsetnx", 4, W | D | F, KEY1, "hash", "Sets the value of a field in a hash only when the field doesn't exist.", hsetnx).notifies_if_changed(&[(crate::notify::HASH, "hset")]),
     cmd("hget", 3, R | F, KEY1, "hash", "Returns the value of a field in a hash.", hget),
     cmd("hmget", -3, R | F, KEY1, "hash", "Returns the values of all fields in a hash.", hmget),
-    cmd("hdel", -3, W | F, KEY1, "hash", "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain.", hdel),
+    cmd("hdel", -3, W | F, KEY1, "hash", "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain.", hdel).notifies_if_changed(&[(crate::notify::HASH, "hdel")]),
     cmd("hexists", 3, R | F, KEY1, "hash", "Determines whether a field exists in a hash.", hexists),
     cmd("hlen", 2, R | F, KEY1, "hash", "Returns the number of fields in a hash.", hlen),
     cmd("hstrlen", 3, R | F, KEY1, "hash", "Returns the length of the value of a field.", hstrlen),
     cmd("hgetall", 2, R, KEY1, "hash", "Returns all fields and values in a hash.", hgetall),
     cmd("hkeys", 2, R, KEY1, "hash", "Returns all fields in a hash.", hkeys),
     cmd("hvals", 2, R, KEY1, "hash", "Returns all values in a hash.", hvals),
-    cmd("hincrby", 4, W | D | F, KEY1, "hash", "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if the field doesn't exist.", hincrby),
-    cmd("hincrbyfloat", 4, W | D | F, KEY1, "hash", "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist.", hincrbyfloat),
+    cmd("hincrby", 4, W | D | F, KEY1, "hash", "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if the field doesn't exist.", hincrby).notifies(&[(crate::notify::HASH, "hincrby")]),
+    cmd("hincrbyfloat", 4, W | D | F, KEY1, "hash", "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist.", hincrbyfloat).notifies(&[(crate::notify::HASH, "hincrbyfloat")]),
     cmd("hscan", -3, R, KEY1, "hash", "Iterates over fields and values of a hash.", hscan),
     cmd("hrandfield", -2, R, KEY1, "hash", "Returns one or more random fields from a hash.", hrandfield),
 ];

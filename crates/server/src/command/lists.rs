@@ -29,22 +29,22 @@ const D: u32 = flags::DENYOOM;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("lpush", -3, W | D | F, KEY1, "list", "Prepends one or more elements to a list. Creates the key if it doesn't exist.", lpush),
-    cmd("rpush", -3, W | D | F, KEY1, "list", "Appends one or more elements to a list. Creates the key if it doesn't exist.", rpush),
-    cmd("lpushx", -3, W | D | F, KEY1, "list", "Prepends one or more elements to a list only when the list exists.", lpushx),
-    cmd("rpushx", -3, W | D | F, KEY1, "list", "Appends an element to a list only when the list exists.", rpushx),
-    cmd("lpop", -2, W | F, KEY1, "list", "Returns the first elements in a list after removing it. Deletes the list if the last element was popped.", lpop),
-    cmd("rpop", -2, W | F, KEY1, "list", "Returns and removes the last elements of a list. Deletes the list if the last element was popped.", rpop),
+    cmd("lpush", -3, W | D | F, KEY1, "list", "Prepends one or more elements to a list. Creates the key if it doesn't exist.", lpush).notifies(&[(crate::notify::LIST, "lpush")]),
+    cmd("rpush", -3, W | D | F, KEY1, "list", "Appends one or more elements to a list. Creates the key if it doesn't exist.", rpush).notifies(&[(crate::notify::LIST, "rpush")]),
+    cmd("lpushx", -3, W | D | F, KEY1, "list", "Prepends one or more elements to a list only when the list exists.", lpushx).notifies_if_changed(&[(crate::notify::LIST, "lpush")]),
+    cmd("rpushx", -3, W | D | F, KEY1, "list", "Appends an element to a list only when the list exists.", rpushx).notifies_if_changed(&[(crate::notify::LIST, "rpush")]),
+    cmd("lpop", -2, W | F, KEY1, "list", "Returns the first elements in a list after removing it. Deletes the list if the last element was popped.", lpop).notifies_if_changed(&[(crate::notify::LIST, "lpop")]),
+    cmd("rpop", -2, W | F, KEY1, "list", "Returns and removes the last elements of a list. Deletes the list if the last element was popped.", rpop).notifies_if_changed(&[(crate::notify::LIST, "rpop")]),
     cmd("llen", 2, R | F, KEY1, "list", "Returns the length of a list.", llen),
     cmd("lrange", 4, R, KEY1, "list", "Returns a range of elements from a list.", lrange),
     cmd("lindex", 3, R, KEY1, "list", "Returns an element from a list by its index.", lindex),
-    cmd("lset", 4, W | D, KEY1, "list", "Sets the value of an element in a list by its index.", lset),
-    cmd("linsert", 5, W | D, KEY1, "list", "Inserts an element before or after another element in a list.", linsert),
-    cmd("lrem", 4, W, KEY1, "list", "Removes elements from a list. Deletes the list if the last element was removed.", lrem),
-    cmd("ltrim", 4, W, KEY1, "list", "Removes elements from both ends a list. Deletes the list if all elements were trimmed.", ltrim),
+    cmd("lset", 4, W | D, KEY1, "list", "Sets the value of an element in a list by its index.", lset).notifies(&[(crate::notify::LIST, "lset")]),
+    cmd("linsert", 5, W | D, KEY1, "list", "Inserts an element before or after another element in a list.", linsert).notifies_if_changed(&[(crate::notify::LIST, "linsert")]),
+    cmd("lrem", 4, W, KEY1, "list", "Removes elements from a list. Deletes the list if the last element was removed.", lrem).notifies_if_changed(&[(crate::notify::LIST, "lrem")]),
+    cmd("ltrim", 4, W, KEY1, "list", "Removes elements from both ends a list. Deletes the list if all elements were trimmed.", ltrim).notifies(&[(crate::notify::LIST, "ltrim")]),
     cmd("lpos", -3, R, KEY1, "list", "Returns the index of matching elements in a list.", lpos),
     cmd("lmove", 5, W | D, (1, 2, 1), "list", "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.", lmove),
-    cmd("rpoplpush", 3, W | D, (1, 2, 1), "list", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.", rpoplpush),
+    cmd("rpoplpush", 3, W | D, (1, 2, 1), "list", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.", rpoplpush).notifies(&[(crate::notify::LIST, "rpop"), (crate::notify::LIST, "lpush")]),
     cmd("lmpop", -4, W, NO_KEYS, "list", "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.", lmpop).with_numkeys(1),
 ];
 

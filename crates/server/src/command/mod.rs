@@ -18,6 +18,7 @@ pub mod hyperloglog;
 pub mod keys;
 pub mod lists;
 pub mod locks;
+pub mod pubsub;
 pub mod scripting;
 pub mod server;
 pub mod sets;
@@ -99,6 +100,11 @@ pub mod flags {
     /// Reads every keyspace's shards without naming keys and without needing the `read` right
     /// (INFO's key counts): a script that runs under its keys' locks may not run it.
     pub const WHOLE_STORE: u32 = 1 << 23;
+    /// A pub/sub command (Redis' `pubsub`).
+    pub const PUBSUB: u32 = 1 << 24;
+    /// Allowed while a RESP2 connection is subscribed to channels (Redis allows only
+    /// (P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE, PING, QUIT and RESET there).
+    pub const SUBSCRIBED_OK: u32 = 1 << 25;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -115,6 +121,7 @@ pub mod flags {
         (MAY_REPLICATE, "may_replicate"),
         (MOVABLE_KEYS, "movablekeys"),
         (SKIP_SLOWLOG, "skip_slowlog"),
+        (PUBSUB, "pubsub"),
     ];
 }
 
@@ -146,6 +153,20 @@ pub struct CommandSpec {
     /// Redis ACL categories the row has besides those its flags and group give (bits of
     /// `tenancy::acl::category`; see `tenancy::acl::categories`).
     pub acl_categories: u32,
+    /// The keyspace notification a write emits for its keys when it succeeds (see `notify`).
+    pub notify: Option<Notify>,
+}
+
+/// The keyspace events of a write (Redis' `notifyKeyspaceEvent` calls, as data): the
+/// `notify` class and event name for each key argument in order (the last pair serves the
+/// keys after it: MSET's every key is `set`; RENAME's are `rename_from` then `rename_to`).
+#[derive(Debug, Clone, Copy)]
+pub struct Notify {
+    pub events: &'static [(u32, &'static str)],
+    /// Emitted only when the reply says something changed (not `0` or nil: SETNX, SREM …).
+    pub only_if_changed: bool,
+    /// Emitted only for the keys that existed before the write (DEL, UNLINK).
+    pub only_existing: bool,
 }
 
 /// How a command names other keyspaces of its tenant (by SELECT number, as the client sends
@@ -256,6 +277,44 @@ impl CommandSpec {
         self
     }
 
+    /// The same row with the keyspace events it emits (table rows:
+    /// `cmd(...).notifies(&[(notify::STRING, "set")])`).
+    pub const fn notifies(mut self, events: &'static [(u32, &'static str)]) -> CommandSpec {
+        self.notify = Some(Notify {
+            events,
+            only_if_changed: false,
+            only_existing: false,
+        });
+        self
+    }
+
+    /// Like [`CommandSpec::notifies`], for each key that existed before the write (DEL).
+    pub const fn notifies_existing(
+        mut self,
+        events: &'static [(u32, &'static str)],
+    ) -> CommandSpec {
+        self.notify = Some(Notify {
+            events,
+            only_if_changed: true,
+            only_existing: true,
+        });
+        self
+    }
+
+    /// Like [`CommandSpec::notifies`], for a write that may change nothing (its reply is then
+    /// `0` or nil, and nothing is emitted).
+    pub const fn notifies_if_changed(
+        mut self,
+        events: &'static [(u32, &'static str)],
+    ) -> CommandSpec {
+        self.notify = Some(Notify {
+            events,
+            only_if_changed: true,
+            only_existing: false,
+        });
+        self
+    }
+
     /// The same row with its keys after a `numkeys` argument at `index` (table rows:
     /// `cmd(...).with_numkeys(1)`); flags it `movablekeys`.
     pub const fn with_numkeys(mut self, index: usize) -> CommandSpec {
@@ -317,6 +376,7 @@ pub const fn cmd(
         numkeys_at: 0,
         other_keyspaces: None,
         acl_categories: 0,
+        notify: None,
     }
 }
 
@@ -379,6 +439,7 @@ pub fn table() -> &'static CommandTable {
             sets::COMMANDS,
             transactions::COMMANDS,
             locks::COMMANDS,
+            pubsub::COMMANDS,
             scripting::COMMANDS,
             functions::COMMANDS,
             crate::memcache::records::COMMANDS,

@@ -48,6 +48,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("lastsave", 1, flags::LOADING | flags::FAST | flags::RANDOM, NO_KEYS, "server", "Returns the Unix timestamp of the last successful save to disk.", lastsave),
     cmd("wait", 3, flags::NOSCRIPT, NO_KEYS, "generic", "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.", wait),
     cmd("waitaof", 4, flags::NO_MULTI, NO_KEYS, "generic", "Blocks until all of the preceding write commands sent by the connection are written to the append-only file of the master and/or replicas.", waitaof),
+    cmd("monitor", 1, ADMIN | flags::NO_MULTI | flags::NOSCRIPT | flags::LOADING, NO_KEYS, "server", "Listens for all requests received by the server in real-time.", monitor),
     cmd("shutdown", -1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Synchronously saves the database(s) to disk and shuts down the Redis server.", shutdown),
 ];
 
@@ -656,4 +657,12 @@ fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             sub: show(&args[1]),
         }),
     }
+}
+
+/// MONITOR: from now on the connection is sent every command its tenant's connections run
+/// (see `monitor`).
+fn monitor(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    let outbox = ctx.client.outbox();
+    ctx.shared.monitors.add(ctx.client.tenant, outbox);
+    Ok(Frame::ok())
 }

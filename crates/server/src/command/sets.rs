@@ -31,22 +31,22 @@ const KEYS: (i32, i32, i32) = (1, -1, 1);
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("sadd", -3, W | D | F, KEY1, "set", "Adds one or more members to a set. Creates the key if it doesn't exist.", sadd),
-    cmd("srem", -3, W | F, KEY1, "set", "Removes one or more members from a set. Deletes the set if the last member was removed.", srem),
+    cmd("sadd", -3, W | D | F, KEY1, "set", "Adds one or more members to a set. Creates the key if it doesn't exist.", sadd).notifies_if_changed(&[(crate::notify::SET, "sadd")]),
+    cmd("srem", -3, W | F, KEY1, "set", "Removes one or more members from a set. Deletes the set if the last member was removed.", srem).notifies_if_changed(&[(crate::notify::SET, "srem")]),
     cmd("smembers", 2, R, KEY1, "set", "Returns all members of a set.", smembers),
     cmd("sismember", 3, R | F, KEY1, "set", "Determines whether a member belongs to a set.", sismember),
     cmd("smismember", -3, R | F, KEY1, "set", "Determines whether multiple members belong to a set.", smismember),
     cmd("scard", 2, R | F, KEY1, "set", "Returns the number of members in a set.", scard),
-    cmd("spop", -2, W | F | RND | flags::SELF_LOGGED, KEY1, "set", "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped.", spop),
+    cmd("spop", -2, W | F | RND | flags::SELF_LOGGED, KEY1, "set", "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped.", spop).notifies_if_changed(&[(crate::notify::SET, "spop")]),
     cmd("srandmember", -2, R | RND, KEY1, "set", "Get one or multiple random members from a set", srandmember),
-    cmd("smove", 4, W | F, (1, 2, 1), "set", "Moves a member from one set to another.", smove),
+    cmd("smove", 4, W | F, (1, 2, 1), "set", "Moves a member from one set to another.", smove).notifies_if_changed(&[(crate::notify::SET, "srem"), (crate::notify::SET, "sadd")]),
     cmd("sinter", -2, R, KEYS, "set", "Returns the intersect of multiple sets.", sinter),
     cmd("sintercard", -3, R, NO_KEYS, "set", "Returns the number of members of the intersect of multiple sets.", sintercard),
-    cmd("sinterstore", -3, W | D, KEYS, "set", "Stores the intersect of multiple sets in a key.", sinterstore),
+    cmd("sinterstore", -3, W | D, KEYS, "set", "Stores the intersect of multiple sets in a key.", sinterstore).notifies(&[(crate::notify::SET, "sinterstore"), (0, "")]),
     cmd("sunion", -2, R, KEYS, "set", "Returns the union of multiple sets.", sunion),
-    cmd("sunionstore", -3, W | D, KEYS, "set", "Stores the union of multiple sets in a key.", sunionstore),
+    cmd("sunionstore", -3, W | D, KEYS, "set", "Stores the union of multiple sets in a key.", sunionstore).notifies(&[(crate::notify::SET, "sunionstore"), (0, "")]),
     cmd("sdiff", -2, R, KEYS, "set", "Returns the difference of multiple sets.", sdiff),
-    cmd("sdiffstore", -3, W | D, KEYS, "set", "Stores the difference of multiple sets in a key.", sdiffstore),
+    cmd("sdiffstore", -3, W | D, KEYS, "set", "Stores the difference of multiple sets in a key.", sdiffstore).notifies(&[(crate::notify::SET, "sdiffstore"), (0, "")]),
     cmd("sscan", -3, R, KEY1, "set", "Iterates over members of a set.", sscan),
 ];
 

@@ -1,0 +1,185 @@
+"""Keyspace notifications: `notify-keyspace-events` (Redis' letters, validation and the form
+CONFIG GET shows), `__keyspace@N__:key` and `__keyevent@N__:event` messages with Redis' event
+names per command, `expired`, per SELECT number, and per tenant.
+
+Runs against real Redis too (GRADUS_TARGET=redis), except the tenant test.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from servers import redis_client
+
+
+def listener(server, pattern="__key*__:*", protocol=2, db=0):
+    c = redis_client(server, protocol, db=db)
+    p = c.pubsub()
+    p.psubscribe(pattern)
+    m = p.get_message(timeout=5)
+    assert m["type"] == "psubscribe"
+    p.owner = c  # the client's pool must outlive this function (its finaliser closes it)
+    return p
+
+
+def drain(p, wait=0.3):
+    """Every message that arrives within `wait` seconds of the last one, as (channel, data)."""
+    out = []
+    while True:
+        m = p.get_message(timeout=wait)
+        if m is None:
+            return out
+        if m["type"] in ("pmessage", "message"):
+            out.append((m["channel"].decode(), m["data"].decode()))
+
+
+@pytest.mark.parametrize(
+    "given,shown",
+    [("", ""), ("KEA", "AKE"), ("Ex", "xE"), ("K$lg", "g$lK"), ("Kg$lshzxetd", "AK"),
+     ("AKEm", "AKEm"), ("Kh", "hK"), ("E", "E")],
+)
+def test_config_shows_classes_as_redis_does(r, given, shown):
+    assert r.config_set("notify-keyspace-events", given)
+    assert r.config_get("notify-keyspace-events") == {"notify-keyspace-events": shown}
+
+
+def test_config_rejects_an_unknown_class(r):
+    with pytest.raises(redis.ResponseError) as e:
+        r.config_set("notify-keyspace-events", "KQ")
+    assert str(e.value) == (
+        "CONFIG SET failed (possibly related to argument 'notify-keyspace-events') - "
+        "Invalid event class character. Use 'Ag$lshzxeKEtmdn'."
+    )
+
+
+def test_nothing_is_published_by_default(gradus, r):
+    p = listener(gradus)
+    r.set("k", "v")
+    assert drain(p) == []
+
+
+def test_events_of_common_commands(gradus, r):
+    r.config_set("notify-keyspace-events", "KEA")
+    p = listener(gradus)
+    r.set("s", "1")
+    r.incr("s")
+    r.append("s", "x")
+    r.lpush("l", "a")
+    r.rpush("l", "b")
+    r.lpop("l")
+    r.hset("h", "f", "v")
+    r.hdel("h", "f")
+    r.sadd("set", "m")
+    r.srem("set", "nope")
+    r.zadd("z", {"m": 1})
+    r.zincrby("z", 2, "m")
+    r.expire("s", 100)
+    r.persist("s")
+    r.rename("s", "s2")
+    r.delete("s2", "missing")
+    r.delete("missing")
+    got = drain(p)
+    events = [data for channel, data in got if channel.startswith("__keyspace@0__:")]
+    assert events == [
+        "set", "incrby", "append", "lpush", "rpush", "lpop", "hset", "hdel", "del", "sadd", "zadd",
+        "zincr", "expire", "persist", "rename_from", "rename_to", "del",
+    ]
+    assert ("__keyevent@0__:set", "s") in got
+    assert ("__keyspace@0__:l", "lpush") in got
+    assert ("__keyevent@0__:rename_to", "s2") in got
+
+
+def test_keyevent_only_and_class_filter(gradus, r):
+    r.config_set("notify-keyspace-events", "E$")
+    p = listener(gradus)
+    r.set("a", "1")
+    r.lpush("l", "x")
+    r.hset("h", "f", "v")
+    assert drain(p) == [("__keyevent@0__:set", "a")]
+
+
+def test_channel_names_carry_the_select_number(gradus):
+    r = redis_client(gradus, 2, db=3)
+    r.config_set("notify-keyspace-events", "K$")
+    p = listener(gradus, db=0)
+    r.set("k", "v")
+    assert drain(p) == [("__keyspace@3__:k", "set")]
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_expired_is_published(gradus, r, protocol):
+    r.config_set("notify-keyspace-events", "Ex")
+    p = listener(gradus, "__keyevent@0__:expired", protocol=protocol)
+    r.set("short", "v", px=100)
+    r.set("lazy", "v", px=50)
+    time.sleep(0.2)
+    r.get("lazy")  # reclaimed at once by the read, or by active expiry
+    deadline = time.monotonic() + 5
+    got = []
+    while len(got) < 2 and time.monotonic() < deadline:
+        got += drain(p, wait=0.5)
+    assert sorted(got) == [("__keyevent@0__:expired", "lazy"), ("__keyevent@0__:expired", "short")]
+
+
+def test_resp3_client_gets_notifications_as_pushes_between_replies(gradus, r):
+    r.config_set("notify-keyspace-events", "K$")
+    c = redis_client(gradus, 3)
+    p = c.pubsub()
+    p.subscribe("__keyspace@0__:watched")
+    assert p.get_message(timeout=5)["type"] == "subscribe"
+    r.set("watched", "1")
+    m = p.get_message(timeout=5)
+    assert (m["channel"], m["data"]) == (b"__keyspace@0__:watched", b"set")
+
+
+TENANTS = Path(__file__).resolve().parents[2] / "examples" / "tenants.toml"
+PASSWORDS = {"alpha": "alpha-pass", "beta": "beta-pass", "admin": "admin-pass"}
+
+
+@pytest.mark.gradus_only
+def test_notifications_stay_in_their_tenant(gradus_factory):
+    server = gradus_factory("--config", str(TENANTS))
+
+    def client(user):
+        return redis_client(server, 2, username=user, password=PASSWORDS[user])
+
+    admin = client("admin")
+    admin.config_set("notify-keyspace-events", "KEA")
+    alpha, beta = client("alpha"), client("beta")
+    pa, pb = alpha.pubsub(), beta.pubsub()
+    pa.psubscribe("__key*__:*")
+    pb.psubscribe("__key*__:*")
+    pa.get_message(timeout=5)
+    pb.get_message(timeout=5)
+    alpha.set("secret", "1")
+    assert ("__keyspace@0__:secret", "set") in drain(pa)
+    assert drain(pb) == []
+    beta.set("other", "1")
+    assert drain(pa) == []
+    assert ("__keyevent@0__:set", "other") in drain(pb)
+
+
+@pytest.mark.gradus_only
+def test_evicted_is_published_for_a_tenants_lru_cache(gradus_factory, tmp_path):
+    from test_tenants import LIMITS, passwd
+
+    config = tmp_path / "evict.toml"
+    config.write_text('notify-keyspace-events = "Ee"\n' + LIMITS.format(
+        hash=passwd("small-pass"), session_limit="512kb", tenant_limit="64mb", cache_degree="none"))
+    server = gradus_factory("--config", str(config))
+    cache = redis_client(server, 2, username="small", password="small-pass", db=1)
+    p = cache.pubsub()
+    p.subscribe("__keyevent@1__:evicted")
+    assert p.get_message(timeout=5)["type"] == "subscribe"
+    pipe = cache.pipeline(transaction=False)
+    for i in range(2000):
+        pipe.set(f"cache:{i}", b"x" * 1000)
+    pipe.execute()
+    evicted = [data for _, data in drain(p, wait=0.5)]
+    assert len(evicted) > 500
+    assert all(k.startswith("cache:") for k in evicted)
+    assert not any(cache.exists(k) for k in evicted[:50])
