@@ -167,7 +167,7 @@ impl Shared {
             strict_waiters: std::sync::atomic::AtomicUsize::new(0),
         };
         Self {
-            store: Store::with_keyspaces(&tenancy.evicting()),
+            store: Store::new(tenancy.keyspace_count()),
             tenancy,
             auth_throttle: Default::default(),
             port: AtomicUsize::new(config.port as usize),

@@ -112,22 +112,11 @@ impl Keyspace {
         Self::with_index(0)
     }
 
-    /// A keyspace that is number `index` of its store.
+    /// A keyspace that is number `index` of its store. Any keyspace can evict: eviction samples
+    /// random slots of its shards' tables, so it needs no list of its own.
     pub fn with_index(index: usize) -> Self {
-        Self::with_options(index, false)
-    }
-
-    /// Keyspace number `index`; `evicting` keeps the sampling lists that eviction needs.
-    pub fn with_options(index: usize, evicting: bool) -> Self {
-        let shard = || {
-            if evicting {
-                Shard::with_sampling()
-            } else {
-                Shard::new()
-            }
-        };
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(shard())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
             hasher: DefaultHashBuilder::default(),
             index,
             used: AtomicUsize::new(0),
@@ -184,7 +173,7 @@ impl Keyspace {
                 .map()
                 .keys()
                 .filter(|k| k.starts_with(prefix))
-                .cloned()
+                .map(Bytes::copy_from_slice)
                 .collect();
             for key in doomed {
                 removed += usize::from(shard.remove(&key, now_ms).is_some());
@@ -296,7 +285,7 @@ impl Keyspace {
         let mut out = Vec::new();
         for i in 0..SHARDS {
             let mut shard = self.shard(i);
-            let keys: Vec<Bytes> = shard.map().keys().cloned().collect();
+            let keys: Vec<Bytes> = shard.map().keys().map(Bytes::copy_from_slice).collect();
             for key in keys {
                 if let Some(entry) = shard.remove(&key, now_ms) {
                     out.push((key, entry));
@@ -315,7 +304,7 @@ impl Keyspace {
             out.extend(
                 s.iter_live(now_ms)
                     .filter(|(k, _)| match_all || glob_match(pattern, k))
-                    .map(|(k, _)| k.clone()),
+                    .map(|(k, _)| Bytes::copy_from_slice(k)),
             );
         }
         out
@@ -346,7 +335,7 @@ impl Keyspace {
                     .filter(|(_, e)| !matches!(e.expires_at(), Some(t) if t <= now_ms))
                     .filter(|(_, e)| kind.is_none_or(|k| e.value.kind() == k))
                     .filter(|(k, _)| pattern.is_none_or(|p| glob_match(p, k)))
-                    .map(|(k, _)| k.clone()),
+                    .map(|(k, _)| Bytes::copy_from_slice(k)),
             );
             match next {
                 Some(pos) => {
@@ -379,9 +368,9 @@ impl Keyspace {
         let start = rng.gen_range(0..SHARDS);
         for i in 0..SHARDS {
             let shard = self.shard((start + i) % SHARDS);
-            let live: Vec<&Bytes> = shard.iter_live(now_ms).map(|(k, _)| k).collect();
+            let live: Vec<&[u8]> = shard.iter_live(now_ms).map(|(k, _)| k).collect();
             if !live.is_empty() {
-                return Some(live[rng.gen_range(0..live.len())].clone());
+                return Some(Bytes::copy_from_slice(live[rng.gen_range(0..live.len())]));
             }
         }
         None

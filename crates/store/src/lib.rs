@@ -3,7 +3,7 @@
 //! Modules, from the outside in:
 //! - [`store`]: every keyspace plus the gate that makes transactions atomic;
 //! - [`keyspace`]: one `SELECT` database, sharded; multi-key locking, SCAN, KEYS, flush;
-//! - [`shard`]: a map of entries with lazy/active expiry, versions for WATCH, memory accounting;
+//! - [`shard`]: a table of entries ([`table`]: one block per key, 8-byte slots) with lazy/active expiry, versions for WATCH, memory accounting;
 //! - [`snapshot`]: point-in-time copies by key-granular copy-on-write;
 //! - [`locks`]: native session locks (FIFO, fencing tokens, leases, waiter cap);
 //! - [`value`]: strings, hashes, sorted sets, lists ([`list`]: the packed list encoding) and sets
@@ -25,6 +25,7 @@ pub mod set;
 pub mod shard;
 pub mod snapshot;
 pub mod store;
+pub mod table;
 pub mod value;
 
 pub use keyspace::ShardGuard;
