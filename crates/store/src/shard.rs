@@ -15,8 +15,8 @@
 
 use crate::list::ListValue;
 use crate::set::SetValue;
-use crate::table::{key_of, EntryMap, Node};
-use crate::value::{HashValue, Value, ZSetValue, ITEM_OVERHEAD};
+use crate::table::{alloc_class, key_of, EntryMap, Node};
+use crate::value::{HashValue, Value, ZSetValue};
 use bytes::Bytes;
 use hashbrown::HashMap;
 use std::collections::BTreeSet;
@@ -156,8 +156,8 @@ impl ValueView<'_> {
     /// Approximate heap bytes held by the value. O(1).
     pub fn mem_size(&self) -> usize {
         match self {
-            ValueView::Str(b) => b.len(),
-            ValueView::Hash(h) => h.bytes,
+            ValueView::Str(b) => alloc_class(b.len()),
+            ValueView::Hash(h) => h.mem_size(),
             ValueView::ZSet(z) => z.bytes,
             ValueView::List(l) => l.mem_size(),
             ValueView::Set(s) => s.mem_size(),
@@ -266,8 +266,17 @@ impl ShardCopy {
     }
 }
 
+/// Bytes of table a key costs: an 8-byte slot and a control byte, at the ~60 % fill a table
+/// that doubles averages.
+const SLOT_BYTES: usize = 15;
+/// Bytes the expiry index costs per key with a TTL: a 16-byte B-tree element with the tree's
+/// own overhead.
+const EXPIRY_INDEX_BYTES: usize = 32;
+
+/// Heap bytes `key`'s entry holding `value` takes: its block, its share of the table and the
+/// value's own allocations (the expiry index is counted where it changes).
 fn entry_size(key_len: usize, value: &Value) -> usize {
-    key_len + value.mem_size() + ITEM_OVERHEAD
+    alloc_class(Node::block_size(key_len)) + SLOT_BYTES + value.mem_size()
 }
 
 /// What a flushed shard held; dropping it frees the memory (do that on a background thread).
@@ -490,6 +499,28 @@ impl Shard {
         }
     }
 
+    /// Bytes `key` and its value take (MEMORY USAGE): its block, its share of the table, the
+    /// value's allocations and its place in the expiry index. None when the key is not live.
+    pub fn memory_usage(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
+        self.expire_if_needed(key, now_ms);
+        let entry = self.map.get(key)?;
+        let expiry = if entry.expires_at().is_some() {
+            EXPIRY_INDEX_BYTES
+        } else {
+            0
+        };
+        Some(entry_size(key.len(), &entry.value) + expiry)
+    }
+
+    /// Bytes of this shard's table itself (slots and control bytes) and of its expiry index:
+    /// the overhead MEMORY STATS reports beside the data.
+    pub fn overhead_bytes(&self) -> (usize, usize) {
+        (
+            self.map.table_bytes(),
+            self.expiries.len() * EXPIRY_INDEX_BYTES,
+        )
+    }
+
     /// Number of entries, including expired ones not yet reclaimed.
     pub fn len(&self) -> usize {
         self.map.len()
@@ -525,6 +556,7 @@ impl Shard {
         let node = self.map.remove(key)?;
         if let Some(t) = node.entry().expires_at() {
             self.expiries.remove(&(t, node.addr()));
+            self.used_bytes -= EXPIRY_INDEX_BYTES;
         }
         self.used_bytes -= entry_size(node.key().len(), &node.entry().value);
         match self.pending_snapshot.as_deref_mut() {
@@ -704,9 +736,11 @@ impl Shard {
             if entry.expires_at != new.expires_at {
                 if let Some(t) = entry.expires_at() {
                     self.expiries.remove(&(t, addr));
+                    self.used_bytes -= EXPIRY_INDEX_BYTES;
                 }
                 if let Some(t) = expires_at {
                     self.expiries.insert((t, addr));
+                    self.used_bytes += EXPIRY_INDEX_BYTES;
                 }
             }
             let old = std::mem::replace(entry, new);
@@ -720,6 +754,7 @@ impl Shard {
         let node = self.map.insert_new(Node::new(key, new));
         if let Some(t) = expires_at {
             self.expiries.insert((t, node.addr()));
+            self.used_bytes += EXPIRY_INDEX_BYTES;
         }
         None
     }
@@ -794,9 +829,11 @@ impl Shard {
         let entry = node.entry_mut();
         if let Some(t) = entry.expires_at() {
             self.expiries.remove(&(t, addr));
+            self.used_bytes -= EXPIRY_INDEX_BYTES;
         }
         if let Some(t) = expires_at {
             self.expiries.insert((t, addr));
+            self.used_bytes += EXPIRY_INDEX_BYTES;
         }
         entry.expires_at = expires_at.unwrap_or(NO_EXPIRY);
         entry.version = version;

@@ -142,6 +142,19 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// The size class the server's allocator (mimalloc) serves a request of `n` bytes from: 8-byte
+/// steps up to 64 bytes, then four classes per doubling. Memory accounting sizes allocations
+/// with it (0 for nothing allocated).
+pub fn alloc_class(n: usize) -> usize {
+    if n <= 64 {
+        return n.next_multiple_of(8);
+    }
+    let words = n.div_ceil(8);
+    let bits = usize::BITS - 1 - (words - 1).leading_zeros();
+    let step = 1usize << (bits - 2);
+    words.next_multiple_of(step) * 8
+}
+
 /// The key of the live block at `addr`.
 ///
 /// # Safety
@@ -299,6 +312,18 @@ mod tests {
         assert_eq!(std::mem::size_of::<Option<Node>>(), 8);
         // The entry with an 11-byte key fits a 96-byte allocation class.
         assert!(Node::block_size(11) <= 96, "{}", Node::block_size(11));
+    }
+
+    #[test]
+    fn allocation_classes_are_mimallocs() {
+        let classes: Vec<usize> = [0, 1, 8, 9, 64, 65, 80, 81, 100, 128, 129, 134, 1000]
+            .iter()
+            .map(|&n| alloc_class(n))
+            .collect();
+        assert_eq!(
+            classes,
+            [0, 8, 8, 16, 64, 80, 80, 96, 112, 128, 160, 160, 1024]
+        );
     }
 
     #[test]

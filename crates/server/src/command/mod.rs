@@ -15,6 +15,7 @@ pub mod hyperloglog;
 pub mod keys;
 pub mod lists;
 pub mod locks;
+pub mod memory;
 pub mod scripting;
 pub mod server;
 pub mod sets;
@@ -355,6 +356,7 @@ pub fn table() -> &'static CommandTable {
             transactions::COMMANDS,
             locks::COMMANDS,
             scripting::COMMANDS,
+            memory::COMMANDS,
             crate::memcache::records::COMMANDS,
             crate::memcache::lease::COMMANDS,
         ])
