@@ -219,9 +219,15 @@ fn memory(shared: &Shared, out: &mut String) {
     );
     line!(out, "mem_fragmentation_bytes:{}", rss as i64 - used as i64);
     line!(out, "mem_allocator:mimalloc");
-    line!(out, "maxmemory:0");
-    line!(out, "maxmemory_human:0B");
-    line!(out, "maxmemory_policy:noeviction");
+    let max = shared.live.maxmemory.load(Ordering::Relaxed) as u64;
+    let policy = shared.live.maxmemory_policy.load(Ordering::Relaxed);
+    line!(out, "maxmemory:{max}");
+    line!(out, "maxmemory_human:{}", human(max));
+    line!(
+        out,
+        "maxmemory_policy:{}",
+        crate::quota::POLICIES[usize::from(policy)]
+    );
 }
 
 fn persistence(shared: &Shared, out: &mut String) {

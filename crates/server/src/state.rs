@@ -53,6 +53,10 @@ impl Stats {
 /// table says which these are, and reads and sets them.
 pub struct LiveSettings {
     pub maxclients: AtomicUsize,
+    /// Server-wide memory limit in bytes (0: none) and its policy, an index into
+    /// `crate::quota::POLICIES`.
+    pub maxmemory: AtomicUsize,
+    pub maxmemory_policy: std::sync::atomic::AtomicU8,
     pub proto_max_bulk_len: AtomicUsize,
     pub max_multibulk_len: AtomicUsize,
     pub max_inline_len: AtomicUsize,
@@ -125,6 +129,8 @@ impl Shared {
         let degrees = tenancy.degrees();
         let live = LiveSettings {
             maxclients: AtomicUsize::new(0),
+            maxmemory: AtomicUsize::new(0),
+            maxmemory_policy: std::sync::atomic::AtomicU8::new(0),
             proto_max_bulk_len: AtomicUsize::new(0),
             max_multibulk_len: AtomicUsize::new(0),
             max_inline_len: AtomicUsize::new(0),

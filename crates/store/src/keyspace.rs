@@ -8,7 +8,7 @@
 
 use crate::glob::glob_match;
 use crate::scan::{scan_position, scan_step, SCAN_HASH_BITS};
-use crate::shard::Shard;
+use crate::shard::{EvictionPolicy, Shard};
 use crate::value::ValueKind;
 use bytes::Bytes;
 use hashbrown::DefaultHashBuilder;
@@ -152,13 +152,34 @@ impl Keyspace {
     /// Evict one key by approximate LRU (sampling `samples` keys of a random non-empty shard);
     /// returns the evicted key, or None when there is nothing to evict.
     pub fn evict_one(&self, samples: usize, now_ms: u64) -> Option<Bytes> {
+        self.evict_one_by(EvictionPolicy::AllKeysLru, samples, now_ms)
+    }
+
+    /// Evict one key `policy` ranks highest among `samples` keys sampled in a random shard that
+    /// has a candidate (shards without keys, or without TTLs for a volatile policy, are passed
+    /// over); returns the evicted key, or None when no key qualifies.
+    pub fn evict_one_by(
+        &self,
+        policy: EvictionPolicy,
+        samples: usize,
+        now_ms: u64,
+    ) -> Option<Bytes> {
         let start = rand::thread_rng().gen_range(0..SHARDS);
         for i in 0..SHARDS {
             let mut shard = self.shard((start + i) % SHARDS);
-            if let Some(key) = shard.eviction_candidate(samples, now_ms) {
-                shard.remove(&key, now_ms);
-                self.evictions.fetch_add(1, Ordering::Relaxed);
-                return Some(key);
+            if shard.is_empty() || policy.volatile_only() && shard.volatile_count() == 0 {
+                continue;
+            }
+            // A volatile policy may sample only keys without a TTL: look harder in a shard
+            // known to hold some.
+            let tries = if policy.volatile_only() { 8 } else { 1 };
+            for _ in 0..tries {
+                if let Some(key) = shard.sample_victim(samples, |entry| policy.rank(entry, now_ms))
+                {
+                    shard.remove(&key, now_ms);
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
+                    return Some(key);
+                }
             }
         }
         None
@@ -471,6 +492,37 @@ mod tests {
         assert_ne!(shard.version_of(b"x", 3_000), watched);
         drop(shard);
         assert_eq!(b.len(), 2);
+    }
+
+    #[test]
+    fn volatile_policies_evict_only_keys_with_a_ttl_and_ttl_picks_the_nearest() {
+        let ks = Keyspace::new();
+        for i in 0..200 {
+            put(&ks, &format!("persistent:{i}"));
+        }
+        for (key, at) in [("soon", 5_000), ("later", 9_000)] {
+            ks.lock(key.as_bytes())
+                .set(key.as_bytes(), Value::Str(Bytes::new()), Some(at), 0);
+        }
+        let mut evicted: Vec<Bytes> = [EvictionPolicy::VolatileTtl, EvictionPolicy::VolatileRandom]
+            .into_iter()
+            .filter_map(|policy| ks.evict_one_by(policy, 5, 1_000))
+            .collect();
+        evicted.sort();
+        assert_eq!(evicted, [&b"later"[..], &b"soon"[..]]);
+        // Within one shard, volatile-ttl ranks the nearest expiry first.
+        let mut shard = Shard::new();
+        shard.set(b"later", Value::Str(Bytes::new()), Some(9_000), 0);
+        shard.set(b"soon", Value::Str(Bytes::new()), Some(5_000), 0);
+        shard.set(b"never", Value::Str(Bytes::new()), None, 0);
+        let victim = shard.sample_victim(64, |e| EvictionPolicy::VolatileTtl.rank(e, 1_000));
+        assert_eq!(victim.as_deref(), Some(&b"soon"[..]));
+        assert_eq!(ks.evict_one_by(EvictionPolicy::VolatileLru, 5, 1_000), None);
+        assert_eq!(ks.len(), 200, "no key without a TTL was evicted");
+        assert!(ks
+            .evict_one_by(EvictionPolicy::AllKeysRandom, 5, 1_000)
+            .is_some());
+        assert_eq!(ks.len(), 199);
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub use keyspace::ShardGuard;
 pub use keyspace::{Keyspace, MultiLock, ScanPage, SHARDS};
 pub use list::{End, ListValue};
 pub use set::{Member, SetValue};
-pub use shard::{Cleared, Entry, ItemMeta, ItemView, Shard, ValueView};
+pub use shard::{Cleared, Entry, EvictionPolicy, ItemMeta, ItemView, Shard, ValueView};
 pub use snapshot::{ShardCopyTimes, SnapshotSink};
 pub use store::Store;
 pub use value::{FieldHasher, HashValue, Score, ScoreBound, Value, ValueKind, ZSetValue};

@@ -36,6 +36,51 @@ pub struct Entry {
     meta: ItemMeta,
 }
 
+/// Which keys eviction prefers (Redis' `maxmemory-policy` values that evict; the LFU ones rank
+/// as their LRU twins: no access-frequency counter is kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictionPolicy {
+    /// The key idle longest.
+    AllKeysLru,
+    /// The key with a TTL idle longest.
+    VolatileLru,
+    /// Any key.
+    AllKeysRandom,
+    /// Any key with a TTL.
+    VolatileRandom,
+    /// The key with the nearest expiry.
+    VolatileTtl,
+}
+
+impl EvictionPolicy {
+    /// How strongly `entry` is a victim at `now_ms` (higher first; an expired key above all),
+    /// or None when the policy never evicts it.
+    pub fn rank(self, entry: &Entry, now_ms: u64) -> Option<u64> {
+        if entry.is_expired(now_ms) {
+            return Some(u64::MAX);
+        }
+        let idle = u64::from(entry.idle_ticks(now_ms));
+        let ttl = entry.expires_at();
+        match self {
+            EvictionPolicy::AllKeysLru => Some(idle),
+            EvictionPolicy::VolatileLru => ttl.map(|_| idle),
+            EvictionPolicy::AllKeysRandom => Some(0),
+            EvictionPolicy::VolatileRandom => ttl.map(|_| 0),
+            EvictionPolicy::VolatileTtl => ttl.map(|t| u64::MAX - 1 - t),
+        }
+    }
+
+    /// Whether only keys with a TTL qualify.
+    pub fn volatile_only(self) -> bool {
+        matches!(
+            self,
+            EvictionPolicy::VolatileLru
+                | EvictionPolicy::VolatileRandom
+                | EvictionPolicy::VolatileTtl
+        )
+    }
+}
+
 /// The access clock: Unix time in 10 ms ticks, truncated to 32 bits (wraps every ~497 days; ages
 /// are computed with wrapping arithmetic).
 pub fn access_tick(now_ms: u64) -> u32 {
@@ -335,21 +380,17 @@ impl Shard {
     /// the one idle longest (expired keys first). None when the shard is empty.
     pub fn eviction_candidate(&mut self, samples: usize, now_ms: u64) -> Option<Bytes> {
         self.sample_victim(samples, |entry| {
-            // Expired keys are the best victims of all.
-            if entry.is_expired(now_ms) {
-                u64::MAX
-            } else {
-                entry.idle_ticks(now_ms) as u64
-            }
+            EvictionPolicy::AllKeysLru.rank(entry, now_ms)
         })
     }
 
-    /// Look at up to `samples` keys in random slots (only keys `score` gives `Some` count) and
-    /// return the one scored highest. The policies of `maxmemory` rank keys this way.
+    /// Look at up to `samples` keys in random slots and return the one `rank` scores highest
+    /// (keys it scores `None` are passed over). The `maxmemory` policies rank keys this way
+    /// ([`EvictionPolicy::rank`]).
     pub fn sample_victim(
         &self,
         samples: usize,
-        mut score: impl FnMut(&Entry) -> u64,
+        mut rank: impl FnMut(&Entry) -> Option<u64>,
     ) -> Option<Bytes> {
         let mut best: Option<(u64, &[u8])> = None;
         let mut rng = rand::thread_rng();
@@ -359,9 +400,11 @@ impl Shard {
             let Some(node) = self.map.node_near(start) else {
                 break;
             };
-            let s = score(node.entry());
-            if best.is_none_or(|(b, _)| s > b) {
-                best = Some((s, node.key()));
+            let Some(score) = rank(node.entry()) else {
+                continue;
+            };
+            if best.is_none_or(|(b, _)| score > b) {
+                best = Some((score, node.key()));
             }
         }
         best.map(|(_, k)| Bytes::copy_from_slice(k))
