@@ -2,6 +2,7 @@
 """Memory per key: Gradus vs redis-server vs memcached, in one run.
 
     scripts/bench-memory-types.py [scale] [gradus-binary ...]
+    GRADUS_MEMORY_ROWS=hash,zset,list scripts/bench-memory-types.py ...   (only those rows)
 
 `scale` (default 1.0) multiplies every row's key count. Each binary listed is measured as its
 own column (default: target/release/gradus; give an older build too for a before/after run).
@@ -47,6 +48,12 @@ ROWS = [
     ("set (5 members)", 1_000_000, "set", 8, False),
     ("intset (5 integers)", 1_000_000, "intset", 0, False),
 ]
+
+
+# GRADUS_MEMORY_ROWS=hash,zset runs only the rows whose name starts with one of these words.
+ONLY = [w for w in os.environ.get("GRADUS_MEMORY_ROWS", "").split(",") if w]
+if ONLY:
+    ROWS = [row for row in ROWS if any(row[0].startswith(w) for w in ONLY)]
 
 
 def free_port():
