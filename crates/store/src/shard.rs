@@ -203,9 +203,10 @@ impl ValueView<'_> {
         match self {
             ValueView::Str(b) => alloc_class(b.len()),
             ValueView::Hash(h) => h.mem_size(),
-            ValueView::ZSet(z) => z.bytes,
+            ValueView::ZSet(z) => std::mem::size_of::<ZSetValue>() + z.bytes,
             ValueView::List(l) => l.mem_size(),
-            ValueView::Set(s) => s.mem_size(),
+            // The set's and the sorted set's own boxes (see `Value`).
+            ValueView::Set(s) => std::mem::size_of::<SetValue>() + s.mem_size(),
         }
     }
 }
