@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
-"""Memory per key of small lists, sets and strings: Gradus vs redis-server, in one run.
+"""Memory per key: Gradus vs redis-server vs memcached, in one run.
 
-    scripts/bench-memory-types.py [keys]        (default 1 000 000 keys per type)
+    scripts/bench-memory-types.py [scale] [gradus-binary ...]
+    GRADUS_MEMORY_ROWS=hash,zset,list scripts/bench-memory-types.py ...   (only those rows)
 
-Starts `target/release/gradus --durability none` and `redis-server --save '' --appendonly no`
-on free loopback ports, one at a time, and for each type loads `keys` keys with redis-py
-pipelines of 1000 commands, measuring the server process's RSS growth (VmRSS, /proc) over the
-load (each type on a fresh server):
-  - list:   RPUSH list:%07d with five 8-byte elements;
-  - set:    SADD set:%07d with five 8-byte string members;
-  - intset: SADD iset:%07d with five integers;
-  - string: SET str:%07d with a 40-byte value.
-Prints a Markdown table (bytes per key and the Gradus / Redis ratio).
+`scale` (default 1.0) multiplies every row's key count. Each binary listed is measured as its
+own column (default: target/release/gradus; give an older build too for a before/after run).
+Each row loads keys into a fresh server with pipelines of 1000 commands (redis-py; memcached
+through pymemcache's set_many in batches of 1000) and measures the server process's RSS growth
+(VmRSS in /proc) over the load, and, for Redis and Gradus, INFO `used_memory` growth:
+  - string16/100/1000: SET s:%08d <value of 16/100/1000 bytes>       (1 M keys)
+  - ... +ttl:          SET s:%08d <value> EX 86400                    (1 M keys)
+  - hash:              HSET h:%07d f0 v.. f9 v.. (10 fields, 8-byte values)  (100 k keys)
+  - zset:              ZADD z:%07d 0 m0.. 9 m9.. (10 members of 8 bytes)     (100 k keys)
+  - list:              RPUSH l:%07d with five 8-byte elements          (1 M keys)
+  - set:               SADD S:%07d with five 8-byte string members     (1 M keys)
+  - intset:            SADD i:%07d with five integers                  (1 M keys)
+memcached (`-m 8192`, strings only) stores the same keys and values with `set`.
+Servers: Gradus `--durability none --memcached-port 0`, redis-server `--save '' --appendonly no`.
+Prints a Markdown table: bytes per key for each target and each Gradus build / Redis.
 """
 
 import os
@@ -24,7 +31,29 @@ import time
 import redis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KEYS = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
+SCALE = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+BINARIES = sys.argv[2:] or [os.path.join(ROOT, "target/release/gradus")]
+
+ROWS = [
+    # (name, keys, kind, value size, ttl)
+    ("string 16 B", 1_000_000, "string", 16, False),
+    ("string 100 B", 1_000_000, "string", 100, False),
+    ("string 1000 B", 1_000_000, "string", 1000, False),
+    ("string 16 B + TTL", 1_000_000, "string", 16, True),
+    ("string 100 B + TTL", 1_000_000, "string", 100, True),
+    ("string 1000 B + TTL", 1_000_000, "string", 1000, True),
+    ("hash (10 fields)", 100_000, "hash", 8, False),
+    ("zset (10 members)", 100_000, "zset", 8, False),
+    ("list (5 elements)", 1_000_000, "list", 8, False),
+    ("set (5 members)", 1_000_000, "set", 8, False),
+    ("intset (5 integers)", 1_000_000, "intset", 0, False),
+]
+
+
+# GRADUS_MEMORY_ROWS=hash,zset runs only the rows whose name starts with one of these words.
+ONLY = [w for w in os.environ.get("GRADUS_MEMORY_ROWS", "").split(",") if w]
+if ONLY:
+    ROWS = [row for row in ROWS if any(row[0].startswith(w) for w in ONLY)]
 
 
 def free_port():
@@ -41,61 +70,124 @@ def rss(pid):
     raise RuntimeError("no VmRSS")
 
 
-def start(target, tmp):
-    port = free_port()
-    if target == "gradus":
-        argv = [os.path.join(ROOT, "target/release/gradus"), "--port", str(port), "--memcached-port", "0",
-                "--dir", os.path.join(tmp, "g"), "--durability", "none", "--loglevel", "warn"]
-    else:
-        argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", tmp]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    r = redis.Redis(port=port)
+def wait_port(port):
     for _ in range(200):
         try:
-            r.ping()
-            return proc, r
-        except redis.ConnectionError:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
             time.sleep(0.05)
-    raise RuntimeError(f"{target} did not start")
+    raise RuntimeError(f"nothing listens on {port}")
 
 
-def load(r, kind):
+def start(target, tmp):
+    port = free_port()
+    if target == "redis":
+        argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", tmp]
+    elif target == "memcached":
+        argv = ["memcached", "-p", str(port), "-l", "127.0.0.1", "-U", "0", "-m", "8192", "-t", "2"]
+        if os.geteuid() == 0:
+            argv += ["-u", "root"]
+    else:
+        argv = [target, "--port", str(port), "--memcached-port", "0", "--dir", os.path.join(tmp, "g"),
+                "--durability", "none", "--loglevel", "warn"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return proc, port
+
+
+def value(i, size):
+    text = f"{i:08d}"
+    return (text * (size // len(text) + 1))[:size]
+
+
+def load_redis(r, kind, keys, size, ttl):
     pipe = r.pipeline(transaction=False)
-    for i in range(KEYS):
-        if kind == "list":
-            pipe.rpush(f"list:{i:07d}", *(f"e{j}{i % 1000:06d}" for j in range(5)))
+    for i in range(keys):
+        if kind == "string":
+            pipe.set(f"s:{i:08d}", value(i, size), ex=86400 if ttl else None)
+        elif kind == "hash":
+            pipe.hset(f"h:{i:07d}", mapping={f"f{j}": value(i + j, size) for j in range(10)})
+        elif kind == "zset":
+            pipe.zadd(f"z:{i:07d}", {f"m{j}{i % 1000:06d}": j for j in range(10)})
+        elif kind == "list":
+            pipe.rpush(f"l:{i:07d}", *(f"e{j}{i % 1000:06d}" for j in range(5)))
         elif kind == "set":
-            pipe.sadd(f"set:{i:07d}", *(f"m{j}{i % 1000:06d}" for j in range(5)))
-        elif kind == "intset":
-            pipe.sadd(f"iset:{i:07d}", *(i * 5 + j for j in range(5)))
+            pipe.sadd(f"S:{i:07d}", *(f"m{j}{i % 1000:06d}" for j in range(5)))
         else:
-            pipe.set(f"str:{i:07d}", f"{i:040d}")
+            pipe.sadd(f"i:{i:07d}", *(i * 5 + j for j in range(5)))
         if len(pipe) >= 1000:
             pipe.execute()
     pipe.execute()
 
 
+def load_memcached(port, keys, size, ttl):
+    from pymemcache.client.base import Client
+
+    c = Client(("127.0.0.1", port))
+    batch = {}
+    for i in range(keys):
+        batch[f"s:{i:08d}"] = value(i, size).encode()
+        if len(batch) >= 1000:
+            assert not c.set_many(batch, expire=86400 if ttl else 0)
+            batch = {}
+    if batch:
+        assert not c.set_many(batch, expire=86400 if ttl else 0)
+    return int(c.stats()[b"curr_items"])
+
+
+def measure(target, tmp, row):
+    _, keys, kind, size, ttl = row
+    keys = max(1, int(keys * SCALE))
+    proc, port = start(target, tmp)
+    try:
+        time.sleep(0.2)
+        before = rss(proc.pid)
+        if target == "memcached":
+            assert load_memcached(port, keys, size, ttl) == keys
+            used = None
+        else:
+            r = redis.Redis(port=port)
+            used0 = int(r.info("memory")["used_memory"])
+            load_redis(r, kind, keys, size, ttl)
+            time.sleep(0.5)
+            assert r.dbsize() == keys
+            used = (int(r.info("memory")["used_memory"]) - used0) / keys
+        return (rss(proc.pid) - before) / keys, used
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def main():
+    targets = ["redis", "memcached"] + BINARIES
+    names = {b: f"Gradus {os.path.basename(os.path.dirname(os.path.dirname(b))) or b}" for b in BINARIES}
+    if len(BINARIES) > 1:
+        names = {b: f"Gradus ({b})" for b in BINARIES}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in ["list", "set", "intset", "string"]:
-            for target in ["redis", "gradus"]:
-                proc, r = start(target, tmp)
-                try:
-                    before = rss(proc.pid)
-                    load(r, kind)
-                    time.sleep(0.5)
-                    assert r.dbsize() == KEYS
-                    results[(kind, target)] = (rss(proc.pid) - before) / KEYS
-                finally:
-                    proc.terminate()
-                    proc.wait(10)
-    print(f"| type ({KEYS:,} keys) | redis-server bytes/key | Gradus bytes/key | Gradus / Redis |")
-    print("|---|---|---|---|")
-    for kind in ["list", "set", "intset", "string"]:
-        rd, g = results[(kind, "redis")], results[(kind, "gradus")]
-        print(f"| {kind} | {rd:.0f} | {g:.0f} | {g / rd:.2f}x |")
+        for row in ROWS:
+            # Rounds interleaved: every target for one row, then the next row.
+            for target in targets:
+                if target == "memcached" and row[2] != "string":
+                    continue
+                results[(row[0], target)] = measure(target, tmp, row)
+                print(f"# {row[0]} {target}: {results[(row[0], target)]}", file=sys.stderr, flush=True)
+    head = ["row", "keys", "redis RSS B/key", "redis used_memory B/key", "memcached RSS B/key"]
+    for b in BINARIES:
+        head += [f"{names[b]} RSS B/key", f"{names[b]} used_memory B/key", f"{names[b]} RSS / Redis"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for row in ROWS:
+        rd_rss, rd_used = results[(row[0], "redis")]
+        mc = results.get((row[0], "memcached"))
+        cells = [row[0], f"{int(row[1] * SCALE):,}", f"{rd_rss:.0f}", f"{rd_used:.0f}",
+                 f"{mc[0]:.0f}" if mc else "–"]
+        for b in BINARIES:
+            g_rss, g_used = results[(row[0], b)]
+            cells += [f"{g_rss:.0f}", f"{g_used:.0f}", f"{g_rss / rd_rss:.2f}x"]
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -153,17 +153,83 @@ fn human(bytes: u64) -> String {
     }
 }
 
+/// The process's memory as INFO and MEMORY report it.
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryFigures {
+    /// Bytes allocated now (the allocator's count; the store's estimate where the allocator
+    /// does not count, as in library tests).
+    pub allocated: usize,
+    /// The most `allocated` has been when read.
+    pub peak_allocated: usize,
+    /// `allocated` when the server started.
+    pub startup_allocated: usize,
+    /// What the keyspaces account for their keys and values.
+    pub dataset: usize,
+    /// Resident set size.
+    pub rss: usize,
+    pub process: crate::alloc::ProcessMemory,
+}
+
+impl MemoryFigures {
+    pub fn now(shared: &Shared) -> MemoryFigures {
+        let dataset = shared.store.used_bytes();
+        let counted = crate::alloc::allocated_bytes();
+        let allocated = if counted == 0 { dataset } else { counted };
+        MemoryFigures {
+            allocated,
+            peak_allocated: crate::alloc::peak_allocated_bytes().max(allocated),
+            startup_allocated: crate::alloc::startup_allocated_bytes(),
+            dataset,
+            rss: rss_bytes() as usize,
+            process: crate::alloc::process_memory(),
+        }
+    }
+
+    /// Resident set over allocated bytes (Redis' `mem_fragmentation_ratio`).
+    pub fn fragmentation_ratio(&self) -> f64 {
+        if self.allocated == 0 {
+            0.0
+        } else {
+            self.rss as f64 / self.allocated as f64
+        }
+    }
+}
+
 fn memory(shared: &Shared, out: &mut String) {
-    let used = shared.store.used_bytes() as u64;
-    let rss = rss_bytes();
+    let m = MemoryFigures::now(shared);
+    let (used, rss) = (m.allocated as u64, m.rss as u64);
     line!(out, "# Memory");
     line!(out, "used_memory:{used}");
     line!(out, "used_memory_human:{}", human(used));
     line!(out, "used_memory_rss:{rss}");
     line!(out, "used_memory_rss_human:{}", human(rss));
-    line!(out, "maxmemory:0");
-    line!(out, "maxmemory_human:0B");
-    line!(out, "maxmemory_policy:noeviction");
+    line!(out, "used_memory_peak:{}", m.peak_allocated);
+    line!(
+        out,
+        "used_memory_peak_human:{}",
+        human(m.peak_allocated as u64)
+    );
+    line!(out, "used_memory_startup:{}", m.startup_allocated);
+    line!(out, "used_memory_dataset:{}", m.dataset);
+    line!(out, "allocator_allocated:{used}");
+    line!(out, "allocator_active:{}", m.process.commit);
+    line!(out, "allocator_resident:{rss}");
+    line!(
+        out,
+        "mem_fragmentation_ratio:{:.2}",
+        m.fragmentation_ratio()
+    );
+    line!(out, "mem_fragmentation_bytes:{}", rss as i64 - used as i64);
+    line!(out, "mem_allocator:mimalloc");
+    let max = shared.live.maxmemory.load(Ordering::Relaxed) as u64;
+    let policy = shared.live.maxmemory_policy.load(Ordering::Relaxed);
+    line!(out, "maxmemory:{max}");
+    line!(out, "maxmemory_human:{}", human(max));
+    line!(
+        out,
+        "maxmemory_policy:{}",
+        crate::quota::POLICIES[usize::from(policy)]
+    );
 }
 
 fn persistence(shared: &Shared, out: &mut String) {

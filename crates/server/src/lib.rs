@@ -3,6 +3,7 @@
 //! - [`server`]: bind, accept, maxclients, active expiry timer, signals and graceful shutdown;
 //! - [`connection`]: bytes ↔ requests/replies for one client, pipelining, output batching;
 //! - [`dispatch`]: table lookup, arity, auth, MULTI queueing, the store gate;
+//! - [`alloc`]: the counting global allocator behind `used_memory`;
 //! - [`command`]: the command table (data) and one module per command family;
 //! - [`client`]: per-connection state and the registry behind CLIENT LIST/KILL;
 //! - [`state`]: what all connections share (store, live settings, counters);
@@ -36,6 +37,7 @@
 //! Protocol codecs live in `gradus-proto` and keyspaces in `gradus-store`; this crate wires them to
 //! sockets and must not reimplement either.
 
+pub mod alloc;
 pub mod args;
 pub mod blocking;
 pub mod client;

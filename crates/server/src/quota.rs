@@ -12,6 +12,12 @@
 //! So cache pressure can never evict session data: only `lru` keyspaces ever lose keys. Evictions
 //! from a logged keyspace are logged as DEL, so replay agrees with memory.
 //!
+//! On top of those, the server-wide `maxmemory` (Redis' setting, on `used_memory`: the
+//! allocator's count, `crate::alloc`): over it, a write first evicts by `maxmemory-policy` from
+//! the `lru` keyspaces (the largest first; session keyspaces never; without `[[tenants]]`, the
+//! databases of degree `none`), and fails with Redis' OOM error when the policy is `noeviction`
+//! or nothing qualifies.
+//!
 //! May import: `persist::write` (evictions are a write transaction), `state`, `client`. Must not
 //! import command modules.
 
@@ -19,6 +25,102 @@ use crate::client::ClientState;
 use crate::persist::write::{log_effect, Scope, WriteError, WriteTxn};
 use crate::state::Shared;
 use bytes::Bytes;
+use gradus_store::EvictionPolicy;
+use std::sync::atomic::Ordering;
+
+/// Redis' `maxmemory-policy` values, in the order `LiveSettings::maxmemory_policy` indexes.
+pub const POLICIES: &[&str] = &[
+    "noeviction",
+    "allkeys-lru",
+    "volatile-lru",
+    "allkeys-lfu",
+    "volatile-lfu",
+    "allkeys-random",
+    "volatile-random",
+    "volatile-ttl",
+];
+
+/// The index of policy `name` in [`POLICIES`] (0, `noeviction`, for a name not there; the
+/// settings table lets only those names through).
+pub fn policy_index(name: &str) -> u8 {
+    POLICIES
+        .iter()
+        .position(|p| p.eq_ignore_ascii_case(name))
+        .unwrap_or(0) as u8
+}
+
+/// How policy number `index` picks keys; None for `noeviction`. Without an access-frequency
+/// counter the LFU policies rank keys as their LRU twins.
+fn eviction_policy(index: u8) -> Option<EvictionPolicy> {
+    match POLICIES.get(usize::from(index)).copied() {
+        Some("allkeys-lru" | "allkeys-lfu") => Some(EvictionPolicy::AllKeysLru),
+        Some("volatile-lru" | "volatile-lfu") => Some(EvictionPolicy::VolatileLru),
+        Some("allkeys-random") => Some(EvictionPolicy::AllKeysRandom),
+        Some("volatile-random") => Some(EvictionPolicy::VolatileRandom),
+        Some("volatile-ttl") => Some(EvictionPolicy::VolatileTtl),
+        _ => None,
+    }
+}
+
+/// The server's memory as `maxmemory` is checked against it: the allocator's count (the
+/// store's own figure where the allocator does not count, as in library tests).
+fn server_used(shared: &Shared) -> usize {
+    match crate::alloc::allocated_bytes() {
+        0 => shared.store.used_bytes(),
+        counted => counted,
+    }
+}
+
+/// Whether `maxmemory` may evict from keyspace `k`: an `lru` keyspace; and without
+/// `[[tenants]]`, where databases have no eviction setting, a database of degree `none` (a cache
+/// by its durability: memcached's semantics), never a logged one.
+fn maxmemory_may_evict(shared: &Shared, k: usize) -> bool {
+    let tenancy = &shared.tenancy;
+    tenancy.keyspaces[k].evict
+        || !tenancy.multi_tenant
+            && tenancy.keyspaces[k].tenant.is_some()
+            && shared.persist.degrees.get(k) == Some(&gradus_log::Durability::None)
+}
+
+/// Make room under `maxmemory` (see the module docs).
+fn make_room_in_server(
+    shared: &Shared,
+    client: &mut ClientState,
+    now_ms: u64,
+) -> Result<(), WriteError> {
+    let max = shared.live.maxmemory.load(Ordering::Relaxed);
+    if max == 0 || server_used(shared) <= max {
+        return Ok(());
+    }
+    let Some(policy) = eviction_policy(shared.live.maxmemory_policy.load(Ordering::Relaxed)) else {
+        return Err(WriteError::MaxMemory);
+    };
+    let tenancy = &shared.tenancy;
+    let mut txn = WriteTxn::begin(shared, client, Scope::Evictions(None), now_ms, false)?;
+    let result = txn.apply(|client| {
+        let mut count = 0;
+        while server_used(shared) > max && count < MAX_EVICTIONS_PER_COMMAND {
+            let mut candidates: Vec<usize> = (0..tenancy.keyspaces.len())
+                .filter(|&k| maxmemory_may_evict(shared, k) && used(shared, k) > 0)
+                .collect();
+            candidates.sort_by_key(|&k| std::cmp::Reverse(used(shared, k)));
+            let victim = candidates.into_iter().find_map(|k| {
+                let key = shared.store.keyspaces()[k].evict_one_by(policy, SAMPLES, now_ms)?;
+                Some((k, key))
+            });
+            let Some((db, key)) = victim else {
+                return Err(WriteError::MaxMemory);
+            };
+            count += 1;
+            if shared.persist.db_logged(db) {
+                log_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
+            }
+        }
+        Ok(())
+    });
+    txn.commit()?;
+    result
+}
 
 /// Keys sampled per eviction (Redis' maxmemory-samples default).
 const SAMPLES: usize = 5;
@@ -54,6 +156,17 @@ pub fn make_room(
     g: usize,
     now_ms: u64,
 ) -> Result<(), WriteError> {
+    make_room_in_tenant(shared, client, g, now_ms)?;
+    make_room_in_server(shared, client, now_ms)
+}
+
+/// Make room under keyspace `g`'s and its tenant's limits (see the module docs).
+fn make_room_in_tenant(
+    shared: &Shared,
+    client: &mut ClientState,
+    g: usize,
+    now_ms: u64,
+) -> Result<(), WriteError> {
     let tenancy = &shared.tenancy;
     let Some(tenant) = tenancy.tenant_of(g) else {
         return Ok(());
@@ -64,7 +177,13 @@ pub fn make_room(
     // Evict under the gate (a snapshot sees an eviction and its DEL record together or neither)
     // and, when an eviction may be logged, in log order. A cache whose evicting keyspaces are
     // all `none` (the usual case) does not touch the global write-order lock.
-    let mut txn = WriteTxn::begin(shared, client, Scope::Evictions(tenant), now_ms, false)?;
+    let mut txn = WriteTxn::begin(
+        shared,
+        client,
+        Scope::Evictions(Some(tenant)),
+        now_ms,
+        false,
+    )?;
     let result = txn.apply(|client| {
         let mut count = 0;
         loop {

@@ -530,6 +530,20 @@ pub static SETTINGS: &[Setting] = &[
     Setting { name: "maxclients", section: Section::Top, key: "maxclients", kind: Kind::Int { min: 1, max: u32::MAX as u64 }, default: "10000",
         flag: flag("N"), live: live_usize!(maxclients), field: field!(maxclients),
         doc: "Most simultaneous client connections; the next one gets \"-ERR max number of clients reached\"." },
+    Setting { name: "maxmemory", section: Section::Top, key: "maxmemory", kind: Kind::Size { min: 0, max: UNBOUNDED }, default: "0",
+        flag: flag("BYTES"), live: live_usize!(maxmemory), field: field!(maxmemory),
+        doc: "Server-wide limit on used_memory (the allocator's count); over it a write first evicts by maxmemory-policy from keyspaces whose eviction is lru (without [[tenants]]: databases of durability none; never a session keyspace), else fails with OOM; 0: none." },
+    Setting { name: "maxmemory-policy", section: Section::Top, key: "maxmemory-policy", kind: Kind::Enum(crate::quota::POLICIES), default: "noeviction",
+        flag: flag("POLICY"), live: Some(Live {
+            get: |l| Value::Text(crate::quota::POLICIES[usize::from(l.maxmemory_policy.load(Ordering::Relaxed))].into()),
+            set: |l, v| {
+                if let Value::Text(name) = v {
+                    l.maxmemory_policy.store(crate::quota::policy_index(name), Ordering::Relaxed);
+                }
+            },
+            apply: None,
+        }), field: field!(maxmemory_policy),
+        doc: "Which keys maxmemory evicts: noeviction, allkeys-lru, volatile-lru, allkeys-lfu, volatile-lfu (ranked as their lru twins), allkeys-random, volatile-random or volatile-ttl." },
     Setting { name: "requirepass", section: Section::Top, key: "requirepass", kind: Kind::Text, default: "",
         flag: flag("PASSWORD"), field: field!(requirepass),
         live: Some(Live { get: |l| Value::Text(l.requirepass.lock().clone()), set: |l, v| *l.requirepass.lock() = v.text(), apply: None }),
@@ -708,8 +722,6 @@ pub type Reported = fn(&Shared) -> String;
 /// describe what this server does and cannot be set.
 #[rustfmt::skip]
 pub static REPORTED: &[(&str, Reported)] = &[
-    ("maxmemory", |_| "0".into()),
-    ("maxmemory-policy", |_| "noeviction".into()),
     ("save", |_| String::new()),
     ("appendonly", |s| if s.persist.log.get().is_some() { "yes".into() } else { "no".into() }),
     // The default degree in Redis' terms, for tools that check it: `strict` fsyncs before the

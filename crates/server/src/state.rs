@@ -59,6 +59,10 @@ impl Stats {
 /// table says which these are, and reads and sets them.
 pub struct LiveSettings {
     pub maxclients: AtomicUsize,
+    /// Server-wide memory limit in bytes (0: none) and its policy, an index into
+    /// `crate::quota::POLICIES`.
+    pub maxmemory: AtomicUsize,
+    pub maxmemory_policy: std::sync::atomic::AtomicU8,
     pub proto_max_bulk_len: AtomicUsize,
     pub max_multibulk_len: AtomicUsize,
     pub max_inline_len: AtomicUsize,
@@ -162,6 +166,8 @@ impl Shared {
         let degrees = tenancy.degrees();
         let live = LiveSettings {
             maxclients: AtomicUsize::new(0),
+            maxmemory: AtomicUsize::new(0),
+            maxmemory_policy: std::sync::atomic::AtomicU8::new(0),
             proto_max_bulk_len: AtomicUsize::new(0),
             max_multibulk_len: AtomicUsize::new(0),
             max_inline_len: AtomicUsize::new(0),
@@ -217,7 +223,7 @@ impl Shared {
         };
         let tenant_count = tenancy.tenants.len();
         Self {
-            store: Store::with_keyspaces(&tenancy.evicting()),
+            store: Store::new(tenancy.keyspace_count()),
             tenancy,
             auth_throttle: Default::default(),
             port: AtomicUsize::new(config.port as usize),

@@ -16,7 +16,7 @@
 
 use crate::glob::glob_match;
 use crate::scan::{scan_position, scan_step, SCAN_HASH_BITS};
-use crate::shard::Shard;
+use crate::shard::{EvictionPolicy, Shard};
 use crate::value::ValueKind;
 use bytes::Bytes;
 use hashbrown::DefaultHashBuilder;
@@ -182,22 +182,11 @@ impl Keyspace {
         Self::with_index(0)
     }
 
-    /// A keyspace that is number `index` of its store.
+    /// A keyspace that is number `index` of its store. Any keyspace can evict: eviction samples
+    /// random slots of its shards' tables, so it needs no list of its own.
     pub fn with_index(index: usize) -> Self {
-        Self::with_options(index, false)
-    }
-
-    /// Keyspace number `index`; `evicting` keeps the sampling lists that eviction needs.
-    pub fn with_options(index: usize, evicting: bool) -> Self {
-        let shard = || {
-            if evicting {
-                Shard::with_sampling()
-            } else {
-                Shard::new()
-            }
-        };
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(shard())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
             hasher: DefaultHashBuilder::default(),
             index,
             used: AtomicUsize::new(0),
@@ -295,13 +284,34 @@ impl Keyspace {
     /// Evict one key by approximate LRU (sampling `samples` keys of a random non-empty shard);
     /// returns the evicted key, or None when there is nothing to evict.
     pub fn evict_one(&self, samples: usize, now_ms: u64) -> Option<Bytes> {
+        self.evict_one_by(EvictionPolicy::AllKeysLru, samples, now_ms)
+    }
+
+    /// Evict one key `policy` ranks highest among `samples` keys sampled in a random shard that
+    /// has a candidate (shards without keys, or without TTLs for a volatile policy, are passed
+    /// over); returns the evicted key, or None when no key qualifies.
+    pub fn evict_one_by(
+        &self,
+        policy: EvictionPolicy,
+        samples: usize,
+        now_ms: u64,
+    ) -> Option<Bytes> {
         let start = rand::thread_rng().gen_range(0..SHARDS);
         for i in 0..SHARDS {
             let mut shard = self.shard((start + i) % SHARDS);
-            if let Some(key) = shard.eviction_candidate(samples, now_ms) {
-                shard.remove(&key, now_ms);
-                self.evictions.fetch_add(1, Ordering::Relaxed);
-                return Some(key);
+            if shard.is_empty() || policy.volatile_only() && shard.volatile_count() == 0 {
+                continue;
+            }
+            // A volatile policy may sample only keys without a TTL: look harder in a shard
+            // known to hold some.
+            let tries = if policy.volatile_only() { 8 } else { 1 };
+            for _ in 0..tries {
+                if let Some(key) = shard.sample_victim(samples, |entry| policy.rank(entry, now_ms))
+                {
+                    shard.remove(&key, now_ms);
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
+                    return Some(key);
+                }
             }
         }
         None
@@ -316,7 +326,7 @@ impl Keyspace {
                 .map()
                 .keys()
                 .filter(|k| k.starts_with(prefix))
-                .cloned()
+                .map(Bytes::copy_from_slice)
                 .collect();
             for key in doomed {
                 removed += usize::from(shard.remove(&key, now_ms).is_some());
@@ -428,7 +438,7 @@ impl Keyspace {
         let mut out = Vec::new();
         for i in 0..SHARDS {
             let mut shard = self.shard(i);
-            let keys: Vec<Bytes> = shard.map().keys().cloned().collect();
+            let keys: Vec<Bytes> = shard.map().keys().map(Bytes::copy_from_slice).collect();
             for key in keys {
                 if let Some(entry) = shard.remove(&key, now_ms) {
                     out.push((key, entry));
@@ -447,7 +457,7 @@ impl Keyspace {
             out.extend(
                 s.iter_live(now_ms)
                     .filter(|(k, _)| match_all || glob_match(pattern, k))
-                    .map(|(k, _)| k.clone()),
+                    .map(|(k, _)| Bytes::copy_from_slice(k)),
             );
         }
         out
@@ -478,7 +488,7 @@ impl Keyspace {
                     .filter(|(_, e)| !matches!(e.expires_at(), Some(t) if t <= now_ms))
                     .filter(|(_, e)| kind.is_none_or(|k| e.value.kind() == k))
                     .filter(|(k, _)| pattern.is_none_or(|p| glob_match(p, k)))
-                    .map(|(k, _)| k.clone()),
+                    .map(|(k, _)| Bytes::copy_from_slice(k)),
             );
             match next {
                 Some(pos) => {
@@ -511,9 +521,9 @@ impl Keyspace {
         let start = rng.gen_range(0..SHARDS);
         for i in 0..SHARDS {
             let shard = self.shard((start + i) % SHARDS);
-            let live: Vec<&Bytes> = shard.iter_live(now_ms).map(|(k, _)| k).collect();
+            let live: Vec<&[u8]> = shard.iter_live(now_ms).map(|(k, _)| k).collect();
             if !live.is_empty() {
-                return Some(live[rng.gen_range(0..live.len())].clone());
+                return Some(Bytes::copy_from_slice(live[rng.gen_range(0..live.len())]));
             }
         }
         None
@@ -657,6 +667,37 @@ mod tests {
         assert_ne!(shard.version_of(b"x", 3_000), watched);
         drop(shard);
         assert_eq!(b.len(), 2);
+    }
+
+    #[test]
+    fn volatile_policies_evict_only_keys_with_a_ttl_and_ttl_picks_the_nearest() {
+        let ks = Keyspace::new();
+        for i in 0..200 {
+            put(&ks, &format!("persistent:{i}"));
+        }
+        for (key, at) in [("soon", 5_000), ("later", 9_000)] {
+            ks.lock(key.as_bytes())
+                .set(key.as_bytes(), Value::Str(Bytes::new()), Some(at), 0);
+        }
+        let mut evicted: Vec<Bytes> = [EvictionPolicy::VolatileTtl, EvictionPolicy::VolatileRandom]
+            .into_iter()
+            .filter_map(|policy| ks.evict_one_by(policy, 5, 1_000))
+            .collect();
+        evicted.sort();
+        assert_eq!(evicted, [&b"later"[..], &b"soon"[..]]);
+        // Within one shard, volatile-ttl ranks the nearest expiry first.
+        let mut shard = Shard::new();
+        shard.set(b"later", Value::Str(Bytes::new()), Some(9_000), 0);
+        shard.set(b"soon", Value::Str(Bytes::new()), Some(5_000), 0);
+        shard.set(b"never", Value::Str(Bytes::new()), None, 0);
+        let victim = shard.sample_victim(64, |e| EvictionPolicy::VolatileTtl.rank(e, 1_000));
+        assert_eq!(victim.as_deref(), Some(&b"soon"[..]));
+        assert_eq!(ks.evict_one_by(EvictionPolicy::VolatileLru, 5, 1_000), None);
+        assert_eq!(ks.len(), 200, "no key without a TTL was evicted");
+        assert!(ks
+            .evict_one_by(EvictionPolicy::AllKeysRandom, 5, 1_000)
+            .is_some());
+        assert_eq!(ks.len(), 199);
     }
 
     #[test]

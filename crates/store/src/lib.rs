@@ -3,7 +3,7 @@
 //! Modules, from the outside in:
 //! - [`store`]: every keyspace plus the gate that makes transactions atomic;
 //! - [`keyspace`]: one `SELECT` database, sharded; multi-key locking, SCAN, KEYS, flush;
-//! - [`shard`]: a map of entries with lazy/active expiry, versions for WATCH, memory accounting;
+//! - [`shard`]: a table of entries ([`table`]: one block per key, 8-byte slots) with lazy/active expiry, versions for WATCH, memory accounting;
 //! - [`snapshot`]: point-in-time copies by key-granular copy-on-write;
 //! - [`locks`]: native session locks (FIFO, fencing tokens, leases, waiter cap);
 //! - [`value`]: strings, hashes, sorted sets, lists ([`list`]: the packed list encoding) and sets
@@ -25,13 +25,14 @@ pub mod set;
 pub mod shard;
 pub mod snapshot;
 pub mod store;
+pub mod table;
 pub mod value;
 
 pub use keyspace::ShardGuard;
 pub use keyspace::{HeldShards, Keyspace, MultiLock, ScanPage, SHARDS};
 pub use list::{End, ListValue};
 pub use set::{Member, SetValue};
-pub use shard::{Cleared, Entry, ItemMeta, ItemView, Shard, ValueView};
+pub use shard::{Cleared, Entry, EvictionPolicy, ItemMeta, ItemView, Shard, ValueView};
 pub use snapshot::{ShardCopyTimes, SnapshotSink};
 pub use store::Store;
 pub use value::{FieldHasher, HashValue, Score, ScoreBound, Value, ValueKind, ZSetValue};

@@ -176,8 +176,9 @@ enum Encoding {
     Ints { width: u8, buf: Vec<u8> },
     /// Members in insertion order, each a length byte and its bytes.
     Packed(Vec<u8>),
-    /// One hash set, or shared parts of one.
-    Table(Parts<()>),
+    /// One hash set, or shared parts of one (boxed: most sets are small, and keep the other
+    /// encodings' 32 bytes).
+    Table(Box<Parts<()>>),
 }
 
 /// A set of byte strings (see the module docs for its encodings).
@@ -404,7 +405,7 @@ impl SetValue {
         let (ints, pack, table) = match &self.encoding {
             Encoding::Ints { width, buf } => (Some((*width, &buf[..])), None, None),
             Encoding::Packed(buf) => (None, Some(&buf[..]), None),
-            Encoding::Table(parts) => (None, None, Some(parts)),
+            Encoding::Table(parts) => (None, None, Some(&**parts)),
         };
         let ints = ints.into_iter().flat_map(|(width, buf)| {
             (0..buf.len() / usize::from(width)).map(move |i| Member::Int(int_at(buf, width, i)))
@@ -457,7 +458,7 @@ impl SetValue {
         }
         let mut parts = Parts::Flat(map);
         parts.grew_to(self.len);
-        self.encoding = Encoding::Table(parts);
+        self.encoding = Encoding::Table(Box::new(parts));
         self.recount_table();
     }
 

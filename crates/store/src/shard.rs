@@ -5,27 +5,80 @@
 //! accessors here and actively by `sweep_expired`. Each mutation bumps the entry's version so
 //! `WATCH` can tell that a key changed.
 //!
-//! Eviction support: every entry carries the time of its last access (in 10 ms ticks), and a shard
-//! of an evicting keyspace keeps a sampling list of its keys so that approximate LRU can pick a few
-//! keys at random in O(1) (Redis' sampling approach). Deleted keys leave the list lazily: a sample
-//! that hits one removes it, and the list is rebuilt when it grows to twice the map.
+//! Eviction support: every entry carries the time of its last access (in 10 ms ticks), and
+//! approximate LRU samples a few keys at random slots of the table (Redis' sampling approach).
+//!
+//! Layout: entries live in an [`EntryMap`] (one block per key holding the entry and the key's
+//! bytes, 8-byte table slots; see `crate::table`). The expiry index refers to blocks by address,
+//! which is stable while a block is in the table; every path that removes a block removes its
+//! expiry first.
 
 use crate::list::ListValue;
 use crate::set::SetValue;
-use crate::value::{HashValue, Value, ZSetValue, ITEM_OVERHEAD};
+use crate::table::{alloc_class, key_of, EntryMap, Node};
+use crate::value::{HashValue, Value, ZSetValue};
 use bytes::Bytes;
 use hashbrown::HashMap;
 use std::collections::BTreeSet;
+
+/// `Entry::expires_at` of a key without a TTL (Redis refuses expiry times past `i64::MAX`).
+const NO_EXPIRY: u64 = u64::MAX;
 
 /// A stored key's value and metadata.
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub value: Value,
-    expires_at: Option<u64>,
+    /// Unix ms, or [`NO_EXPIRY`] (8 bytes instead of an `Option`'s 16).
+    expires_at: u64,
     version: u64,
     /// Last access, in 10 ms ticks of the Unix clock (wrapping; see [`access_tick`]).
     atime: u32,
     meta: ItemMeta,
+}
+
+/// Which keys eviction prefers (Redis' `maxmemory-policy` values that evict; the LFU ones rank
+/// as their LRU twins: no access-frequency counter is kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictionPolicy {
+    /// The key idle longest.
+    AllKeysLru,
+    /// The key with a TTL idle longest.
+    VolatileLru,
+    /// Any key.
+    AllKeysRandom,
+    /// Any key with a TTL.
+    VolatileRandom,
+    /// The key with the nearest expiry.
+    VolatileTtl,
+}
+
+impl EvictionPolicy {
+    /// How strongly `entry` is a victim at `now_ms` (higher first; an expired key above all),
+    /// or None when the policy never evicts it.
+    pub fn rank(self, entry: &Entry, now_ms: u64) -> Option<u64> {
+        if entry.is_expired(now_ms) {
+            return Some(u64::MAX);
+        }
+        let idle = u64::from(entry.idle_ticks(now_ms));
+        let ttl = entry.expires_at();
+        match self {
+            EvictionPolicy::AllKeysLru => Some(idle),
+            EvictionPolicy::VolatileLru => ttl.map(|_| idle),
+            EvictionPolicy::AllKeysRandom => Some(0),
+            EvictionPolicy::VolatileRandom => ttl.map(|_| 0),
+            EvictionPolicy::VolatileTtl => ttl.map(|t| u64::MAX - 1 - t),
+        }
+    }
+
+    /// Whether only keys with a TTL qualify.
+    pub fn volatile_only(self) -> bool {
+        matches!(
+            self,
+            EvictionPolicy::VolatileLru
+                | EvictionPolicy::VolatileRandom
+                | EvictionPolicy::VolatileTtl
+        )
+    }
 }
 
 /// The access clock: Unix time in 10 ms ticks, truncated to 32 bits (wraps every ~497 days; ages
@@ -74,9 +127,30 @@ impl ItemMeta {
 }
 
 impl Entry {
+    /// An entry holding `value`, stored at `now_ms` with version `version`.
+    pub fn new(value: Value, expires_at: Option<u64>, version: u64, now_ms: u64) -> Entry {
+        Entry::with_meta(value, expires_at, version, ItemMeta::fresh(now_ms), now_ms)
+    }
+
+    fn with_meta(
+        value: Value,
+        expires_at: Option<u64>,
+        version: u64,
+        meta: ItemMeta,
+        now_ms: u64,
+    ) -> Entry {
+        Entry {
+            value,
+            expires_at: expires_at.unwrap_or(NO_EXPIRY),
+            version,
+            atime: access_tick(now_ms),
+            meta,
+        }
+    }
+
     /// Absolute expiry time in Unix milliseconds, if the key has a TTL.
     pub fn expires_at(&self) -> Option<u64> {
-        self.expires_at
+        (self.expires_at != NO_EXPIRY).then_some(self.expires_at)
     }
     /// Monotonic per-shard modification stamp (never 0 for a live entry).
     pub fn version(&self) -> u64 {
@@ -91,13 +165,13 @@ impl Entry {
         self.meta
     }
     fn is_expired(&self, now_ms: u64) -> bool {
-        matches!(self.expires_at, Some(t) if t <= now_ms)
+        self.expires_at <= now_ms
     }
     /// What a snapshot writes of this entry.
     pub fn view(&self) -> ItemView<'_> {
         ItemView {
             value: self.value.view(),
-            expires_at: self.expires_at,
+            expires_at: self.expires_at(),
             meta: self.meta,
         }
     }
@@ -127,11 +201,12 @@ impl ValueView<'_> {
     /// Approximate heap bytes held by the value. O(1).
     pub fn mem_size(&self) -> usize {
         match self {
-            ValueView::Str(b) => b.len(),
-            ValueView::Hash(h) => h.bytes,
-            ValueView::ZSet(z) => z.bytes,
+            ValueView::Str(b) => alloc_class(b.len()),
+            ValueView::Hash(h) => h.mem_size(),
+            ValueView::ZSet(z) => std::mem::size_of::<ZSetValue>() + z.bytes,
             ValueView::List(l) => l.mem_size(),
-            ValueView::Set(s) => s.mem_size(),
+            // The set's and the sorted set's own boxes (see `Value`).
+            ValueView::Set(s) => std::mem::size_of::<SetValue>() + s.mem_size(),
         }
     }
 }
@@ -159,8 +234,10 @@ pub(crate) struct ShardCopy {
     /// the lock slow: two cache misses per entry). Valid only while the shard keeps those buffers
     /// alive and unchanged for it, that is until [`Shard::release_snapshot_copy`].
     borrowed: Vec<BorrowedStr>,
-    /// Reference-counted clones: collections (changed in place, so they cannot be borrowed) and
-    /// the entries a change kept as they were at arming.
+    /// Collections (changed in place, so they cannot be borrowed): cloned, their keys borrowed
+    /// like the strings'.
+    collections: Vec<(*const u8, usize, Entry)>,
+    /// The entries a change kept as they were at arming.
     owned: Vec<(Bytes, Entry)>,
     /// Scratch for the copy: where the live entries of changed keys keep their keys.
     changed: hashbrown::HashSet<(usize, usize)>,
@@ -192,6 +269,9 @@ impl ShardCopy {
         }
         room(&mut self.borrowed, entries);
         room(&mut self.owned, kept);
+        if self.collections.capacity() < 64 {
+            self.collections.reserve(64);
+        }
         // (A new table's control bytes are written when it is made; its buckets, a few pages,
         // are touched as they are used.)
         self.changed.reserve(kept + kept / 4 + 64);
@@ -214,26 +294,41 @@ impl ShardCopy {
                 },
             )
         });
-        borrowed.chain(self.owned.iter().map(|(k, e)| (&k[..], e.view())))
+        // SAFETY: as for the strings.
+        let collections = self.collections.iter().map(|(key, key_len, e)| unsafe {
+            (std::slice::from_raw_parts(*key, *key_len), e.view())
+        });
+        borrowed
+            .chain(collections)
+            .chain(self.owned.iter().map(|(k, e)| (&k[..], e.view())))
     }
 
     /// Drop the copy (not the buffers).
     pub(crate) fn clear(&mut self) {
         self.borrowed.clear();
+        self.collections.clear();
         self.owned.clear();
         self.changed.clear();
     }
 }
 
+/// Bytes of table a key costs: an 8-byte slot and a control byte, at the ~60 % fill a table
+/// that doubles averages.
+const SLOT_BYTES: usize = 15;
+/// Bytes the expiry index costs per key with a TTL: a 16-byte B-tree element with the tree's
+/// own overhead.
+const EXPIRY_INDEX_BYTES: usize = 32;
+
+/// Heap bytes `key`'s entry holding `value` takes: its block, its share of the table and the
+/// value's own allocations (the expiry index is counted where it changes).
 fn entry_size(key_len: usize, value: &Value) -> usize {
-    key_len + value.mem_size() + ITEM_OVERHEAD
+    alloc_class(Node::block_size(key_len)) + SLOT_BYTES + value.mem_size()
 }
 
 /// What a flushed shard held; dropping it frees the memory (do that on a background thread).
 pub struct Cleared {
-    _map: HashMap<Bytes, Entry>,
-    _expiries: BTreeSet<(u64, Bytes)>,
-    _samples: Vec<Bytes>,
+    _map: EntryMap,
+    _expiries: BTreeSet<(u64, usize)>,
 }
 
 /// What a shard keeps for a snapshot that is armed and has not copied it yet, or has copied it
@@ -251,26 +346,25 @@ pub(crate) struct PendingSnapshot {
     /// The snapshot holds a copy of this shard that borrows its string buffers: every change
     /// still keeps the entry it replaces (in `before`), and a flush keeps the old map (in
     /// `retired`), so that no buffer the copy refers to is freed or changed until the snapshot
-    /// releases the shard.
+    /// releases the shard. A block removed from the table meanwhile is kept in
+    /// `retired_nodes` (the copy borrows its key).
     copied: bool,
-    retired: Vec<HashMap<Bytes, Entry>>,
+    retired: Vec<EntryMap>,
+    retired_nodes: Vec<Node>,
 }
 
 /// A shard of one keyspace. See the module docs for the invariants.
 #[derive(Debug, Default)]
 pub struct Shard {
-    map: HashMap<Bytes, Entry>,
-    /// (expires_at_ms, key) for every entry with a TTL; kept exactly in sync with `map`.
-    expiries: BTreeSet<(u64, Bytes)>,
+    map: EntryMap,
+    /// (expires_at_ms, address of the entry's block) for every entry with a TTL; kept exactly
+    /// in sync with `map` (a block leaves this index before it leaves the table).
+    expiries: BTreeSet<(u64, usize)>,
     used_bytes: usize,
     next_version: u64,
     expired_count: u64,
     /// Set while a snapshot is armed and has not copied this shard yet.
     pending_snapshot: Option<Box<PendingSnapshot>>,
-    /// Keys for eviction sampling (only when `sampling` is on); may hold deleted keys and
-    /// duplicates, see the module docs.
-    sample_keys: Vec<Bytes>,
-    sampling: bool,
     /// Keys reclaimed by expiry since the server last took them (for `expired` keyspace
     /// notifications); None while nobody wants them. At most [`EXPIRED_LOG_MAX`].
     expired_log: Option<Vec<Bytes>>,
@@ -289,47 +383,38 @@ impl Shard {
         shard
     }
 
-    /// A shard that keeps a sampling list for eviction.
-    pub fn with_sampling() -> Self {
-        let mut shard = Self::new();
-        shard.sampling = true;
-        shard
-    }
-
-    /// Remember a newly inserted key for eviction sampling.
-    fn note_insert(&mut self, key: &Bytes) {
-        if self.sampling {
-            if self.sample_keys.len() >= 2 * self.map.len() + 64 {
-                self.sample_keys = self.map.keys().cloned().collect();
-            }
-            self.sample_keys.push(key.clone());
-        }
-    }
-
-    /// Approximate LRU: look at up to `samples` random keys and return the one idle longest
-    /// (expired keys first). None when the shard is empty or does not sample.
+    /// Approximate LRU: look at up to `samples` keys in random slots of the table and return
+    /// the one idle longest (expired keys first). None when the shard is empty.
     pub fn eviction_candidate(&mut self, samples: usize, now_ms: u64) -> Option<Bytes> {
-        let mut best: Option<(u64, Bytes)> = None;
-        let mut looked = 0;
+        self.sample_victim(samples, |entry| {
+            EvictionPolicy::AllKeysLru.rank(entry, now_ms)
+        })
+    }
+
+    /// Look at up to `samples` keys in random slots and return the one `rank` scores highest
+    /// (keys it scores `None` are passed over). The `maxmemory` policies rank keys this way
+    /// ([`EvictionPolicy::rank`]).
+    pub fn sample_victim(
+        &self,
+        samples: usize,
+        mut rank: impl FnMut(&Entry) -> Option<u64>,
+    ) -> Option<Bytes> {
+        let mut best: Option<(u64, &[u8])> = None;
         let mut rng = rand::thread_rng();
-        while looked < samples && !self.sample_keys.is_empty() && !self.map.is_empty() {
-            let i = rand::Rng::gen_range(&mut rng, 0..self.sample_keys.len());
-            let Some(entry) = self.map.get(&self.sample_keys[i]) else {
-                self.sample_keys.swap_remove(i);
+        let slots = self.map.slots();
+        for _ in 0..samples {
+            let start = rand::Rng::gen_range(&mut rng, 0..slots.max(1));
+            let Some(node) = self.map.node_near(start) else {
+                break;
+            };
+            let Some(score) = rank(node.entry()) else {
                 continue;
             };
-            looked += 1;
-            // Expired keys are the best victims of all.
-            let score = if entry.is_expired(now_ms) {
-                u64::MAX
-            } else {
-                entry.idle_ticks(now_ms) as u64
-            };
-            if best.as_ref().is_none_or(|(s, _)| score > *s) {
-                best = Some((score, self.sample_keys[i].clone()));
+            if best.is_none_or(|(b, _)| score > b) {
+                best = Some((score, node.key()));
             }
         }
-        best.map(|(_, k)| k)
+        best.map(|(_, k)| Bytes::copy_from_slice(k))
     }
 
     fn bump(&mut self) -> u64 {
@@ -358,6 +443,7 @@ impl Shard {
             before: HashMap::new(),
             copied: false,
             retired: Vec::new(),
+            retired_nodes: Vec::new(),
         }));
     }
 
@@ -375,8 +461,11 @@ impl Shard {
         if pending.before.contains_key(key) {
             return;
         }
-        let (key, entry) = match self.map.get_key_value(key) {
-            Some((k, e)) => (k.clone(), Some(e.clone())),
+        let (key, entry) = match self.map.node(key) {
+            Some(node) => (
+                Bytes::copy_from_slice(node.key()),
+                Some(node.entry().clone()),
+            ),
             // Once copied, only buffers the copy may refer to need keeping.
             None if pending.copied => return,
             None => (Bytes::copy_from_slice(key), None),
@@ -409,8 +498,8 @@ impl Shard {
         changed.extend(
             before
                 .keys()
-                .filter_map(|k| self.map.get_key_value(k))
-                .map(|(k, _)| (k.as_ptr() as usize, k.len())),
+                .filter_map(|k| self.map.node(k))
+                .map(|n| (n.key().as_ptr() as usize, n.key().len())),
         );
         for (k, e) in self.map.iter() {
             if !changed.is_empty() && changed.contains(&(k.as_ptr() as usize, k.len())) {
@@ -420,22 +509,22 @@ impl Shard {
                 // The pointers stay valid and what they point to unchanged until
                 // `release_snapshot_copy`: with `copied` set, every path that changes or
                 // removes an entry calls `preserve` first, which keeps a clone of the entry
-                // (its key and value) in `before`; a flush moves the map into `retired`; a
-                // dropped shard hands both to the sink (see `Drop for Shard`); and a string's
-                // buffer is never changed in place while another `Bytes` refers to it (the
-                // clone in `before`).
+                // (its value) in `before`; a removed block (its key) goes to `retired_nodes`;
+                // a flush moves the map into `retired`; a dropped shard hands all of them to
+                // the sink (see `Drop for Shard`); and a string's buffer is never changed in
+                // place while another `Bytes` refers to it (the clone in `before`).
                 Value::Str(v) => out.borrowed.push(BorrowedStr {
                     key: k.as_ptr(),
                     key_len: k.len(),
                     value: v.as_ptr(),
                     value_len: v.len(),
-                    expires_at: e.expires_at,
+                    expires_at: e.expires_at(),
                     meta: e.meta,
                 }),
                 // A small list's clone copies its one buffer (at most ~8 KiB); a large list's
                 // shares its packs (see `crate::list`).
                 Value::Hash(_) | Value::ZSet(_) | Value::List(_) | Value::Set(_) => {
-                    out.owned.push((k.clone(), e.clone()))
+                    out.collections.push((k.as_ptr(), k.len(), e.clone()))
                 }
             }
         }
@@ -458,6 +547,28 @@ impl Shard {
         } else {
             None
         }
+    }
+
+    /// Bytes `key` and its value take (MEMORY USAGE): its block, its share of the table, the
+    /// value's allocations and its place in the expiry index. None when the key is not live.
+    pub fn memory_usage(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
+        self.expire_if_needed(key, now_ms);
+        let entry = self.map.get(key)?;
+        let expiry = if entry.expires_at().is_some() {
+            EXPIRY_INDEX_BYTES
+        } else {
+            0
+        };
+        Some(entry_size(key.len(), &entry.value) + expiry)
+    }
+
+    /// Bytes of this shard's table itself (slots and control bytes) and of its expiry index:
+    /// the overhead MEMORY STATS reports beside the data.
+    pub fn overhead_bytes(&self) -> (usize, usize) {
+        (
+            self.map.table_bytes(),
+            self.expiries.len() * EXPIRY_INDEX_BYTES,
+        )
     }
 
     /// Number of entries, including expired ones not yet reclaimed.
@@ -514,12 +625,25 @@ impl Shard {
 
     fn remove_entry(&mut self, key: &[u8]) -> Option<Entry> {
         self.preserve(key);
-        let (k, e) = self.map.remove_entry(key)?;
-        if let Some(t) = e.expires_at {
-            self.expiries.remove(&(t, k.clone()));
+        let node = self.map.remove(key)?;
+        if let Some(t) = node.entry().expires_at() {
+            self.expiries.remove(&(t, node.addr()));
+            self.used_bytes -= EXPIRY_INDEX_BYTES;
         }
-        self.used_bytes -= entry_size(k.len(), &e.value);
-        Some(e)
+        self.used_bytes -= entry_size(node.key().len(), &node.entry().value);
+        match self.pending_snapshot.as_deref_mut() {
+            // A snapshot's copy may borrow this block's key: keep the block, its entry taken
+            // out (what the copy borrows of the value is kept alive by the clone `preserve`
+            // put in `before`).
+            Some(pending) if pending.copied => {
+                let mut node = node;
+                let emptied = Entry::new(Value::Str(Bytes::new()), None, 0, 0);
+                let entry = std::mem::replace(node.entry_mut(), emptied);
+                pending.retired_nodes.push(node);
+                Some(entry)
+            }
+            _ => Some(node.into_entry()),
+        }
     }
 
     /// The live entry for `key`, reclaiming it first if it expired.
@@ -629,18 +753,8 @@ impl Shard {
             let value = create();
             self.used_bytes += entry_size(key.len(), &value);
             let version = self.bump();
-            let key = Bytes::copy_from_slice(key);
-            self.note_insert(&key);
-            self.map.insert(
-                key,
-                Entry {
-                    value,
-                    expires_at: None,
-                    version,
-                    atime: access_tick(now_ms),
-                    meta: ItemMeta::fresh(now_ms),
-                },
-            );
+            self.map
+                .insert_new(Node::new(key, Entry::new(value, None, version, now_ms)));
         }
         self.apply(key, now_ms, f)
     }
@@ -689,52 +803,37 @@ impl Shard {
         self.preserve(key);
         let version = self.next_version + 1;
         self.next_version = version;
+        let new = Entry::with_meta(value, expires_at, version, meta, now_ms);
         // Overwrite in place when the key exists: one hash lookup, no key copy.
-        if let Some((k, entry)) = self.map.get_key_value_mut(key) {
+        if let Some(node) = self.map.node_mut(key) {
+            let addr = node.addr();
+            let entry = node.entry_mut();
             let was_expired = entry.is_expired(now_ms);
-            self.used_bytes = self.used_bytes - entry.value.mem_size() + value.mem_size();
-            if entry.expires_at != expires_at {
-                if let Some(t) = entry.expires_at {
-                    self.expiries.remove(&(t, k.clone()));
+            self.used_bytes = self.used_bytes - entry.value.mem_size() + new.value.mem_size();
+            if entry.expires_at != new.expires_at {
+                if let Some(t) = entry.expires_at() {
+                    self.expiries.remove(&(t, addr));
+                    self.used_bytes -= EXPIRY_INDEX_BYTES;
                 }
                 if let Some(t) = expires_at {
-                    self.expiries.insert((t, k.clone()));
+                    self.expiries.insert((t, addr));
+                    self.used_bytes += EXPIRY_INDEX_BYTES;
                 }
             }
-            let old = std::mem::replace(
-                entry,
-                Entry {
-                    value,
-                    expires_at,
-                    version,
-                    atime: access_tick(now_ms),
-                    meta,
-                },
-            );
+            let old = std::mem::replace(entry, new);
             if was_expired {
                 self.expired_count += 1;
-                let k = k.clone();
-                self.log_expired(&k);
+                self.log_expired(key);
                 return None;
             }
             return Some(old);
         }
-        let key = Bytes::copy_from_slice(key);
-        self.used_bytes += entry_size(key.len(), &value);
+        self.used_bytes += entry_size(key.len(), &new.value);
+        let node = self.map.insert_new(Node::new(key, new));
         if let Some(t) = expires_at {
-            self.expiries.insert((t, key.clone()));
+            self.expiries.insert((t, node.addr()));
+            self.used_bytes += EXPIRY_INDEX_BYTES;
         }
-        self.note_insert(&key);
-        self.map.insert(
-            key,
-            Entry {
-                value,
-                expires_at,
-                version,
-                atime: access_tick(now_ms),
-                meta,
-            },
-        );
         None
     }
 
@@ -742,8 +841,8 @@ impl Shard {
     /// memcached state and last access go with it; it gets a new version of this shard (so a
     /// WATCH of `key` here sees the change). Returns the entry it replaced, if that was live.
     pub fn adopt(&mut self, key: &[u8], entry: Entry, now_ms: u64) -> Option<Entry> {
-        let atime = entry.atime;
-        let old = self.set_with_meta(key, entry.value, entry.expires_at, entry.meta, now_ms);
+        let (atime, expires_at) = (entry.atime, entry.expires_at());
+        let old = self.set_with_meta(key, entry.value, expires_at, entry.meta, now_ms);
         if let Some(adopted) = self.map.get_mut(key) {
             adopted.atime = atime;
         }
@@ -801,16 +900,20 @@ impl Shard {
         self.expire_if_needed(key, now_ms);
         self.preserve(key);
         let version = self.next_version + 1;
-        let Some((k, entry)) = self.map.get_key_value_mut(key) else {
+        let Some(node) = self.map.node_mut(key) else {
             return false;
         };
-        if let Some(t) = entry.expires_at {
-            self.expiries.remove(&(t, k.clone()));
+        let addr = node.addr();
+        let entry = node.entry_mut();
+        if let Some(t) = entry.expires_at() {
+            self.expiries.remove(&(t, addr));
+            self.used_bytes -= EXPIRY_INDEX_BYTES;
         }
         if let Some(t) = expires_at {
-            self.expiries.insert((t, k.clone()));
+            self.expiries.insert((t, addr));
+            self.used_bytes += EXPIRY_INDEX_BYTES;
         }
-        entry.expires_at = expires_at;
+        entry.expires_at = expires_at.unwrap_or(NO_EXPIRY);
         entry.version = version;
         self.next_version = version;
         true
@@ -820,12 +923,15 @@ impl Shard {
     pub fn sweep_expired(&mut self, now_ms: u64, budget: usize) -> usize {
         let mut removed = 0;
         while removed < budget {
-            let Some((t, key)) = self.expiries.first().cloned() else {
+            let Some(&(t, addr)) = self.expiries.first() else {
                 break;
             };
             if t > now_ms {
                 break;
             }
+            // SAFETY: a block in the expiry index is in the table, hence alive; the key is
+            // copied before anything is removed.
+            let key = Bytes::copy_from_slice(unsafe { key_of(addr) });
             self.remove_entry(&key);
             self.expired_count += 1;
             self.log_expired(&key);
@@ -852,9 +958,9 @@ impl Shard {
                     // copied), with the changes made since it was armed undone.
                     for (key, entry) in pending.before {
                         match entry {
-                            Some(entry) => map.insert(key, entry),
-                            None => map.remove(&key),
-                        };
+                            Some(entry) => drop(map.insert(&key, entry)),
+                            None => drop(map.remove(&key)),
+                        }
                     }
                     sink.deposit(pending.keyspace, pending.shard, std::mem::take(&mut map));
                 }
@@ -863,17 +969,16 @@ impl Shard {
         Cleared {
             _map: map,
             _expiries: std::mem::take(&mut self.expiries),
-            _samples: std::mem::take(&mut self.sample_keys),
         }
     }
 
     /// Iterate live entries (expired-but-unreclaimed ones are skipped).
-    pub fn iter_live(&self, now_ms: u64) -> impl Iterator<Item = (&Bytes, &Entry)> {
+    pub fn iter_live(&self, now_ms: u64) -> impl Iterator<Item = (&[u8], &Entry)> {
         self.map.iter().filter(move |(_, e)| !e.is_expired(now_ms))
     }
 
     /// The underlying map, for cursor scans (callers must skip expired entries themselves).
-    pub fn map(&self) -> &HashMap<Bytes, Entry> {
+    pub fn map(&self) -> &EntryMap {
         &self.map
     }
 

@@ -27,11 +27,10 @@
 use crate::shard::{Entry, ItemView, PendingSnapshot, ShardCopy};
 use crate::store::Store;
 use crate::SHARDS;
-use bytes::Bytes;
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 
-type ShardMap = HashMap<Bytes, Entry>;
+type ShardMap = crate::table::EntryMap;
 
 /// Shards that a flush handed over while the snapshot waited for them, until the snapshot
 /// writer serialises them.
@@ -86,10 +85,11 @@ impl SnapshotSink {
                 longest.held = longest.held.max(held);
                 let flushed = self.captured.lock().remove(&(keyspace.index(), i));
                 // SAFETY: shard `i` is released only after the last read of `copy` (below).
-                let entries = unsafe { copy.iter() }.chain(flushed.iter().flat_map(|map| {
-                    map.iter()
-                        .map(|(k, e): (&Bytes, &Entry)| (&k[..], e.view()))
-                }));
+                let entries = unsafe { copy.iter() }.chain(
+                    flushed
+                        .iter()
+                        .flat_map(|map| map.iter().map(|(k, e): (&[u8], &Entry)| (k, e.view()))),
+                );
                 for (key, item) in entries {
                     if item.expires_at.is_none_or(|t| t > now_ms) {
                         f(keyspace.index(), key, item);

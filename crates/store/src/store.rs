@@ -17,18 +17,8 @@ pub struct Store {
 impl Store {
     /// A store with `databases` keyspaces (the `SELECT` range is 0..databases).
     pub fn new(databases: usize) -> Self {
-        Self::with_keyspaces(&vec![false; databases.max(1)])
-    }
-
-    /// A store with one keyspace per element of `evicting` (true: the keyspace may evict, so its
-    /// shards keep sampling lists).
-    pub fn with_keyspaces(evicting: &[bool]) -> Self {
         Self {
-            keyspaces: evicting
-                .iter()
-                .enumerate()
-                .map(|(i, &e)| Keyspace::with_options(i, e))
-                .collect(),
+            keyspaces: (0..databases.max(1)).map(Keyspace::with_index).collect(),
             gate: Gate::default(),
         }
     }

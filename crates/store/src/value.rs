@@ -266,16 +266,34 @@ impl<V: Clone> Parts<V> {
     }
 }
 
-/// A hash: field → value, with a running byte count. Large ones are kept in shared parts
-/// ([`Parts`]).
-#[derive(Debug, Clone, Default)]
+/// A hash: field → value, with a running byte count. Within Redis' listpack limits it is one
+/// packed buffer (insertion order, as Redis' listpack); past them a hash map, kept in shared parts
+/// once large ([`Parts`]), and it stays a map (Redis never converts back either).
+#[derive(Debug, Clone)]
 pub struct HashValue {
-    map: Parts<Bytes>,
+    repr: HashRepr,
     len: usize,
+    /// Heap bytes of the map form (the packed form is its buffer's capacity).
     pub(crate) bytes: usize,
-    /// Once over the listpack limits, Redis keeps a hash as a hashtable even when it shrinks
-    /// again (until it is reloaded): set by the insert that crosses them, never cleared.
-    outgrew_listpack: bool,
+}
+
+#[derive(Debug, Clone)]
+enum HashRepr {
+    /// `[field length: u8][field][value length: u8][value]` per field: every field and value is
+    /// at most [`LISTPACK_MAX_VALUE`] bytes.
+    Packed(Vec<u8>),
+    /// Boxed: most hashes are small, and keep the packed form's 24 bytes.
+    Map(Box<Parts<Bytes>>),
+}
+
+impl Default for HashValue {
+    fn default() -> Self {
+        HashValue {
+            repr: HashRepr::Packed(Vec::new()),
+            len: 0,
+            bytes: 0,
+        }
+    }
 }
 
 impl PartialEq for HashValue {
@@ -283,6 +301,40 @@ impl PartialEq for HashValue {
         self.len == other.len && self.iter().all(|(f, v)| other.get(f) == Some(v))
     }
 }
+
+/// The fields of a packed hash: (offset of the field's length byte, field, value).
+#[derive(Clone)]
+struct PackedFields<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Iterator for PackedFields<'a> {
+    type Item = (usize, &'a [u8], &'a [u8]);
+    fn next(&mut self) -> Option<Self::Item> {
+        let start = self.at;
+        let flen = usize::from(*self.buf.get(start)?);
+        let field = &self.buf[start + 1..start + 1 + flen];
+        let vat = start + 1 + flen;
+        let vlen = usize::from(self.buf[vat]);
+        let value = &self.buf[vat + 1..vat + 1 + vlen];
+        self.at = vat + 1 + vlen;
+        Some((start, field, value))
+    }
+}
+
+fn packed_fields(buf: &[u8]) -> PackedFields<'_> {
+    PackedFields { buf, at: 0 }
+}
+
+/// Heap bytes of one field of a hash in map form: its slot (two `Bytes`) at the usual fill
+/// and the two allocations.
+fn map_field_bytes(field: usize, value: usize) -> usize {
+    HASH_MAP_SLOT + crate::table::alloc_class(field) + crate::table::alloc_class(value)
+}
+
+/// A map slot of a hash (two 32-byte `Bytes` and a control byte) at ~70 % fill.
+const HASH_MAP_SLOT: usize = 94;
 
 impl HashValue {
     pub fn new() -> Self {
@@ -296,56 +348,140 @@ impl HashValue {
     }
     /// Whether the hash is kept in shared parts (for tests).
     pub fn is_split(&self) -> bool {
-        self.map.is_split()
+        matches!(&self.repr, HashRepr::Map(m) if m.is_split())
     }
-    pub fn get(&self, field: &[u8]) -> Option<&Bytes> {
-        self.map.get(field)
+    /// Approximate heap bytes held. O(1).
+    pub fn mem_size(&self) -> usize {
+        std::mem::size_of::<HashValue>()
+            + match &self.repr {
+                HashRepr::Packed(buf) => buf.capacity(),
+                HashRepr::Map(_) => self.bytes,
+            }
+    }
+    pub fn get(&self, field: &[u8]) -> Option<&[u8]> {
+        match &self.repr {
+            HashRepr::Packed(buf) => packed_fields(buf)
+                .find(|(_, f, _)| *f == field)
+                .map(|(_, _, v)| v),
+            HashRepr::Map(map) => map.get(field).map(|v| &v[..]),
+        }
     }
     pub fn contains(&self, field: &[u8]) -> bool {
-        self.map.get(field).is_some()
+        self.get(field).is_some()
+    }
+    /// The packed form becomes a map (for good): past the listpack limits.
+    fn convert_to_map(&mut self) {
+        let HashRepr::Packed(buf) = &self.repr else {
+            return;
+        };
+        let mut map = HashMap::with_capacity(self.len + 1);
+        let mut bytes = 0;
+        for (_, f, v) in packed_fields(buf) {
+            bytes += map_field_bytes(f.len(), v.len());
+            map.insert(Bytes::copy_from_slice(f), Bytes::copy_from_slice(v));
+        }
+        self.bytes = bytes;
+        self.repr = HashRepr::Map(Box::new(Parts::Flat(map)));
     }
     /// Insert or overwrite; true when the field is new.
     pub fn insert(&mut self, field: &[u8], value: &[u8]) -> bool {
-        if field.len() > LISTPACK_MAX_VALUE || value.len() > LISTPACK_MAX_VALUE {
-            self.outgrew_listpack = true;
+        if let HashRepr::Packed(buf) = &mut self.repr {
+            let fits = field.len() <= LISTPACK_MAX_VALUE && value.len() <= LISTPACK_MAX_VALUE;
+            let found = packed_fields(buf)
+                .find(|(_, f, _)| *f == field)
+                .map(|(at, f, v)| (at + 1 + f.len(), v.len()));
+            match found {
+                Some((vat, old_len)) if fits => {
+                    // The value's length byte and bytes, replaced in place.
+                    let mut new = Vec::with_capacity(1 + value.len());
+                    new.push(value.len() as u8);
+                    new.extend_from_slice(value);
+                    if new.len() > 1 + old_len {
+                        buf.reserve_exact(new.len() - 1 - old_len);
+                    }
+                    buf.splice(vat..vat + 1 + old_len, new);
+                    shrink_if_loose(buf);
+                    return false;
+                }
+                None if fits && self.len < HASH_MAX_LISTPACK_ENTRIES => {
+                    buf.reserve_exact(2 + field.len() + value.len());
+                    buf.push(field.len() as u8);
+                    buf.extend_from_slice(field);
+                    buf.push(value.len() as u8);
+                    buf.extend_from_slice(value);
+                    self.len += 1;
+                    return true;
+                }
+                _ => self.convert_to_map(),
+            }
         }
+        let HashRepr::Map(parts) = &mut self.repr else {
+            unreachable!("converted above")
+        };
         let value = Bytes::copy_from_slice(value);
         let new_len = value.len();
-        let map = self.map.map_of_mut(field);
+        let map = parts.map_of_mut(field);
         if let Some(old) = map.get_mut(field) {
             let old_len = old.len();
             *old = value;
-            self.bytes = self.bytes - old_len + new_len;
+            self.bytes = self.bytes - map_field_bytes(field.len(), old_len)
+                + map_field_bytes(field.len(), new_len);
             return false;
         }
         map.insert(Bytes::copy_from_slice(field), value);
-        self.bytes += field.len() + new_len + ITEM_OVERHEAD;
+        self.bytes += map_field_bytes(field.len(), new_len);
         self.len += 1;
-        self.outgrew_listpack |= self.len > HASH_MAX_LISTPACK_ENTRIES;
-        self.map.grew_to(self.len);
+        parts.grew_to(self.len);
         true
     }
     /// `OBJECT ENCODING`: `listpack` while the hash has stayed within the listpack limits since
     /// it was created (or loaded), else `hashtable`.
     pub fn encoding(&self) -> &'static str {
-        if self.outgrew_listpack {
-            "hashtable"
-        } else {
-            "listpack"
+        match self.repr {
+            HashRepr::Packed(_) => "listpack",
+            HashRepr::Map(_) => "hashtable",
         }
     }
     pub fn remove(&mut self, field: &[u8]) -> bool {
-        match self.map.map_of_mut(field).remove(field) {
-            Some(v) => {
-                self.bytes -= field.len() + v.len() + ITEM_OVERHEAD;
+        match &mut self.repr {
+            HashRepr::Packed(buf) => {
+                let Some((at, f, v)) = packed_fields(buf).find(|(_, f, _)| *f == field) else {
+                    return false;
+                };
+                let end = at + 2 + f.len() + v.len();
+                buf.drain(at..end);
+                shrink_if_loose(buf);
                 self.len -= 1;
                 true
             }
-            None => false,
+            HashRepr::Map(parts) => match parts.map_of_mut(field).remove(field) {
+                Some(v) => {
+                    self.bytes -= map_field_bytes(field.len(), v.len());
+                    self.len -= 1;
+                    true
+                }
+                None => false,
+            },
         }
     }
-    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Bytes)> + Clone {
-        self.map.iter()
+    /// Fields and values: in insertion order while packed, in no particular order after.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone {
+        let (packed, map) = match &self.repr {
+            HashRepr::Packed(buf) => (Some(packed_fields(buf)), None),
+            HashRepr::Map(parts) => (None, Some(parts.iter())),
+        };
+        packed
+            .into_iter()
+            .flatten()
+            .map(|(_, f, v)| (f, v))
+            .chain(map.into_iter().flatten().map(|(f, v)| (&f[..], &v[..])))
+    }
+}
+
+/// Give back a buffer's spare room once it is a quarter of it (a shrinking packed value).
+fn shrink_if_loose(buf: &mut Vec<u8>) {
+    if buf.capacity() - buf.len() > buf.capacity() / 4 {
+        buf.shrink_to_fit();
     }
 }
 
@@ -639,7 +775,29 @@ mod tests {
         assert!(h.insert(b"g", b""));
         assert!(h.remove(b"f"));
         assert!(h.remove(b"g"));
-        assert_eq!(Value::hash(h).mem_size(), 0);
+        assert_eq!(Value::hash(h).mem_size(), std::mem::size_of::<HashValue>());
+    }
+
+    #[test]
+    fn a_small_hash_is_packed_in_insertion_order_and_converts_past_the_limits() {
+        let mut h = HashValue::new();
+        assert!(h.insert(b"b", b"1"));
+        assert!(h.insert(b"a", b"22"));
+        assert!(!h.insert(b"b", b"333"));
+        assert!(!h.insert(b"a", b""));
+        assert_eq!(h.get(b"b"), Some(&b"333"[..]));
+        assert_eq!(h.get(b"a"), Some(&b""[..]));
+        let order: Vec<_> = h.iter().map(|(f, _)| f.to_vec()).collect();
+        assert_eq!(order, vec![b"b".to_vec(), b"a".to_vec()]);
+        assert_eq!(h.encoding(), "listpack");
+        assert!(h.mem_size() <= 64, "{}", h.mem_size());
+        assert!(h.remove(b"b"));
+        assert!(!h.remove(b"b"));
+        assert_eq!(h.len(), 1);
+        assert!(h.insert(b"big", &[b'v'; LISTPACK_MAX_VALUE + 1]));
+        assert_eq!(h.encoding(), "hashtable");
+        assert_eq!(h.get(b"a"), Some(&b""[..]));
+        assert_eq!(h.len(), 2);
     }
 
     /// How many parts two split maps still share.
@@ -651,6 +809,13 @@ mod tests {
             .zip(b.iter())
             .filter(|(a, b)| Arc::ptr_eq(a, b))
             .count()
+    }
+
+    fn map_of(h: &HashValue) -> &Parts<Bytes> {
+        match &h.repr {
+            HashRepr::Map(parts) => parts,
+            HashRepr::Packed(_) => panic!("packed"),
+        }
     }
 
     /// How many distinct parts `fields` fall in.
@@ -670,16 +835,16 @@ mod tests {
         }
         assert!(h.is_split());
         assert_eq!((h.len(), h.iter().count()), (n, n));
-        assert_eq!(h.get(b"f0").map(|v| &v[..]), Some(&b"value"[..]));
+        assert_eq!(h.get(b"f0"), Some(&b"value"[..]));
         let snapshot = h.clone();
         assert!(!h.insert(b"f1", b"changed"));
         assert!(h.insert(b"new", b"x"));
         assert_eq!(
-            shared_parts(&snapshot.map, &h.map),
+            shared_parts(map_of(&snapshot), map_of(&h)),
             HASH_BUCKETS - parts_of(&[b"f1", b"new"]),
             "only the written parts are copied"
         );
-        assert_eq!(snapshot.get(b"f1").map(|v| &v[..]), Some(&b"value"[..]));
+        assert_eq!(snapshot.get(b"f1"), Some(&b"value"[..]));
         assert!(!snapshot.contains(b"new"));
         assert_ne!(snapshot, h);
         assert_eq!(h.len(), n + 1);
@@ -688,7 +853,7 @@ mod tests {
         }
         assert!(h.remove(b"new"));
         assert!(h.is_empty());
-        assert_eq!(Value::hash(h).mem_size(), 0);
+        assert_eq!(Value::hash(h).mem_size(), std::mem::size_of::<HashValue>());
     }
 
     #[test]

@@ -25,7 +25,11 @@ pub const COMMANDS: &[CommandSpec] = &[
 fn to_rdb(value: &Value) -> RdbValue {
     match value {
         Value::Str(b) => RdbValue::Str(b.clone()),
-        Value::Hash(h) => RdbValue::Hash(h.iter().map(|(f, v)| (f.clone(), v.clone())).collect()),
+        Value::Hash(h) => RdbValue::Hash(
+            h.iter()
+                .map(|(f, v)| (Bytes::copy_from_slice(f), Bytes::copy_from_slice(v)))
+                .collect(),
+        ),
         Value::ZSet(z) => RdbValue::ZSet(z.iter().map(|(m, s)| (m.clone(), s)).collect()),
         Value::List(l) => RdbValue::List(l.iter().map(Bytes::copy_from_slice).collect()),
         Value::Set(s) => RdbValue::Set(s.iter().map(|m| m.to_bytes()).collect()),

@@ -84,8 +84,13 @@ fn upsert_hash<R>(
     )
 }
 
-fn bulk_or_null(value: Option<&Bytes>) -> Frame {
-    value.map_or(Frame::Null, |v| Frame::Bulk(v.clone()))
+fn bulk_or_null(value: Option<&[u8]>) -> Frame {
+    value.map_or(Frame::Null, bulk)
+}
+
+/// A field or value of a hash as a reply (copied: a small hash packs them in one buffer).
+fn bulk(bytes: &[u8]) -> Frame {
+    Frame::Bulk(Bytes::copy_from_slice(bytes))
 }
 
 /// Shared body of HSET and HMSET: returns how many fields were new.
@@ -191,9 +196,7 @@ fn hgetall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut shard = ctx.db().lock(key);
     let hash = lookup_hash(ctx, &mut shard, key)?;
     Ok(Frame::Map(hash.map_or_else(Vec::new, |h| {
-        h.iter()
-            .map(|(f, v)| (Frame::Bulk(f.clone()), Frame::Bulk(v.clone())))
-            .collect()
+        h.iter().map(|(f, v)| (bulk(f), bulk(v))).collect()
     })))
 }
 
@@ -202,7 +205,7 @@ fn hkeys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut shard = ctx.db().lock(key);
     let hash = lookup_hash(ctx, &mut shard, key)?;
     Ok(Frame::Array(hash.map_or_else(Vec::new, |h| {
-        h.iter().map(|(f, _)| Frame::Bulk(f.clone())).collect()
+        h.iter().map(|(f, _)| bulk(f)).collect()
     })))
 }
 
@@ -211,7 +214,7 @@ fn hvals(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut shard = ctx.db().lock(key);
     let hash = lookup_hash(ctx, &mut shard, key)?;
     Ok(Frame::Array(hash.map_or_else(Vec::new, |h| {
-        h.iter().map(|(_, v)| Frame::Bulk(v.clone())).collect()
+        h.iter().map(|(_, v)| bulk(v)).collect()
     })))
 }
 
@@ -343,6 +346,9 @@ pub(crate) fn scan_reply(cursor: u64, elements: Vec<Frame>) -> Frame {
     ])
 }
 
+/// A field of a hash and its value.
+type FieldValue<'a> = (&'a [u8], &'a [u8]);
+
 fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let cursor = parse_scan_cursor(&args[2])?;
     let key = &args[1];
@@ -356,7 +362,7 @@ fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             .iter()
             .all(|(f, v)| f.len() <= LISTPACK_MAX_VALUE && v.len() <= LISTPACK_MAX_VALUE);
     // A listpack-encoded hash is returned whole, whatever the cursor, like Redis does.
-    let (page, next): (Vec<(&Bytes, &Bytes)>, u64) = if small {
+    let (page, next): (Vec<FieldValue<'_>>, u64) = if small {
         (hash.iter().collect(), 0)
     } else {
         let hasher = gradus_store::FieldHasher::default();
@@ -371,9 +377,9 @@ fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         if options.pattern.is_some_and(|p| !glob_match(p, field)) {
             continue;
         }
-        elements.push(Frame::Bulk(field.clone()));
+        elements.push(bulk(field));
         if !options.no_values {
-            elements.push(Frame::Bulk(value.clone()));
+            elements.push(bulk(value));
         }
     }
     Ok(scan_reply(next, elements))
@@ -468,19 +474,11 @@ fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let picks = random_picks(h.iter(), h.len(), count);
     Ok(if with_values {
         pairs_reply(
-            picks
-                .into_iter()
-                .map(|(f, v)| (Frame::Bulk(f.clone()), Frame::Bulk(v.clone())))
-                .collect(),
+            picks.into_iter().map(|(f, v)| (bulk(f), bulk(v))).collect(),
             resp,
         )
     } else {
-        Frame::Array(
-            picks
-                .into_iter()
-                .map(|(f, _)| Frame::Bulk(f.clone()))
-                .collect(),
-        )
+        Frame::Array(picks.into_iter().map(|(f, _)| bulk(f)).collect())
     })
 }
 

@@ -18,6 +18,7 @@ pub mod hyperloglog;
 pub mod keys;
 pub mod lists;
 pub mod locks;
+pub mod memory;
 pub mod pubsub;
 pub mod scripting;
 pub mod server;
@@ -442,6 +443,7 @@ pub fn table() -> &'static CommandTable {
             pubsub::COMMANDS,
             scripting::COMMANDS,
             functions::COMMANDS,
+            memory::COMMANDS,
             crate::memcache::records::COMMANDS,
             crate::memcache::lease::COMMANDS,
         ])

@@ -124,7 +124,9 @@ impl Pattern {
         let entry = lock.shard(&key).get(&key, now)?;
         match (self, &entry.value) {
             (Pattern::Key { field: None, .. }, Value::Str(s)) => Some(s.clone()),
-            (Pattern::Key { field: Some(f), .. }, Value::Hash(h)) => h.get(f).cloned(),
+            (Pattern::Key { field: Some(f), .. }, Value::Hash(h)) => {
+                h.get(f).map(Bytes::copy_from_slice)
+            }
             _ => None,
         }
     }

@@ -214,7 +214,11 @@ pub fn write_stats(
                         if limit != 0 && written >= limit {
                             return;
                         }
-                        let size = entry.value.mem_size();
+                        // The value's length, as memcached reports an item's data.
+                        let size = match &entry.value {
+                            gradus_store::Value::Str(bytes) => bytes.len(),
+                            value => value.mem_size(),
+                        };
                         let exp = entry.expires_at().map_or(0, |t| t / 1000);
                         out.put_slice(b"ITEM ");
                         out.put_slice(key);

@@ -353,7 +353,7 @@ fn encode_item_parts(
             }
         }
         ValueView::Hash(h) => {
-            let put = |out: &mut BytesMut, (f, v): (&Bytes, &Bytes)| {
+            let put = |out: &mut BytesMut, (f, v): (&[u8], &[u8])| {
                 put_bytes(out, f);
                 put_bytes(out, v);
             };

@@ -42,9 +42,9 @@ pub enum Scope {
     /// Every keyspace of the tenant that owns this keyspace (FLUSHALL): logged at the strongest
     /// degree among them.
     Tenant(usize),
-    /// Evictions that make room in this tenant: logged at the strongest degree of its evicting
-    /// keyspaces, whatever the connection asked for.
-    Evictions(usize),
+    /// Evictions that make room in this tenant (None: in the server, for `maxmemory`): logged at
+    /// the strongest degree of its evicting keyspaces, whatever the connection asked for.
+    Evictions(Option<usize>),
     /// Keys read in keyspace `from` and written into keyspace `to` of the same tenant (MOVE,
     /// COPY … DB): logged at the stronger degree of the two. Refused when `from` is never logged
     /// and `to` is: a replay would not find in `from` what the write took from it.
@@ -68,6 +68,8 @@ pub enum WriteError {
     RecordTooLarge { len: usize },
     /// Over a `memory-limit` that nothing can be evicted from (`what`: the keyspace or tenant).
     Oom { what: String },
+    /// The server is over `maxmemory` and nothing may be evicted.
+    MaxMemory,
     /// Applied in memory, but the append failed.
     NotLogged(LogError),
     /// MOVE or COPY from a keyspace that is never logged into a logged one (SELECT numbers).
@@ -84,7 +86,9 @@ impl WriteError {
     /// The reply line of the memcached front end (`SERVER_ERROR …`, memcached's own text for OOM).
     pub fn memcached_line(&self) -> String {
         match self {
-            WriteError::Oom { .. } => "SERVER_ERROR out of memory storing object".into(),
+            WriteError::Oom { .. } | WriteError::MaxMemory => {
+                "SERVER_ERROR out of memory storing object".into()
+            }
             other => {
                 let text = CmdError::from(other).to_string();
                 let text = text.strip_prefix("ERR ").unwrap_or(&text);
@@ -112,6 +116,9 @@ impl From<&WriteError> for CmdError {
             WriteError::Oom { what } => CmdError::Other(format!(
                 "OOM command not allowed when used memory > 'memory-limit' of {what}"
             )),
+            WriteError::MaxMemory => {
+                CmdError::Other("OOM command not allowed when used memory > 'maxmemory'.".into())
+            }
             WriteError::NotLogged(e) => CmdError::Other(format!(
                 "MISCONF write applied in memory but not logged: {e}"
             )),
@@ -551,8 +558,12 @@ pub fn degree(
         }
         Scope::Evictions(tenant) => {
             let t = &shared.tenancy;
-            let strongest = t.tenants[tenant]
-                .keyspaces
+            let all: Vec<usize> = (0..t.keyspaces.len()).collect();
+            let keyspaces = match tenant {
+                Some(tenant) => &t.tenants[tenant].keyspaces,
+                None => &all,
+            };
+            let strongest = keyspaces
                 .iter()
                 .filter(|&&k| t.keyspaces[k].evict && p.db_logged(k))
                 .filter_map(|&k| p.degrees.get(k).copied())

@@ -507,9 +507,9 @@ impl Tenancy {
         self.keyspaces.iter().map(|k| k.degree).collect()
     }
 
-    /// Which keyspaces may evict, by global index (the store keeps sampling lists for those).
-    pub fn evicting(&self) -> Vec<bool> {
-        self.keyspaces.iter().map(|k| k.evict).collect()
+    /// How many keyspaces there are (global indexes are 0..this).
+    pub fn keyspace_count(&self) -> usize {
+        self.keyspaces.len()
     }
 }
 

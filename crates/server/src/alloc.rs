@@ -1,0 +1,169 @@
+//! The server's allocator: mimalloc, wrapped so the process knows how many bytes it has
+//! allocated (Redis' `used_memory` is its allocator's count too).
+//!
+//! Every allocation and free adds or subtracts the size class it is served from
+//! (`gradus_store::table::alloc_class`, mimalloc's classes) to one of a few cache-line-sized
+//! counters chosen by thread, so that worker threads do not contend on one counter; reading the
+//! total sums them (a relaxed, momentarily inexact sum, as any such figure is). mimalloc's own
+//! statistics are not kept in release builds, which is why the count is kept here.
+//!
+//! The binary installs [`CountingAlloc`] as the global allocator; a library test that does not
+//! reads 0 from [`allocated_bytes`] (callers fall back to the store's own estimate).
+//!
+//! May import: `gradus_store::table::alloc_class`, `libmimalloc_sys`. Nothing else.
+
+use gradus_store::table::alloc_class;
+use std::alloc::{GlobalAlloc, Layout};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
+
+/// Counters; a thread uses the one its index falls on.
+const COUNTERS: usize = 16;
+
+#[repr(align(64))]
+struct Counter(AtomicIsize);
+
+static ALLOCATED: [Counter; COUNTERS] = [const { Counter(AtomicIsize::new(0)) }; COUNTERS];
+static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+/// Set once the binary said the counting allocator is the global one.
+static COUNTING: AtomicBool = AtomicBool::new(false);
+/// `allocated_bytes()` at activation, and the most it has been when read.
+static STARTUP: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    // Const-initialised and without a destructor: usable from inside the allocator.
+    static THREAD_SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+fn counter() -> &'static AtomicIsize {
+    let slot = THREAD_SLOT
+        .try_with(|slot| {
+            let mut i = slot.get();
+            if i == usize::MAX {
+                i = NEXT_THREAD.fetch_add(1, Ordering::Relaxed) % COUNTERS;
+                slot.set(i);
+            }
+            i
+        })
+        .unwrap_or(0);
+    &ALLOCATED[slot].0
+}
+
+/// A global allocator that counts the bytes `A` has handed out.
+pub struct CountingAlloc<A>(pub A);
+
+// SAFETY: every call is forwarded to `A` unchanged; only counters are updated besides.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingAlloc<A> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { self.0.alloc(layout) };
+        if !p.is_null() {
+            counter().fetch_add(alloc_class(layout.size()) as isize, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { self.0.alloc_zeroed(layout) };
+        if !p.is_null() {
+            counter().fetch_add(alloc_class(layout.size()) as isize, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { self.0.dealloc(ptr, layout) };
+        counter().fetch_sub(alloc_class(layout.size()) as isize, Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            let delta = alloc_class(new_size) as isize - alloc_class(layout.size()) as isize;
+            counter().fetch_add(delta, Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+impl<A> CountingAlloc<A> {
+    /// Note that this allocator is in use (the binary calls this at start).
+    pub fn activate(&self) {
+        COUNTING.store(true, Ordering::Relaxed);
+        STARTUP.store(allocated_bytes(), Ordering::Relaxed);
+    }
+}
+
+/// Bytes allocated through the global allocator now, or 0 when it is not [`CountingAlloc`].
+pub fn allocated_bytes() -> usize {
+    if !COUNTING.load(Ordering::Relaxed) {
+        return 0;
+    }
+    let total: isize = ALLOCATED.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
+    let total = total.max(0) as usize;
+    PEAK.fetch_max(total, Ordering::Relaxed);
+    total
+}
+
+/// The most [`allocated_bytes`] has been when read (INFO, MEMORY and the memory limits read it).
+pub fn peak_allocated_bytes() -> usize {
+    PEAK.load(Ordering::Relaxed)
+}
+
+/// [`allocated_bytes`] when the server started.
+pub fn startup_allocated_bytes() -> usize {
+    STARTUP.load(Ordering::Relaxed)
+}
+
+/// What mimalloc reports of the process (`mi_process_info`): resident and committed bytes now
+/// and at their peak.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessMemory {
+    pub rss: usize,
+    pub peak_rss: usize,
+    pub commit: usize,
+    pub peak_commit: usize,
+}
+
+pub fn process_memory() -> ProcessMemory {
+    let (mut elapsed, mut user, mut system) = (0usize, 0usize, 0usize);
+    let mut out = ProcessMemory::default();
+    let mut faults = 0usize;
+    // SAFETY: every pointer is to a live local of the type mimalloc writes.
+    unsafe {
+        libmimalloc_sys::mi_process_info(
+            &mut elapsed,
+            &mut user,
+            &mut system,
+            &mut out.rss,
+            &mut out.peak_rss,
+            &mut out.commit,
+            &mut out.peak_commit,
+            &mut faults,
+        );
+    }
+    out
+}
+
+/// Give memory that mimalloc keeps for reuse back to the system (MEMORY PURGE).
+pub fn purge() {
+    // SAFETY: no preconditions.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unused_counting_reads_zero_and_process_figures_are_there() {
+        // The test binary's allocator is the system's: the count is not kept.
+        assert_eq!(allocated_bytes(), 0);
+        let memory = process_memory();
+        assert!(
+            memory.rss > 0 && memory.peak_rss >= memory.rss,
+            "{memory:?}"
+        );
+        purge();
+    }
+}
