@@ -128,3 +128,34 @@ def test_basic_auth_with_an_admin_user_when_auth_is_on(gradus_factory):
     assert fetch(server, headers=auth("alpha", "alpha-pass"))[0] == 401, "not an admin"
     status, _, body = fetch(server, headers=auth("admin", "admin-pass"))
     assert status == 200 and b'gradus_tenant_memory_bytes{tenant="beta"}' in body
+
+
+def test_lock_waits_hand_overs_and_cap_rejections_are_measured(gradus_factory):
+    import threading
+    import time
+
+    server = start(gradus_factory, "--latency-monitor-threshold", "20")
+    holder = redis_client(server, single_connection_client=True)
+    waiter = redis_client(server, single_connection_client=True)
+    third = redis_client(server, single_connection_client=True)
+    token = holder.execute_command("LOCK", "sess:1", "WAIT", "0")
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault(
+        "token", waiter.execute_command("LOCK", "sess:1", "WAIT", "5000", "MAXWAITERS", "1")))
+    t.start()
+    time.sleep(0.2)
+    with pytest.raises(Exception, match="LOCKBUSY"):
+        third.execute_command("LOCK", "sess:1", "WAIT", "5000", "MAXWAITERS", "1")
+    holder.execute_command("UNLOCK", "sess:1", token)
+    t.join(10)
+    assert got.get("token", 0) > token
+    m = samples(fetch(server)[2].decode())
+    assert m["gradus_lock_waits_total"] == 1
+    assert m["gradus_lock_waiter_cap_rejections_total"] == 1
+    assert m['gradus_lock_grants_total{waited="yes"}'] == 1
+    assert m["gradus_lock_wait_seconds_count"] == 1
+    assert m["gradus_lock_wait_seconds_sum"] >= 0.15
+    assert m["gradus_lock_handover_seconds_count"] == 1
+    # The wait (about 200 ms) passed latency-monitor-threshold: a lock-wait event.
+    events = {e[0]: e for e in holder.execute_command("LATENCY", "LATEST")}
+    assert b"lock-wait" in events and events[b"lock-wait"][2] >= 150

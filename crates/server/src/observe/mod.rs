@@ -107,3 +107,63 @@ pub fn slowlog_on(live: &LiveSettings) -> bool {
 pub(crate) fn unix_seconds() -> u64 {
     gradus_store::now_ms() / 1000
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::table;
+
+    /// The cost the dispatcher adds per command (two clock readings, the statistics record, the
+    /// slow-log and latency checks, and keeping a write's arguments): printed, for
+    /// docs/benchmarks/observability.md. `cargo test --release -p gradus-server --lib
+    /// per_command_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn per_command_cost() {
+        let shared = crate::state::Shared::new(
+            crate::settings::defaults(),
+            None,
+            crate::tenancy::Tenancy::build(&crate::settings::defaults(), &[]).unwrap(),
+        );
+        let handle = shared.clients.register(
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+        );
+        let client = ClientState::new(handle, true);
+        let args = vec![
+            Bytes::from_static(b"SET"),
+            Bytes::from_static(b"key:000001"),
+            Bytes::from_static(b"xxx"),
+        ];
+        let row = table().get(&args[0]).unwrap();
+        // This thread's CPU time (the machine may be shared: wall time would count the time
+        // other processes ran).
+        let cpu_ns = || -> u64 {
+            std::fs::read_to_string("/proc/thread-self/schedstat")
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        let n = 2_000_000u32;
+        let (started, cpu_started) = (std::time::Instant::now(), cpu_ns());
+        for _ in 0..n {
+            let kept = std::hint::black_box(args.clone());
+            let t = std::time::Instant::now();
+            let elapsed = std::hint::black_box(t.elapsed());
+            shared
+                .observer
+                .finish_command(&shared.live, &client, row, &kept, elapsed, Outcome::Ok);
+        }
+        let per = started.elapsed() / n;
+        let cpu_per = cpu_ns().saturating_sub(cpu_started) / u64::from(n);
+        let clocks_started = cpu_ns();
+        for _ in 0..n {
+            let t = std::time::Instant::now();
+            std::hint::black_box(t.elapsed());
+        }
+        let clocks = cpu_ns().saturating_sub(clocks_started) / u64::from(n);
+        println!("per-command observability cost: {cpu_per} ns of CPU ({per:?} wall)");
+        println!("of which two clock readings: {clocks} ns of CPU");
+        assert!(per < Duration::from_micros(5));
+    }
+}
