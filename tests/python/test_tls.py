@@ -316,3 +316,22 @@ def test_phpredis_tls(tls_server, pki, tmp_path):
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert proc.stdout.split() == ["over", "tls", "1"]
     assert redis_client(tls_server).get("php") == b"over tls"
+
+
+def test_tls_protocols_limits_the_versions_offered(gradus_factory, pki):
+    port = free_port()
+    server = gradus_factory(*tls_args(pki, port, "--tls-protocols", "TLSv1.3"))
+    server.tls_port = port
+
+    def handshake(max_version):
+        ctx = ssl.create_default_context(cafile=pki["ca.crt"])
+        ctx.load_cert_chain(pki["client.crt"], pki["client.key"])
+        ctx.maximum_version = max_version
+        with socket.create_connection((HOST, port), timeout=5) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                return s.version()
+
+    assert handshake(ssl.TLSVersion.TLSv1_3) == "TLSv1.3"
+    with pytest.raises(ssl.SSLError):
+        handshake(ssl.TLSVersion.TLSv1_2)
+    assert redis_client(server).config_get("tls-protocols") == {"tls-protocols": "TLSv1.3"}

@@ -278,9 +278,7 @@ pub(crate) fn spawn_connection<P, T>(
     client: ClientState,
     tls: bool,
     plain: impl FnOnce(Arc<Shared>, TcpStream, ClientState) -> P,
-    secure: impl FnOnce(Arc<Shared>, tokio_rustls::server::TlsStream<TcpStream>, ClientState) -> T
-        + Send
-        + 'static,
+    secure: impl FnOnce(Arc<Shared>, crate::tls::TlsStream, ClientState) -> T + Send + 'static,
 ) where
     P: std::future::Future<Output = ()> + Send + 'static,
     T: std::future::Future<Output = ()> + Send + 'static,
@@ -295,7 +293,8 @@ pub(crate) fn spawn_connection<P, T>(
     };
     tokio::spawn(async move {
         let addr = client.handle.addr;
-        match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        let socket = tokio::io::BufReader::with_capacity(crate::tls::TLS_READ_BUFFER, stream);
+        match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
             Ok(Ok(stream)) => secure(shared, stream, client).await,
             Ok(Err(e)) => {
                 tracing::info!(client = %addr, error = %e, "TLS handshake failed");
