@@ -262,3 +262,39 @@ def test_acl_users_are_layered_on_tenants(gradus_factory):
         beta.execute_command("ACL", "SETUSER", "x", "on")
     with pytest.raises(redis.ResponseError, match="No tenant named 'nope'"):
         admin.execute_command("ACL", "SETUSER", "y", "tenant=nope")
+
+
+# Redis 7.2's text; 7.0 (installed here) says "this user has no permissions to access one of the
+# channels used as arguments".
+NO_CHANNEL = "No permissions to access a channel|no permissions to access one of the channels"
+
+
+def test_regression_channel_rules_are_enforced(r2, gradus):
+    # A user's `&pattern` rules decide which channels it may publish and subscribe to; a
+    # PSUBSCRIBE pattern must be one of its patterns literally (Redis' rule).
+    r2.execute_command("ACL", "SETUSER", "chan", "on", ">pw", "+@all", "~*", "resetchannels", "&news.*")
+    c = user_client(gradus, "chan", "pw")
+    try:
+        assert c.publish("news.sport", "x") == 0
+        with pytest.raises(redis.exceptions.ResponseError, match=NO_CHANNEL):
+            c.publish("private", "x")
+        with pytest.raises(redis.exceptions.ResponseError, match=NO_CHANNEL):
+            c.execute_command("SPUBLISH", "private", "x")
+        for command in (["SUBSCRIBE", "news.a", "private"], ["PSUBSCRIBE", "news.a*"]):
+            with pytest.raises(redis.exceptions.ResponseError, match=NO_CHANNEL):
+                c.execute_command(*command)
+        assert c.execute_command("ACL", "DRYRUN", "chan", "PUBLISH", "private", "x") is not None
+    finally:
+        c.close()
+    entries = r2.execute_command("ACL", "LOG")
+    reasons = [dict(zip(e[::2], e[1::2])).get(b"reason") for e in entries]
+    assert b"channel" in reasons
+    # Allowed subscriptions work, and allchannels lifts the rule.
+    p = user_client(gradus, "chan", "pw").pubsub()
+    p.psubscribe("news.*")
+    assert p.get_message(timeout=2)["type"] == "psubscribe"
+    p.close()
+    r2.execute_command("ACL", "SETUSER", "chan", "allchannels")
+    c = user_client(gradus, "chan", "pw")
+    assert c.publish("private", "x") == 0
+    c.close()

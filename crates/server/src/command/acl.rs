@@ -488,6 +488,7 @@ pub fn log_denial(
     let (reason, object, username) = match (denied, auth_user) {
         (Some(Denied::Command(c)), _) => ("command", c.clone(), client.user.to_string()),
         (Some(Denied::Key(k)), _) => ("key", k.clone(), client.user.to_string()),
+        (Some(Denied::Channel(c)), _) => ("channel", c.clone(), client.user.to_string()),
         (None, Some(u)) => ("auth", "AUTH".to_string(), u.to_string()),
         (None, None) => return,
     };

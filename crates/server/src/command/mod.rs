@@ -156,6 +156,18 @@ pub struct CommandSpec {
     pub acl_categories: u32,
     /// The keyspace notification a write emits for its keys when it succeeds (see `notify`).
     pub notify: Option<Notify>,
+    /// The pub/sub channels the command names, for ACL channel rules (`&pattern`): the
+    /// arguments from `first` to `last` (-1: the last one), and whether they are patterns
+    /// (PSUBSCRIBE's must equal one of the user's patterns, as in Redis).
+    pub channels: Option<ChannelArgs>,
+}
+
+/// Where a pub/sub command's channel arguments are (see [`CommandSpec::channels`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ChannelArgs {
+    pub first: usize,
+    pub last: i32,
+    pub patterns: bool,
 }
 
 /// The keyspace events of a write (Redis' `notifyKeyspaceEvent` calls, as data): the
@@ -278,6 +290,30 @@ impl CommandSpec {
         self
     }
 
+    /// The same row naming pub/sub channels from argument `first` to `last` (-1: the last), for
+    /// ACL channel rules; `patterns` when they are channel patterns (PSUBSCRIBE).
+    pub const fn with_channels(mut self, first: usize, last: i32, patterns: bool) -> CommandSpec {
+        self.channels = Some(ChannelArgs {
+            first,
+            last,
+            patterns,
+        });
+        self
+    }
+
+    /// The channel arguments of a command with this row (empty for rows naming none).
+    pub fn channel_args<'a>(&self, args: &'a [Bytes]) -> (&'a [Bytes], bool) {
+        let Some(c) = self.channels else {
+            return (&[], false);
+        };
+        let end = if c.last < 0 {
+            args.len()
+        } else {
+            (c.last as usize + 1).min(args.len())
+        };
+        (args.get(c.first..end).unwrap_or(&[]), c.patterns)
+    }
+
     /// The same row with the keyspace events it emits (table rows:
     /// `cmd(...).notifies(&[(notify::STRING, "set")])`).
     pub const fn notifies(mut self, events: &'static [(u32, &'static str)]) -> CommandSpec {
@@ -377,6 +413,7 @@ pub const fn cmd(
         numkeys_at: 0,
         other_keyspaces: None,
         acl_categories: 0,
+        channels: None,
         notify: None,
     }
 }

@@ -25,14 +25,14 @@ const INTROSPECT: u32 = flags::PUBSUB | flags::LOADING;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("subscribe", -2, SUBS, NO_KEYS, "pubsub", "Listens for messages published to channels.", subscribe),
+    cmd("subscribe", -2, SUBS, NO_KEYS, "pubsub", "Listens for messages published to channels.", subscribe).with_channels(1, -1, false),
     cmd("unsubscribe", -1, SUBS, NO_KEYS, "pubsub", "Stops listening to messages posted to channels.", unsubscribe),
-    cmd("psubscribe", -2, SUBS, NO_KEYS, "pubsub", "Listens for messages published to channels that match one or more patterns.", psubscribe),
+    cmd("psubscribe", -2, SUBS, NO_KEYS, "pubsub", "Listens for messages published to channels that match one or more patterns.", psubscribe).with_channels(1, -1, true),
     cmd("punsubscribe", -1, SUBS, NO_KEYS, "pubsub", "Stops listening to messages published to channels that match one or more patterns.", punsubscribe),
-    cmd("ssubscribe", -2, SUBS, NO_KEYS, "pubsub", "Listens for messages published to shard channels.", ssubscribe),
+    cmd("ssubscribe", -2, SUBS, NO_KEYS, "pubsub", "Listens for messages published to shard channels.", ssubscribe).with_channels(1, -1, false),
     cmd("sunsubscribe", -1, SUBS, NO_KEYS, "pubsub", "Stops listening to messages posted to shard channels.", sunsubscribe),
-    cmd("publish", 3, PUBLISHES, NO_KEYS, "pubsub", "Posts a message to a channel.", publish),
-    cmd("spublish", 3, PUBLISHES, NO_KEYS, "pubsub", "Post a message to a shard channel", spublish),
+    cmd("publish", 3, PUBLISHES, NO_KEYS, "pubsub", "Posts a message to a channel.", publish).with_channels(1, 1, false),
+    cmd("spublish", 3, PUBLISHES, NO_KEYS, "pubsub", "Post a message to a shard channel", spublish).with_channels(1, 1, false),
     cmd("pubsub", -2, INTROSPECT, NO_KEYS, "pubsub", "A container for Pub/Sub commands.", pubsub).with_subcommands(&[
         sub("pubsub|channels", -2, INTROSPECT, "Returns the active channels."),
         sub("pubsub|numsub", -2, INTROSPECT, "Returns a count of subscribers to channels."),

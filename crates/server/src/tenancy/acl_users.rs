@@ -67,6 +67,8 @@ pub enum Denied {
     Command(String),
     /// A key the command names.
     Key(String),
+    /// A pub/sub channel (or PSUBSCRIBE pattern) the command names.
+    Channel(String),
 }
 
 impl Denied {
@@ -77,6 +79,7 @@ impl Denied {
                 format!("NOPERM User {user} has no permissions to run the '{c}' command")
             }
             Denied::Key(_) => "NOPERM No permissions to access a key".into(),
+            Denied::Channel(_) => "NOPERM No permissions to access a channel".into(),
         }
     }
 
@@ -87,6 +90,9 @@ impl Denied {
                 format!("User {user} has no permissions to run the '{c}' command")
             }
             Denied::Key(k) => format!("User {user} has no permissions to access the '{k}' key"),
+            Denied::Channel(c) => {
+                format!("User {user} has no permissions to access the '{c}' channel")
+            }
         }
     }
 }
@@ -344,6 +350,25 @@ impl AclUser {
     ) -> Result<(), Denied> {
         if !self.allows_command(spec, container) {
             return Err(Denied::Command(spec.name.to_string()));
+        }
+        if !self.allchannels {
+            // As Redis: a channel must match one of the user's `&` patterns; a PSUBSCRIBE
+            // pattern must be one of them, literally.
+            let (channels, patterns) = container.channel_args(args);
+            for channel in channels {
+                let allowed = self.channels.iter().any(|p| {
+                    if patterns {
+                        p.as_bytes() == &channel[..]
+                    } else {
+                        gradus_store::glob::glob_match(p.as_bytes(), channel)
+                    }
+                });
+                if !allowed {
+                    return Err(Denied::Channel(
+                        String::from_utf8_lossy(channel).into_owned(),
+                    ));
+                }
+            }
         }
         if self.allkeys {
             return Ok(());
