@@ -63,7 +63,10 @@ def cpu_seconds(pid):
 
 def run(port, args, requests):
     out = subprocess.run(["redis-benchmark", "-p", str(port), "-c", "50", "-n", str(requests),
-                          "-r", "100000", "--csv"] + args, capture_output=True, text=True, check=True).stdout
+                          "-r", "100000", "--csv"] + args, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"redis-benchmark failed on port {port}: {out.stdout[-500:]} {out.stderr[-500:]}")
+    out = out.stdout
     line = [l for l in out.splitlines() if l and not l.startswith('"test"')][-1]
     return float(line.split(",")[1].strip('"'))
 
