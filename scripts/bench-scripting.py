@@ -10,7 +10,9 @@ server has no functions). Tests:
           absent, so GET + return 0; the held-lock case adds a DEL)
   script4 EVALSHA of a 4-command script (SET, INCR, GET, EXPIRE) on 2 keys
   fcall4  FCALL of the same 4 commands as a Redis 7 function
-Prints a Markdown table of medians and every round's figures.
+Prints a Markdown table of medians and every round's figures, and each server's CPU time per
+request (user + system time of the server process over the run, from /proc/PID/stat, divided by
+the requests: far less sensitive to other load on the machine than throughput).
 """
 import argparse
 import os
@@ -52,9 +54,19 @@ def start(argv, port):
     raise RuntimeError(f"{argv[0]} did not start")
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of process `pid` so far, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(port, args, requests):
     out = subprocess.run(["redis-benchmark", "-p", str(port), "-c", "50", "-n", str(requests),
-                          "-r", "100000", "--csv"] + args, capture_output=True, text=True, check=True).stdout
+                          "-r", "100000", "--csv"] + args, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"redis-benchmark failed on port {port}: {out.stdout[-500:]} {out.stderr[-500:]}")
+    out = out.stdout
     line = [l for l in out.splitlines() if l and not l.startswith('"test"')][-1]
     return float(line.split(",")[1].strip('"'))
 
@@ -74,6 +86,7 @@ def main():
         procs.append(start(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
                             "--dir", tmp], port))
         servers["redis-server"] = port
+        pids = {"redis-server": procs[-1].pid}
         for name, binary in [("Gradus (before)", opts.before), ("Gradus", opts.gradus)]:
             if not binary:
                 continue
@@ -82,6 +95,7 @@ def main():
             procs.append(start([binary, "--port", str(port), "--memcached-port", "0", "--durability", "none",
                                 "--dir", d], port))
             servers[name] = port
+            pids[name] = procs[-1].pid
         tests = {}
         for name, port in servers.items():
             c = redis.Redis(port=port)
@@ -96,10 +110,14 @@ def main():
             except redis.ResponseError:
                 pass
         figures = {}
+        cpu = {}
         for r in range(opts.rounds):
             for test, per_server in tests.items():
                 for name, args in per_server.items():
+                    before = cpu_seconds(pids[name])
                     figures.setdefault((test, name), []).append(run(servers[name], args, opts.requests))
+                    cpu.setdefault((test, name), []).append(
+                        (cpu_seconds(pids[name]) - before) * 1e6 / opts.requests)
         print(f"load average: {os.getloadavg()}")
         names = list(servers)
         print("| test | " + " | ".join(f"{n} ops/s (median)" for n in names) + " | Gradus / Redis |")
@@ -109,9 +127,18 @@ def main():
             ratio = medians.get("Gradus", 0) / medians["redis-server"]
             print(f"| {test} | " + " | ".join(f"{medians[n]:,.0f}" if n in medians else "n/a" for n in names)
                   + f" | {ratio:.2f}x |")
-        print("\nper round:")
+        print("\nserver CPU per request, µs (median):")
+        print("| test | " + " | ".join(names) + " |")
+        print("|---|" + "---|" * len(names))
+        for test in tests:
+            print(f"| {test} | " + " | ".join(
+                f"{statistics.median(cpu[(test, n)]):.1f}" if (test, n) in cpu else "n/a" for n in names) + " |")
+        print("\nper round (ops/s):")
         for (test, name), values in figures.items():
             print(f"{test:8} {name:18} " + " ".join(f"{v:,.0f}" for v in values))
+        print("\nper round (server CPU µs per request):")
+        for (test, name), values in cpu.items():
+            print(f"{test:8} {name:18} " + " ".join(f"{v:.1f}" for v in values))
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)

@@ -64,6 +64,12 @@ pub const SCRIPT_TIME_LIMIT: Duration = Duration::from_secs(5);
 const LOAD_TIME_LIMIT: Duration = Duration::from_millis(500);
 /// The hook runs every this many VM instructions.
 const HOOK_EVERY: u32 = 10_000;
+/// Lua's collector pause (percent): a new collection cycle starts when the heap has grown to
+/// this share of what the last cycle left live. Lua's default is 200; a thread's state holds
+/// little live data (the prelude, compiled scripts) while every script run leaves a little
+/// garbage, so at 200 the collector marks that live data again every few dozen runs. At 400 it
+/// does so a third as often, for at most a few hundred KiB more garbage per state.
+const GC_PAUSE: i32 = 400;
 /// Memory a single script's Lua state may allocate.
 const SCRIPT_MEMORY_LIMIT: usize = 256 * 1024 * 1024;
 
@@ -190,28 +196,19 @@ fn evalsha_ro(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 fn evalsha_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResult {
-    let script = {
-        let cache = cache().lock();
-        if args[1].len() == 40
-            && args[1]
-                .iter()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        {
-            // SAFETY of the lookup: a lower-case hex digest is its own key.
-            cache
-                .get(std::str::from_utf8(&args[1]).unwrap_or(""))
-                .cloned()
-        } else {
-            let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-            cache.get(&sha).cloned()
-        }
+    // A lower-case digest (what clients send) is its own key: no copy.
+    let sha: std::borrow::Cow<'_, str> = match std::str::from_utf8(&args[1]) {
+        Ok(s) if !s.bytes().any(|b| b.is_ascii_uppercase()) => s.into(),
+        _ => String::from_utf8_lossy(&args[1])
+            .to_ascii_lowercase()
+            .into(),
     };
+    let script = cache().lock().get(sha.as_ref()).cloned();
     let Some(script) = script else {
         return Err(CmdError::Other(
             "NOSCRIPT No matching script. Please use EVAL.".into(),
         ));
     };
-    let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     eval_cached(ctx, args, &sha, &script, read_only)
 }
 
@@ -653,6 +650,9 @@ pub fn libraries_changed() {
     LIBRARY_GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
+/// Longest `KEYS`/`ARGV` whose tables a state keeps for the next script.
+const MAX_KEPT_LIST: usize = 1024;
+
 /// Compiled scripts a state keeps (EVAL of ever-new bodies would grow it without bound); past
 /// this many the cache is emptied and refilled as scripts run again. Libraries likewise.
 const MAX_COMPILED: usize = 1000;
@@ -792,14 +792,21 @@ struct Vm {
     /// Libraries run here: id → table of their functions by name (as of `library_generation`).
     libraries: HashMap<u64, Table>,
     library_generation: u64,
-    /// Metatable of every script's environment: reads fall through to the sandbox globals,
-    /// writes fail.
-    env_mt: Table,
     /// The prelude's private table: `call` is the current script's `redis.call` callback;
     /// `library_env` makes a library's environment.
     hidden: Table,
     /// Lua's own `pcall`, to run a script and catch what it raises.
     pcall: Function,
+    /// The environment every EVAL script runs in (each compiled script's, set once), and its
+    /// `KEYS` and `ARGV`: emptied and refilled for each run rather than made anew. No script
+    /// can keep a reference to them past its run (it has nowhere to store one), so reusing
+    /// them shows no script anything of another.
+    script_env: Table,
+    keys: Table,
+    argv: Table,
+    /// The prelude's `reset_env(env, keys, argv)`: empties the three and links them. (Not
+    /// mlua's `Table::clear`, which leaves a value on the Lua stack each time.)
+    reset_env: Function,
     /// Set by the time-limit hook or a KILL; read by the `pcall`/`xpcall` wrappers so a script
     /// cannot swallow its own kill. Reset for each script.
     killed: Arc<AtomicBool>,
@@ -848,6 +855,18 @@ impl Vm {
                 Ok(VmState::Continue)
             },
         );
+        // `redis.call`/`redis.pcall` reach the running script through the prelude's private
+        // table: one callback for the state's life, which finds the run in `CURRENT_RUN`.
+        let (call_killed, call_slot) = (killed.clone(), slot.clone());
+        let call = lua.create_function(move |lua, args: MultiValue| {
+            redis_call(lua, &args, &call_killed, &call_slot)
+        })?;
+        hidden.raw_set("call", call)?;
+        let script_env = lua.create_table_with_capacity(0, 3)?;
+        script_env.set_metatable(Some(env_mt.clone()));
+        let keys = lua.create_table()?;
+        let argv = lua.create_table()?;
+        let reset_env: Function = hidden.raw_get("reset_env")?;
         running_slots().lock().push(slot.clone());
         Ok(Vm {
             lua,
@@ -855,9 +874,12 @@ impl Vm {
             generation: FLUSH_GENERATION.load(Ordering::Acquire),
             libraries: HashMap::new(),
             library_generation: LIBRARY_GENERATION.load(Ordering::Acquire),
-            env_mt,
             hidden,
             pcall,
+            script_env,
+            keys,
+            argv,
+            reset_env,
             killed,
             deadline,
             slot,
@@ -885,6 +907,8 @@ impl Vm {
                     one_line(&e.to_string())
                 ))
             })?;
+        f.set_environment(self.script_env.clone())
+            .map_err(|e| Frame::Error(format!("ERR {e}")))?;
         self.compiled.insert(sha.to_string(), f.clone());
         Ok(f)
     }
@@ -990,14 +1014,19 @@ impl Vm {
         Ok(registered)
     }
 
-    /// A script's own environment: `KEYS`, `ARGV`, `_G` (itself), the sandbox behind it.
-    fn new_env(&self, keys: &[Bytes], argv: &[Bytes]) -> mlua::Result<Table> {
-        let env = self.lua.create_table_with_capacity(0, 3)?;
-        env.raw_set("KEYS", string_list(&self.lua, keys)?)?;
-        env.raw_set("ARGV", string_list(&self.lua, argv)?)?;
-        env.raw_set("_G", env.clone())?;
-        env.set_metatable(Some(self.env_mt.clone()));
-        Ok(env)
+    /// Ready the scripts' environment for a run: `KEYS`, `ARGV`, `_G` (itself) and nothing
+    /// else (whatever the last script left in it or in `KEYS`/`ARGV` is gone), the sandbox
+    /// behind it.
+    fn fill_env(&mut self, keys: &[Bytes], argv: &[Bytes]) -> mlua::Result<()> {
+        // A table keeps its size when emptied: let go of one a long list has grown.
+        if keys.len().max(argv.len()) > MAX_KEPT_LIST {
+            self.keys = self.lua.create_table()?;
+            self.argv = self.lua.create_table()?;
+        }
+        self.reset_env
+            .call::<()>((&self.script_env, &self.keys, &self.argv))?;
+        fill_list(&self.lua, &self.keys, keys)?;
+        fill_list(&self.lua, &self.argv, argv)
     }
 
     /// Runs one script or function. `Err` only for failures of the state itself; whatever the
@@ -1007,7 +1036,7 @@ impl Vm {
         let func = match &inv.target {
             Target::Script { sha, code } => match self.compiled(sha, code) {
                 Ok(f) => {
-                    f.set_environment(self.new_env(inv.keys, inv.argv)?)?;
+                    self.fill_env(inv.keys, inv.argv)?;
                     f
                 }
                 Err(reply) => return Ok(reply),
@@ -1040,34 +1069,11 @@ impl Vm {
         }
         self.slot.running.store(true, Ordering::Release);
         self.deadline.set(Instant::now() + SCRIPT_TIME_LIMIT);
-        let killed = &self.killed;
-        let slot = &self.slot;
-        let result = lua.scope(|scope| {
-            // `redis.call`/`redis.pcall` reach this through the prelude's private table; it
-            // dies with the scope.
-            let call = scope.create_function(|lua, args: MultiValue| {
-                let frame = match command_args(&args) {
-                    Ok(args) => {
-                        let mut run = run.borrow_mut();
-                        let frame = run.call(args);
-                        // KILL must not stop a script that has written (Redis' UNKILLABLE).
-                        slot.wrote.store(run.wrote, Ordering::Relaxed);
-                        if run.abort.is_some() && !killed.swap(true, Ordering::Relaxed) {
-                            // pcall must not swallow it: the script stops here.
-                            slot.kill_reason.store(KILLED_TO_RESTART, Ordering::Relaxed);
-                        }
-                        frame
-                    }
-                    Err(e) => e.to_frame(),
-                };
-                frame_to_lua(lua, &frame)
-            })?;
-            self.hidden.raw_set("call", call)?;
+        let result = {
+            let _current = CurrentRun::set(run);
             self.pcall.call::<MultiValue>(call_args)
-        });
+        };
         self.slot.running.store(false, Ordering::Release);
-        // The callback is dead with the scope either way; drop the table's reference to it.
-        let _ = self.hidden.raw_set("call", Value::Nil);
         let mut out = result?.into_iter();
         let ok = matches!(out.next(), Some(Value::Boolean(true)));
         let value = out.next().unwrap_or(Value::Nil);
@@ -1183,6 +1189,14 @@ redis.REPL_NONE, redis.REPL_AOF, redis.REPL_SLAVE, redis.REPL_REPLICA, redis.REP
 local function recheck(...)
   if killed() then raw_error('ERR Script killed: it ran longer than the script time limit', 0) end
   return ...
+end
+-- Ready the (reused) environment of EVAL scripts and its KEYS and ARGV for the next run.
+local function clear(t)
+  for k in raw_next, t do raw_rawset(t, k, nil) end
+end
+hidden.reset_env = function(env, keys, argv)
+  clear(env) clear(keys) clear(argv)
+  raw_rawset(env, 'KEYS', keys) raw_rawset(env, 'ARGV', argv) raw_rawset(env, '_G', env)
 end
 local base = {}
 for k, v in raw_pairs(G) do
@@ -1306,6 +1320,7 @@ fn new_state() -> mlua::Result<Lua> {
         LuaOptions::default(),
     )?;
     let _ = lua.set_memory_limit(SCRIPT_MEMORY_LIMIT);
+    lua.gc_set_pause(GC_PAUSE);
     let globals = lua.globals();
     for name in [
         "loadfile",
@@ -1329,6 +1344,76 @@ fn new_state() -> mlua::Result<Lua> {
     )?;
     globals.set("redis", redis)?;
     Ok(lua)
+}
+
+thread_local! {
+    /// The script running on this thread (a `RefCell<ScriptRun>`), for `redis.call`; null
+    /// between runs. Set only by [`CurrentRun`].
+    static CURRENT_RUN: Cell<*const ()> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Makes a run the one `redis.call` reaches, for as long as it lives (until the end of the run,
+/// or a panic through it).
+struct CurrentRun;
+
+impl CurrentRun {
+    fn set(run: &RefCell<ScriptRun<'_>>) -> CurrentRun {
+        CURRENT_RUN.with(|c| c.set(run as *const RefCell<ScriptRun<'_>> as *const ()));
+        CurrentRun
+    }
+}
+
+impl Drop for CurrentRun {
+    fn drop(&mut self) {
+        CURRENT_RUN.with(|c| c.set(std::ptr::null()));
+    }
+}
+
+/// `redis.call`/`redis.pcall`: run the command for the script running on this thread and
+/// convert its reply (errors as `{err=…}` tables, which the prelude raises for `redis.call`).
+fn redis_call(
+    lua: &Lua,
+    args: &MultiValue,
+    killed: &AtomicBool,
+    slot: &RunSlot,
+) -> mlua::Result<Value> {
+    let current = CURRENT_RUN.with(Cell::get) as *const RefCell<ScriptRun<'static>>;
+    if current.is_null() {
+        return frame_to_lua(
+            lua,
+            &CmdError::err("redis.call is only available while a script runs").to_frame(),
+        );
+    }
+    // SAFETY: `CURRENT_RUN` is non-null only while a `CurrentRun` made from a live
+    // `&RefCell<ScriptRun>` exists, on this thread, and `Vm::run` keeps that borrow for the
+    // whole time (the guard is dropped before the run's reference ends). The `'static` is never
+    // relied on: nothing from the run outlives this call.
+    let run = unsafe { &*current };
+    let frame = match command_args(args) {
+        Ok(args) => {
+            let Ok(mut run) = run.try_borrow_mut() else {
+                return frame_to_lua(lua, &CmdError::err("redis.call re-entered").to_frame());
+            };
+            let frame = run.call(args);
+            // KILL must not stop a script that has written (Redis' UNKILLABLE).
+            slot.wrote.store(run.wrote, Ordering::Relaxed);
+            if run.abort.is_some() && !killed.swap(true, Ordering::Relaxed) {
+                // pcall must not swallow it: the script stops here.
+                slot.kill_reason.store(KILLED_TO_RESTART, Ordering::Relaxed);
+            }
+            frame
+        }
+        Err(e) => e.to_frame(),
+    };
+    frame_to_lua(lua, &frame)
+}
+
+/// Fill the empty table `t` with `items` as strings (1-based).
+fn fill_list(lua: &Lua, t: &Table, items: &[Bytes]) -> mlua::Result<()> {
+    for (i, item) in items.iter().enumerate() {
+        t.raw_set(i + 1, lua.create_string(item.as_ref())?)?;
+    }
+    Ok(())
 }
 
 fn string_list(lua: &Lua, items: &[Bytes]) -> mlua::Result<Table> {
@@ -1498,8 +1583,13 @@ mod state_reuse {
     /// Runs `body` on `vm` as a script with no `redis.call` (pcall's first result, then the value).
     fn eval(vm: &mut Vm, body: &str) -> (bool, Value) {
         let body = Bytes::copy_from_slice(body.as_bytes());
+        eval_with(vm, body, &[], &[])
+    }
+
+    /// Runs `body` on `vm` as a script with these KEYS and ARGV.
+    fn eval_with(vm: &mut Vm, body: Bytes, keys: &[Bytes], argv: &[Bytes]) -> (bool, Value) {
         let f = vm.compiled(&sha1_hex(&body), &body).unwrap();
-        f.set_environment(vm.new_env(&[], &[]).unwrap()).unwrap();
+        vm.fill_env(keys, argv).unwrap();
         vm.killed.store(false, Ordering::Relaxed);
         vm.deadline.set(Instant::now() + Duration::from_millis(200));
         let out: MultiValue = vm.pcall.call(f).unwrap();
@@ -1574,6 +1664,71 @@ mod state_reuse {
                 Frame::Bulk("function".into()),
             ])
         );
+    }
+
+    /// The environment, KEYS and ARGV are reused from run to run: whatever a script put in them
+    /// is gone for the next one.
+    #[test]
+    fn reused_keys_argv_and_environment_start_clean() {
+        let mut vm = Vm::new().unwrap();
+        let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        let (ok, err) = eval_with(
+            &mut vm,
+            b(
+                "rawset(_G, 'left', 1) KEYS[3] = 'x' KEYS.n = 1 ARGV[1] = 'changed' \
+               table.insert(ARGV, 'more') KEYS = {'other'} return 1",
+            ),
+            &[b("k1"), b("k2")],
+            &[b("a1")],
+        );
+        assert!(ok, "{}", error_text(&err));
+        let (ok, v) = eval_with(
+            &mut vm,
+            b(
+                "return {#KEYS, #ARGV, KEYS[1], ARGV[1], type(left), type(KEYS.n), \
+               type(KEYS[3]), type(ARGV[2]), _G.KEYS == KEYS and 1 or 0}",
+            ),
+            &[b("only")],
+            &[b("arg")],
+        );
+        assert!(ok, "{}", error_text(&v));
+        assert_eq!(
+            lua_to_frame(&v, 0),
+            Frame::Array(vec![
+                Frame::Integer(1),
+                Frame::Integer(1),
+                Frame::Bulk("only".into()),
+                Frame::Bulk("arg".into()),
+                Frame::Bulk("nil".into()),
+                Frame::Bulk("nil".into()),
+                Frame::Bulk("nil".into()),
+                Frame::Bulk("nil".into()),
+                Frame::Integer(1),
+            ])
+        );
+        let long: Vec<Bytes> = (0..MAX_KEPT_LIST + 1).map(|i| b(&i.to_string())).collect();
+        let (ok, v) = eval_with(&mut vm, b("return #KEYS"), &long, &[]);
+        assert!(ok, "{}", error_text(&v));
+        assert_eq!(
+            lua_to_frame(&v, 0),
+            Frame::Integer(MAX_KEPT_LIST as i64 + 1)
+        );
+        let (ok, v) = eval_with(&mut vm, b("return #KEYS + #ARGV"), &[], &[]);
+        assert!(ok, "{}", error_text(&v));
+        assert_eq!(lua_to_frame(&v, 0), Frame::Integer(0));
+    }
+
+    /// Regression: emptying the reused tables with mlua's `Table::clear` left one value on the
+    /// Lua stack per run, and after a few thousand runs every script failed with "out of Lua
+    /// stack".
+    #[test]
+    fn many_runs_do_not_exhaust_the_lua_stack() {
+        let mut vm = Vm::new().unwrap();
+        let key = [Bytes::from_static(b"k")];
+        for _ in 0..20_000 {
+            let (ok, v) = eval_with(&mut vm, Bytes::from_static(b"return KEYS[1]"), &key, &key);
+            assert!(ok, "{}", error_text(&v));
+        }
     }
 
     /// Locals, tables of the script's own, and chunks it loads work as usual; bytecode does not
