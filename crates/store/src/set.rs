@@ -172,22 +172,30 @@ fn member_bytes(len: usize) -> usize {
 
 #[derive(Debug, Clone)]
 enum Encoding {
-    /// Sorted integers of `width` bytes each, little-endian.
-    Ints { width: u8, buf: Vec<u8> },
-    /// Members in insertion order, each a length byte and its bytes.
-    Packed(Vec<u8>),
+    /// Sorted integers of `width` bytes each, little-endian, in an exact-sized array (Redis'
+    /// intset): the value holds the array's pointer and length itself, with no header block.
+    Ints { width: u8, buf: Box<[u8]> },
+    /// `len` members in insertion order, each a length byte and its bytes.
+    Packed { len: u32, buf: Vec<u8> },
     /// One hash set, or shared parts of one (boxed: most sets are small, and keep the other
     /// encodings' 32 bytes).
-    Table(Box<Parts<()>>),
+    Table(Box<Table>),
 }
 
-/// A set of byte strings (see the module docs for its encodings).
+/// A set's hashtable form with its member count and its heap bytes.
+#[derive(Debug, Clone)]
+struct Table {
+    parts: Parts<()>,
+    len: usize,
+    /// Heap bytes of the tables and member strings (not this header).
+    bytes: usize,
+}
+
+/// A set of byte strings (see the module docs for its encodings). As small as a `Bytes`, so a
+/// key's value holds it inline: an intset costs its value slot and its integer array only.
 #[derive(Debug, Clone)]
 pub struct SetValue {
     encoding: Encoding,
-    len: usize,
-    /// Heap bytes of a hashtable (the other encodings are their buffers' capacity).
-    table_bytes: usize,
 }
 
 impl Default for SetValue {
@@ -198,8 +206,32 @@ impl Default for SetValue {
 
 impl PartialEq for SetValue {
     fn eq(&self, other: &Self) -> bool {
-        self.len == other.len && self.iter().all(|m| m.with_bytes(|b| other.contains(b)))
+        self.len() == other.len() && self.iter().all(|m| m.with_bytes(|b| other.contains(b)))
     }
+}
+
+/// `buf` (sorted integers of `width` bytes) with `v` inserted at index `at`, widened to `wanted`
+/// bytes per integer (`wanted >= width`), in an exact-sized array.
+fn ints_with(buf: &[u8], width: u8, at: usize, v: i64, wanted: u8) -> Box<[u8]> {
+    let n = buf.len() / usize::from(width);
+    let mut out = Vec::with_capacity((n + 1) * usize::from(wanted));
+    if wanted == width {
+        let w = usize::from(width);
+        out.extend_from_slice(&buf[..at * w]);
+        put_int(&mut out, width, v);
+        out.extend_from_slice(&buf[at * w..]);
+    } else {
+        for i in 0..n {
+            if i == at {
+                put_int(&mut out, wanted, v);
+            }
+            put_int(&mut out, wanted, int_at(buf, width, i));
+        }
+        if at == n {
+            put_int(&mut out, wanted, v);
+        }
+    }
+    out.into_boxed_slice()
 }
 
 impl SetValue {
@@ -208,10 +240,8 @@ impl SetValue {
         SetValue {
             encoding: Encoding::Ints {
                 width: 2,
-                buf: Vec::new(),
+                buf: Box::default(),
             },
-            len: 0,
-            table_bytes: 0,
         }
     }
 
@@ -224,7 +254,10 @@ impl SetValue {
             return set;
         }
         if size_hint <= SET_MAX_LISTPACK_ENTRIES {
-            set.encoding = Encoding::Packed(Vec::new());
+            set.encoding = Encoding::Packed {
+                len: 0,
+                buf: Vec::new(),
+            };
         } else {
             set.convert_to_table(size_hint);
         }
@@ -236,7 +269,7 @@ impl SetValue {
     pub fn expect(&mut self, size_hint: usize) {
         let too_many = match &self.encoding {
             Encoding::Ints { .. } => size_hint > SET_MAX_INTSET_ENTRIES,
-            Encoding::Packed(_) => size_hint > SET_MAX_LISTPACK_ENTRIES,
+            Encoding::Packed { .. } => size_hint > SET_MAX_LISTPACK_ENTRIES,
             Encoding::Table(_) => false,
         };
         if too_many {
@@ -245,18 +278,22 @@ impl SetValue {
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        match &self.encoding {
+            Encoding::Ints { width, buf } => buf.len() / usize::from(*width),
+            Encoding::Packed { len, .. } => *len as usize,
+            Encoding::Table(table) => table.len,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// The encoding's name as Redis' `OBJECT ENCODING` gives it.
     pub fn encoding(&self) -> &'static str {
         match self.encoding {
             Encoding::Ints { .. } => "intset",
-            Encoding::Packed(_) => "listpack",
+            Encoding::Packed { .. } => "listpack",
             Encoding::Table(_) => "hashtable",
         }
     }
@@ -269,14 +306,15 @@ impl SetValue {
 
     /// Whether the set is kept in shared parts (for tests).
     pub fn is_split(&self) -> bool {
-        matches!(&self.encoding, Encoding::Table(parts) if parts.is_split())
+        matches!(&self.encoding, Encoding::Table(table) if table.parts.is_split())
     }
 
-    /// Heap bytes the set holds. O(1).
+    /// Heap bytes the set holds beyond its own (inline) bytes. O(1).
     pub fn mem_size(&self) -> usize {
         match &self.encoding {
-            Encoding::Ints { buf, .. } | Encoding::Packed(buf) => buf.capacity(),
-            Encoding::Table(_) => self.table_bytes,
+            Encoding::Ints { buf, .. } => buf.len(),
+            Encoding::Packed { buf, .. } => buf.capacity(),
+            Encoding::Table(table) => std::mem::size_of::<Table>() + table.bytes,
         }
     }
 
@@ -285,84 +323,64 @@ impl SetValue {
             Encoding::Ints { width, buf } => {
                 member_as_int(member).is_some_and(|v| int_search(buf, *width, v).is_ok())
             }
-            Encoding::Packed(buf) => packed_find(buf, member).is_some(),
-            Encoding::Table(parts) => parts.map_of(member).contains_key(member),
+            Encoding::Packed { buf, .. } => packed_find(buf, member).is_some(),
+            Encoding::Table(table) => table.parts.map_of(member).contains_key(member),
         }
     }
 
     /// Add `member`; true when it is new.
     pub fn insert(&mut self, member: &[u8]) -> bool {
+        let len = self.len();
         match &mut self.encoding {
             Encoding::Ints { width, buf } => {
                 let Some(v) = member_as_int(member) else {
                     // Redis' test: room for one more in a listpack, and a short enough member
                     // (an integer's text never passes the value limit).
-                    if self.len < SET_MAX_LISTPACK_ENTRIES && member.len() <= SET_MAX_LISTPACK_VALUE
-                    {
+                    if len < SET_MAX_LISTPACK_ENTRIES && member.len() <= SET_MAX_LISTPACK_VALUE {
                         self.convert_to_packed();
                     } else {
-                        self.convert_to_table(self.len + 1);
+                        self.convert_to_table(len + 1);
                     }
                     return self.insert(member);
                 };
                 let Err(at) = int_search(buf, *width, v) else {
                     return false;
                 };
-                let wanted = width_of(v);
-                if wanted > *width {
-                    let n = buf.len() / usize::from(*width);
-                    let mut wider = Vec::with_capacity((n + 1) * usize::from(wanted));
-                    for i in 0..n {
-                        if i == at {
-                            put_int(&mut wider, wanted, v);
-                        }
-                        put_int(&mut wider, wanted, int_at(buf, *width, i));
-                    }
-                    if at == n {
-                        put_int(&mut wider, wanted, v);
-                    }
-                    *buf = wider;
-                    *width = wanted;
-                } else {
-                    let w = usize::from(*width);
-                    buf.reserve_exact(w);
-                    let mut bytes = Vec::with_capacity(w);
-                    put_int(&mut bytes, *width, v);
-                    buf.splice(at * w..at * w, bytes);
-                }
-                self.len += 1;
-                if self.len > SET_MAX_INTSET_ENTRIES {
-                    self.convert_to_table(self.len);
+                let wanted = width_of(v).max(*width);
+                *buf = ints_with(buf, *width, at, v, wanted);
+                *width = wanted;
+                if len + 1 > SET_MAX_INTSET_ENTRIES {
+                    self.convert_to_table(len + 1);
                 }
                 true
             }
-            Encoding::Packed(buf) => {
+            Encoding::Packed { len: count, buf } => {
                 if packed_find(buf, member).is_some() {
                     return false;
                 }
-                if self.len < SET_MAX_LISTPACK_ENTRIES && member.len() <= SET_MAX_LISTPACK_VALUE {
+                if len < SET_MAX_LISTPACK_ENTRIES && member.len() <= SET_MAX_LISTPACK_VALUE {
                     buf.reserve_exact(1 + member.len());
                     buf.push(member.len() as u8);
                     buf.extend_from_slice(member);
-                    self.len += 1;
+                    *count += 1;
                     return true;
                 }
-                self.convert_to_table(self.len + 1);
+                self.convert_to_table(len + 1);
                 self.insert(member)
             }
-            Encoding::Table(parts) => {
-                let map = parts.map_of_mut(member);
+            Encoding::Table(table) => {
+                let map = table.parts.map_of_mut(member);
                 if map.contains_key(member) {
                     return false;
                 }
                 let before = table_bytes(map.capacity());
                 map.insert(Bytes::copy_from_slice(member), ());
-                self.table_bytes = self.table_bytes + table_bytes(map.capacity()) - before
-                    + member_bytes(member.len());
-                self.len += 1;
-                let was_split = parts.is_split();
-                parts.grew_to(self.len);
-                if parts.is_split() != was_split {
+                table.bytes =
+                    table.bytes + table_bytes(map.capacity()) - before + member_bytes(member.len());
+                table.len += 1;
+                let was_split = table.parts.is_split();
+                table.parts.grew_to(table.len);
+                if table.parts.is_split() != was_split {
                     self.recount_table();
                 }
                 true
@@ -378,24 +396,27 @@ impl SetValue {
                     return false;
                 };
                 let w = usize::from(*width);
-                buf.drain(at * w..(at + 1) * w);
-                shrink_if_loose(buf);
+                let mut out = Vec::with_capacity(buf.len() - w);
+                out.extend_from_slice(&buf[..at * w]);
+                out.extend_from_slice(&buf[(at + 1) * w..]);
+                *buf = out.into_boxed_slice();
             }
-            Encoding::Packed(buf) => {
+            Encoding::Packed { len, buf } => {
                 let Some(at) = packed_find(buf, member) else {
                     return false;
                 };
                 buf.drain(at..at + 1 + member.len());
                 shrink_if_loose(buf);
+                *len -= 1;
             }
-            Encoding::Table(parts) => {
-                if parts.map_of_mut(member).remove(member).is_none() {
+            Encoding::Table(table) => {
+                if table.parts.map_of_mut(member).remove(member).is_none() {
                     return false;
                 }
-                self.table_bytes -= member_bytes(member.len());
+                table.bytes -= member_bytes(member.len());
+                table.len -= 1;
             }
         }
-        self.len -= 1;
         true
     }
 
@@ -404,8 +425,8 @@ impl SetValue {
     pub fn iter(&self) -> impl Iterator<Item = Member<'_>> + Clone {
         let (ints, pack, table) = match &self.encoding {
             Encoding::Ints { width, buf } => (Some((*width, &buf[..])), None, None),
-            Encoding::Packed(buf) => (None, Some(&buf[..]), None),
-            Encoding::Table(parts) => (None, None, Some(&**parts)),
+            Encoding::Packed { buf, .. } => (None, Some(&buf[..]), None),
+            Encoding::Table(table) => (None, None, Some(&table.parts)),
         };
         let ints = ints.into_iter().flat_map(|(width, buf)| {
             (0..buf.len() / usize::from(width)).map(move |i| Member::Int(int_at(buf, width, i)))
@@ -423,20 +444,21 @@ impl SetValue {
     pub fn member_at(&self, index: usize) -> Option<Member<'_>> {
         match &self.encoding {
             Encoding::Ints { width, buf } => {
-                (index < self.len).then(|| Member::Int(int_at(buf, *width, index)))
+                (index < self.len()).then(|| Member::Int(int_at(buf, *width, index)))
             }
-            Encoding::Packed(buf) => packed(buf).nth(index).map(Member::Packed),
-            Encoding::Table(parts) => parts.nth(index).map(|(m, ())| Member::Shared(m)),
+            Encoding::Packed { buf, .. } => packed(buf).nth(index).map(Member::Packed),
+            Encoding::Table(table) => table.parts.nth(index).map(|(m, ())| Member::Shared(m)),
         }
     }
 
     /// Intset → listpack: every integer written out as text.
     fn convert_to_packed(&mut self) {
+        let len = self.len();
         let Encoding::Ints { width, buf } = &self.encoding else {
             return;
         };
         let mut out = Vec::new();
-        let texts: Vec<IntText> = (0..self.len)
+        let texts: Vec<IntText> = (0..len)
             .map(|i| IntText::new(int_at(buf, *width, i)))
             .collect();
         out.reserve_exact(texts.iter().map(|t| 1 + t.as_bytes().len()).sum());
@@ -444,7 +466,10 @@ impl SetValue {
             out.push(t.as_bytes().len() as u8);
             out.extend_from_slice(t.as_bytes());
         }
-        self.encoding = Encoding::Packed(out);
+        self.encoding = Encoding::Packed {
+            len: len as u32,
+            buf: out,
+        };
     }
 
     /// Any encoding → hashtable, sized for `size_hint` members.
@@ -452,20 +477,26 @@ impl SetValue {
         if matches!(self.encoding, Encoding::Table(_)) {
             return;
         }
-        let mut map: HashMap<Bytes, ()> = HashMap::with_capacity(size_hint.max(self.len));
+        let len = self.len();
+        let mut map: HashMap<Bytes, ()> = HashMap::with_capacity(size_hint.max(len));
         for m in self.iter() {
             map.insert(m.to_bytes(), ());
         }
         let mut parts = Parts::Flat(map);
-        parts.grew_to(self.len);
-        self.encoding = Encoding::Table(Box::new(parts));
+        parts.grew_to(len);
+        self.encoding = Encoding::Table(Box::new(Table {
+            parts,
+            len,
+            bytes: 0,
+        }));
         self.recount_table();
     }
 
     /// Counts a hashtable's bytes from scratch (after it was built or split).
     fn recount_table(&mut self) {
-        if let Encoding::Table(parts) = &self.encoding {
-            self.table_bytes = parts
+        if let Encoding::Table(table) = &mut self.encoding {
+            table.bytes = table
+                .parts
                 .maps()
                 .map(|map| {
                     table_bytes(map.capacity())
@@ -616,13 +647,15 @@ mod tests {
             match encoding {
                 // The table keeps its buckets, as a hash map does; its members are gone.
                 "hashtable" => assert_eq!(s.mem_size(), {
-                    let Encoding::Table(parts) = &s.encoding else {
+                    let Encoding::Table(table) = &s.encoding else {
                         unreachable!()
                     };
-                    parts
-                        .maps()
-                        .map(|m| table_bytes(m.capacity()))
-                        .sum::<usize>()
+                    std::mem::size_of::<Table>()
+                        + table
+                            .parts
+                            .maps()
+                            .map(|m| table_bytes(m.capacity()))
+                            .sum::<usize>()
                 }),
                 _ => assert!(s.mem_size() <= 16, "{encoding}: {}", s.mem_size()),
             }
@@ -652,6 +685,35 @@ mod tests {
         assert_eq!(seen.len(), n, "member_at reaches every member once");
         assert_eq!(s.member_at(n), None);
         assert_eq!(s.iter().count(), n);
+    }
+
+    /// A set is as small as a `Bytes`, so a value holds it inline; an intset is its value slot and
+    /// an exact-sized array of its integers, nothing else.
+    #[test]
+    fn an_intset_is_inline_and_its_array_exact() {
+        assert!(std::mem::size_of::<SetValue>() <= std::mem::size_of::<Bytes>());
+        let mut s = SetValue::new();
+        assert_eq!(s.mem_size(), 0, "an empty intset allocates nothing");
+        for v in ["1", "2", "3", "4", "5"] {
+            assert!(s.insert(v.as_bytes()));
+        }
+        let Encoding::Ints { width, buf } = &s.encoding else {
+            panic!("not an intset")
+        };
+        assert_eq!((*width, buf.len(), s.mem_size()), (2, 10, 10));
+        assert!(s.insert(b"100000"));
+        assert_eq!(
+            (s.len(), s.mem_size()),
+            (6, 24),
+            "widened to 32 bits, exactly"
+        );
+        assert!(s.remove(b"100000"));
+        assert_eq!(
+            (s.len(), s.mem_size()),
+            (5, 20),
+            "stays 32 bits, as Redis' intset does"
+        );
+        assert!(s.contains(b"3") && !s.contains(b"100000"));
     }
 
     /// Every key's entry holds a `Value` inline: the collections are boxed so it stays the

@@ -84,7 +84,8 @@ pub enum Value {
     Hash(Box<HashValue>),
     ZSet(Box<ZSetValue>),
     List(ListValue),
-    Set(Box<SetValue>),
+    /// Inline: a set is as small as a `Bytes` (an intset is just its exact-sized array).
+    Set(SetValue),
 }
 
 impl Value {
@@ -98,9 +99,9 @@ impl Value {
         Value::ZSet(Box::new(z))
     }
 
-    /// A set value (boxed: see the enum).
+    /// A set value (held inline: see the enum).
     pub fn set(s: SetValue) -> Value {
-        Value::Set(Box::new(s))
+        Value::Set(s)
     }
 
     pub fn kind(&self) -> ValueKind {

@@ -987,7 +987,7 @@ mod tests {
                 panic!("{key}: not a set item");
             };
             assert_eq!(got.encoding(), key);
-            assert_eq!(*got, set);
+            assert_eq!(got, set);
             // A listpack keeps its order through a snapshot.
             let order = |s: &SetValue| s.iter().map(|m| m.to_bytes()).collect::<Vec<_>>();
             if key != "hashtable" {
