@@ -57,16 +57,7 @@ impl Server {
         let mut listeners = Vec::new();
         let mut port = config.port;
         for addr in &config.bind {
-            let ip: std::net::IpAddr = addr
-                .parse()
-                .map_err(|_| ServerError::Config(format!("bad bind address {addr}")))?;
-            let sa = SocketAddr::new(ip, port);
-            let listener = TcpListener::bind(sa)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    addr: sa.to_string(),
-                    source,
-                })?;
+            let listener = bind_one(addr, port).await?;
             // With port 0, bind every further address on the port the first one got.
             port = listener.local_addr()?.port();
             listeners.push((listener, false));
@@ -254,19 +245,23 @@ pub(crate) async fn bind_port(bind: &[String], port: u16) -> Result<Vec<TcpListe
         return Ok(listeners);
     }
     for addr in bind {
-        let ip: std::net::IpAddr = addr
-            .parse()
-            .map_err(|_| ServerError::Config(format!("bad bind address {addr}")))?;
-        let sa = SocketAddr::new(ip, port);
-        let listener = TcpListener::bind(sa)
-            .await
-            .map_err(|source| ServerError::Bind {
-                addr: sa.to_string(),
-                source,
-            })?;
-        listeners.push(listener);
+        listeners.push(bind_one(addr, port).await?);
     }
     Ok(listeners)
+}
+
+/// Bind one address of a `bind` list on `port`.
+async fn bind_one(addr: &str, port: u16) -> Result<TcpListener, ServerError> {
+    let ip: std::net::IpAddr = addr
+        .parse()
+        .map_err(|_| ServerError::Config(format!("bad bind address {addr}")))?;
+    let sa = SocketAddr::new(ip, port);
+    TcpListener::bind(sa)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: sa.to_string(),
+            source,
+        })
 }
 
 /// Run a registered client's connection: at once on a plain port; after the TLS handshake on a
