@@ -162,6 +162,16 @@ pub struct ClientState {
     /// The running command queued its reply in the outbox itself (SUBSCRIBE's confirmations):
     /// the connection writes no other.
     pub reply_queued: bool,
+    /// The replication client of a replica: applies the primary's stream (never read-only,
+    /// never streamed again by the write path: the replica task feeds its backlog itself).
+    pub from_primary: bool,
+    /// The replication offset after this connection's last streamed write (WAIT waits for it).
+    pub repl_offset: u64,
+    /// Set by PSYNC/SYNC: the connection becomes a replica's link once this reply is sent.
+    pub repl_takeover: Option<crate::repl::primary::PsyncRequest>,
+    /// What the replica said with REPLCONF listening-port / ip-address.
+    pub repl_listening_port: u64,
+    pub repl_announced_ip: Option<String>,
 }
 
 impl ClientState {
@@ -196,6 +206,11 @@ impl ClientState {
             after_reply: Vec::new(),
             caching: None,
             reply_queued: false,
+            from_primary: false,
+            repl_offset: 0,
+            repl_takeover: None,
+            repl_listening_port: 0,
+            repl_announced_ip: None,
         }
     }
 
@@ -307,6 +322,8 @@ pub struct ClientHandle {
     /// emptied when the connection closes (the outbox points back at this handle).
     outbox: Mutex<Option<Arc<crate::pubsub::Outbox>>>,
     outbox_closed: AtomicBool,
+    /// A replica's link (CLIENT LIST `flags=S`, Redis' `replica` client type).
+    pub replica: AtomicBool,
     killed: AtomicBool,
     kill_notify: Notify,
 }
@@ -333,6 +350,7 @@ impl ClientHandle {
             subs: Default::default(),
             outbox: Mutex::new(None),
             outbox_closed: AtomicBool::new(false),
+            replica: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             kill_notify: Notify::new(),
         }
@@ -404,7 +422,9 @@ impl ClientHandle {
             .iter()
             .map(|n| n.load(Ordering::Relaxed))
             .collect();
-        let flags = if multi >= 0 {
+        let flags = if self.replica.load(Ordering::Relaxed) {
+            "S"
+        } else if multi >= 0 {
             "x"
         } else if subs.iter().any(|&n| n > 0) {
             "P"

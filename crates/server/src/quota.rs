@@ -22,7 +22,7 @@
 //! import command modules.
 
 use crate::client::ClientState;
-use crate::persist::write::{log_effect, Scope, WriteError, WriteTxn};
+use crate::persist::write::{log_effect, stream_effect, Scope, WriteError, WriteTxn};
 use crate::state::Shared;
 use bytes::Bytes;
 use gradus_store::EvictionPolicy;
@@ -114,6 +114,8 @@ fn make_room_in_server(
             count += 1;
             if shared.persist.db_logged(db) {
                 log_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
+            } else {
+                stream_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
             }
         }
         Ok(())
@@ -216,6 +218,8 @@ fn make_room_in_tenant(
             }
             if shared.persist.db_logged(db) {
                 log_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
+            } else {
+                stream_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
             }
         }
     });

@@ -20,6 +20,7 @@ pub mod lists;
 pub mod locks;
 pub mod memory;
 pub mod pubsub;
+pub mod replication;
 pub mod scripting;
 pub mod server;
 pub mod sets;
@@ -462,6 +463,7 @@ pub fn table() -> &'static CommandTable {
             connection::COMMANDS,
             acl::COMMANDS,
             server::COMMANDS,
+            replication::COMMANDS,
             diagnostics::COMMANDS,
             databases::COMMANDS,
             sort::COMMANDS,
