@@ -4,7 +4,9 @@ following the promotion by itself, phpredis' RedisSentinel finding the new prima
 primary rejoining as a replica, a planned `SENTINEL FAILOVER`, and the failover time.
 
 Every test runs against GRADUS_TARGET=redis (proving the harness on real redis-server replicas);
-on Gradus they need the replication core (`needs_replication`)."""
+on Gradus those with replicas need the replication core (`needs_replication`). The lone-primary
+tests run on Gradus now: three Sentinels monitor it, find each other through its
+`__sentinel__:hello` channel, see it go down on `kill -9` and come back with a new run id."""
 
 from __future__ import annotations
 
@@ -22,8 +24,6 @@ from redis.sentinel import Sentinel
 from php_server import php_with_redis
 from sentinel_harness import MASTER_NAME, SentinelCluster, wait_for
 
-pytestmark = pytest.mark.needs_replication
-
 # Kill -9 of the primary to the first write accepted on the new one; with down-after 1 s
 # Redis takes 2-6 s here. Generous, for a loaded machine.
 FAILOVER_BOUND_S = 25.0
@@ -39,6 +39,57 @@ def cluster(tmp_path):
         c.stop()
     problems = c.problems()
     assert not problems, "\n".join(problems)
+
+
+@pytest.fixture
+def lone_primary(tmp_path):
+    c = SentinelCluster(tmp_path, replicas=0)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+    problems = c.problems()
+    assert not problems, "\n".join(problems)
+
+
+def test_sentinels_monitor_a_lone_primary_and_meet_through_its_hello_channel(lone_primary):
+    primary = lone_primary.nodes[0]
+    run_id = primary.client().info("server")["run_id"]
+    assert len(run_id) == 40 and all(ch in "0123456789abcdef" for ch in run_id)
+    for s in range(len(lone_primary.sentinels)):
+        master = lone_primary.sentinel_client(s).sentinel_master(MASTER_NAME)
+        assert master["flags"] == "master"
+        assert master["runid"] == run_id
+        assert master["role-reported"] == "master"
+        assert master["num-slaves"] == 0
+        # The Sentinels found each other by the hello messages they publish through the primary.
+        assert master["num-other-sentinels"] == 2
+    clients = primary.client().client_list()
+    cmd = [c for c in clients if c["name"].startswith("sentinel-") and c["name"].endswith("-cmd")]
+    pubsub = [c for c in clients if c["name"].startswith("sentinel-") and c["name"].endswith("-pubsub")]
+    assert len(cmd) == 3 and len(pubsub) == 3, clients
+    assert all(c["flags"] == "P" and c["sub"] == "1" for c in pubsub), pubsub
+    assert all(c["flags"] == "N" for c in cmd), cmd
+
+
+def test_sentinels_see_a_killed_lone_primary_down_and_back_with_a_new_run_id(lone_primary):
+    primary = lone_primary.nodes[0]
+    first_run_id = primary.client().info("server")["run_id"]
+    primary.process.crash()
+
+    def flags():
+        return [s.sentinel_master(MASTER_NAME)["flags"]
+                for s in (lone_primary.sentinel_client(i) for i in range(3))]
+    # Subjectively down everywhere, then objectively down (quorum 2); no replica to promote.
+    wait_for("s_down and o_down", lambda: all("s_down" in f and "o_down" in f for f in flags()), 15)
+    primary.process.start()
+    wait_for("the primary back up", lambda: flags() == ["master"] * 3, 15)
+    second_run_id = primary.client().info("server")["run_id"]
+    assert second_run_id != first_run_id
+    wait_for("the new run id seen by every Sentinel", lambda: all(
+        lone_primary.sentinel_client(i).sentinel_master(MASTER_NAME)["runid"] == second_run_id
+        for i in range(3)), 10)
 
 
 class Writer(threading.Thread):
@@ -88,6 +139,7 @@ def kill_primary_and_wait(cluster: SentinelCluster):
     return old, new, killed_at
 
 
+@pytest.mark.needs_replication
 def test_sentinel_discovers_primary_and_both_replicas(cluster):
     primary = cluster.nodes[0]
     for s in range(len(cluster.sentinels)):
@@ -111,6 +163,7 @@ def test_sentinel_discovers_primary_and_both_replicas(cluster):
     assert sum(n.startswith("sentinel-") and n.endswith("-pubsub") for n in names) == 3, names
 
 
+@pytest.mark.needs_replication
 def test_kill_primary_under_write_load_redis_py_follows_and_failover_time(cluster):
     writer = Writer(cluster)
     writer.start()
@@ -159,6 +212,7 @@ echo json_encode(['addr' => $found, 'role' => $role[0], 'value' => $r->get('from
 """
 
 
+@pytest.mark.needs_replication
 @pytest.mark.skipif(not php_with_redis(), reason="php-cli with php-redis not installed")
 def test_phpredis_redissentinel_finds_the_new_primary(cluster, tmp_path):
     old, new, _ = kill_primary_and_wait(cluster)
@@ -174,6 +228,7 @@ def test_phpredis_redissentinel_finds_the_new_primary(cluster, tmp_path):
     assert new.client().get("from-php") == "after-failover"
 
 
+@pytest.mark.needs_replication
 def test_old_primary_restarted_rejoins_as_replica_and_converges(cluster):
     old, new, _ = kill_primary_and_wait(cluster)
     c = new.client()
@@ -203,6 +258,7 @@ def test_old_primary_restarted_rejoins_as_replica_and_converges(cluster):
     o.close()
 
 
+@pytest.mark.needs_replication
 def test_planned_sentinel_failover(cluster):
     old = cluster.nodes[0]
     c = old.client()
