@@ -294,6 +294,46 @@ impl ClientState {
     }
 }
 
+/// What a connection is to this server besides a client of its own: the role the replication
+/// link gives it (Redis' `CLIENT_SLAVE` / `CLIENT_MASTER` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ClientRole {
+    Normal = 0,
+    /// A replica of this server, fed its log.
+    Replica = 1,
+    /// This server's primary (the link a replica follows it by).
+    Master = 2,
+}
+
+/// Redis' client types (`getClientType`): what CLIENT LIST TYPE and CLIENT KILL TYPE select by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientType {
+    Normal,
+    Replica,
+    Pubsub,
+    Master,
+}
+
+impl ClientType {
+    /// The names Redis takes (`getClientTypeByName`; `slave` is `replica`).
+    const NAMES: &'static [(&'static str, ClientType)] = &[
+        ("normal", ClientType::Normal),
+        ("slave", ClientType::Replica),
+        ("replica", ClientType::Replica),
+        ("pubsub", ClientType::Pubsub),
+        ("master", ClientType::Master),
+    ];
+
+    /// The type a name (ASCII case-insensitive) stands for.
+    pub fn by_name(name: &[u8]) -> Option<ClientType> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+            .map(|(_, t)| *t)
+    }
+}
+
 /// What other connections can see of a connection.
 pub struct ClientHandle {
     pub id: u64,
@@ -318,12 +358,12 @@ pub struct ClientHandle {
     pub durability: AtomicU8,
     /// Subscriptions to channels, patterns and shard channels (CLIENT LIST sub, psub, ssub).
     pub subs: [AtomicUsize; 3],
+    /// A [`ClientRole`] (set by the replication link; [`ClientHandle::set_role`]).
+    role: AtomicU8,
     /// The connection's outbox, so others can reach it by id (a tracking redirect target);
     /// emptied when the connection closes (the outbox points back at this handle).
     outbox: Mutex<Option<Arc<crate::pubsub::Outbox>>>,
     outbox_closed: AtomicBool,
-    /// A replica's link (CLIENT LIST `flags=S`, Redis' `replica` client type).
-    pub replica: AtomicBool,
     killed: AtomicBool,
     kill_notify: Notify,
 }
@@ -348,9 +388,9 @@ impl ClientHandle {
             watch_count: AtomicUsize::new(0),
             durability: AtomicU8::new(0),
             subs: Default::default(),
+            role: AtomicU8::new(ClientRole::Normal as u8),
             outbox: Mutex::new(None),
             outbox_closed: AtomicBool::new(false),
-            replica: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             kill_notify: Notify::new(),
         }
@@ -388,6 +428,51 @@ impl ClientHandle {
         self.subs.iter().any(|n| n.load(Ordering::Relaxed) > 0)
     }
 
+    /// The connection's role (a replica's or primary's link, or a plain client).
+    pub fn role(&self) -> ClientRole {
+        match self.role.load(Ordering::Relaxed) {
+            1 => ClientRole::Replica,
+            2 => ClientRole::Master,
+            _ => ClientRole::Normal,
+        }
+    }
+
+    /// Mark the connection as a replica's or a primary's link (or a plain client again).
+    pub fn set_role(&self, role: ClientRole) {
+        self.role.store(role as u8, Ordering::Relaxed);
+    }
+
+    /// Its Redis client type: the role first, then `pubsub` while it listens to a channel.
+    pub fn client_type(&self) -> ClientType {
+        match self.role() {
+            ClientRole::Master => ClientType::Master,
+            ClientRole::Replica => ClientType::Replica,
+            ClientRole::Normal if self.is_pubsub() => ClientType::Pubsub,
+            ClientRole::Normal => ClientType::Normal,
+        }
+    }
+
+    /// CLIENT LIST's `flags=`, in Redis' order (`S` replica, `M` primary, `P` pub/sub, `x` MULTI;
+    /// `N` for none).
+    pub fn flags(&self) -> String {
+        let mut flags = String::new();
+        match self.role() {
+            ClientRole::Replica => flags.push('S'),
+            ClientRole::Master => flags.push('M'),
+            ClientRole::Normal => {}
+        }
+        if self.is_pubsub() {
+            flags.push('P');
+        }
+        if self.multi_len.load(Ordering::Relaxed) >= 0 {
+            flags.push('x');
+        }
+        if flags.is_empty() {
+            flags.push('N');
+        }
+        flags
+    }
+
     /// Ask the connection to close (CLIENT KILL, shutdown).
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Release);
@@ -422,15 +507,7 @@ impl ClientHandle {
             .iter()
             .map(|n| n.load(Ordering::Relaxed))
             .collect();
-        let flags = if self.replica.load(Ordering::Relaxed) {
-            "S"
-        } else if multi >= 0 {
-            "x"
-        } else if subs.iter().any(|&n| n > 0) {
-            "P"
-        } else {
-            "N"
-        };
+        let flags = self.flags();
         let durability = match self.durability.load(Ordering::Relaxed) {
             0 => "default",
             n => gradus_log::Durability::ALL[(n as usize - 1).min(3)].as_str(),

@@ -32,7 +32,8 @@
 //!   flags, CONFIG GET/SET, `--print-config` and the README's table all come from;
 //! - [`tls`]: rustls on the TLS ports: the configuration from the `tls-*` settings, its reload,
 //!   and the stream type both connection loops are generic over;
-//! - [`config`]: defaults, TOML file, flags, validation; [`info`]: the INFO text;
+//! - [`config`]: defaults, TOML file, flags, validation; [`config_rewrite`]: CONFIG REWRITE's
+//!   edit of that file; [`info`]: the INFO text;
 //! - [`args`]: argument parsing with Redis' rules; [`long_double`]: Redis' float arithmetic for
 //!   INCRBYFLOAT/HINCRBYFLOAT; [`error`]: this layer's error type.
 //!
@@ -45,6 +46,7 @@ pub mod blocking;
 pub mod client;
 pub mod command;
 pub mod config;
+pub mod config_rewrite;
 pub mod connection;
 pub mod dispatch;
 pub mod error;

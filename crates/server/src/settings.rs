@@ -317,11 +317,15 @@ impl Setting {
 
     /// The value in force now (the live one for live settings), as `CONFIG GET` shows it.
     pub fn current(&self, shared: &Shared) -> String {
+        self.current_value(shared).text()
+    }
+
+    /// The value in force now: the live one for live settings, else the one started with.
+    pub fn current_value(&self, shared: &Shared) -> Value {
         match &self.live {
             Some(live) => (live.get)(&shared.live),
             None => self.get(&shared.config),
         }
-        .text()
     }
 
     /// Where it is in the TOML file: `port`, or `[durability] lazy-flush-ms`.

@@ -122,6 +122,9 @@ pub struct Shared {
     pub stats: Stats,
     pub started: Instant,
     pub started_unix: u64,
+    /// INFO's `run_id`: 40 random hex digits, new at every start (Redis Sentinel tells a restart
+    /// of a monitored server by it).
+    pub run_id: String,
     /// The port actually bound (differs from config when it was 0).
     pub port: AtomicUsize,
     /// Held while a write is applied and appended, so log order = application order (a queue
@@ -159,8 +162,6 @@ pub struct Shared {
     pub monitors: crate::monitor::Monitors,
     /// Replication: role, ids, offset, backlog, replicas (see `repl`).
     pub repl: crate::repl::Repl,
-    /// INFO server `run_id`: 40 hex characters, new at every start.
-    pub run_id: String,
 }
 
 impl Shared {

@@ -12,6 +12,7 @@ pub mod connection;
 pub mod databases;
 pub mod diagnostics;
 pub mod dump;
+pub mod failover;
 pub mod functions;
 pub mod hashes;
 pub mod hyperloglog;
@@ -464,6 +465,7 @@ pub fn table() -> &'static CommandTable {
             acl::COMMANDS,
             server::COMMANDS,
             replication::COMMANDS,
+            failover::COMMANDS,
             diagnostics::COMMANDS,
             databases::COMMANDS,
             sort::COMMANDS,

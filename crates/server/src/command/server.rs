@@ -489,6 +489,46 @@ fn config_set(ctx: &Ctx<'_>, pairs: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
+/// CONFIG REWRITE: the settings in force (CONFIG SET's, and those changed by commands such as
+/// REPLICAOF) written back into the config file the server started with (see
+/// [`crate::config_rewrite`]); Redis' errors when there is none or it cannot be written.
+fn config_rewrite(ctx: &Ctx<'_>) -> CmdResult {
+    use crate::config_rewrite::{rewrite_text, strerror, write_atomically, RewriteError};
+    let Some(path) = &ctx.shared.config_file else {
+        return Err(CmdError::err("The server is running without a config file"));
+    };
+    // Serialises rewrites: two at once would each write the file from the same old text.
+    static REWRITING: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+    let _one_at_a_time = REWRITING.lock();
+    let result = (|| {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            // As Redis: a file removed since start-up is written anew.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(RewriteError::Io(e)),
+        };
+        let new = rewrite_text(&text, |row| row.current_value(ctx.shared))?;
+        if new != text {
+            write_atomically(path, &new)?;
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            tracing::info!("CONFIG REWRITE executed with success.");
+            Ok(Frame::ok())
+        }
+        Err(e) => {
+            let why = match &e {
+                RewriteError::Io(io) => strerror(io),
+                other => other.to_string(),
+            };
+            tracing::warn!("CONFIG REWRITE failed: {why}");
+            Err(CmdError::err(format!("Rewriting config file: {why}")))
+        }
+    }
+}
+
 fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_lowercase();
     match sub.as_str() {
@@ -511,9 +551,7 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ctx.shared.observer.commands.reset();
             Ok(Frame::ok())
         }
-        "rewrite" if args.len() == 2 => Err(CmdError::err(
-            "CONFIG REWRITE is not supported: edit the TOML config file instead",
-        )),
+        "rewrite" if args.len() == 2 => config_rewrite(ctx),
         "get" | "set" | "resetstat" | "rewrite" => Err(CmdError::err(format!(
             "wrong number of arguments for 'config|{sub}' command"
         ))),

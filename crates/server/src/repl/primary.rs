@@ -66,7 +66,7 @@ pub async fn serve<S: ClientStream>(
     request: PsyncRequest,
 ) {
     let handle = client.handle.clone();
-    handle.replica.store(true, Ordering::Relaxed);
+    handle.set_role(crate::client::ClientRole::Replica);
     let ip = client
         .repl_announced_ip
         .clone()
