@@ -230,7 +230,7 @@ pub fn run_write(
             .collect();
         let flushes = spec.has(flags::FLUSHES);
         let (id, tenant) = (client.id, client.tenant);
-        let reply = run_write_notified(shared, client, spec, args, now_ms);
+        let reply = run_write_logged(shared, client, spec, args, now_ms);
         if !reply.is_error() {
             if flushes {
                 shared.tracking.flush(tenant);
@@ -241,60 +241,10 @@ pub fn run_write(
         }
         return reply;
     }
-    run_write_notified(shared, client, spec, args, now_ms)
+    run_write_logged(shared, client, spec, args, now_ms)
 }
 
-/// [`run_write`] with the keyspace notifications its row names.
-fn run_write_notified(
-    shared: &Shared,
-    client: &mut ClientState,
-    spec: &CommandSpec,
-    args: Vec<Bytes>,
-    now_ms: u64,
-) -> Frame {
-    // The keyspace events its row names, for its keys, once it has succeeded (see `notify`).
-    let Some(notify) = spec.notify.filter(|_| crate::notify::enabled(shared)) else {
-        return run_write_logged(shared, client, spec, args, now_ms);
-    };
-    let db = client.db;
-    let exists = |key: &[u8]| {
-        shared
-            .store
-            .db(db)
-            .is_some_and(|ks| ks.lock(key).is_live(key, now_ms))
-    };
-    let keys: Vec<(Bytes, bool)> = spec
-        .key_indexes(&args)
-        .into_iter()
-        .filter_map(|i| args.get(i).cloned())
-        .map(|key| {
-            let existed = !notify.only_existing || exists(&key);
-            (key, existed)
-        })
-        .collect();
-    let reply = run_write_logged(shared, client, spec, args, now_ms);
-    let unchanged = matches!(
-        reply,
-        Frame::Integer(0) | Frame::Null | Frame::NullArray | Frame::Error(_)
-    );
-    if (unchanged && notify.only_if_changed) || reply.is_error() {
-        return reply;
-    }
-    for (i, (key, existed)) in keys.iter().enumerate() {
-        let (class, event) = notify.events[i.min(notify.events.len() - 1)];
-        if event.is_empty() || !existed {
-            continue;
-        }
-        crate::notify::emit(shared, class, event, db, key);
-        // A list, set, hash or sorted set left empty is deleted: Redis says `del` too.
-        if class & crate::notify::CONTAINERS != 0 && !exists(key) {
-            crate::notify::emit(shared, crate::notify::GENERIC, "del", db, key);
-        }
-    }
-    reply
-}
-
-/// [`run_write`] without its notifications.
+/// [`run_write`] under its write transaction.
 fn run_write_logged(
     shared: &Shared,
     client: &mut ClientState,
@@ -365,15 +315,20 @@ pub fn run(
     args: &[Bytes],
     now_ms: u64,
 ) -> Frame {
+    // Keyspace notifications no handler publishes itself (`new`, `keymiss`, expirations, the
+    // row's events) are worked out around it (see `notify`).
+    let before = crate::notify::before(shared, client, spec, args, now_ms);
     let mut ctx = Ctx {
         shared,
         client,
         now_ms,
     };
-    match (spec.handler)(&mut ctx, args) {
+    let reply = match (spec.handler)(&mut ctx, args) {
         Ok(frame) => frame,
         Err(e) => e.to_frame(),
-    }
+    };
+    crate::notify::after(shared, client, spec, before, &reply, now_ms);
+    reply
 }
 
 /// A command of the table refused before it ran: counted as rejected (Redis'
