@@ -81,14 +81,20 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
             return Frame::Simple("QUEUED".into());
         }
     }
-    // MONITOR shows what runs (never the commands that carry credentials).
-    if shared.monitors.any() && !spec.has(flags::NO_AUTH) {
-        let addr = client.handle.addr.to_string();
-        let db = shared.tenancy.select_of(client.db);
-        shared
-            .monitors
-            .feed(client.tenant, db, &addr, &args, &shared.pubsub.limits);
-    }
+    // MONITOR (see `feed_monitors`) shows a command once it has run, as Redis 7.2 does (a
+    // script before it runs: its commands follow). One that carries credentials is shown in
+    // the tenant it bound the connection to, and only if it is authenticated then (a failed
+    // AUTH is shown where no one needs to authenticate, as in Redis; with tenants, no tenant's
+    // monitor is told of another's or an unknown one's attempts).
+    let shown_after = if !shared.monitors.any() {
+        None
+    } else if spec.has(flags::SKIP_MONITOR) {
+        feed_monitors(shared, client, spec, &args, false);
+        None
+    } else {
+        Some(args.clone())
+    };
+    let secret = row.has(flags::SECRET_ARGS);
     crate::client::LocalCounters::bump(&client.counters.commands);
     client.handle.touch(row.name, now_ms);
     // A subcommand's row decides how it runs where it says so (FUNCTION LOAD is a write,
@@ -109,6 +115,9 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
             reply
         }
     });
+    if let Some(args) = shown_after.filter(|_| !secret || client.authenticated) {
+        feed_monitors(shared, client, spec, &args, false);
+    }
     if let Some((_, left)) = client.caching.as_mut() {
         *left = left.saturating_sub(1);
         if *left == 0 {
@@ -121,6 +130,52 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         crate::blocking::serve(shared, std::mem::take(&mut client.ready_keys));
     }
     reply
+}
+
+/// MONITOR shows what runs, as Redis does: every command but the admin ones (CONFIG,
+/// SHUTDOWN …, Redis' `admin` flag), with credentials shown as `(redacted)` (AUTH, HELLO …
+/// AUTH); the commands of a transaction as EXEC runs them, a script's as `[db lua]`.
+pub fn feed_monitors(
+    shared: &Shared,
+    client: &ClientState,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+    from_script: bool,
+) {
+    if !shared.monitors.any() {
+        return;
+    }
+    let row = spec.resolve(args);
+    if spec.has(flags::ADMIN) || row.has(flags::ADMIN) {
+        return;
+    }
+    let redacted: Vec<Bytes>;
+    let args = if row.has(flags::SECRET_ARGS) || spec.has(flags::SECRET_ARGS) {
+        let (from, to) = crate::observe::slowlog::secret_args(args);
+        redacted = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                if i >= from && i < to {
+                    Bytes::from_static(b"(redacted)")
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        &redacted[..]
+    } else {
+        args
+    };
+    let addr = if from_script {
+        "lua".to_string()
+    } else {
+        client.handle.addr.to_string()
+    };
+    let db = shared.tenancy.select_of(client.db);
+    shared
+        .monitors
+        .feed(client.tenant, db, &addr, args, &shared.pubsub.limits);
 }
 
 /// Run a command through `body`, timing it for the command statistics, the slow log and the

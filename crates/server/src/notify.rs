@@ -256,14 +256,17 @@ pub fn before(
     let write = spec.runs_as_write();
     let want_new = on && flags & NEW != 0 && write;
     let want_miss = on && flags & KEY_MISS != 0 && spec.has(flags::READONLY);
-    let keys = if on && (want_new || want_miss || spec.notify.is_some()) {
+    // Whether each key exists is looked up only when something needs it (`new`, `keymiss`,
+    // DEL's `del`): a row's events need the keys alone.
+    let look = want_new || want_miss || spec.notify.is_some_and(|n| n.only_existing);
+    let keys = if on && (look || spec.notify.is_some()) {
         let db = client.db;
         let keyspace = shared.store.db(db)?;
         spec.key_indexes(args)
             .into_iter()
             .filter_map(|i| args.get(i).cloned())
             .map(|key| {
-                let live = keyspace.lock(&key).is_live(&key, now_ms);
+                let live = !look || keyspace.lock(&key).is_live(&key, now_ms);
                 (key, live)
             })
             .collect()

@@ -106,6 +106,9 @@ pub mod flags {
     /// Allowed while a RESP2 connection is subscribed to channels (Redis allows only
     /// (P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE, PING, QUIT and RESET there).
     pub const SUBSCRIBED_OK: u32 = 1 << 25;
+    /// Redis' `skip_monitor` (EVAL, FCALL …): MONITOR shows it before it runs, so the
+    /// commands of the script follow it; any other command is shown once it has run.
+    pub const SKIP_MONITOR: u32 = 1 << 26;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
