@@ -159,6 +159,15 @@ pub struct ClientState {
     pub after_reply: Vec<Bytes>,
     /// CLIENT CACHING yes|no: applies to the next command (counted down per command).
     pub caching: Option<(bool, u8)>,
+    /// Keys (global keyspace index, key) the running write found absent, while `new` keyspace
+    /// notifications are on: its first event on one of them is preceded by `new` (see `notify`).
+    pub absent_keys: Vec<(usize, Bytes)>,
+    /// Set while a command runs others as its means (SORT … STORE's DEL and RPUSH): their
+    /// keyspace events are not published, the command publishes its own.
+    pub notify_muted: bool,
+    /// `keymiss` events of the running write's reads (see `CommandSpec::read_keys`), published
+    /// before its first other event, as Redis looks its sources up first.
+    pub pending_misses: Vec<(usize, Bytes)>,
     /// The running command queued its reply in the outbox itself (SUBSCRIBE's confirmations):
     /// the connection writes no other.
     pub reply_queued: bool,
@@ -205,6 +214,9 @@ impl ClientState {
             tracking: None,
             after_reply: Vec::new(),
             caching: None,
+            absent_keys: Vec::new(),
+            notify_muted: false,
+            pending_misses: Vec::new(),
             reply_queued: false,
             from_primary: false,
             repl_offset: 0,

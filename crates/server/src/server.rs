@@ -371,8 +371,8 @@ async fn expiry_loop(shared: Arc<Shared>) {
     let mut logging_expired = false;
     loop {
         tick.tick().await;
-        // Expired keys are kept for `expired` notifications only while those are on.
-        let wanted = crate::notify::wants_expired(&shared);
+        // Expired keys are kept for `expired` notifications and invalidations only while wanted.
+        let wanted = crate::notify::keeps_expired(&shared);
         if wanted != logging_expired {
             shared.store.set_expired_log(wanted);
             logging_expired = wanted;
