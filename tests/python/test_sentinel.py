@@ -3,9 +3,8 @@ replicas, `kill -9` of the primary under a redis-py write load with the Sentinel
 following the promotion by itself, phpredis' RedisSentinel finding the new primary, the old
 primary rejoining as a replica, a planned `SENTINEL FAILOVER`, and the failover time.
 
-Every test runs against GRADUS_TARGET=redis (proving the harness on real redis-server replicas);
-on Gradus those with replicas need the replication core (`needs_replication`). The lone-primary
-tests run on Gradus now: three Sentinels monitor it, find each other through its
+Every test runs on Gradus and against GRADUS_TARGET=redis (real redis-server replicas, the
+same harness). The lone-primary tests: three Sentinels monitor it, find each other through its
 `__sentinel__:hello` channel, see it go down on `kill -9` and come back with a new run id."""
 
 from __future__ import annotations
@@ -139,7 +138,6 @@ def kill_primary_and_wait(cluster: SentinelCluster):
     return old, new, killed_at
 
 
-@pytest.mark.needs_replication
 def test_sentinel_discovers_primary_and_both_replicas(cluster):
     primary = cluster.nodes[0]
     for s in range(len(cluster.sentinels)):
@@ -163,7 +161,6 @@ def test_sentinel_discovers_primary_and_both_replicas(cluster):
     assert sum(n.startswith("sentinel-") and n.endswith("-pubsub") for n in names) == 3, names
 
 
-@pytest.mark.needs_replication
 def test_kill_primary_under_write_load_redis_py_follows_and_failover_time(cluster):
     writer = Writer(cluster)
     writer.start()
@@ -212,7 +209,6 @@ echo json_encode(['addr' => $found, 'role' => $role[0], 'value' => $r->get('from
 """
 
 
-@pytest.mark.needs_replication
 @pytest.mark.skipif(not php_with_redis(), reason="php-cli with php-redis not installed")
 def test_phpredis_redissentinel_finds_the_new_primary(cluster, tmp_path):
     old, new, _ = kill_primary_and_wait(cluster)
@@ -228,7 +224,6 @@ def test_phpredis_redissentinel_finds_the_new_primary(cluster, tmp_path):
     assert new.client().get("from-php") == "after-failover"
 
 
-@pytest.mark.needs_replication
 def test_old_primary_restarted_rejoins_as_replica_and_converges(cluster):
     old, new, _ = kill_primary_and_wait(cluster)
     c = new.client()
@@ -258,7 +253,6 @@ def test_old_primary_restarted_rejoins_as_replica_and_converges(cluster):
     o.close()
 
 
-@pytest.mark.needs_replication
 def test_planned_sentinel_failover(cluster):
     old = cluster.nodes[0]
     c = old.client()
