@@ -70,10 +70,10 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     // A replica: writes from its clients are refused (also when queued, as Redis), and reads
     // too while its link is down when it must not serve stale data.
     if shared.repl.is_active() && !client.from_primary {
-        if let Some(e) = shared
-            .repl
-            .refusal(row.has(flags::WRITE), spec.has(flags::LOADING))
-        {
+        if let Some(e) = shared.repl.refusal(
+            row.has(flags::WRITE) || row.has(flags::TAKES_LOCKS),
+            spec.has(flags::LOADING),
+        ) {
             return reject(client, e);
         }
     }

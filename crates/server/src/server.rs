@@ -199,6 +199,7 @@ impl Server {
         tasks.spawn(expiry_loop(shared.clone()));
         tasks.spawn(crate::repl::primary::ping_task(shared.clone()));
         let _ = shared.repl.shared.set(Arc::downgrade(&shared));
+        crate::repl::stream_locks(&shared);
         if let Some((host, port)) = crate::repl::parse_replicaof(&shared.config.replicaof) {
             crate::repl::replica::follow(&shared, host, port);
         }

@@ -237,6 +237,31 @@ pub struct Repl {
     pub shared: std::sync::OnceLock<std::sync::Weak<crate::state::Shared>>,
 }
 
+/// How long a session lock held by a page of the old primary stays held after this server is
+/// promoted, when it had no lease of its own (see `gradus_store::locks::LockTable::promote`):
+/// long enough for the page to reconnect and close it with its token, short enough that a page
+/// that died with the old primary does not keep its session locked.
+pub const ORPHAN_LOCK_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Stream the session lock table's grants and releases to replicas (LOCK frames, see
+/// [`stream::encode_lock`]). Installed once at start-up; only a primary with a backlog feeds
+/// them: a replica feeds its primary's LOCK frames on as it applies them (`replica`), so its
+/// offset stays its primary's, and a lock taken or expiring on a replica itself is never
+/// streamed.
+pub fn stream_locks(shared: &Arc<crate::state::Shared>) {
+    let weak = Arc::downgrade(shared);
+    shared.locks.stream_to(Some(Box::new(move |event| {
+        // The caller of the lock operation holds a strong reference: this is never the last.
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        let repl = &shared.repl;
+        if repl.is_active() && !repl.is_replica() {
+            repl.feed_frame(stream::encode_lock(event), primary::replica_limits(&shared));
+        }
+    })));
+}
+
 /// The `replicaof` setting's value (`host port`), if it names a primary.
 pub fn parse_replicaof(text: &str) -> Option<(String, u16)> {
     let mut words = text.split_whitespace();

@@ -190,6 +190,12 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
         }
     }
     let count = walker.await.map_err(std::io::Error::other)?;
+    // The locks held now (at or after the snapshot's offset): the replica loads them, then the
+    // stream from that offset replays the grants and releases since, which ends in the same
+    // holders (a release frees a lock only if its token still holds it).
+    for event in shared.locks.held() {
+        out.extend_from_slice(&stream::encode_lock(&event));
+    }
     out.extend_from_slice(&stream::end(count));
     writer.write_all(&out).await?;
     writer.flush().await?;

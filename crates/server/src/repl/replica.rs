@@ -72,6 +72,9 @@ pub fn promote(shared: &Shared) {
     *repl.role.lock() = Role::Primary;
     repl.sync_in_progress.store(false, Ordering::Relaxed);
     repl.shift_id();
+    // Locks held by pages of the old primary stay held (their tokens still close them); new
+    // tokens start a new epoch, above every token the old primary may have granted.
+    shared.locks.promote(super::ORPHAN_LOCK_LEASE);
     // Its replicas reconnect and continue with the new id.
     for r in repl.replicas() {
         r.handle.kill();
@@ -246,7 +249,7 @@ async fn session(
         PsyncReply::Full { replid, offset } => {
             shared.repl.link.lock().state = "sync";
             shared.repl.sync_in_progress.store(true, Ordering::Relaxed);
-            let items = receive_snapshot(shared, &mut link).await?;
+            let (items, locks) = receive_snapshot(shared, &mut link).await?;
             if !current() {
                 return Ok(());
             }
@@ -254,6 +257,10 @@ async fn session(
             tokio::task::spawn_blocking(move || load_full(&loader, &items))
                 .await
                 .map_err(|e| format!("loading the snapshot: {e}"))??;
+            shared.locks.clear();
+            for event in &locks {
+                shared.locks.apply(event);
+            }
             shared.repl.adopt(&replid, offset);
             shared.repl.applied_offset.store(offset, Ordering::Relaxed);
             shared.repl.read_offset.store(offset, Ordering::Relaxed);
@@ -277,12 +284,17 @@ async fn session(
     follow_stream(shared, &mut link, current).await
 }
 
-/// Read ITEM frames up to the END frame.
-async fn receive_snapshot(shared: &Shared, link: &mut Link) -> Result<Vec<Bytes>, String> {
+/// Read ITEM frames and the LOCK frames of the locks held then, up to the END frame.
+async fn receive_snapshot(
+    shared: &Shared,
+    link: &mut Link,
+) -> Result<(Vec<Bytes>, Vec<gradus_store::locks::LockEvent>), String> {
     let mut items = Vec::new();
+    let mut locks = Vec::new();
     loop {
         match link.frame(shared).await?.0 {
             Frame::Item(item) => items.push(item),
+            Frame::Lock(event) => locks.push(event),
             Frame::End { items: count } => {
                 if count != items.len() as u64 {
                     return Err(format!(
@@ -290,7 +302,7 @@ async fn receive_snapshot(shared: &Shared, link: &mut Link) -> Result<Vec<Bytes>
                         items.len()
                     ));
                 }
-                return Ok(items);
+                return Ok((items, locks));
             }
             other => return Err(format!("unexpected frame in a snapshot: {other:?}")),
         }
@@ -352,23 +364,24 @@ async fn follow_stream(
         while let Some((frame, len)) = stream::decode(&mut link.buf).map_err(|e| e.to_string())? {
             offset += len as u64;
             shared.repl.read_offset.store(offset, Ordering::Relaxed);
-            let body = match frame {
+            let fed = match frame {
                 Frame::Record(body) => {
                     let lsn = apply_record(shared, &mut client, &body)?;
                     pending.push_back((offset, lsn));
-                    Some(body)
+                    shared.repl.feed_record(&body, limits)
                 }
                 Frame::Ping => {
                     pending.push_back((offset, 0));
-                    None
+                    shared
+                        .repl
+                        .feed_frame(stream::encode(stream::KIND_PING, b""), limits)
+                }
+                Frame::Lock(event) => {
+                    shared.locks.apply(&event);
+                    pending.push_back((offset, 0));
+                    shared.repl.feed_frame(stream::encode_lock(&event), limits)
                 }
                 other => return Err(format!("unexpected frame in the stream: {other:?}")),
-            };
-            let fed = match body {
-                Some(body) => shared.repl.feed_record(&body, limits),
-                None => shared
-                    .repl
-                    .feed_frame(stream::encode(stream::KIND_PING, b""), limits),
             };
             debug_assert_eq!(fed, offset, "the replica's offset is the primary's");
             shared.repl.applied_offset.store(offset, Ordering::Relaxed);
