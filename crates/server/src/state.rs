@@ -120,9 +120,6 @@ pub struct Shared {
     pub stats: Stats,
     pub started: Instant,
     pub started_unix: u64,
-    /// INFO's `run_id`: 40 random hex digits, new at every start (Redis Sentinel tells a restart
-    /// of a monitored server by it).
-    pub run_id: String,
     /// The port actually bound (differs from config when it was 0).
     pub port: AtomicUsize,
     /// Held while a write is applied and appended, so log order = application order (a queue
@@ -240,13 +237,6 @@ impl Shared {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
-            run_id: (0..20).fold(String::with_capacity(40), |mut id, _| {
-                let _ = std::fmt::Write::write_fmt(
-                    &mut id,
-                    format_args!("{:02x}", rand::random::<u8>()),
-                );
-                id
-            }),
             persist,
             write_order: Mutex::new(()),
             functions: crate::functions::Registry::new(tenant_count),

@@ -4,7 +4,7 @@
 //! (syntax, then the server's state: replicas connected, FORCE's requirements). The switchover
 //! itself needs the replication link; until a primary has one, every well-formed FAILOVER meets
 //! Redis' own `FAILOVER requires connected replicas.`, and ABORT `No failover in progress.`.
-//! Replica connections are found by their client role ([`crate::client::ClientRole`]), which
+//! Replica connections are found by their client type ([`crate::client::ClientType`]), which
 //! the replication link sets.
 //!
 //! May import: `args`, `client`, `error`.
