@@ -320,8 +320,12 @@ impl Setting {
         self.current_value(shared).text()
     }
 
-    /// The value in force now: the live one for live settings, else the one started with.
+    /// The value in force now: from [`IN_FORCE`] when the row is there, else the live one for
+    /// live settings, else the one started with. CONFIG GET shows it; CONFIG REWRITE writes it.
     pub fn current_value(&self, shared: &Shared) -> Value {
+        if let Some((_, read)) = IN_FORCE.iter().find(|(name, _)| *name == self.name) {
+            return read(shared);
+        }
         match &self.live {
             Some(live) => (live.get)(&shared.live),
             None => self.get(&shared.config),
@@ -719,6 +723,17 @@ fn normalize_output_limits(text: &str) -> Result<String, String> {
         .join(" "))
 }
 
+/// How the value in force of a row kept outside the settings is read from the server's state.
+pub type InForce = fn(&Shared) -> Value;
+
+/// Rows whose value in force lives in the server's state rather than in the settings: Redis'
+/// "special" configs, such as `replicaof`, which CONFIG SET may not change but the REPLICAOF
+/// command does, and which CONFIG GET and CONFIG REWRITE report as they are now (Redis'
+/// `rewriteConfigReplicaOfOption` writes the primary followed now, or nothing). An entry names a
+/// row of [`SETTINGS`] and reads its value as that row's kind holds it.
+#[rustfmt::skip]
+pub static IN_FORCE: &[(&str, InForce)] = &[];
+
 /// How a reported value is read from the server's state.
 pub type Reported = fn(&Shared) -> String;
 
@@ -945,6 +960,16 @@ mod tests {
 
     const GRADUS_TOML: &str = include_str!("../gradus.toml");
     const README: &str = include_str!("../../../README.md");
+
+    #[test]
+    fn in_force_entries_name_rows() {
+        for (name, _) in IN_FORCE {
+            assert!(
+                SETTINGS.iter().any(|s| s.name == *name),
+                "IN_FORCE names {name}, which is not a row"
+            );
+        }
+    }
 
     #[test]
     fn names_are_unique_kebab_case_and_keys_unique_per_section() {
