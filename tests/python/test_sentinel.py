@@ -12,17 +12,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 
 import pytest
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-from redis.sentinel import Sentinel
 
 from php_server import php_with_redis
-from sentinel_harness import MASTER_NAME, SentinelCluster, wait_for
+from sentinel_harness import MASTER_NAME, SentinelCluster, measure_failover, wait_for
 
 # Kill -9 of the primary to the first write accepted on the new one; with down-after 1 s
 # Redis takes 2-6 s here. Generous, for a loaded machine.
@@ -102,42 +97,6 @@ def test_sentinels_see_the_run_id_of_a_lone_primary_change_on_restart(lone_prima
     wait_for("every Sentinel to have read the new run id", lambda: runids() == {second}, 15)
 
 
-class Writer(threading.Thread):
-    """Writes `w:<n>` = n through a Sentinel-managed redis-py client until stopped; records
-    each acknowledged write's time and each error."""
-
-    def __init__(self, cluster: SentinelCluster):
-        super().__init__(daemon=True)
-        self.sentinel = Sentinel(cluster.sentinel_addrs(), socket_timeout=0.5,
-                                 sentinel_kwargs={"socket_timeout": 0.5})
-        self.master = self.sentinel.master_for(MASTER_NAME, socket_timeout=0.5,
-                                               socket_connect_timeout=0.5,
-                                               retry=Retry(NoBackoff(), 0), decode_responses=True)
-        self.acked: list[tuple[float, int]] = []
-        self.errors: list[tuple[float, str]] = []
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        n = 0
-        while not self.halt.is_set():
-            n += 1
-            try:
-                self.master.set(f"w:{n}", n)
-                self.acked.append((time.monotonic(), n))
-                time.sleep(0.002)
-            except (redis.RedisError, OSError) as exc:
-                self.errors.append((time.monotonic(), type(exc).__name__))
-                time.sleep(0.02)
-
-    def first_ack_after(self, t: float):
-        return next(((at, n) for at, n in self.acked if at > t), None)
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(10)
-        self.master.close()
-
-
 def kill_primary_and_wait(cluster: SentinelCluster):
     """kill -9 the primary; return (old node, new primary node, kill time)."""
     old = cluster.nodes[0]
@@ -175,27 +134,17 @@ def test_sentinel_discovers_primary_and_both_replicas(cluster):
 
 @pytest.mark.needs_replication
 def test_kill_primary_under_write_load_redis_py_follows_and_failover_time(cluster):
-    writer = Writer(cluster)
-    writer.start()
-    try:
-        wait_for("writes on the first primary", lambda: len(writer.acked) >= 50, 10)
-        old, new, killed_at = kill_primary_and_wait(cluster)
-        assert new in cluster.nodes[1:]
-        first = wait_for("a write accepted after the failover",
-                         lambda: writer.first_ack_after(killed_at), 30)
-        failover_s = first[0] - killed_at
-        wait_for("more writes on the new primary",
-                 lambda: sum(at > first[0] for at, _ in writer.acked) >= 50, 10)
-    finally:
-        writer.stop()
+    failover_s, failed, new, writer = measure_failover(cluster)
     print(f"\nfailover time (kill -9 -> first write accepted on the new primary): {failover_s:.2f} s; "
-          f"{len(writer.errors)} failed attempts in between")
+          f"{failed} failed attempts in between")
+    assert new in cluster.nodes[1:]
     assert failover_s < FAILOVER_BOUND_S
-    # Every write acknowledged after the promotion is on the new primary.
+    # Every write acknowledged from the first one after the kill on is on the new primary.
     c = new.client()
-    after = [n for at, n in writer.acked if at >= first[0]]
-    values = c.mget([f"w:{n}" for n in after])
-    assert values == [str(n) for n in after]
+    first_at = writer.first_after_kill[0]
+    after = [n for at, n in writer.acked if at >= first_at]
+    assert len(after) >= 50
+    assert c.mget([f"w:{n}" for n in after]) == [str(n) for n in after]
     assert c.info("replication")["role"] == "master"
     c.close()
 
