@@ -159,9 +159,28 @@ pub struct ClientState {
     pub after_reply: Vec<Bytes>,
     /// CLIENT CACHING yes|no: applies to the next command (counted down per command).
     pub caching: Option<(bool, u8)>,
+    /// Keys (global keyspace index, key) the running write found absent, while `new` keyspace
+    /// notifications are on: its first event on one of them is preceded by `new` (see `notify`).
+    pub absent_keys: Vec<(usize, Bytes)>,
+    /// Set while a command runs others as its means (SORT … STORE's DEL and RPUSH): their
+    /// keyspace events are not published, the command publishes its own.
+    pub notify_muted: bool,
+    /// `keymiss` events of the running write's reads (see `CommandSpec::read_keys`), published
+    /// before its first other event, as Redis looks its sources up first.
+    pub pending_misses: Vec<(usize, Bytes)>,
     /// The running command queued its reply in the outbox itself (SUBSCRIBE's confirmations):
     /// the connection writes no other.
     pub reply_queued: bool,
+    /// The replication client of a replica: applies the primary's stream (never read-only,
+    /// never streamed again by the write path: the replica task feeds its backlog itself).
+    pub from_primary: bool,
+    /// The replication offset after this connection's last streamed write (WAIT waits for it).
+    pub repl_offset: u64,
+    /// Set by PSYNC/SYNC: the connection becomes a replica's link once this reply is sent.
+    pub repl_takeover: Option<crate::repl::primary::PsyncRequest>,
+    /// What the replica said with REPLCONF listening-port / ip-address.
+    pub repl_listening_port: u64,
+    pub repl_announced_ip: Option<String>,
 }
 
 impl ClientState {
@@ -195,7 +214,15 @@ impl ClientState {
             tracking: None,
             after_reply: Vec::new(),
             caching: None,
+            absent_keys: Vec::new(),
+            notify_muted: false,
+            pending_misses: Vec::new(),
             reply_queued: false,
+            from_primary: false,
+            repl_offset: 0,
+            repl_takeover: None,
+            repl_listening_port: 0,
+            repl_announced_ip: None,
         }
     }
 

@@ -22,6 +22,8 @@
 //!   `persist::record`: log records and snapshot items; `persist::replay`: recovery;
 //!   `persist::snapshot`: taking snapshots; `persist::layout`: the data directory's lock and
 //!   `LAYOUT` file (the log itself is `gradus-log`);
+//! - [`repl`]: replication: the backlog, the primary's side of a replica's link, the replica's
+//!   task that follows a primary, the stream's wire format;
 //! - [`memcache`]: the memcached listener over the same keyspaces: `memcache::session` (the
 //!   storage core both protocols share), `memcache::text` and `memcache::meta` (the commands);
 //! - [`observe`]: per-command statistics, the slow log, the latency monitor, and the HTTP
@@ -59,6 +61,7 @@ pub mod observe;
 pub mod persist;
 pub mod pubsub;
 pub mod quota;
+pub mod repl;
 pub mod server;
 pub mod settings;
 pub mod state;
