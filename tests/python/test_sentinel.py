@@ -3,10 +3,10 @@ replicas, `kill -9` of the primary under a redis-py write load with the Sentinel
 following the promotion by itself, phpredis' RedisSentinel finding the new primary, the old
 primary rejoining as a replica, a planned `SENTINEL FAILOVER`, and the failover time.
 
-Every test runs against GRADUS_TARGET=redis (proving the harness on real redis-server replicas);
-on Gradus those with replicas need the replication core (`needs_replication`). The lone-primary
-tests run on Gradus now: three Sentinels monitor it, find each other through its
-`__sentinel__:hello` channel, see it go down on `kill -9` and come back with a new run id."""
+Every test runs on Gradus and against GRADUS_TARGET=redis (real redis-server replicas, which
+proves the harness itself). The lone-primary tests need no replica: three Sentinels monitor it,
+find each other through its `__sentinel__:hello` channel, see it go down on `kill -9` and come
+back with a new run id."""
 
 from __future__ import annotations
 
@@ -80,7 +80,6 @@ def test_sentinels_see_a_killed_lone_primary_down_and_back(lone_primary):
     wait_for("the primary back up", lambda: sentinel_flags(lone_primary) == ["master"] * 3, 15)
 
 
-@pytest.mark.needs_replication  # INFO server run_id comes with the replication core
 def test_sentinels_see_the_run_id_of_a_lone_primary_change_on_restart(lone_primary):
     primary = lone_primary.nodes[0]
     first = primary.client().info("server")["run_id"]
@@ -108,7 +107,6 @@ def kill_primary_and_wait(cluster: SentinelCluster):
     return old, new, killed_at
 
 
-@pytest.mark.needs_replication
 def test_sentinel_discovers_primary_and_both_replicas(cluster):
     primary = cluster.nodes[0]
     for s in range(len(cluster.sentinels)):
@@ -132,7 +130,6 @@ def test_sentinel_discovers_primary_and_both_replicas(cluster):
     assert sum(n.startswith("sentinel-") and n.endswith("-pubsub") for n in names) == 3, names
 
 
-@pytest.mark.needs_replication
 def test_kill_primary_under_write_load_redis_py_follows_and_failover_time(cluster):
     failover_s, failed, new, writer = measure_failover(cluster)
     print(f"\nfailover time (kill -9 -> first write accepted on the new primary): {failover_s:.2f} s; "
@@ -171,7 +168,6 @@ echo json_encode(['addr' => $found, 'role' => $role[0], 'value' => $r->get('from
 """
 
 
-@pytest.mark.needs_replication
 @pytest.mark.skipif(not php_with_redis(), reason="php-cli with php-redis not installed")
 def test_phpredis_redissentinel_finds_the_new_primary(cluster, tmp_path):
     old, new, _ = kill_primary_and_wait(cluster)
@@ -187,7 +183,6 @@ def test_phpredis_redissentinel_finds_the_new_primary(cluster, tmp_path):
     assert new.client().get("from-php") == "after-failover"
 
 
-@pytest.mark.needs_replication
 def test_old_primary_restarted_rejoins_as_replica_and_converges(cluster):
     old, new, _ = kill_primary_and_wait(cluster)
     c = new.client()
@@ -217,7 +212,6 @@ def test_old_primary_restarted_rejoins_as_replica_and_converges(cluster):
     o.close()
 
 
-@pytest.mark.needs_replication
 def test_planned_sentinel_failover(cluster):
     old = cluster.nodes[0]
     c = old.client()

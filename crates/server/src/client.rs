@@ -306,6 +306,18 @@ impl ClientState {
     }
 }
 
+/// What a connection is to this server besides a client of its own: the role the replication
+/// link gives it (Redis' `CLIENT_SLAVE` / `CLIENT_MASTER` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ClientRole {
+    Normal = 0,
+    /// A replica of this server, fed its log.
+    Replica = 1,
+    /// This server's primary (the link a replica follows it by).
+    Master = 2,
+}
+
 /// Redis' client types (`getClientType`): what CLIENT LIST TYPE and CLIENT KILL TYPE select by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientType {
@@ -358,15 +370,12 @@ pub struct ClientHandle {
     pub durability: AtomicU8,
     /// Subscriptions to channels, patterns and shard channels (CLIENT LIST sub, psub, ssub).
     pub subs: [AtomicUsize; 3],
-    /// This server's own link to its primary, when it is a replica (Redis' `master` client
-    /// type, CLIENT LIST `flags=M`).
-    pub primary_link: AtomicBool,
+    /// A [`ClientRole`] (set by the replication link; [`ClientHandle::set_role`]).
+    role: AtomicU8,
     /// The connection's outbox, so others can reach it by id (a tracking redirect target);
     /// emptied when the connection closes (the outbox points back at this handle).
     outbox: Mutex<Option<Arc<crate::pubsub::Outbox>>>,
     outbox_closed: AtomicBool,
-    /// A replica's link (CLIENT LIST `flags=S`, Redis' `replica` client type).
-    pub replica: AtomicBool,
     killed: AtomicBool,
     kill_notify: Notify,
 }
@@ -391,10 +400,9 @@ impl ClientHandle {
             watch_count: AtomicUsize::new(0),
             durability: AtomicU8::new(0),
             subs: Default::default(),
-            primary_link: AtomicBool::new(false),
+            role: AtomicU8::new(ClientRole::Normal as u8),
             outbox: Mutex::new(None),
             outbox_closed: AtomicBool::new(false),
-            replica: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             kill_notify: Notify::new(),
         }
@@ -432,17 +440,27 @@ impl ClientHandle {
         self.subs.iter().any(|n| n.load(Ordering::Relaxed) > 0)
     }
 
-    /// Its Redis client type (`getClientType`): a primary's or a replica's link first, then
-    /// `pubsub` while it listens to a channel, else `normal`.
+    /// The connection's role (a replica's or primary's link, or a plain client).
+    pub fn role(&self) -> ClientRole {
+        match self.role.load(Ordering::Relaxed) {
+            1 => ClientRole::Replica,
+            2 => ClientRole::Master,
+            _ => ClientRole::Normal,
+        }
+    }
+
+    /// Mark the connection as a replica's or a primary's link (or a plain client again).
+    pub fn set_role(&self, role: ClientRole) {
+        self.role.store(role as u8, Ordering::Relaxed);
+    }
+
+    /// Its Redis client type: the role first, then `pubsub` while it listens to a channel.
     pub fn client_type(&self) -> ClientType {
-        if self.primary_link.load(Ordering::Relaxed) {
-            ClientType::Master
-        } else if self.replica.load(Ordering::Relaxed) {
-            ClientType::Replica
-        } else if self.is_pubsub() {
-            ClientType::Pubsub
-        } else {
-            ClientType::Normal
+        match self.role() {
+            ClientRole::Master => ClientType::Master,
+            ClientRole::Replica => ClientType::Replica,
+            ClientRole::Normal if self.is_pubsub() => ClientType::Pubsub,
+            ClientRole::Normal => ClientType::Normal,
         }
     }
 
@@ -450,11 +468,10 @@ impl ClientHandle {
     /// `N` for none).
     pub fn flags(&self) -> String {
         let mut flags = String::new();
-        if self.replica.load(Ordering::Relaxed) {
-            flags.push('S');
-        }
-        if self.primary_link.load(Ordering::Relaxed) {
-            flags.push('M');
+        match self.role() {
+            ClientRole::Replica => flags.push('S'),
+            ClientRole::Master => flags.push('M'),
+            ClientRole::Normal => {}
         }
         if self.is_pubsub() {
             flags.push('P');

@@ -92,6 +92,7 @@ fn server(shared: &Shared, out: &mut String) {
     line!(out, "arch_bits:{}", usize::BITS);
     line!(out, "multiplexing_api:tokio");
     line!(out, "process_id:{}", std::process::id());
+    line!(out, "run_id:{}", shared.run_id);
     line!(out, "tcp_port:{}", shared.port.load(Ordering::Relaxed));
     line!(out, "server_time_usec:{}", gradus_store::now_ms() * 1000);
     line!(out, "uptime_in_seconds:{uptime}");

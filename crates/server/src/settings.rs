@@ -779,7 +779,12 @@ pub type InForce = fn(&Shared) -> Value;
 /// `rewriteConfigReplicaOfOption` writes the primary followed now, or nothing). An entry names a
 /// row of [`SETTINGS`] and reads its value as that row's kind holds it.
 #[rustfmt::skip]
-pub static IN_FORCE: &[(&str, InForce)] = &[];
+pub static IN_FORCE: &[(&str, InForce)] = &[
+    ("replicaof", |s| Value::Text(match &*s.repl.role.lock() {
+        crate::repl::Role::Primary => String::new(),
+        crate::repl::Role::Replica { host, port } => format!("{host} {port}"),
+    })),
+];
 
 /// How a reported value is read from the server's state.
 pub type Reported = fn(&Shared) -> String;

@@ -122,6 +122,9 @@ pub struct Shared {
     pub stats: Stats,
     pub started: Instant,
     pub started_unix: u64,
+    /// INFO's `run_id`: 40 random hex digits, new at every start (Redis Sentinel tells a restart
+    /// of a monitored server by it).
+    pub run_id: String,
     /// The port actually bound (differs from config when it was 0).
     pub port: AtomicUsize,
     /// Held while a write is applied and appended, so log order = application order (a queue

@@ -45,7 +45,12 @@ fn sentinel_connection_setup_hello_and_failover_transaction() {
         Frame::Simple(Bytes::from_static(b"PONG"))
     );
     let info = text(&cmd.call(&["INFO"]));
-    assert!(info.contains("\r\nrole:master\r\n"), "{info}");
+    let run_id = info
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .expect("INFO has run_id");
+    assert_eq!(run_id.len(), 40, "Sentinel reads 40 characters: {run_id}");
+    assert_eq!(run_id, shared.run_id);
 
     // The pub/sub link: named, subscribed to the hello channel, and receiving what is published.
     let mut hello = Conn::new(port);
