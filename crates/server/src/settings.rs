@@ -7,8 +7,8 @@
 //!
 //! The nested sections (`[durability] databases`, `[[tenants]]`, `[[users]]`) are not rows: serde
 //! reads them into [`Config`] as before. This module may import [`crate::config`] (the structure
-//! rows write into) and [`crate::state`] (the live values rows read and set); it knows nothing of
-//! sockets or commands.
+//! rows write into), [`crate::state`] (the live values rows read and set) and [`crate::repl`] (the
+//! role `replicaof` reports, see [`IN_FORCE`]); it knows nothing of sockets or commands.
 
 use crate::config::{Config, MAX_ITEM_SIZE};
 use crate::state::{LiveSettings, Shared};
