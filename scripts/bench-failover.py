@@ -9,7 +9,8 @@ Sentinels on loopback (`down-after-milliseconds` 1000, `failover-timeout` 5000, 
 info/publish/ask periods 250 ms). A redis-py `Sentinel(...).master_for()` client writes in a loop;
 the primary is killed with SIGKILL; the failover time is from the moment the killed process is
 reaped to the first write the client gets acknowledged afterwards (only a promoted replica can
-acknowledge it). The Gradus binary is $GRADUS_BIN, else the release build (built first); the
+acknowledge it). Like for like: Gradus nodes at durability `none`, redis-server nodes without
+persistence (`save ""`, `appendonly no`). The Gradus binary is $GRADUS_BIN, else the release build (built first); the
 redis-server is the one on PATH. Prints one line per run, then the median, minimum and maximum per
 target, with the load average before and after.
 """
@@ -40,7 +41,7 @@ def gradus_release() -> str:
 def one_run(target: str) -> tuple[float, int]:
     os.environ["GRADUS_TARGET"] = target
     with tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
-        cluster = SentinelCluster(Path(tmp))
+        cluster = SentinelCluster(Path(tmp), durability="none")
         cluster.start()
         try:
             seconds, failed, _, _ = measure_failover(cluster)

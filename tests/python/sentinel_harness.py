@@ -96,7 +96,8 @@ def client(addr: Addr, **kwargs) -> redis.Redis:
 class DataNode:
     """One primary or replica: a ServerProcess started from a config file of the target's kind."""
 
-    def __init__(self, name: str, dir: Path, port: int, replica_of: Optional[int]):
+    def __init__(self, name: str, dir: Path, port: int, replica_of: Optional[int],
+                 durability: Optional[str] = None):
         self.name = name
         self.dir = dir
         self.port = port
@@ -118,6 +119,8 @@ class DataNode:
             if replica_of is not None:
                 # The `replicaof` setting as redis.conf spells it: "host port".
                 lines.append(f'replicaof = "{HOST} {replica_of}"')
+            if durability is not None:
+                lines += ["[durability]", f'default = "{durability}"']
             argv = [binary, "--config", str(self.config_path)]
         self.config_path.write_text("\n".join(lines) + "\n")
         self.process = ServerProcess(name, argv, HOST, port, dir)
@@ -142,10 +145,14 @@ class SentinelCluster:
     MASTER_NAME with quorum QUORUM. `start()` returns once every Sentinel knows every replica
     and the other Sentinels; `stop()` stops everything."""
 
-    def __init__(self, root: Path, replicas: int = 2, sentinels: int = 3):
+    def __init__(self, root: Path, replicas: int = 2, sentinels: int = 3,
+                 durability: Optional[str] = None):
+        """`durability`: the Gradus nodes' default degree (None: Gradus' default; redis-server
+        nodes always run without persistence)."""
         self.root = Path(tempfile.mkdtemp(prefix="sentinel-cluster-", dir=root))
         self.replica_count = replicas
         self.sentinel_count = sentinels
+        self.durability = durability
         self.nodes: List[DataNode] = []
         self.sentinels: List[ServerProcess] = []
 
@@ -171,7 +178,7 @@ class SentinelCluster:
         for attempt in range(5):
             dir = self.root / f"{name}-{attempt}"
             dir.mkdir()
-            node = DataNode(name, dir, free_port(HOST), replica_of)
+            node = DataNode(name, dir, free_port(HOST), replica_of, self.durability)
             try:
                 node.process.start()
             except RuntimeError as exc:
