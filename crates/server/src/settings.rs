@@ -90,7 +90,6 @@ impl Value {
             Value::Int(n) => n.to_string(),
             Value::Signed(n) => n.to_string(),
             Value::Bool(b) => b.to_string(),
-            Value::Text(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s.clone(),
             Value::Text(s) => toml::Value::String(s.clone()).to_string(),
             Value::List(items) => {
                 let quoted: Vec<String> = items
@@ -1113,6 +1112,20 @@ mod tests {
         let mut back = defaults();
         back.merge_toml(&text).unwrap();
         assert_eq!(back, c, "{text}");
+    }
+
+    /// `--print-config` wrote a text setting made of digits (a password "1234") as a TOML
+    /// integer, which a text setting does not take: the printed file did not load.
+    #[test]
+    fn print_config_of_a_digits_only_password_reads_back() {
+        let mut c = defaults();
+        c.requirepass = "1234".into();
+        c.durability.zero_fill = "10".into();
+        let text = render_toml(&c).unwrap();
+        assert!(text.contains("\nrequirepass = \"1234\"\n"), "{text}");
+        let mut back = defaults();
+        back.merge_toml(&text).unwrap();
+        assert_eq!(back, c);
     }
 
     #[test]
