@@ -7,8 +7,8 @@
 //!
 //! The nested sections (`[durability] databases`, `[[tenants]]`, `[[users]]`) are not rows: serde
 //! reads them into [`Config`] as before. This module may import [`crate::config`] (the structure
-//! rows write into) and [`crate::state`] (the live values rows read and set); it knows nothing of
-//! sockets or commands.
+//! rows write into), [`crate::state`] (the live values rows read and set) and [`crate::repl`] (the
+//! role `replicaof` reports, see [`IN_FORCE`]); it knows nothing of sockets or commands.
 
 use crate::config::{Config, MAX_ITEM_SIZE};
 use crate::state::{LiveSettings, Shared};
@@ -90,7 +90,6 @@ impl Value {
             Value::Int(n) => n.to_string(),
             Value::Signed(n) => n.to_string(),
             Value::Bool(b) => b.to_string(),
-            Value::Text(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s.clone(),
             Value::Text(s) => toml::Value::String(s.clone()).to_string(),
             Value::List(items) => {
                 let quoted: Vec<String> = items
@@ -320,8 +319,12 @@ impl Setting {
         self.current_value(shared).text()
     }
 
-    /// The value in force now: the live one for live settings, else the one started with.
+    /// The value in force now: from [`IN_FORCE`] when the row is there, else the live one for
+    /// live settings, else the one started with. CONFIG GET shows it; CONFIG REWRITE writes it.
     pub fn current_value(&self, shared: &Shared) -> Value {
+        if let Some((_, read)) = IN_FORCE.iter().find(|(name, _)| *name == self.name) {
+            return read(shared);
+        }
         match &self.live {
             Some(live) => (live.get)(&shared.live),
             None => self.get(&shared.config),
@@ -766,6 +769,22 @@ fn normalize_output_limits(text: &str) -> Result<String, String> {
         .join(" "))
 }
 
+/// How the value in force of a row kept outside the settings is read from the server's state.
+pub type InForce = fn(&Shared) -> Value;
+
+/// Rows whose value in force lives in the server's state rather than in the settings: Redis'
+/// "special" configs, such as `replicaof`, which CONFIG SET may not change but the REPLICAOF
+/// command does, and which CONFIG GET and CONFIG REWRITE report as they are now (Redis'
+/// `rewriteConfigReplicaOfOption` writes the primary followed now, or nothing). An entry names a
+/// row of [`SETTINGS`] and reads its value as that row's kind holds it.
+#[rustfmt::skip]
+pub static IN_FORCE: &[(&str, InForce)] = &[
+    ("replicaof", |s| Value::Text(match &*s.repl.role.lock() {
+        crate::repl::Role::Primary => String::new(),
+        crate::repl::Role::Replica { host, port } => format!("{host} {port}"),
+    })),
+];
+
 /// How a reported value is read from the server's state.
 pub type Reported = fn(&Shared) -> String;
 
@@ -994,6 +1013,16 @@ mod tests {
     const README: &str = include_str!("../../../README.md");
 
     #[test]
+    fn in_force_entries_name_rows() {
+        for (name, _) in IN_FORCE {
+            assert!(
+                SETTINGS.iter().any(|s| s.name == *name),
+                "IN_FORCE names {name}, which is not a row"
+            );
+        }
+    }
+
+    #[test]
     fn names_are_unique_kebab_case_and_keys_unique_per_section() {
         for (i, s) in SETTINGS.iter().enumerate() {
             assert!(
@@ -1083,6 +1112,20 @@ mod tests {
         let mut back = defaults();
         back.merge_toml(&text).unwrap();
         assert_eq!(back, c, "{text}");
+    }
+
+    /// `--print-config` wrote a text setting made of digits (a password "1234") as a TOML
+    /// integer, which a text setting does not take: the printed file did not load.
+    #[test]
+    fn print_config_of_a_digits_only_password_reads_back() {
+        let mut c = defaults();
+        c.requirepass = "1234".into();
+        c.durability.zero_fill = "10".into();
+        let text = render_toml(&c).unwrap();
+        assert!(text.contains("\nrequirepass = \"1234\"\n"), "{text}");
+        let mut back = defaults();
+        back.merge_toml(&text).unwrap();
+        assert_eq!(back, c);
     }
 
     #[test]
