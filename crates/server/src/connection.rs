@@ -48,11 +48,13 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
         let mut now_ms = gradus_store::now_ms();
         loop {
             decoder.set_limits(limits_for(&shared, &client));
+            let read = (rbuf.len(), rbuf.capacity());
             match decoder.decode(&mut rbuf) {
                 Ok(Some(args)) => {
                     if args.is_empty() {
                         continue;
                     }
+                    handle.mem.note_buffers(read, (wbuf.len(), wbuf.capacity()));
                     if gradus_proto::is_http_request_command(&args[0]) {
                         // As Redis: the connection ends at once, before authentication and
                         // without the batch's pending replies; nothing after it runs.
@@ -101,7 +103,13 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                         break 'conn;
                     }
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    // The replies in `wbuf` are written next (see `flush`).
+                    handle
+                        .mem
+                        .note_buffers((rbuf.len(), rbuf.capacity()), (0, wbuf.capacity()));
+                    break;
+                }
                 Err(e) => {
                     flush(&shared, &mut stream, &mut wbuf, &mut client).await;
                     let text = match (&e, client.authenticated) {
@@ -283,6 +291,10 @@ pub(crate) async fn flush<S: ClientStream>(
     if wbuf.is_empty() {
         return true;
     }
+    // CLIENT LIST `obl`: what waits for the peer to read it.
+    let mem = &client.handle.mem;
+    mem.reply_pending.store(wbuf.len(), Ordering::Relaxed);
+    mem.reply_peak.fetch_max(wbuf.len(), Ordering::Relaxed);
     // A connection killed while its peer does not read (a slow subscriber over its output
     // limit) stops writing at once. A TLS stream may keep part of the records it made in its
     // buffer until flushed (a no-op for a plain socket).
@@ -304,5 +316,6 @@ pub(crate) async fn flush<S: ClientStream>(
         .net_output_bytes
         .fetch_add(wbuf.len() as u64, Ordering::Relaxed);
     wbuf.clear();
+    client.handle.mem.reply_pending.store(0, Ordering::Relaxed);
     true
 }

@@ -67,12 +67,18 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
             row.name
         )));
     }
+    // CLIENT LIST `cmd`/`idle`: the last command, a queued one included (as Redis).
+    client.handle.touch(row.name, now_ms);
     if let Some(multi) = client.multi.as_mut() {
         if !spec.has(flags::NO_QUEUE) {
             if spec.has(flags::NO_MULTI) {
                 multi.dirty = true;
                 return CmdError::err("Command not allowed inside a transaction").to_frame();
             }
+            // Redis' `argv_len_sums`: the arguments' bytes and a pointer for each.
+            let mem = crate::client::ConnectionMemory::argv_len(&args)
+                + args.len() * std::mem::size_of::<usize>();
+            client.handle.mem.multi.fetch_add(mem, Ordering::Relaxed);
             multi.queued.push((spec, args));
             client
                 .handle
@@ -95,8 +101,9 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         Some(args.clone())
     };
     let secret = row.has(flags::SECRET_ARGS);
+    let argv_mem = crate::client::ConnectionMemory::argv_len(&args);
+    client.handle.mem.argv.store(argv_mem, Ordering::Relaxed);
     crate::client::LocalCounters::bump(&client.counters.commands);
-    client.handle.touch(row.name, now_ms);
     // A subcommand's row decides how it runs where it says so (FUNCTION LOAD is a write,
     // FUNCTION KILL runs without the gate); such rows carry the container's handler.
     let reply = run_observed(shared, client, spec, args, |shared, client, args| {
@@ -118,6 +125,7 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     if let Some(args) = shown_after.filter(|_| !secret || client.authenticated) {
         feed_monitors(shared, client, spec, &args, false);
     }
+    client.handle.mem.argv.store(0, Ordering::Relaxed);
     if let Some((_, left)) = client.caching.as_mut() {
         *left = left.saturating_sub(1);
         if *left == 0 {

@@ -249,6 +249,10 @@ fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     }
     if ctx.client.tracking.take().is_some() {
         ctx.shared.tracking.disable(ctx.client.id);
+        ctx.client
+            .handle
+            .tracking_redirect
+            .store(-1, Ordering::Relaxed);
     }
     ctx.client.caching = None;
     ctx.shared.monitors.remove(ctx.client.id);
@@ -487,6 +491,10 @@ fn client_tracking(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if !on {
         if ctx.client.tracking.take().is_some() {
             ctx.shared.tracking.disable(ctx.client.id);
+            ctx.client
+                .handle
+                .tracking_redirect
+                .store(-1, Ordering::Relaxed);
         }
         ctx.client.caching = None;
         return Ok(Frame::ok());
@@ -539,6 +547,14 @@ fn client_tracking(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     ctx.shared
         .tracking
         .enable(ctx.client.id, ctx.client.tenant, target, o.clone());
+    ctx.client
+        .handle
+        .tracking_redirect
+        .store(o.redirect as i64, Ordering::Relaxed);
+    ctx.client
+        .handle
+        .tracking_bcast
+        .store(o.bcast, Ordering::Relaxed);
     ctx.client.tracking = Some(o);
     Ok(Frame::ok())
 }
