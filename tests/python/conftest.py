@@ -259,3 +259,5 @@ def mc(gradus):
 def pytest_runtest_setup(item):
     if target_is_redis() and item.get_closest_marker("gradus_only"):
         pytest.skip("Gradus-only behaviour (GRADUS_TARGET=redis)")
+    if not target_is_redis() and item.get_closest_marker("needs_replication"):
+        pytest.skip("replication core not merged")

@@ -171,6 +171,16 @@ pub struct ClientState {
     /// The running command queued its reply in the outbox itself (SUBSCRIBE's confirmations):
     /// the connection writes no other.
     pub reply_queued: bool,
+    /// The replication client of a replica: applies the primary's stream (never read-only,
+    /// never streamed again by the write path: the replica task feeds its backlog itself).
+    pub from_primary: bool,
+    /// The replication offset after this connection's last streamed write (WAIT waits for it).
+    pub repl_offset: u64,
+    /// Set by PSYNC/SYNC: the connection becomes a replica's link once this reply is sent.
+    pub repl_takeover: Option<crate::repl::primary::PsyncRequest>,
+    /// What the replica said with REPLCONF listening-port / ip-address.
+    pub repl_listening_port: u64,
+    pub repl_announced_ip: Option<String>,
 }
 
 impl ClientState {
@@ -208,6 +218,11 @@ impl ClientState {
             notify_muted: false,
             pending_misses: Vec::new(),
             reply_queued: false,
+            from_primary: false,
+            repl_offset: 0,
+            repl_takeover: None,
+            repl_listening_port: 0,
+            repl_announced_ip: None,
         }
     }
 
@@ -331,6 +346,46 @@ impl ConnectionMemory {
     }
 }
 
+/// What a connection is to this server besides a client of its own: the role the replication
+/// link gives it (Redis' `CLIENT_SLAVE` / `CLIENT_MASTER` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ClientRole {
+    Normal = 0,
+    /// A replica of this server, fed its log.
+    Replica = 1,
+    /// This server's primary (the link a replica follows it by).
+    Master = 2,
+}
+
+/// Redis' client types (`getClientType`): what CLIENT LIST TYPE and CLIENT KILL TYPE select by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientType {
+    Normal,
+    Replica,
+    Pubsub,
+    Master,
+}
+
+impl ClientType {
+    /// The names Redis takes (`getClientTypeByName`; `slave` is `replica`).
+    const NAMES: &'static [(&'static str, ClientType)] = &[
+        ("normal", ClientType::Normal),
+        ("slave", ClientType::Replica),
+        ("replica", ClientType::Replica),
+        ("pubsub", ClientType::Pubsub),
+        ("master", ClientType::Master),
+    ];
+
+    /// The type a name (ASCII case-insensitive) stands for.
+    pub fn by_name(name: &[u8]) -> Option<ClientType> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+            .map(|(_, t)| *t)
+    }
+}
+
 /// What other connections can see of a connection.
 pub struct ClientHandle {
     pub id: u64,
@@ -362,6 +417,8 @@ pub struct ClientHandle {
     pub subs: [AtomicUsize; 3],
     /// The connection's buffers as CLIENT LIST shows them (qbuf, argv-mem …).
     pub mem: ConnectionMemory,
+    /// A [`ClientRole`] (set by the replication link; [`ClientHandle::set_role`]).
+    role: AtomicU8,
     /// The connection's outbox, so others can reach it by id (a tracking redirect target);
     /// emptied when the connection closes (the outbox points back at this handle).
     outbox: Mutex<Option<Arc<crate::pubsub::Outbox>>>,
@@ -393,6 +450,7 @@ impl ClientHandle {
             mem: ConnectionMemory::default(),
             tracking_redirect: std::sync::atomic::AtomicI64::new(-1),
             tracking_bcast: AtomicBool::new(false),
+            role: AtomicU8::new(ClientRole::Normal as u8),
             outbox: Mutex::new(None),
             outbox_closed: AtomicBool::new(false),
             killed: AtomicBool::new(false),
@@ -432,6 +490,58 @@ impl ClientHandle {
         self.subs.iter().any(|n| n.load(Ordering::Relaxed) > 0)
     }
 
+    /// The connection's role (a replica's or primary's link, or a plain client).
+    pub fn role(&self) -> ClientRole {
+        match self.role.load(Ordering::Relaxed) {
+            1 => ClientRole::Replica,
+            2 => ClientRole::Master,
+            _ => ClientRole::Normal,
+        }
+    }
+
+    /// Mark the connection as a replica's or a primary's link (or a plain client again).
+    pub fn set_role(&self, role: ClientRole) {
+        self.role.store(role as u8, Ordering::Relaxed);
+    }
+
+    /// Its Redis client type: the role first, then `pubsub` while it listens to a channel.
+    pub fn client_type(&self) -> ClientType {
+        match self.role() {
+            ClientRole::Master => ClientType::Master,
+            ClientRole::Replica => ClientType::Replica,
+            ClientRole::Normal if self.is_pubsub() => ClientType::Pubsub,
+            ClientRole::Normal => ClientType::Normal,
+        }
+    }
+
+    /// CLIENT LIST's `flags=`, in Redis' order (`S` replica, `M` primary, `P` pub/sub, `x` MULTI;
+    /// `N` for none).
+    pub fn flags(&self) -> String {
+        let mut flags = String::new();
+        match self.role() {
+            ClientRole::Replica => flags.push('S'),
+            ClientRole::Master => flags.push('M'),
+            ClientRole::Normal => {}
+        }
+        if self.is_pubsub() {
+            flags.push('P');
+        }
+        if self.multi_len.load(Ordering::Relaxed) >= 0 {
+            flags.push('x');
+        }
+        // Client-side caching: t(racking), B(CAST), as Redis shows them.
+        if self.tracking_redirect.load(Ordering::Relaxed) >= 0 {
+            flags.push('t');
+            if self.tracking_bcast.load(Ordering::Relaxed) {
+                flags.push('B');
+            }
+        }
+        if flags.is_empty() {
+            flags.push('N');
+        }
+        flags
+    }
+
     /// Ask the connection to close (CLIENT KILL, shutdown).
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Release);
@@ -466,25 +576,8 @@ impl ClientHandle {
             .iter()
             .map(|n| n.load(Ordering::Relaxed))
             .collect();
-        // Redis' letters in its order: P(ubsub), x (MULTI), t(racking), B(CAST); N for none.
+        let flags = self.flags();
         let redir = self.tracking_redirect.load(Ordering::Relaxed);
-        let mut flags = String::new();
-        for (on, letter) in [
-            (subs.iter().any(|&n| n > 0), 'P'),
-            (multi >= 0, 'x'),
-            (redir >= 0, 't'),
-            (
-                redir >= 0 && self.tracking_bcast.load(Ordering::Relaxed),
-                'B',
-            ),
-        ] {
-            if on {
-                flags.push(letter);
-            }
-        }
-        if flags.is_empty() {
-            flags.push('N');
-        }
         let durability = match self.durability.load(Ordering::Relaxed) {
             0 => "default",
             n => gradus_log::Durability::ALL[(n as usize - 1).min(3)].as_str(),

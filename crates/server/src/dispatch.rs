@@ -7,7 +7,7 @@
 //! failure here is a reply, never a dropped connection.
 //!
 //! May import: `command` (the table and handlers), `persist::write`, `tenancy` (the rights check),
-//! `client`, `state`, `observe` (timing each command).
+//! `client`, `state`, `observe` (timing each command), `repl` (a replica's refusals).
 
 use crate::client::ClientState;
 use crate::command::{arity_error, flags, table, CommandSpec, Ctx, Named};
@@ -66,6 +66,16 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
             "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
             row.name
         )));
+    }
+    // A replica: writes from its clients are refused (also when queued, as Redis), and reads
+    // too while its link is down when it must not serve stale data.
+    if shared.repl.is_active() && !client.from_primary {
+        if let Some(e) = shared
+            .repl
+            .refusal(row.has(flags::WRITE), spec.has(flags::LOADING))
+        {
+            return reject(client, e);
+        }
     }
     // CLIENT LIST `cmd`/`idle`: the last command, a queued one included (as Redis).
     client.handle.touch(row.name, now_ms);

@@ -22,7 +22,7 @@
 //! import command modules.
 
 use crate::client::ClientState;
-use crate::persist::write::{log_effect, Scope, WriteError, WriteTxn};
+use crate::persist::write::{log_effect, stream_effect, Scope, WriteError, WriteTxn};
 use crate::state::Shared;
 use bytes::Bytes;
 use gradus_store::EvictionPolicy;
@@ -115,6 +115,8 @@ fn make_room_in_server(
             announce_eviction(shared, db, &key);
             if shared.persist.db_logged(db) {
                 log_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
+            } else {
+                stream_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
             }
         }
         Ok(())
@@ -225,6 +227,8 @@ fn make_room_in_tenant(
             announce_eviction(shared, db, &key);
             if shared.persist.db_logged(db) {
                 log_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
+            } else {
+                stream_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
             }
         }
     });

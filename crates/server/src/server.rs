@@ -197,6 +197,11 @@ impl Server {
             shared.clone(),
         ));
         tasks.spawn(expiry_loop(shared.clone()));
+        tasks.spawn(crate::repl::primary::ping_task(shared.clone()));
+        let _ = shared.repl.shared.set(Arc::downgrade(&shared));
+        if let Some((host, port)) = crate::repl::parse_replicaof(&shared.config.replicaof) {
+            crate::repl::replica::follow(&shared, host, port);
+        }
         tasks.spawn(snapshot_loop(shared.clone()));
         tasks.spawn(lock_lease_loop(shared.clone()));
         tasks.spawn(fsync_latency_loop(shared.clone()));

@@ -12,6 +12,7 @@ pub mod connection;
 pub mod databases;
 pub mod diagnostics;
 pub mod dump;
+pub mod failover;
 pub mod functions;
 pub mod hashes;
 pub mod hyperloglog;
@@ -20,6 +21,7 @@ pub mod lists;
 pub mod locks;
 pub mod memory;
 pub mod pubsub;
+pub mod replication;
 pub mod scripting;
 pub mod server;
 pub mod sets;
@@ -476,6 +478,8 @@ pub fn table() -> &'static CommandTable {
             connection::COMMANDS,
             acl::COMMANDS,
             server::COMMANDS,
+            replication::COMMANDS,
+            failover::COMMANDS,
             diagnostics::COMMANDS,
             databases::COMMANDS,
             sort::COMMANDS,
