@@ -121,3 +121,30 @@ def test_bcast_prefix_invalidation_on_expiry(gradus, redis_server):
 
     got = both(gradus, redis_server, scenario)
     assert got.count(b"invalidate") == 2  # the SET, then the expiry
+
+
+def test_own_flush_invalidation_comes_after_the_flush_reply(gradus, redis_server):
+    """Regression: the flushing connection's own null invalidation came before its +OK."""
+    def scenario(server):
+        t = resp3_tracker(server)
+        t.call("GET", "a")
+        return t.call("FLUSHDB")
+
+    assert both(gradus, redis_server, scenario) == b"+OK\r\n>2\r\n$10\r\ninvalidate\r\n_\r\n"
+
+
+def test_tracking_redir_broken_push_when_the_redirect_target_is_gone(gradus, redis_server):
+    """Regression: with its redirect target closed, a RESP3 tracker was told nothing; Redis
+    pushes `tracking-redir-broken <id>` where the invalidation would have gone."""
+    def scenario(server):
+        r = Raw(server)
+        target = client_id(r)
+        t = resp3_tracker(server, "REDIRECT", target)
+        t.call("GET", "c")
+        r.sock.close()
+        time.sleep(0.2)
+        redis_client(server).set("c", "1")
+        got = t.read_for(0.3)
+        return got.replace(b":%d\r\n" % target, b":<id>\r\n")
+
+    assert both(gradus, redis_server, scenario) == b">2\r\n$21\r\ntracking-redir-broken\r\n:<id>\r\n"

@@ -306,7 +306,8 @@ pub fn run_write(
         let reply = run_write_logged(shared, client, spec, args, now_ms);
         if !reply.is_error() {
             if flushes {
-                shared.tracking.flush(tenant);
+                let own = shared.tracking.flush(tenant, id);
+                client.after_reply.extend(own);
             } else if !keys.is_empty() {
                 let own = shared.tracking.invalidate(id, tenant, &keys);
                 client.after_reply.extend(own);

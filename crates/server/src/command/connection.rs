@@ -545,9 +545,13 @@ fn client_tracking(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         id => ctx.shared.clients.get(id).and_then(|h| h.outbox()),
     }
     .ok_or_else(|| CmdError::err("The client ID you want redirect to does not exist"))?;
-    ctx.shared
-        .tracking
-        .enable(ctx.client.id, ctx.client.tenant, target, o.clone());
+    ctx.shared.tracking.enable(
+        ctx.client.id,
+        ctx.client.tenant,
+        target,
+        ctx.client.outbox(),
+        o.clone(),
+    );
     ctx.client
         .handle
         .tracking_redirect
