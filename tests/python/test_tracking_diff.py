@@ -148,3 +148,21 @@ def test_tracking_redir_broken_push_when_the_redirect_target_is_gone(gradus, red
         return got.replace(b":%d\r\n" % target, b":<id>\r\n")
 
     assert both(gradus, redis_server, scenario) == b">2\r\n$21\r\ntracking-redir-broken\r\n:<id>\r\n"
+
+
+def test_reads_inside_exec_and_scripts_are_tracked(gradus, redis_server):
+    """Regression: keys read inside MULTI/EXEC or a script were not remembered, so a later
+    write of them sent the tracking connection no invalidation (Redis tracks them)."""
+    def scenario(server):
+        t = resp3_tracker(server)
+        t.call("MULTI")
+        t.call("GET", "in-exec")
+        t.call("EXEC")
+        t.call("EVAL", "return redis.call('get', KEYS[1])", "1", "in-script")
+        writer = redis_client(server)
+        writer.set("in-exec", "1")
+        writer.set("in-script", "1")
+        return t.read_for(0.3)
+
+    got = both(gradus, redis_server, scenario)
+    assert got.count(b"invalidate") == 2

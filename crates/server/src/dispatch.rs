@@ -122,14 +122,8 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         } else if row.runs_as_write() {
             run_write(shared, client, row, std::mem::take(args), now_ms)
         } else {
-            let reply = {
-                let _gate = shared.store.shared(client.id);
-                run(shared, client, spec, args, now_ms)
-            };
-            if client.tracking.is_some() && spec.has(flags::READONLY) {
-                remember_read(shared, client, spec, args);
-            }
-            reply
+            let _gate = shared.store.shared(client.id);
+            run(shared, client, spec, args, now_ms)
         }
     });
     if let Some(args) = shown_after.filter(|_| !secret || client.authenticated) {
@@ -402,6 +396,11 @@ pub fn run(
         Err(e) => e.to_frame(),
     };
     crate::notify::after(shared, client, spec, before, &reply, now_ms);
+    // A read remembers its keys for client-side caching, wherever it runs (alone, in EXEC, in
+    // a script: the caller's connection tracks them, as in Redis).
+    if client.tracking.is_some() && spec.has(flags::READONLY) {
+        remember_read(shared, client, spec, args);
+    }
     reply
 }
 
