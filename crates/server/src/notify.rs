@@ -3,9 +3,9 @@
 //! messages through [`crate::pubsub`] in the tenant that owns the keyspace (`N` is the
 //! keyspace's SELECT number in that tenant, as the tenant's clients know it).
 //!
-//! What a command emits is data: the write path emits the event its table row names (see
-//! `command::Event`) for each key it wrote, expiry emits `expired`, eviction `evicted`. Emission
-//! costs one atomic load when notifications are off.
+//! Expiry publishes `expired` (and invalidates the key for client-side caching), eviction
+//! `evicted`. Emission costs one atomic load per command when notifications and client-side
+//! caching are off.
 //!
 //! Handlers publish their own events through `Ctx::notify` in the order Redis' handlers call
 //! `notifyKeyspaceEvent`; simple commands name theirs in their table row instead. Around every
