@@ -166,3 +166,43 @@ def test_reads_inside_exec_and_scripts_are_tracked(gradus, redis_server):
 
     got = both(gradus, redis_server, scenario)
     assert got.count(b"invalidate") == 2
+
+
+def test_bcast_prefixes_to_a_resp2_redirect_target(gradus, redis_server):
+    def scenario(server):
+        sub = Raw(server)
+        target = client_id(sub)
+        sub.call("SUBSCRIBE", "__redis__:invalidate")
+        t = Raw(server)
+        t.call("CLIENT", "TRACKING", "on", "REDIRECT", target, "BCAST", "PREFIX", "a:", "PREFIX", "b:")
+        writer = redis_client(server)
+        writer.set("a:1", "x")
+        writer.set("c:1", "x")
+        writer.set("b:2", "x")
+        writer.delete("a:1")
+        return sub.read_for(0.3)
+
+    got = both(gradus, redis_server, scenario)
+    assert got.count(b"__redis__:invalidate") == 3
+
+
+def test_optin_optout_and_noloop_like_redis(gradus, redis_server):
+    def scenario(server):
+        out = b""
+        t = resp3_tracker(server, "OPTIN")
+        t.call("GET", "x1")
+        t.call("CLIENT", "CACHING", "yes")
+        t.call("GET", "x2")
+        u = resp3_tracker(server, "OPTOUT", "NOLOOP")
+        u.call("GET", "y1")
+        u.call("CLIENT", "CACHING", "no")
+        u.call("GET", "y2")
+        writer = redis_client(server)
+        for k in ("x1", "x2", "y1", "y2"):
+            writer.set(k, "v")
+        out += t.read_for(0.3) + b"|" + u.read_for(0.3)
+        u.call("GET", "y1")
+        out += b"|" + u.call("SET", "y1", "own")  # NOLOOP: no invalidation of its own write
+        return out
+
+    both(gradus, redis_server, scenario)
