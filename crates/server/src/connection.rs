@@ -64,6 +64,10 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                         wbuf.clear();
                         break 'conn;
                     }
+                    // What others pushed before this command goes out before its reply; what
+                    // is pushed while it runs (its own keyspace events, messages it published
+                    // to itself) after it, as Redis 7.2 postpones them (`afterCommand`).
+                    client.take_pushes(&mut wbuf);
                     let reply = dispatch(&shared, &mut client, args, now_ms);
                     if let Some(request) = client.repl_takeover.take() {
                         // PSYNC/SYNC: the connection becomes a replica's link.
@@ -84,22 +88,23 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                             reply = work.complete(shared.clone(), &mut client) => reply,
                             _ = peer_closed(stream.tcp()) => break 'conn,
                         };
-                        client.take_pushes(&mut wbuf);
                         encode(&reply, client.resp, &mut wbuf);
                         for msg in client.after_reply.drain(..) {
                             wbuf.extend_from_slice(&msg);
                         }
+                        client.take_pushes(&mut wbuf);
                         now_ms = gradus_store::now_ms();
                     } else {
-                        // What others (or the command itself) pushed comes first, as in the
-                        // one output buffer of Redis.
-                        client.take_pushes(&mut wbuf);
+                        // The reply, then the invalidations of its own keys, then the pushes
+                        // made while it ran (Redis 7.2's `afterCommand` order). A command whose
+                        // reply is a push (SUBSCRIBE) queued it in the outbox itself.
                         if !std::mem::take(&mut client.reply_queued) && !client.suppress_reply {
                             encode(&reply, client.resp, &mut wbuf);
                         }
                         for msg in client.after_reply.drain(..) {
                             wbuf.extend_from_slice(&msg);
                         }
+                        client.take_pushes(&mut wbuf);
                     }
                     if client.close_after_reply || handle.is_killed() {
                         flush(&shared, &mut stream, &mut wbuf, &mut client).await;
