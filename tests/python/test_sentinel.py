@@ -233,3 +233,19 @@ def test_planned_sentinel_failover(cluster):
     wait_for("the old primary to have the new write",
              lambda: old.client().get("after") == "switchover", 15)
     n.close()
+
+
+def test_a_replica_of_priority_zero_is_never_promoted(cluster):
+    """Sentinel reads `slave_priority` from INFO and never promotes a replica whose priority is 0
+    (`replica-priority`, set here at run time)."""
+    never, other = cluster.nodes[1], cluster.nodes[2]
+    c = never.client()
+    c.config_set("replica-priority", "0")
+    c.close()
+    wait_for("every Sentinel to read the priority", lambda: all(
+        {(r["ip"], r["port"]): r["slave-priority"] for r in
+         cluster.sentinel_client(i).sentinel_slaves(MASTER_NAME)}.get(never.addr) == 0
+        for i in range(len(cluster.sentinels))), 10)
+    old, new, _ = kill_primary_and_wait(cluster)
+    assert new is other
+    cluster.wait_replica_of(never, other)
