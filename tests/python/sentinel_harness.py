@@ -97,8 +97,9 @@ class DataNode:
     """One primary or replica: a ServerProcess started from a config file of the target's kind."""
 
     def __init__(self, name: str, dir: Path, port: int, replica_of: Optional[int],
-                 durability: Optional[str] = None):
+                 durability: Optional[str] = None, password: Optional[str] = None):
         self.name = name
+        self.password = password
         self.dir = dir
         self.port = port
         self.replica_of = replica_of
@@ -111,6 +112,8 @@ class DataNode:
                      "repl-diskless-sync yes", "repl-diskless-sync-delay 0"]
             if replica_of is not None:
                 lines.append(f"replicaof {HOST} {replica_of}")
+            if password is not None:
+                lines += [f"requirepass {password}", f"masterauth {password}"]
             argv = [binary, str(self.config_path)]
         else:
             binary = str(gradus_binary())
@@ -119,17 +122,20 @@ class DataNode:
             if replica_of is not None:
                 # The `replicaof` setting as redis.conf spells it: "host port".
                 lines.append(f'replicaof = "{HOST} {replica_of}"')
+            if password is not None:
+                lines += [f'requirepass = "{password}"', f'masterauth = "{password}"']
             if durability is not None:
                 lines += ["[durability]", f'default = "{durability}"']
             argv = [binary, "--config", str(self.config_path)]
         self.config_path.write_text("\n".join(lines) + "\n")
-        self.process = ServerProcess(name, argv, HOST, port, dir)
+        self.process = ServerProcess(name, argv, HOST, port, dir, password=password)
 
     @property
     def addr(self) -> Addr:
         return (HOST, self.port)
 
     def client(self, **kwargs) -> redis.Redis:
+        kwargs.setdefault("password", self.password)
         return client(self.addr, **kwargs)
 
     def replication(self) -> Dict[str, object]:
@@ -146,9 +152,11 @@ class SentinelCluster:
     and the other Sentinels; `stop()` stops everything."""
 
     def __init__(self, root: Path, replicas: int = 2, sentinels: int = 3,
-                 durability: Optional[str] = None):
+                 durability: Optional[str] = None, password: Optional[str] = None):
         """`durability`: the Gradus nodes' default degree (None: Gradus' default; redis-server
-        nodes always run without persistence)."""
+        nodes always run without persistence). `password`: every node's `requirepass` and
+        `masterauth`, and the Sentinels' `auth-pass` (None: no authentication)."""
+        self.password = password
         self.root = Path(tempfile.mkdtemp(prefix="sentinel-cluster-", dir=root))
         self.replica_count = replicas
         self.sentinel_count = sentinels
@@ -178,7 +186,7 @@ class SentinelCluster:
         for attempt in range(5):
             dir = self.root / f"{name}-{attempt}"
             dir.mkdir()
-            node = DataNode(name, dir, free_port(HOST), replica_of, self.durability)
+            node = DataNode(name, dir, free_port(HOST), replica_of, self.durability, self.password)
             try:
                 node.process.start()
             except RuntimeError as exc:
@@ -207,7 +215,7 @@ class SentinelCluster:
                 f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}",
                 f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}",
                 f"sentinel parallel-syncs {MASTER_NAME} 2",
-            ]) + "\n")
+            ] + ([f"sentinel auth-pass {MASTER_NAME} {self.password}"] if self.password else [])) + "\n")
             argv = sentinel_argv(conf)
             if argv is None:
                 raise RuntimeError("neither redis-sentinel nor redis-server is installed")
@@ -327,7 +335,7 @@ class Writer(threading.Thread):
         self.sentinel = Sentinel(cluster.sentinel_addrs(), socket_timeout=0.5,
                                  sentinel_kwargs={"socket_timeout": 0.5})
         self.master = self.sentinel.master_for(MASTER_NAME, socket_timeout=0.5,
-                                               socket_connect_timeout=0.5,
+                                               socket_connect_timeout=0.5, password=cluster.password,
                                                retry=Retry(NoBackoff(), 0), decode_responses=True)
         self.acked: list[tuple[float, int]] = []
         self.errors: list[tuple[float, str]] = []

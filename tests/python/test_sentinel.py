@@ -15,6 +15,7 @@ import subprocess
 import time
 
 import pytest
+import redis
 
 from php_server import php_with_redis
 from sentinel_harness import MASTER_NAME, SentinelCluster, measure_failover, wait_for
@@ -249,3 +250,29 @@ def test_a_replica_of_priority_zero_is_never_promoted(cluster):
     old, new, _ = kill_primary_and_wait(cluster)
     assert new is other
     cluster.wait_replica_of(never, other)
+
+
+def test_failover_with_passwords(tmp_path):
+    """Every node with `requirepass` and `masterauth`, the Sentinels with `auth-pass`: Sentinel
+    authenticates its links (AUTH before CLIENT SETNAME), replicas authenticate to whichever node
+    is primary, and the writing client follows the promotion with its password."""
+    cluster = SentinelCluster(tmp_path, password="s3cret")
+    cluster.start()
+    try:
+        anonymous = cluster.nodes[0].client(password=None)
+        with pytest.raises(redis.AuthenticationError):
+            anonymous.ping()
+        anonymous.close()
+        names = [c["name"] for c in cluster.nodes[0].client().client_list()]
+        assert sum(n.startswith("sentinel-") for n in names) == 6, names
+        failover_s, _, new, writer = measure_failover(cluster)
+        assert new in cluster.nodes[1:] and failover_s < FAILOVER_BOUND_S
+        other = next(n for n in cluster.nodes[1:] if n is not new)
+        cluster.wait_replica_of(other, new)
+        last = writer.acked[-1][1]
+        wait_for("the other replica to have the last write",
+                 lambda: other.client().get(f"w:{last}") == str(last), 10)
+    finally:
+        cluster.stop()
+    problems = cluster.problems()
+    assert not problems, "\n".join(problems)
