@@ -174,7 +174,8 @@ def test_a_mixed_multi_ships_both_keyspaces_and_logs_only_the_logged_one(gradus_
     p.execute_command("SELECT", "1")
     p.execute_command("SET", "cached", "2")
     p.execute_command("EXEC")
-    assert p.execute_command("WAIT", 1, 5000) == 1
+    # Fsynced here (background would allow a crash to lose it) and acknowledged by the replica.
+    assert p.execute_command("WAITAOF", 1, 1, 5000) == [1, 1]
     assert client(replica, 0).get("logged") == b"1"
     assert client(replica, 1).get("cached") == b"2"
     # The primary's own log has only the logged write: after a crash, `cached` is gone.
@@ -402,3 +403,91 @@ def test_a_replica_with_another_layout_is_refused_with_a_clear_error(gradus_fact
     assert info(replica)["master_link_status"] == "down"
     assert client(replica).get("kept") == b"1", "nothing was cleared"
     assert "keyspace layout" in replica.stderr_text()
+
+
+def test_expired_keys_reach_the_replica_as_dels_from_the_primary(gradus_factory, tmp_path):
+    """A replica does not expire keys on its own clock: the primary's active expiry streams a DEL
+    (its own sweep reclaims only keys expired for a minute). Logically expired keys already read
+    as missing on the replica."""
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p0, p1 = client(primary, 0), client(primary, 1)
+    p0.set("short", "x", px=300)
+    p1.set("short-cache", "x", px=300)
+    p0.set("long", "y", ex=1000)
+    assert p0.execute_command("WAIT", 1, 5000) == 1
+    r0, r1 = client(replica, 0), client(replica, 1)
+    assert r0.get("short") == b"x"
+    wait_until(lambda: p0.dbsize() == 1 and p1.dbsize() == 0, what="the primary's active expiry")
+    wait_until(lambda: r0.dbsize() == 1 and r1.dbsize() == 0, what="the streamed DELs")
+    assert r0.get("short") is None
+    assert r0.get("long") == b"y"
+
+
+def test_a_cache_eviction_on_the_primary_reaches_the_replica(gradus_factory, tmp_path):
+    """Evictions from a `none` keyspace are streamed (not logged): the replica drops the key too."""
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p1 = client(primary, 1)
+    for i in range(50):
+        p1.set(f"k{i}", "v" * 1000)
+    p = client(primary)
+    p.config_set("maxmemory-policy", "allkeys-lru")
+    used = int(info(primary, "memory")["used_memory"])
+    p.config_set("maxmemory", used - 20_000)
+    p1.set("trigger", "x")
+    p.config_set("maxmemory", 0)
+    assert p1.execute_command("WAIT", 1, 5000) == 1
+    assert_converged(primary, replica, dbs=(1,))
+    assert p1.dbsize() < 51
+
+
+def test_replicated_degree_replies_once_a_replica_has_the_write(gradus_factory, tmp_path):
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p = client(primary)
+    assert p.execute_command("CLIENT", "DURABILITY", "replicated") == b"OK"
+    for i in range(20):
+        assert p.set(f"r{i}", i)
+        # Acknowledged at `replicated`: the replica has it already, no WAIT needed.
+        assert client(replica).get(f"r{i}") == str(i).encode()
+    assert "durability=replicated" in p.execute_command("CLIENT", "INFO").decode()
+
+
+def test_replicated_degree_without_enough_replicas_is_refused(gradus_factory, tmp_path):
+    primary = gradus_factory("--config", config(tmp_path), name="primary")
+    p = client(primary)
+    p.execute_command("CLIENT", "DURABILITY", "replicated")
+    with pytest.raises(redis.exceptions.ResponseError, match="Not enough good replicas to write"):
+        p.set("k", "v")
+    assert client(primary).get("k") is None
+
+
+def test_a_replicated_write_whose_replica_goes_away_is_not_acknowledged(gradus_factory, tmp_path):
+    """The replica is stopped (SIGSTOP) so it cannot acknowledge, then killed: the writer's
+    connection is closed without a reply instead of acknowledging a write no replica has."""
+    import signal
+    import threading
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p = redis_client(primary, socket_timeout=30)
+    p.execute_command("CLIENT", "DURABILITY", "replicated")
+    # One connection for the whole test (the pool would open another without the override).
+    conn = p.connection_pool.get_connection("SET")
+    conn.send_command("CLIENT", "DURABILITY", "replicated")
+    assert conn.read_response() == b"OK"
+    replica.proc.send_signal(signal.SIGSTOP)
+    conn.send_command("SET", "held", "1")
+    outcome = {}
+
+    def read():
+        try:
+            outcome["reply"] = conn.read_response()
+        except Exception as exc:  # noqa: BLE001 - any connection error is the expected outcome
+            outcome["error"] = exc
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reader.join(1.0)
+    assert reader.is_alive(), f"the reply must wait for the replica: {outcome}"
+    replica.proc.send_signal(signal.SIGCONT)
+    replica.crash()
+    reader.join(15)
+    assert not reader.is_alive()
+    assert "error" in outcome, outcome

@@ -167,6 +167,9 @@ pub struct ClientState {
     pub from_primary: bool,
     /// The replication offset after this connection's last streamed write (WAIT waits for it).
     pub repl_offset: u64,
+    /// The replication offset a `replicated` write among the pending replies waits for replicas
+    /// to acknowledge before they are written (0: none), as `strict_lsn` for the fsync.
+    pub replicated_offset: u64,
     /// Set by PSYNC/SYNC: the connection becomes a replica's link once this reply is sent.
     pub repl_takeover: Option<crate::repl::primary::PsyncRequest>,
     /// What the replica said with REPLCONF listening-port / ip-address.
@@ -208,6 +211,7 @@ impl ClientState {
             reply_queued: false,
             from_primary: false,
             repl_offset: 0,
+            replicated_offset: 0,
             repl_takeover: None,
             repl_listening_port: 0,
             repl_announced_ip: None,
@@ -433,7 +437,9 @@ impl ClientHandle {
         };
         let durability = match self.durability.load(Ordering::Relaxed) {
             0 => "default",
-            n => gradus_log::Durability::ALL[(n as usize - 1).min(3)].as_str(),
+            n => gradus_log::Durability::ALL
+                [(n as usize - 1).min(gradus_log::Durability::ALL.len() - 1)]
+            .as_str(),
         };
         format!(
             "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} watch={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={} durability={}",

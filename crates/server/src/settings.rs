@@ -513,7 +513,7 @@ const KNOB_BYTES: Kind = Kind::Size {
     max: UNBOUNDED,
 };
 const TLS_AUTH_CLIENTS: Kind = Kind::Enum(&["no", "yes", "optional"]);
-const DEGREES: Kind = Kind::Enum(&["none", "lazy", "background", "strict"]);
+const DEGREES: Kind = Kind::Enum(&["none", "lazy", "background", "strict", "replicated"]);
 
 /// Every scalar setting, in the order `--print-config`, `CONFIG GET *` and the README list them.
 #[rustfmt::skip]
@@ -714,7 +714,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Seconds since its last acknowledgement within which a replica counts for min-replicas-to-write." },
     Setting { name: "durability", section: Section::Durability, key: "default", kind: DEGREES, default: "background",
         flag: flag("DEGREE"), live: None, field: field!(durability.default),
-        doc: "Default durability degree of every database: none, lazy, background or strict (see README, Durability)." },
+        doc: "Default durability degree of every database: none, lazy, background, strict or replicated (see README, Durability and Replication)." },
     Setting { name: "lazy-flush-ms", section: Section::Durability, key: "lazy-flush-ms", kind: COUNT, default: "1000",
         flag: None, live: None, field: field!(durability.lazy_flush_ms),
         doc: "lazy: the log is handed to the OS at least this often, in milliseconds." },
@@ -780,7 +780,7 @@ pub static REPORTED: &[(&str, Reported)] = &[
 /// Redis' `appendfsync` value closest to a durability degree.
 fn appendfsync_of(degree: &str) -> &'static str {
     match degree {
-        "strict" => "always",
+        "strict" | "replicated" => "always",
         "background" => "everysec",
         _ => "no",
     }
@@ -1172,7 +1172,7 @@ mod tests {
         assert_eq!(DEGREES.parse("Strict"), Ok(Value::Text("strict".into())));
         assert_eq!(
             DEGREES.parse("x").unwrap_err(),
-            "argument(s) must be one of the following: none, lazy, background, strict"
+            "argument(s) must be one of the following: none, lazy, background, strict, replicated"
         );
         let zf = Kind::EnumOrInt(&["always", "never"]);
         assert_eq!(zf.parse("30"), Ok(Value::Text("30".into())));

@@ -591,6 +591,9 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             if let Some(payload) = streamed {
                 let limits = crate::repl::primary::replica_limits(self.shared);
                 self.client.repl_offset = self.shared.repl.feed_record(&payload, limits);
+                if record.degree == Durability::Replicated {
+                    self.client.replicated_offset = self.client.repl_offset;
+                }
             }
         }
         // The locks go only now (with `self`): the record is in the log in the order it applied.
@@ -613,7 +616,16 @@ fn writable_degree(
     client: &ClientState,
     scope: Scope,
 ) -> Result<Durability, WriteError> {
-    let degree = degree(shared, client, scope)?;
+    let mut degree = degree(shared, client, scope)?;
+    if degree == Durability::Replicated {
+        if client.from_primary {
+            // A replica applying its primary's stream: as strict here (its acknowledgement is
+            // what the primary's `replicated` write waits for).
+            degree = Durability::Strict;
+        } else if !shared.repl.can_replicate() {
+            return Err(WriteError::NoReplicas);
+        }
+    }
     check_writable(shared, degree)?;
     Ok(degree)
 }
@@ -732,7 +744,7 @@ fn append(
     client.last_write_lsn = lsn;
     // A background write made while the writer is late is held like a strict one, so an
     // acknowledged write is never outside the loss window by more than one fsync.
-    if degree == Durability::Strict || appended.late {
+    if degree >= Durability::Strict || appended.late {
         client.strict_lsn = client.strict_lsn.max(lsn);
     }
     Ok(lsn)

@@ -454,6 +454,54 @@ impl Repl {
             .count()
     }
 
+    /// How many replicas must acknowledge a `replicated` write: `min-replicas-to-write`, at least 1.
+    pub fn replicas_needed(&self) -> usize {
+        self.settings
+            .min_replicas_to_write
+            .load(Ordering::Relaxed)
+            .max(1) as usize
+    }
+
+    /// Whether a `replicated` write can be acknowledged at all: this is a primary with enough
+    /// replicas online.
+    pub fn can_replicate(&self) -> bool {
+        self.is_active() && !self.is_replica() && self.online() >= self.replicas_needed()
+    }
+
+    /// Replicas online (past their full sync).
+    pub fn online(&self) -> usize {
+        self.inner
+            .lock()
+            .replicas
+            .iter()
+            .filter(|r| r.state() == LinkState::Online)
+            .count()
+    }
+
+    /// Hold a `replicated` write's reply until [`Repl::replicas_needed`] replicas acknowledged
+    /// `offset`. False — the reply must not be sent, and the connection is closed — when fewer
+    /// replicas than that remain online, or the connection is killed: a write is acknowledged
+    /// at `replicated` only once replicas have it.
+    pub async fn wait_replicated(&self, handle: &ClientHandle, offset: u64) -> bool {
+        let needed = self.replicas_needed();
+        loop {
+            let notified = self.acked.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.acked_at_least(offset) >= needed {
+                return true;
+            }
+            if self.online() < needed {
+                return false;
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = handle.killed() => return false,
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
     /// Replicas online that acknowledged within `max_lag_s` seconds (`min-replicas-max-lag`).
     pub fn good_replicas(&self, max_lag_s: u64) -> usize {
         let now = gradus_store::now_ms();

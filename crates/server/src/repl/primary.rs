@@ -48,6 +48,39 @@ pub async fn ping_task(shared: Arc<Shared>) {
     }
 }
 
+/// Active expiry on a primary with a backlog: reclaim expired keys and stream a DEL of each to
+/// the replicas (which never expire keys on their own clock, as Redis' replicas), in one record
+/// per keyspace. Runs under the store gate (shared) and the write-order lock, as a write does, so
+/// the DEL takes its place in the stream after every write that reached memory before it and
+/// before any that follows (a key written again after it expired is not deleted by it). Not
+/// logged: a replay of the log expires keys by the records' clocks by itself. Returns how many
+/// keys it reclaimed.
+pub fn sweep_and_stream(shared: &Shared, now_ms: u64, budget_per_shard: usize) -> usize {
+    let _gate = shared.store.shared(0);
+    let _order = shared.write_order.lock();
+    let limits = replica_limits(shared);
+    let mut removed = 0;
+    for (db, keyspace) in shared.store.keyspaces().iter().enumerate() {
+        let keys = keyspace.sweep_expired_keys(now_ms, budget_per_shard);
+        if keys.is_empty() {
+            continue;
+        }
+        removed += keys.len();
+        let commands: Vec<crate::persist::record::LoggedCommand> = keys
+            .into_iter()
+            .map(|key| crate::persist::record::LoggedCommand {
+                db,
+                args: vec![Bytes::from_static(b"DEL"), key],
+            })
+            .collect();
+        for chunk in commands.chunks(1024) {
+            let payload = crate::persist::record::encode_commands(now_ms, chunk);
+            shared.repl.feed_record(&payload, limits);
+        }
+    }
+    removed
+}
+
 /// The `replica` class of `client-output-buffer-limit`.
 pub fn replica_limits(shared: &Shared) -> crate::pubsub::ClassLimits {
     shared
