@@ -491,3 +491,22 @@ def test_a_replicated_write_whose_replica_goes_away_is_not_acknowledged(gradus_f
     reader.join(15)
     assert not reader.is_alive()
     assert "error" in outcome, outcome
+
+
+def test_writes_on_a_writable_replica_stay_local_and_keep_its_offset_the_primarys(gradus_factory, tmp_path):
+    """Regression: a local write on a replica with replica-read-only no was fed to the replica's
+    own backlog, so its offset no longer matched its primary's stream."""
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    r = client(replica)
+    r.config_set("replica-read-only", "no")
+    assert r.set("local-only", "1")
+    p = client(primary)
+    for i in range(10):
+        p.set(f"k{i}", i)
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    time.sleep(1.2)  # a ping or two more
+    wait_synced(primary, replica)
+    assert info(replica)["master_repl_offset"] == info(replica)["slave_repl_offset"]
+    assert info(replica)["master_link_status"] == "up"
+    assert "panicked" not in replica.stderr_text()
+    assert p.get("local-only") is None

@@ -228,10 +228,11 @@ impl OpenRecord {
     }
 }
 
-/// Whether writes by `client` are streamed now (a backlog exists, and the write is not the
-/// primary's own record being applied on a replica: the replica task streams those as they came).
+/// Whether writes by `client` are streamed now: a backlog exists, and this is a primary (on a
+/// replica the replica task streams its primary's records as they came; a write of its own
+/// clients, when `replica-read-only` is no, stays local, as in Redis).
 fn replicates(shared: &Shared, client: &ClientState) -> bool {
-    shared.repl.is_active() && !client.from_primary
+    shared.repl.is_active() && !client.from_primary && !shared.repl.is_replica()
 }
 
 /// Refuse a write from a client of a read-only replica, or on a primary short of good replicas.

@@ -210,6 +210,8 @@ pub struct Repl {
     /// Whether a backlog exists (set when the first replica connects, or on a replica): the
     /// write path then encodes and streams writes of `none` keyspaces too.
     active: AtomicBool,
+    /// Whether `role` is a replica (read on every write; `role` holds the details).
+    replica: AtomicBool,
     inner: Mutex<Inner>,
     pub settings: Arc<ReplSettings>,
     pub role: Mutex<Role>,
@@ -289,6 +291,7 @@ impl Repl {
     pub fn new(fingerprint: String, settings: Arc<ReplSettings>) -> Repl {
         Repl {
             active: AtomicBool::new(false),
+            replica: AtomicBool::new(false),
             inner: Mutex::new(Inner {
                 replid: new_id(),
                 replid2: "0".repeat(40),
@@ -347,7 +350,15 @@ impl Repl {
     }
 
     pub fn is_replica(&self) -> bool {
-        matches!(*self.role.lock(), Role::Replica { .. })
+        self.replica.load(Ordering::Relaxed)
+    }
+
+    /// Change the role (REPLICAOF).
+    pub fn set_role(&self, role: Role) {
+        let mut current = self.role.lock();
+        self.replica
+            .store(matches!(role, Role::Replica { .. }), Ordering::Relaxed);
+        *current = role;
     }
 
     /// Create the backlog if there is none (the first replica connects; a replica follows).

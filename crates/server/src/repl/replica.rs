@@ -39,16 +39,17 @@ const LINK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// any, is stopped, and a task follows the new primary.
 pub fn follow(shared: &Arc<Shared>, host: String, port: u16) {
     let repl = &shared.repl;
-    *repl.role.lock() = Role::Replica {
+    repl.set_role(Role::Replica {
         host: host.clone(),
         port,
-    };
+    });
     repl.activate();
     let epoch = repl.link_epoch.fetch_add(1, Ordering::AcqRel) + 1;
     *repl.link.lock() = super::MasterLink {
         state: "connect",
         last_io_ms: 0,
-        down_since_ms: gradus_store::now_ms(),
+        // -1 in INFO until the link has been up once, as Redis.
+        down_since_ms: 0,
         last_error: String::new(),
     };
     // Its own replicas follow a new history from here on.
@@ -69,7 +70,7 @@ pub fn promote(shared: &Shared) {
     if let Some(task) = repl.link_task.lock().take() {
         task.abort();
     }
-    *repl.role.lock() = Role::Primary;
+    repl.set_role(Role::Primary);
     repl.sync_in_progress.store(false, Ordering::Relaxed);
     repl.shift_id();
     // Its replicas reconnect and continue with the new id.
@@ -88,7 +89,7 @@ async fn run(shared: Arc<Shared>, host: String, port: u16, epoch: u64) {
         }
         {
             let mut link = shared.repl.link.lock();
-            if link.state == "connected" || link.down_since_ms == 0 {
+            if link.state == "connected" {
                 link.down_since_ms = gradus_store::now_ms();
             }
             link.state = "connect";
@@ -370,7 +371,13 @@ async fn follow_stream(
                     .repl
                     .feed_frame(stream::encode(stream::KIND_PING, b""), limits),
             };
-            debug_assert_eq!(fed, offset, "the replica's offset is the primary's");
+            if fed != offset {
+                // Something else was streamed here (cannot happen: a replica streams only what
+                // its primary sends); resync rather than serve its replicas a wrong history.
+                return Err(format!(
+                    "replication offset {fed} here differs from the primary's {offset}; resyncing"
+                ));
+            }
             shared.repl.applied_offset.store(offset, Ordering::Relaxed);
         }
         if !current() {
