@@ -510,3 +510,37 @@ def test_writes_on_a_writable_replica_stay_local_and_keep_its_offset_the_primary
     assert info(replica)["master_link_status"] == "up"
     assert "panicked" not in replica.stderr_text()
     assert p.get("local-only") is None
+
+
+def test_writes_racing_the_first_replicas_connection_all_reach_it(gradus_factory, tmp_path):
+    """Regression: whether a write is streamed was decided before it took the store gate, so a
+    write begun just before the first replica connected was neither in the replica's snapshot
+    nor in the stream. Writers keep incrementing counters (a `none` and a logged keyspace) while
+    a replica connects; every increment must arrive."""
+    import threading
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
+    replica = gradus_factory("--config", config(tmp_path, name="replica.toml"), name="replica")
+    stop = threading.Event()
+    errors = []
+
+    def writer(db: int, key: str):
+        c = client(primary, db)
+        try:
+            while not stop.is_set():
+                c.incr(key)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(db, f"counter{i}")) for i in range(2) for db in (0, 1)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    client(replica).execute_command("REPLICAOF", primary.host, primary.port)
+    wait_link_up(replica)
+    time.sleep(0.3)
+    stop.set()
+    for t in threads:
+        t.join(10)
+    assert not errors, errors
+    assert client(primary).execute_command("WAIT", 1, 5000) == 1
+    assert_converged(primary, replica)

@@ -385,6 +385,10 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             let db = client.db;
             crate::quota::make_room(shared, client, db, now_ms)?;
         }
+        // The exclusive hold keeps every other writer out (each holds the gate shared while
+        // it holds the write-order lock): no write-order lock is needed under it. Whether it is
+        // streamed is decided under it (a replica's full sync arms its snapshot under it).
+        let gate = shared.store.exclusive();
         client.record = Some(OpenRecord {
             runs_others: true,
             ..OpenRecord::new(now_ms, Durability::None, replicates(shared, client))
@@ -393,9 +397,7 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             shared,
             client,
             degree: Durability::None,
-            // The exclusive hold keeps every other writer out (each holds the gate shared while
-            // it holds the write-order lock): no write-order lock is needed under it.
-            gate: Gate::Exclusive(shared.store.exclusive()),
+            gate: Gate::Exclusive(gate),
             order: None,
         })
     }
@@ -431,11 +433,12 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
         if grows && !client.from_primary {
             crate::quota::make_room(shared, client, db, now_ms)?;
         }
+        let keyspace = shared.store.db(db).expect("the selected keyspace exists");
+        let gate = shared.store.shared(client.id);
+        // Decided under the gate, as for a lone write (see `lock`).
         let replicate = replicates(shared, client);
         let logged =
             replicate || degree(shared, client, Scope::Keyspace(db)).is_ok_and(|d| d.is_logged());
-        let keyspace = shared.store.db(db).expect("the selected keyspace exists");
-        let gate = shared.store.shared(client.id);
         let held = loop {
             let order = logged.then(|| shared.write_order.lock());
             let attempt = keyspace.try_hold(keys.iter().map(|k| k.as_ref()));
@@ -474,11 +477,18 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
         self.degree.is_logged()
     }
 
-    /// Take the gate (shared) and, for a logged write, the write-order lock.
+    /// Take the gate (shared) and, for a logged or streamed write, the write-order lock.
+    /// Whether the write is streamed is decided here, under the gate: a replica's full sync
+    /// creates the backlog and arms its snapshot under the exclusive gate, so a write is either
+    /// in that snapshot or streamed after it (decided before the gate, a write begun just before
+    /// the first replica connected would be in neither).
     fn lock(&mut self) {
         if matches!(self.gate, Gate::Pending) {
             self.gate = Gate::Shared(self.shared.store.shared(self.client.id));
-            let replicate = self.client.record.as_ref().is_some_and(|r| r.replicate);
+            let replicate = replicates(self.shared, self.client);
+            if let Some(record) = self.client.record.as_mut() {
+                record.replicate = replicate;
+            }
             self.order =
                 (self.degree.is_logged() || replicate).then(|| self.shared.write_order.lock());
         }
@@ -502,19 +512,17 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
     ) -> Result<R, WriteError> {
         let logged = self.degree.is_logged();
         let lone = matches!(self.gate, Gate::Pending);
-        let recorded = logged || self.record().replicate;
-        if recorded {
-            let record = self.record();
-            if !record.room.fits(&args) {
-                return Err(WriteError::RecordTooLarge {
-                    len: record.room.len_with(&args),
-                });
-            }
-            if lone {
-                record.encoded = Some(record::encode_command(record.now_ms, db, &args));
-            }
+        // Whether it will be recorded, as far as can be told before the lock (see `lock`).
+        let expected = logged || self.record().replicate;
+        if expected {
+            self.check_and_encode(db, &args, lone)?;
         }
         self.lock();
+        let recorded = logged || self.record().replicate;
+        if recorded && !expected {
+            // The first replica connected in between: encode it now, under the lock.
+            self.check_and_encode(db, &args, lone)?;
+        }
         let result = apply(self.client, &args);
         let record = self.record();
         if recorded && ok(&result) {
@@ -529,6 +537,25 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             record.encoded = None;
         }
         Ok(result)
+    }
+
+    /// The record-size check, and the encoding of a lone command (see `apply_command`).
+    fn check_and_encode(
+        &mut self,
+        db: usize,
+        args: &[Bytes],
+        lone: bool,
+    ) -> Result<(), WriteError> {
+        let record = self.record();
+        if !record.room.fits(args) {
+            return Err(WriteError::RecordTooLarge {
+                len: record.room.len_with(args),
+            });
+        }
+        if lone {
+            record.encoded = Some(record::encode_command(record.now_ms, db, args));
+        }
+        Ok(())
     }
 
     fn record(&mut self) -> &mut OpenRecord {
