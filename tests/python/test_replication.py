@@ -544,3 +544,14 @@ def test_writes_racing_the_first_replicas_connection_all_reach_it(gradus_factory
     assert not errors, errors
     assert client(primary).execute_command("WAIT", 1, 5000) == 1
     assert_converged(primary, replica)
+
+
+def test_replicaof_sent_as_soon_as_the_server_answers_is_taken(gradus_factory, tmp_path):
+    """Regression: the listeners accepted connections before the state REPLICAOF needs to start
+    its link task was set, so a REPLICAOF sent right after start-up answered `replication is
+    not available in this process`."""
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
+    for i in range(3):
+        replica = gradus_factory("--config", config(tmp_path, name=f"replica{i}.toml"), name=f"replica{i}")
+        assert client(replica).execute_command("REPLICAOF", primary.host, primary.port) == b"OK"
+        wait_link_up(replica)

@@ -95,6 +95,8 @@ impl Server {
         let mut shared = Shared::new(config, config_file, tenancy);
         shared.tls = crate::tls::TlsState::new(tls);
         let shared = Arc::new(shared);
+        // Before any listener runs: REPLICAOF starts the link task from it.
+        let _ = shared.repl.shared.set(Arc::downgrade(&shared));
         if !shared.config.aclfile.is_empty() {
             let users = crate::command::acl::read_aclfile(&shared)
                 .map_err(|e| ServerError::Config(format!("aclfile: {e}")))?;
@@ -198,7 +200,6 @@ impl Server {
         ));
         tasks.spawn(expiry_loop(shared.clone()));
         tasks.spawn(crate::repl::primary::ping_task(shared.clone()));
-        let _ = shared.repl.shared.set(Arc::downgrade(&shared));
         if let Some((host, port)) = crate::repl::parse_replicaof(&shared.config.replicaof) {
             crate::repl::replica::follow(&shared, host, port);
         }
