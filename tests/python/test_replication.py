@@ -46,7 +46,7 @@ def start_pair(gradus_factory, tmp_path, replicas: int = 1, primary_extra: str =
 
 
 def client(server, db: int = 0) -> redis.Redis:
-    return redis_client(server, db=db, single_connection_client=True)
+    return redis_client(server, db=db, single_connection_client=True, password=server.password)
 
 
 def info_text(server, section: str) -> str:
@@ -555,3 +555,20 @@ def test_replicaof_sent_as_soon_as_the_server_answers_is_taken(gradus_factory, t
         replica = gradus_factory("--config", config(tmp_path, name=f"replica{i}.toml"), name=f"replica{i}")
         assert client(replica).execute_command("REPLICAOF", primary.host, primary.port) == b"OK"
         wait_link_up(replica)
+
+
+def test_a_replica_authenticates_with_masterauth(gradus_factory, tmp_path):
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), "--requirepass", "s3cret",
+                             name="primary")
+    replica = gradus_factory("--config", config(tmp_path, 'masterauth = "wrong"\n', "replica.toml"),
+                             name="replica")
+    r = client(replica)
+    r.execute_command("REPLICAOF", primary.host, primary.port)
+    error = wait_until(lambda: info(replica).get("master_sync_last_error"), what="the refused AUTH")
+    assert "AUTH" in error, error
+    assert info(replica)["master_link_status"] == "down"
+    r.config_set("masterauth", "s3cret")
+    wait_link_up(replica)
+    client(primary).set("k", "v")
+    wait_synced(primary, replica)
+    assert r.get("k") == b"v"
