@@ -1012,6 +1012,79 @@ mod tests {
         );
     }
 
+    /// The commands of every record streamed since offset 1, each as in `records`.
+    fn streamed(f: &Fixture) -> Vec<Vec<String>> {
+        let mut wire =
+            bytes::BytesMut::from(&f.shared.repl.backlog_from(1).expect("a backlog")[..]);
+        let mut found = Vec::new();
+        while let Some((frame, _)) = crate::repl::stream::decode(&mut wire).expect("frames") {
+            let crate::repl::stream::Frame::Record(body) = frame else {
+                continue;
+            };
+            let Ok(record::Record::Commands { commands, .. }) = record::decode(&body) else {
+                panic!("not a command record");
+            };
+            found.push(
+                commands
+                    .iter()
+                    .map(|c| {
+                        let words: Vec<_> =
+                            c.args.iter().map(|a| String::from_utf8_lossy(a)).collect();
+                        format!("{}:{}", c.db, words.join(" "))
+                    })
+                    .collect(),
+            );
+        }
+        found
+    }
+
+    #[test]
+    fn without_a_backlog_a_none_write_builds_no_record() {
+        let mut f = Fixture::new();
+        f.client.db = 1;
+        set(&mut f, "SET cache v", true).unwrap();
+        assert_eq!(f.shared.repl.offset(), 0);
+        assert!(f.shared.repl.backlog_from(1).is_none());
+        assert!(f.records().is_empty());
+    }
+
+    #[test]
+    fn with_a_backlog_every_write_is_streamed_and_only_logged_ones_are_logged() {
+        let mut f = Fixture::new();
+        f.shared.repl.activate();
+        set(&mut f, "SET a 1", true).unwrap();
+        f.client.db = 1;
+        set(&mut f, "SET cache v", true).unwrap();
+        set(&mut f, "SET failed v", false).unwrap();
+        f.client.db = 0;
+        // A MULTI across both keyspaces: the log gets the logged command, the stream both.
+        let shared = &f.shared;
+        let mut exec = WriteTxn::begin_exclusive(shared, &mut f.client, NOW, false).unwrap();
+        {
+            let client = exec.client();
+            for (db, words) in [(0, "SET s x"), (1, "SET c y")] {
+                client.db = db;
+                let mut txn =
+                    WriteTxn::begin(shared, client, Scope::Keyspace(db), NOW, false).unwrap();
+                txn.apply_command(db, args(words), |_, _| true, |ok| *ok)
+                    .unwrap();
+                txn.commit().unwrap();
+            }
+            client.db = 0;
+        }
+        exec.commit().unwrap();
+        assert_eq!(f.client.repl_offset, f.shared.repl.offset());
+        assert_eq!(
+            streamed(&f),
+            [
+                vec!["0:SET a 1".to_string()],
+                vec!["1:SET cache v".to_string()],
+                vec!["0:SET s x".to_string(), "1:SET c y".to_string()],
+            ]
+        );
+        assert_eq!(f.records(), [["0:SET a 1"], ["0:SET s x"]]);
+    }
+
     #[test]
     fn a_transaction_dropped_without_commit_logs_nothing_and_closes_its_record() {
         let mut f = Fixture::new();

@@ -393,6 +393,11 @@ impl Repl {
         inner.offset
     }
 
+    /// The stream bytes the backlog holds from `offset` on (None: no backlog, or not held).
+    pub fn backlog_from(&self, offset: u64) -> Option<Vec<u8>> {
+        self.inner.lock().backlog.as_ref()?.read_from(offset)
+    }
+
     /// The replication offset now (`master_repl_offset`).
     pub fn offset(&self) -> u64 {
         self.inner.lock().offset
