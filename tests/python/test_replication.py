@@ -572,3 +572,32 @@ def test_a_replica_authenticates_with_masterauth(gradus_factory, tmp_path):
     client(primary).set("k", "v")
     wait_synced(primary, replica)
     assert r.get("k") == b"v"
+
+
+def test_metrics_show_each_replicas_lag(gradus_factory, tmp_path):
+    import http.client
+    import shutil
+    import subprocess
+    from servers import free_port
+    metrics_port = free_port()
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"),
+                             "--metrics-port", str(metrics_port), name="primary")
+    replica = gradus_factory("--config", config(tmp_path, name="replica.toml"), name="replica")
+    client(replica).execute_command("REPLICAOF", primary.host, primary.port)
+    wait_link_up(replica)
+    client(primary).set("k", "v")
+    assert client(primary).execute_command("WAIT", 1, 5000) == 1
+    conn = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=10)
+    conn.request("GET", "/metrics")
+    body = conn.getresponse().read()
+    conn.close()
+    text = body.decode()
+    label = f'replica="127.0.0.1:{replica.port}"'
+    assert f"gradus_replica_lag_bytes{{{label}}}" in text
+    assert f"gradus_replica_ack_age_seconds{{{label}}}" in text
+    assert "gradus_replication_connected_replicas 1" in text
+    assert "gradus_replication_full_syncs_total 1" in text
+    tool = shutil.which("promtool")
+    if tool:
+        result = subprocess.run([tool, "check", "metrics"], input=body, capture_output=True, timeout=30)
+        assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
