@@ -601,3 +601,29 @@ def test_metrics_show_each_replicas_lag(gradus_factory, tmp_path):
     if tool:
         result = subprocess.run([tool, "check", "metrics"], input=body, capture_output=True, timeout=30)
         assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+
+
+def test_a_replica_too_slow_for_its_output_limit_is_dropped_and_fully_resyncs(gradus_factory, tmp_path):
+    """The replica class of client-output-buffer-limit (not normal's) bounds a replica's link: a
+    replica that stops reading is dropped once its queue passes the hard limit, and, the backlog
+    having moved on too, it must fully resync when it comes back. Regression: the link waited in
+    its socket write, where being dropped did not reach it, so it was never dropped."""
+    import signal
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p = client(primary)
+    p.config_set("client-output-buffer-limit", "replica 1mb 0 0")
+    p.config_set("repl-backlog-size", "256kb")
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        value = "x" * 10_000
+        pipe = p.pipeline(transaction=False)
+        for i in range(1000):  # ~10 MB: past the socket buffers and the 1 MiB limit
+            pipe.set(f"big:{i}", value)
+        pipe.execute()
+        wait_until(lambda: info(primary)["connected_slaves"] == "0", what="the slow replica dropped")
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    wait_link_up(replica)
+    assert_converged(primary, replica, dbs=(0,))
+    stats = info(primary, "stats")
+    assert stats["sync_full"] == "2", stats

@@ -250,8 +250,15 @@ where
             out.extend_from_slice(&frame);
         }
         if !out.is_empty() {
-            writer.write_all(&out).await?;
-            writer.flush().await?;
+            // A replica that does not read is dropped (over its output limit) while this
+            // waits: stop writing then.
+            tokio::select! {
+                written = async {
+                    writer.write_all(&out).await?;
+                    writer.flush().await
+                } => written?,
+                _ = link.handle.killed() => {}
+            }
             out.clear();
         }
         if link.dropped.load(Ordering::Relaxed) {
