@@ -123,7 +123,7 @@ pub async fn serve<S: ClientStream>(
                     );
                     let mut out = format!("+CONTINUE {replid}\r\n").into_bytes();
                     out.extend_from_slice(&missing);
-                    writer.write_all(&out).await?;
+                    write_out(&mut writer, &out, &link).await?;
                     true
                 }
                 Resync::Full => {
@@ -182,9 +182,12 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
         )
     };
     tracing::info!(client = link.handle.id, offset, "full resync of a replica");
-    writer
-        .write_all(format!("+FULLRESYNC {replid} {offset}\r\n").as_bytes())
-        .await?;
+    write_out(
+        writer,
+        format!("+FULLRESYNC {replid} {offset}\r\n").as_bytes(),
+        link,
+    )
+    .await?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(1024);
     let walker = {
         let shared = shared.clone();
@@ -218,15 +221,29 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
     while let Some(frame) = rx.recv().await {
         out.extend_from_slice(&frame);
         if out.len() >= 64 * 1024 {
-            writer.write_all(&out).await?;
+            write_out(writer, &out, link).await?;
             out.clear();
         }
     }
     let count = walker.await.map_err(std::io::Error::other)?;
     out.extend_from_slice(&stream::end(count));
-    writer.write_all(&out).await?;
-    writer.flush().await?;
-    Ok(())
+    write_out(writer, &out, link).await
+}
+
+/// Write `bytes`, unless the link is killed first (dropped over its output limit, CLIENT KILL,
+/// shutdown): a replica that stops reading must not hold its connection's task in a write.
+async fn write_out<W: tokio::io::AsyncWrite + Unpin>(
+    writer: &mut W,
+    bytes: &[u8],
+    link: &ReplicaLink,
+) -> std::io::Result<()> {
+    tokio::select! {
+        written = async {
+            writer.write_all(bytes).await?;
+            writer.flush().await
+        } => written,
+        _ = link.handle.killed() => Err(std::io::Error::other("replica link killed")),
+    }
 }
 
 /// Write what the write path queues for the link; read its acknowledgements.
@@ -252,13 +269,7 @@ where
         if !out.is_empty() {
             // A replica that does not read is dropped (over its output limit) while this
             // waits: stop writing then.
-            tokio::select! {
-                written = async {
-                    writer.write_all(&out).await?;
-                    writer.flush().await
-                } => written?,
-                _ = link.handle.killed() => {}
-            }
+            write_out(writer, &out, link).await?;
             out.clear();
         }
         if link.dropped.load(Ordering::Relaxed) {
