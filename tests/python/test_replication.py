@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import pytest
 import redis
 
-from resp import Err, RawClient
+from resp import Err, RawClient, Simple
 from servers import redis_client
 
 NONE_DB1 = '[durability]\ndefault = "background"\ndatabases = { "1" = "none" }\n'
@@ -627,3 +627,25 @@ def test_a_replica_too_slow_for_its_output_limit_is_dropped_and_fully_resyncs(gr
     assert_converged(primary, replica, dbs=(0,))
     stats = info(primary, "stats")
     assert stats["sync_full"] == "2", stats
+
+
+def test_replica_serve_stale_data_no_refuses_reads_while_the_link_is_down(gradus_factory, tmp_path):
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    client(primary).set("k", "v")
+    wait_synced(primary, replica)
+    r = client(replica)
+    r.config_set("replica-serve-stale-data", "no")
+    assert r.get("k") == b"v", "link up: served"
+    primary.crash()
+    wait_until(lambda: info(replica)["master_link_status"] == "down", what="the link down")
+    raw = RawClient(replica.host, replica.port)
+    try:
+        assert raw.call("GET", "k") == Err(
+            b"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.")
+        assert raw.call("PING") == Simple(b"PONG"), "PING is served, as in Redis"
+        assert raw.call("ROLE")[0] == b"slave"
+    finally:
+        raw.close_all()
+    assert int(info(replica)["master_link_down_since_seconds"]) >= 0
+    r.config_set("replica-serve-stale-data", "yes")
+    assert r.get("k") == b"v"
