@@ -649,3 +649,39 @@ def test_replica_serve_stale_data_no_refuses_reads_while_the_link_is_down(gradus
     assert int(info(replica)["master_link_down_since_seconds"]) >= 0
     r.config_set("replica-serve-stale-data", "yes")
     assert r.get("k") == b"v"
+
+
+LIBRARY = """#!lua name=replib
+redis.register_function('setit', function(keys, args) return redis.call('SET', keys[1], args[1]) end)
+"""
+
+
+def test_function_libraries_reach_replicas_live_and_in_a_full_sync(gradus_factory, tmp_path):
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
+    p = client(primary)
+    p.execute_command("FUNCTION", "LOAD", LIBRARY)
+    early = gradus_factory("--config", config(tmp_path, name="early.toml"), name="early")
+    client(early).execute_command("REPLICAOF", primary.host, primary.port)
+    wait_link_up(early)
+    p.execute_command("FCALL", "setit", 1, "fk", "fv")
+    p.execute_command("FUNCTION", "LOAD", "REPLACE", LIBRARY.replace("setit", "setit2"))
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    late = gradus_factory("--config", config(tmp_path, name="late.toml"), name="late")
+    client(late).execute_command("REPLICAOF", primary.host, primary.port)
+    wait_link_up(late)
+    wait_synced(primary, late)
+    for replica in (early, late):
+        r = client(replica)
+        assert r.get("fk") == b"fv"
+        names = [f[1] for lib in r.execute_command("FUNCTION", "LIST") for f in lib[5]]
+        assert names == [b"setit2"], names
+
+
+def test_a_full_sync_replaces_the_replicas_own_function_libraries(gradus_factory, tmp_path):
+    """Regression: a full sync cleared the keyspaces but kept the replica's own libraries."""
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
+    replica = gradus_factory("--config", config(tmp_path, name="replica.toml"), name="replica")
+    client(replica).execute_command("FUNCTION", "LOAD", LIBRARY.replace("replib", "ownlib"))
+    client(replica).execute_command("REPLICAOF", primary.host, primary.port)
+    wait_link_up(replica)
+    assert client(replica).execute_command("FUNCTION", "LIST") == []

@@ -305,6 +305,9 @@ fn load_full(shared: &Shared, items: &[Bytes]) -> Result<(), String> {
         let _exclusive = shared.store.exclusive();
         let old: Vec<_> = shared.store.keyspaces().iter().map(|k| k.flush()).collect();
         crate::command::server::dispose(old);
+        // The primary's function libraries replace this server's (the snapshot carries them).
+        shared.functions.clear();
+        crate::command::scripting::libraries_changed();
     }
     crate::persist::replay::load_items_into(shared, items, true)?;
     if shared.persist.log.get().is_some() {
