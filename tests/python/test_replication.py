@@ -685,3 +685,21 @@ def test_a_full_sync_replaces_the_replicas_own_function_libraries(gradus_factory
     client(replica).execute_command("REPLICAOF", primary.host, primary.port)
     wait_link_up(replica)
     assert client(replica).execute_command("FUNCTION", "LIST") == []
+
+
+def test_a_replica_of_a_replica_follows_the_chain(gradus_factory, tmp_path):
+    """A replica streams its primary's records, as they came, to its own replicas (same offsets)."""
+    primary, (middle,) = start_pair(gradus_factory, tmp_path)
+    client(primary).set("before", "1")
+    client(primary, 1).set("cache-before", "1")
+    wait_synced(primary, middle)
+    leaf = gradus_factory("--config", config(tmp_path, name="leaf.toml"), name="leaf")
+    client(leaf).execute_command("REPLICAOF", middle.host, middle.port)
+    wait_link_up(leaf)
+    client(primary).set("after", "2")
+    client(primary, 1).set("cache-after", "2")
+    assert client(primary).execute_command("WAIT", 1, 5000) == 1
+    wait_synced(primary, leaf)
+    assert_converged(primary, leaf)
+    assert info(leaf)["master_replid"] == info(primary)["master_replid"]
+    assert client(leaf).execute_command("ROLE")[:3] == [b"slave", b"127.0.0.1", middle.port]
