@@ -703,3 +703,21 @@ def test_a_replica_of_a_replica_follows_the_chain(gradus_factory, tmp_path):
     assert_converged(primary, leaf)
     assert info(leaf)["master_replid"] == info(primary)["master_replid"]
     assert client(leaf).execute_command("ROLE")[:3] == [b"slave", b"127.0.0.1", middle.port]
+
+
+def test_a_full_sync_loads_a_value_split_over_several_items_across_load_batches(gradus_factory, tmp_path):
+    """A hash of 20 MB is sent as several snapshot items (parts of at most 8 MiB); the replica
+    loads the snapshot in batches as it arrives, so later parts land in a later batch."""
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
+    p = client(primary)
+    field = "f" * 4000
+    pipe = p.pipeline(transaction=False)
+    for i in range(5000):
+        pipe.hset("big", f"{i}", field)
+    pipe.execute()
+    replica = gradus_factory("--config", config(tmp_path, name="replica.toml"),
+                             "--replicaof", f"{primary.host} {primary.port}", name="replica")
+    wait_link_up(replica, timeout=60)
+    r = client(replica)
+    assert r.hlen("big") == 5000
+    assert r.hget("big", "4999") == field.encode()

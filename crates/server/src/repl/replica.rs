@@ -247,12 +247,15 @@ async fn session(
         PsyncReply::Full { replid, offset } => {
             shared.repl.link.lock().state = "sync";
             shared.repl.sync_in_progress.store(true, Ordering::Relaxed);
-            let items = receive_snapshot(shared, &mut link).await?;
+            // A replica cut off half-way through the load must not continue from its old
+            // offset with what it has: a fresh id makes its next PSYNC a full one.
+            shared.repl.adopt(&super::new_id(), 0);
+            receive_snapshot(shared, &mut link).await?;
             if !current() {
                 return Ok(());
             }
             let loader = shared.clone();
-            tokio::task::spawn_blocking(move || load_full(&loader, &items))
+            tokio::task::spawn_blocking(move || snapshot_own_log(&loader))
                 .await
                 .map_err(|e| format!("loading the snapshot: {e}"))??;
             shared.repl.adopt(&replid, offset);
@@ -278,38 +281,67 @@ async fn session(
     follow_stream(shared, &mut link, current).await
 }
 
-/// Read ITEM frames up to the END frame.
-async fn receive_snapshot(shared: &Shared, link: &mut Link) -> Result<Vec<Bytes>, String> {
-    let mut items = Vec::new();
+/// Items loaded at once while a snapshot arrives (and their bytes): the load keeps up with the
+/// link without holding the whole snapshot in memory.
+const LOAD_BATCH_ITEMS: usize = 8192;
+const LOAD_BATCH_BYTES: usize = 16 << 20;
+
+/// Replace every keyspace's contents with the snapshot's: clear them, then load ITEM frames in
+/// batches as they arrive (a value split over several items may span batches: the loader adds
+/// later parts to what it loaded), up to the END frame, whose count must match.
+async fn receive_snapshot(shared: &Arc<Shared>, link: &mut Link) -> Result<(), String> {
+    let clearing = shared.clone();
+    tokio::task::spawn_blocking(move || clear_all(&clearing))
+        .await
+        .map_err(|e| format!("clearing the keyspaces: {e}"))?;
+    let load = |batch: Vec<Bytes>| {
+        let loader = shared.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                crate::persist::replay::load_items_into(&loader, &batch, true)
+            })
+            .await
+            .map_err(|e| format!("loading the snapshot: {e}"))?
+        }
+    };
+    let (mut batch, mut batch_bytes, mut count) = (Vec::new(), 0usize, 0u64);
     loop {
         match link.frame(shared).await?.0 {
-            Frame::Item(item) => items.push(item),
-            Frame::End { items: count } => {
-                if count != items.len() as u64 {
+            Frame::Item(item) => {
+                count += 1;
+                batch_bytes += item.len();
+                batch.push(item);
+                if batch.len() >= LOAD_BATCH_ITEMS || batch_bytes >= LOAD_BATCH_BYTES {
+                    load(std::mem::take(&mut batch)).await?;
+                    batch_bytes = 0;
+                }
+            }
+            Frame::End { items } => {
+                load(batch).await?;
+                if items != count {
                     return Err(format!(
-                        "snapshot ended after {} items, the primary sent {count}",
-                        items.len()
+                        "snapshot ended after {count} items, the primary sent {items}"
                     ));
                 }
-                return Ok(items);
+                return Ok(());
             }
             other => return Err(format!("unexpected frame in a snapshot: {other:?}")),
         }
     }
 }
 
-/// Replace every keyspace's contents with the snapshot's, then make the logged ones durable in
-/// this server's own log with a snapshot of it.
-fn load_full(shared: &Shared, items: &[Bytes]) -> Result<(), String> {
-    {
-        let _exclusive = shared.store.exclusive();
-        let old: Vec<_> = shared.store.keyspaces().iter().map(|k| k.flush()).collect();
-        crate::command::server::dispose(old);
-        // The primary's function libraries replace this server's (the snapshot carries them).
-        shared.functions.clear();
-        crate::command::scripting::libraries_changed();
-    }
-    crate::persist::replay::load_items_into(shared, items, true)?;
+/// Empty every keyspace and forget the function libraries (the snapshot carries the primary's).
+fn clear_all(shared: &Shared) {
+    let _exclusive = shared.store.exclusive();
+    let old: Vec<_> = shared.store.keyspaces().iter().map(|k| k.flush()).collect();
+    crate::command::server::dispose(old);
+    shared.functions.clear();
+    crate::command::scripting::libraries_changed();
+}
+
+/// After a full load, make the logged keyspaces durable in this server's own log with a snapshot
+/// of it (the `none` ones never reach it).
+fn snapshot_own_log(shared: &Shared) -> Result<(), String> {
     if shared.persist.log.get().is_some() {
         // A log snapshot running now holds the store's one armed snapshot: take turns.
         loop {
