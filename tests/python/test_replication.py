@@ -721,3 +721,16 @@ def test_a_full_sync_loads_a_value_split_over_several_items_across_load_batches(
     r = client(replica)
     assert r.hlen("big") == 5000
     assert r.hget("big", "4999") == field.encode()
+
+
+def test_config_get_replicaof_shows_the_role_in_force_and_config_set_refuses_it(gradus_factory, tmp_path):
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    r = client(replica)
+    assert r.config_get("replicaof") == {"replicaof": f"{primary.host} {primary.port}"} or \
+        r.config_get("replicaof") == {b"replicaof": f"{primary.host} {primary.port}".encode()}
+    with pytest.raises(redis.exceptions.ResponseError,
+                       match="CONFIG SET failed \\(possibly related to argument 'replicaof'\\) - can't set immutable config"):
+        r.config_set("replicaof", "127.0.0.1 1")
+    assert info(replica)["master_port"] == str(primary.port)
+    r.execute_command("REPLICAOF", "NO", "ONE")
+    assert list(r.config_get("replicaof").values()) in ([""], [b""])

@@ -666,8 +666,11 @@ pub static SETTINGS: &[Setting] = &[
         flag: None, live: live_u64!(tracking_table_max_keys), field: field!(tracking_table_max_keys),
         doc: "Most keys the client-side caching table (CLIENT TRACKING) remembers; past it the oldest are invalidated and forgotten; 0: no limit." },
     Setting { name: "replicaof", section: Section::Top, key: "replicaof", kind: Kind::Text, default: "",
-        flag: flag("\"HOST PORT\""), live: None, field: field!(replicaof),
-        doc: "Start as a replica of this primary (\"host port\"); REPLICAOF changes it at run time (see README, Replication)." },
+        flag: flag("\"HOST PORT\""), field: field!(replicaof),
+        // CONFIG GET shows the role in force (REPLICAOF changes it); CONFIG SET refuses it with
+        // Redis' words, as Redis does.
+        live: Some(Live { get: |l| Value::Text(l.repl.replicaof.lock().clone()), set: |l, v| *l.repl.replicaof.lock() = v.text(), apply: Some(|_| Err("can't set immutable config".into())) }),
+        doc: "Start as a replica of this primary (\"host port\"); CONFIG GET shows the one followed now (REPLICAOF changes it, CONFIG SET may not, as in Redis; see README, Replication)." },
     Setting { name: "masterauth", section: Section::Top, key: "masterauth", kind: Kind::Text, default: "",
         flag: flag("PASSWORD"), field: field!(masterauth),
         live: Some(Live { get: |l| Value::Text(l.repl.masterauth.lock().clone()), set: |l, v| *l.repl.masterauth.lock() = v.text(), apply: None }),

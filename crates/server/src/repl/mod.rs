@@ -40,6 +40,9 @@ use std::sync::Arc;
 /// The replication settings `CONFIG SET` may change (rows of the settings table read and set
 /// these).
 pub struct ReplSettings {
+    /// `replicaof` as it is now ("host port", or empty on a primary): REPLICAOF changes it;
+    /// CONFIG SET may not (as Redis).
+    pub replicaof: Mutex<String>,
     pub masterauth: Mutex<String>,
     pub masteruser: Mutex<String>,
     pub read_only: AtomicBool,
@@ -56,6 +59,7 @@ pub struct ReplSettings {
 impl Default for ReplSettings {
     fn default() -> Self {
         ReplSettings {
+            replicaof: Mutex::new(String::new()),
             masterauth: Mutex::new(String::new()),
             masteruser: Mutex::new(String::new()),
             read_only: AtomicBool::new(true),

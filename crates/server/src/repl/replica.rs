@@ -43,6 +43,7 @@ pub fn follow(shared: &Arc<Shared>, host: String, port: u16) {
         host: host.clone(),
         port,
     });
+    *repl.settings.replicaof.lock() = format!("{host} {port}");
     repl.activate();
     let epoch = repl.link_epoch.fetch_add(1, Ordering::AcqRel) + 1;
     *repl.link.lock() = super::MasterLink {
@@ -71,6 +72,7 @@ pub fn promote(shared: &Shared) {
         task.abort();
     }
     repl.set_role(Role::Primary);
+    repl.settings.replicaof.lock().clear();
     repl.sync_in_progress.store(false, Ordering::Relaxed);
     repl.shift_id();
     // Its replicas reconnect and continue with the new id.
