@@ -734,3 +734,29 @@ def test_config_get_replicaof_shows_the_role_in_force_and_config_set_refuses_it(
     assert info(replica)["master_port"] == str(primary.port)
     r.execute_command("REPLICAOF", "NO", "ONE")
     assert list(r.config_get("replicaof").values()) in ([""], [b""])
+
+
+def test_tenants_replicate_into_their_own_keyspaces(gradus_factory, tmp_path):
+    """With [[tenants]] on both nodes (the same layout), the replica authenticates as an admin
+    user (masteruser/masterauth) and each tenant's writes land in that tenant's keyspaces."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "tenants.toml"
+    primary = gradus_factory("--config", str(example), name="primary")
+    replica_config = tmp_path / "replica.toml"
+    replica_config.write_text(example.read_text().replace(
+        'dir = "./gradus-data"', 'dir = "./gradus-data"\nmasteruser = "admin"\nmasterauth = "admin-pass"'))
+    replica = gradus_factory("--config", str(replica_config), name="replica")
+
+    def as_user(server, user, db=0):
+        return redis_client(server, db=db, username=user, password=f"{user}-pass",
+                            single_connection_client=True)
+
+    admin = as_user(replica, "admin")
+    assert admin.execute_command("REPLICAOF", primary.host, primary.port) == b"OK"
+    wait_until(lambda: admin.info("replication").get("master_link_status") == "up", what="the link")
+    as_user(primary, "alpha").set("who", "alpha")
+    as_user(primary, "beta").set("who", "beta")
+    as_user(primary, "beta", 1).set("cached", "beta-cache")
+    wait_until(lambda: as_user(replica, "beta", 1).get("cached") == b"beta-cache", what="beta's cache")
+    assert as_user(replica, "alpha").get("who") == b"alpha"
+    assert as_user(replica, "beta").get("who") == b"beta"
+    assert as_user(replica, "alpha", 1).get("cached") is None
