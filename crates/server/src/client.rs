@@ -176,6 +176,9 @@ pub struct ClientState {
     pub from_primary: bool,
     /// The replication offset after this connection's last streamed write (WAIT waits for it).
     pub repl_offset: u64,
+    /// The replication offset a `replicated` write among the pending replies waits for replicas
+    /// to acknowledge before they are written (0: none), as `strict_lsn` for the fsync.
+    pub replicated_offset: u64,
     /// Set by PSYNC/SYNC: the connection becomes a replica's link once this reply is sent.
     pub repl_takeover: Option<crate::repl::primary::PsyncRequest>,
     /// What the replica said with REPLCONF listening-port / ip-address.
@@ -220,6 +223,7 @@ impl ClientState {
             reply_queued: false,
             from_primary: false,
             repl_offset: 0,
+            replicated_offset: 0,
             repl_takeover: None,
             repl_listening_port: 0,
             repl_announced_ip: None,
@@ -580,7 +584,9 @@ impl ClientHandle {
         let redir = self.tracking_redirect.load(Ordering::Relaxed);
         let durability = match self.durability.load(Ordering::Relaxed) {
             0 => "default",
-            n => gradus_log::Durability::ALL[(n as usize - 1).min(3)].as_str(),
+            n => gradus_log::Durability::ALL
+                [(n as usize - 1).min(gradus_log::Durability::ALL.len() - 1)]
+            .as_str(),
         };
         let mem = &self.mem;
         let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);

@@ -307,6 +307,17 @@ pub(crate) async fn flush<S: ClientStream>(
             }
         }
     }
+    if client.replicated_offset > 0 {
+        let offset = std::mem::take(&mut client.replicated_offset);
+        if !shared.repl.wait_replicated(&client.handle, offset).await {
+            tracing::error!(
+                client = client.id,
+                "replicated write not acknowledged by enough replicas; closing without acknowledging"
+            );
+            wbuf.clear();
+            return false;
+        }
+    }
     client.take_pushes(wbuf);
     if wbuf.is_empty() {
         return true;

@@ -520,7 +520,7 @@ const KNOB_BYTES: Kind = Kind::Size {
     max: UNBOUNDED,
 };
 const TLS_AUTH_CLIENTS: Kind = Kind::Enum(&["no", "yes", "optional"]);
-const DEGREES: Kind = Kind::Enum(&["none", "lazy", "background", "strict"]);
+const DEGREES: Kind = Kind::Enum(&["none", "lazy", "background", "strict", "replicated"]);
 
 /// Every scalar setting, in the order `--print-config`, `CONFIG GET *` and the README list them.
 #[rustfmt::skip]
@@ -673,8 +673,11 @@ pub static SETTINGS: &[Setting] = &[
         flag: None, live: live_u64!(tracking_table_max_keys), field: field!(tracking_table_max_keys),
         doc: "Most keys the client-side caching table (CLIENT TRACKING) remembers; past it the oldest are invalidated and forgotten; 0: no limit." },
     Setting { name: "replicaof", section: Section::Top, key: "replicaof", kind: Kind::Text, default: "",
-        flag: flag("\"HOST PORT\""), live: None, field: field!(replicaof),
-        doc: "Start as a replica of this primary (\"host port\"); REPLICAOF changes it at run time (see README, Replication)." },
+        flag: flag("\"HOST PORT\""), field: field!(replicaof),
+        // CONFIG GET shows the role in force (REPLICAOF changes it); CONFIG SET refuses it with
+        // Redis' words, as Redis does.
+        live: Some(Live { get: |l| Value::Text(l.repl.replicaof.lock().clone()), set: |l, v| *l.repl.replicaof.lock() = v.text(), apply: Some(|_| Err("can't set immutable config".into())) }),
+        doc: "Start as a replica of this primary (\"host port\"); CONFIG GET shows the one followed now (REPLICAOF changes it, CONFIG SET may not, as in Redis; see README, Replication)." },
     Setting { name: "masterauth", section: Section::Top, key: "masterauth", kind: Kind::Text, default: "",
         flag: flag("PASSWORD"), field: field!(masterauth),
         live: Some(Live { get: |l| Value::Text(l.repl.masterauth.lock().clone()), set: |l, v| *l.repl.masterauth.lock() = v.text(), apply: None }),
@@ -721,7 +724,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Seconds since its last acknowledgement within which a replica counts for min-replicas-to-write." },
     Setting { name: "durability", section: Section::Durability, key: "default", kind: DEGREES, default: "background",
         flag: flag("DEGREE"), live: None, field: field!(durability.default),
-        doc: "Default durability degree of every database: none, lazy, background or strict (see README, Durability)." },
+        doc: "Default durability degree of every database: none, lazy, background, strict or replicated (see README, Durability and Replication)." },
     Setting { name: "lazy-flush-ms", section: Section::Durability, key: "lazy-flush-ms", kind: COUNT, default: "1000",
         flag: None, live: None, field: field!(durability.lazy_flush_ms),
         doc: "lazy: the log is handed to the OS at least this often, in milliseconds." },
@@ -803,7 +806,7 @@ pub static REPORTED: &[(&str, Reported)] = &[
 /// Redis' `appendfsync` value closest to a durability degree.
 fn appendfsync_of(degree: &str) -> &'static str {
     match degree {
-        "strict" => "always",
+        "strict" | "replicated" => "always",
         "background" => "everysec",
         _ => "no",
     }
@@ -1219,7 +1222,7 @@ mod tests {
         assert_eq!(DEGREES.parse("Strict"), Ok(Value::Text("strict".into())));
         assert_eq!(
             DEGREES.parse("x").unwrap_err(),
-            "argument(s) must be one of the following: none, lazy, background, strict"
+            "argument(s) must be one of the following: none, lazy, background, strict, replicated"
         );
         let zf = Kind::EnumOrInt(&["always", "never"]);
         assert_eq!(zf.parse("30"), Ok(Value::Text("30".into())));

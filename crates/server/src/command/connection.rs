@@ -395,7 +395,9 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 return Ok(Frame::ok());
             }
             let degree: gradus_log::Durability = show(&args[2]).parse().map_err(|_| {
-                CmdError::err("durability must be none, lazy, background, strict or default")
+                CmdError::err(
+                    "durability must be none, lazy, background, strict, replicated or default",
+                )
             })?;
             ctx.client.durability = Some(degree);
             let index = gradus_log::Durability::ALL
