@@ -611,7 +611,7 @@ impl ClientHandle {
             + rbs
             + omem;
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} watch={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbp} obl={obl} oll={oll} omem={omem} tot-mem={tot_mem} events=r cmd={} user={} redir={redir} resp={} lib-name={} lib-ver={} durability={}",
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbp} obl={obl} oll={oll} omem={omem} tot-mem={tot_mem} events=r cmd={} user={} redir={redir} resp={} lib-name={} lib-ver={} durability={}",
             self.id,
             self.addr,
             self.laddr,
@@ -624,7 +624,6 @@ impl ClientHandle {
             subs[1],
             subs[2],
             multi,
-            self.watch_count.load(Ordering::Relaxed),
             self.last_cmd.lock(),
             self.user.lock(),
             self.resp.load(Ordering::Relaxed),
