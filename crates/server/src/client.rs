@@ -413,6 +413,8 @@ pub struct ClientHandle {
     pub tracking_redirect: std::sync::atomic::AtomicI64,
     /// It tracks in BCAST mode (CLIENT LIST flag `B`).
     pub tracking_bcast: AtomicBool,
+    /// An invalidation found its redirect target gone (CLIENT LIST flag `R`; see `tracking`).
+    pub tracking_broken: AtomicBool,
     /// Subscriptions to channels, patterns and shard channels (CLIENT LIST sub, psub, ssub).
     pub subs: [AtomicUsize; 3],
     /// The connection's buffers as CLIENT LIST shows them (qbuf, argv-mem …).
@@ -450,6 +452,7 @@ impl ClientHandle {
             mem: ConnectionMemory::default(),
             tracking_redirect: std::sync::atomic::AtomicI64::new(-1),
             tracking_bcast: AtomicBool::new(false),
+            tracking_broken: AtomicBool::new(false),
             role: AtomicU8::new(ClientRole::Normal as u8),
             outbox: Mutex::new(None),
             outbox_closed: AtomicBool::new(false),
@@ -529,9 +532,12 @@ impl ClientHandle {
         if self.multi_len.load(Ordering::Relaxed) >= 0 {
             flags.push('x');
         }
-        // Client-side caching: t(racking), B(CAST), as Redis shows them.
+        // Client-side caching: t(racking), R (broken redirect), B(CAST), as Redis shows them.
         if self.tracking_redirect.load(Ordering::Relaxed) >= 0 {
             flags.push('t');
+            if self.tracking_broken.load(Ordering::Relaxed) {
+                flags.push('R');
+            }
             if self.tracking_bcast.load(Ordering::Relaxed) {
                 flags.push('B');
             }
