@@ -103,6 +103,14 @@ def test_member_length_crosses_the_limit(pair):
     assert encoding(pair, "incr") == b"skiplist"
     same(pair, "ZINCRBY", "incr-short", "2.5", "x")
     assert encoding(pair, "incr-short") == b"listpack"
+    # A new key's pairs with a member twice: the second is an update (the set is built at once
+    # only when its members are distinct).
+    same(pair, "ZADD", "dup", "1", "a", "2", "a", "3", "b")
+    same(pair, "ZADD", "dup-ch", "CH", "GT", "1", "a", "0", "a", "5", "a")
+    same(pair, "ZADD", "dup-nx", "NX", "1", "a", "2", "a")
+    for key in ("dup", "dup-ch", "dup-nx"):
+        same(pair, "ZRANGE", key, "0", "-1", "WITHSCORES")
+        assert encoding(pair, key) == b"listpack"
     # A too-long member that is refused (XX, NX on an existing one) converts nothing.
     same(pair, "ZADD", "xx", "1", "a")
     same(pair, "ZADD", "xx", "XX", "1", "z" * 65)

@@ -292,7 +292,17 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &[Bytes], incr: bool) -> CmdResult {
         let create = outcome
             .is_none()
             .then(|| ZSetValue::sized_for(pairs.len(), pairs[0].1.len(), limits));
+        // On a new key, distinct members are all added as given (NX, GT and LT only refuse
+        // updates): the set is built at once, one allocation for a listpack.
+        let all_new = create.is_some() && distinct_members(&pairs);
         change_zset(&mut shard, key, now, create, |z| {
+            if all_new {
+                z.extend(pairs.iter().map(|&(s, m)| (&m[..], s)), limits);
+                let last = pairs
+                    .last()
+                    .map_or(AddOutcome::Nop, |&(s, _)| AddOutcome::Added(s));
+                return (pairs.len() as i64, 0, last);
+            }
             let (mut added, mut updated, mut last) = (0i64, 0i64, AddOutcome::Nop);
             for &(score, member) in &pairs {
                 // An error is impossible here: it would have been returned by the check above.
@@ -322,6 +332,13 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &[Bytes], incr: bool) -> CmdResult {
     } else {
         Frame::Integer(if opts.ch { added + updated } else { added })
     })
+}
+
+/// Whether no member appears twice among `pairs`.
+fn distinct_members(pairs: &[(f64, &Bytes)]) -> bool {
+    let mut members: Vec<&[u8]> = pairs.iter().map(|(_, m)| &m[..]).collect();
+    members.sort_unstable();
+    members.windows(2).all(|w| w[0] != w[1])
 }
 
 fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
