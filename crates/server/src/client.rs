@@ -159,9 +159,28 @@ pub struct ClientState {
     pub after_reply: Vec<Bytes>,
     /// CLIENT CACHING yes|no: applies to the next command (counted down per command).
     pub caching: Option<(bool, u8)>,
+    /// Keys (global keyspace index, key) the running write found absent, while `new` keyspace
+    /// notifications are on: its first event on one of them is preceded by `new` (see `notify`).
+    pub absent_keys: Vec<(usize, Bytes)>,
+    /// Set while a command runs others as its means (SORT … STORE's DEL and RPUSH): their
+    /// keyspace events are not published, the command publishes its own.
+    pub notify_muted: bool,
+    /// `keymiss` events of the running write's reads (see `CommandSpec::read_keys`), published
+    /// before its first other event, as Redis looks its sources up first.
+    pub pending_misses: Vec<(usize, Bytes)>,
     /// The running command queued its reply in the outbox itself (SUBSCRIBE's confirmations):
     /// the connection writes no other.
     pub reply_queued: bool,
+    /// The replication client of a replica: applies the primary's stream (never read-only,
+    /// never streamed again by the write path: the replica task feeds its backlog itself).
+    pub from_primary: bool,
+    /// The replication offset after this connection's last streamed write (WAIT waits for it).
+    pub repl_offset: u64,
+    /// Set by PSYNC/SYNC: the connection becomes a replica's link once this reply is sent.
+    pub repl_takeover: Option<crate::repl::primary::PsyncRequest>,
+    /// What the replica said with REPLCONF listening-port / ip-address.
+    pub repl_listening_port: u64,
+    pub repl_announced_ip: Option<String>,
 }
 
 impl ClientState {
@@ -195,7 +214,15 @@ impl ClientState {
             tracking: None,
             after_reply: Vec::new(),
             caching: None,
+            absent_keys: Vec::new(),
+            notify_muted: false,
+            pending_misses: Vec::new(),
             reply_queued: false,
+            from_primary: false,
+            repl_offset: 0,
+            repl_takeover: None,
+            repl_listening_port: 0,
+            repl_announced_ip: None,
         }
     }
 
@@ -279,6 +306,46 @@ impl ClientState {
     }
 }
 
+/// What a connection is to this server besides a client of its own: the role the replication
+/// link gives it (Redis' `CLIENT_SLAVE` / `CLIENT_MASTER` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ClientRole {
+    Normal = 0,
+    /// A replica of this server, fed its log.
+    Replica = 1,
+    /// This server's primary (the link a replica follows it by).
+    Master = 2,
+}
+
+/// Redis' client types (`getClientType`): what CLIENT LIST TYPE and CLIENT KILL TYPE select by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientType {
+    Normal,
+    Replica,
+    Pubsub,
+    Master,
+}
+
+impl ClientType {
+    /// The names Redis takes (`getClientTypeByName`; `slave` is `replica`).
+    const NAMES: &'static [(&'static str, ClientType)] = &[
+        ("normal", ClientType::Normal),
+        ("slave", ClientType::Replica),
+        ("replica", ClientType::Replica),
+        ("pubsub", ClientType::Pubsub),
+        ("master", ClientType::Master),
+    ];
+
+    /// The type a name (ASCII case-insensitive) stands for.
+    pub fn by_name(name: &[u8]) -> Option<ClientType> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+            .map(|(_, t)| *t)
+    }
+}
+
 /// What other connections can see of a connection.
 pub struct ClientHandle {
     pub id: u64,
@@ -303,6 +370,8 @@ pub struct ClientHandle {
     pub durability: AtomicU8,
     /// Subscriptions to channels, patterns and shard channels (CLIENT LIST sub, psub, ssub).
     pub subs: [AtomicUsize; 3],
+    /// A [`ClientRole`] (set by the replication link; [`ClientHandle::set_role`]).
+    role: AtomicU8,
     /// The connection's outbox, so others can reach it by id (a tracking redirect target);
     /// emptied when the connection closes (the outbox points back at this handle).
     outbox: Mutex<Option<Arc<crate::pubsub::Outbox>>>,
@@ -331,6 +400,7 @@ impl ClientHandle {
             watch_count: AtomicUsize::new(0),
             durability: AtomicU8::new(0),
             subs: Default::default(),
+            role: AtomicU8::new(ClientRole::Normal as u8),
             outbox: Mutex::new(None),
             outbox_closed: AtomicBool::new(false),
             killed: AtomicBool::new(false),
@@ -370,6 +440,51 @@ impl ClientHandle {
         self.subs.iter().any(|n| n.load(Ordering::Relaxed) > 0)
     }
 
+    /// The connection's role (a replica's or primary's link, or a plain client).
+    pub fn role(&self) -> ClientRole {
+        match self.role.load(Ordering::Relaxed) {
+            1 => ClientRole::Replica,
+            2 => ClientRole::Master,
+            _ => ClientRole::Normal,
+        }
+    }
+
+    /// Mark the connection as a replica's or a primary's link (or a plain client again).
+    pub fn set_role(&self, role: ClientRole) {
+        self.role.store(role as u8, Ordering::Relaxed);
+    }
+
+    /// Its Redis client type: the role first, then `pubsub` while it listens to a channel.
+    pub fn client_type(&self) -> ClientType {
+        match self.role() {
+            ClientRole::Master => ClientType::Master,
+            ClientRole::Replica => ClientType::Replica,
+            ClientRole::Normal if self.is_pubsub() => ClientType::Pubsub,
+            ClientRole::Normal => ClientType::Normal,
+        }
+    }
+
+    /// CLIENT LIST's `flags=`, in Redis' order (`S` replica, `M` primary, `P` pub/sub, `x` MULTI;
+    /// `N` for none).
+    pub fn flags(&self) -> String {
+        let mut flags = String::new();
+        match self.role() {
+            ClientRole::Replica => flags.push('S'),
+            ClientRole::Master => flags.push('M'),
+            ClientRole::Normal => {}
+        }
+        if self.is_pubsub() {
+            flags.push('P');
+        }
+        if self.multi_len.load(Ordering::Relaxed) >= 0 {
+            flags.push('x');
+        }
+        if flags.is_empty() {
+            flags.push('N');
+        }
+        flags
+    }
+
     /// Ask the connection to close (CLIENT KILL, shutdown).
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Release);
@@ -404,13 +519,7 @@ impl ClientHandle {
             .iter()
             .map(|n| n.load(Ordering::Relaxed))
             .collect();
-        let flags = if multi >= 0 {
-            "x"
-        } else if subs.iter().any(|&n| n > 0) {
-            "P"
-        } else {
-            "N"
-        };
+        let flags = self.flags();
         let durability = match self.durability.load(Ordering::Relaxed) {
             0 => "default",
             n => gradus_log::Durability::ALL[(n as usize - 1).min(3)].as_str(),

@@ -16,7 +16,8 @@
 //!
 //! Plain and TLS connections run the same loop: it is generic over [`ClientStream`].
 //!
-//! May import: `dispatch`, `client`, `state`, `tls` (the stream type), `gradus-proto`. Must not import command modules: a
+//! May import: `dispatch`, `client`, `state`, `tls` (the stream type), `repl::primary` (a
+//! connection that sent PSYNC becomes a replica's link), `gradus-proto`. Must not import command modules: a
 //! deferred reply is a future the command made (`client::Deferred`).
 
 use crate::client::ClientState;
@@ -42,6 +43,7 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
     let mut decoder = RequestDecoder::new(shared.live.limits());
     let mut rbuf = BytesMut::with_capacity(READ_BUFFER);
     let mut wbuf = BytesMut::with_capacity(READ_BUFFER);
+    let mut takeover = None;
 
     'conn: loop {
         // Execute every complete request already buffered, all with one clock reading.
@@ -61,6 +63,12 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                         break 'conn;
                     }
                     let reply = dispatch(&shared, &mut client, args, now_ms);
+                    if let Some(request) = client.repl_takeover.take() {
+                        // PSYNC/SYNC: the connection becomes a replica's link.
+                        client.reply_queued = false;
+                        takeover = Some(request);
+                        break 'conn;
+                    }
                     if let Some(work) = client.deferred.take() {
                         // Replies before this command go out first, then it completes.
                         if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
@@ -134,6 +142,13 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
         {
             break;
         }
+    }
+    if let Some(request) = takeover {
+        if flush(&shared, &mut stream, &mut wbuf, &mut client).await {
+            crate::repl::primary::serve(shared.clone(), stream, rbuf, &mut client, request).await;
+        }
+        close(&shared, &client);
+        return;
     }
     let _ = stream.shutdown().await;
     close(&shared, &client);

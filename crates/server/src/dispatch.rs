@@ -7,7 +7,7 @@
 //! failure here is a reply, never a dropped connection.
 //!
 //! May import: `command` (the table and handlers), `persist::write`, `tenancy` (the rights check),
-//! `client`, `state`, `observe` (timing each command).
+//! `client`, `state`, `observe` (timing each command), `repl` (a replica's refusals).
 
 use crate::client::ClientState;
 use crate::command::{arity_error, flags, table, CommandSpec, Ctx, Named};
@@ -67,6 +67,16 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
             row.name
         )));
     }
+    // A replica: writes from its clients are refused (also when queued, as Redis), and reads
+    // too while its link is down when it must not serve stale data.
+    if shared.repl.is_active() && !client.from_primary {
+        if let Some(e) = shared
+            .repl
+            .refusal(row.has(flags::WRITE), spec.has(flags::LOADING))
+        {
+            return reject(client, e);
+        }
+    }
     if let Some(multi) = client.multi.as_mut() {
         if !spec.has(flags::NO_QUEUE) {
             if spec.has(flags::NO_MULTI) {
@@ -81,14 +91,20 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
             return Frame::Simple("QUEUED".into());
         }
     }
-    // MONITOR shows what runs (never the commands that carry credentials).
-    if shared.monitors.any() && !spec.has(flags::NO_AUTH) {
-        let addr = client.handle.addr.to_string();
-        let db = shared.tenancy.select_of(client.db);
-        shared
-            .monitors
-            .feed(client.tenant, db, &addr, &args, &shared.pubsub.limits);
-    }
+    // MONITOR (see `feed_monitors`) shows a command once it has run, as Redis 7.2 does (a
+    // script before it runs: its commands follow). One that carries credentials is shown in
+    // the tenant it bound the connection to, and only if it is authenticated then (a failed
+    // AUTH is shown where no one needs to authenticate, as in Redis; with tenants, no tenant's
+    // monitor is told of another's or an unknown one's attempts).
+    let shown_after = if !shared.monitors.any() {
+        None
+    } else if spec.has(flags::SKIP_MONITOR) {
+        feed_monitors(shared, client, spec, &args, false);
+        None
+    } else {
+        Some(args.clone())
+    };
+    let secret = row.has(flags::SECRET_ARGS);
     crate::client::LocalCounters::bump(&client.counters.commands);
     client.handle.touch(row.name, now_ms);
     // A subcommand's row decides how it runs where it says so (FUNCTION LOAD is a write,
@@ -109,6 +125,9 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
             reply
         }
     });
+    if let Some(args) = shown_after.filter(|_| !secret || client.authenticated) {
+        feed_monitors(shared, client, spec, &args, false);
+    }
     if let Some((_, left)) = client.caching.as_mut() {
         *left = left.saturating_sub(1);
         if *left == 0 {
@@ -121,6 +140,52 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         crate::blocking::serve(shared, std::mem::take(&mut client.ready_keys));
     }
     reply
+}
+
+/// MONITOR shows what runs, as Redis does: every command but the admin ones (CONFIG,
+/// SHUTDOWN …, Redis' `admin` flag), with credentials shown as `(redacted)` (AUTH, HELLO …
+/// AUTH); the commands of a transaction as EXEC runs them, a script's as `[db lua]`.
+pub fn feed_monitors(
+    shared: &Shared,
+    client: &ClientState,
+    spec: &'static CommandSpec,
+    args: &[Bytes],
+    from_script: bool,
+) {
+    if !shared.monitors.any() {
+        return;
+    }
+    let row = spec.resolve(args);
+    if spec.has(flags::ADMIN) || row.has(flags::ADMIN) {
+        return;
+    }
+    let redacted: Vec<Bytes>;
+    let args = if row.has(flags::SECRET_ARGS) || spec.has(flags::SECRET_ARGS) {
+        let (from, to) = crate::observe::slowlog::secret_args(args);
+        redacted = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                if i >= from && i < to {
+                    Bytes::from_static(b"(redacted)")
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        &redacted[..]
+    } else {
+        args
+    };
+    let addr = if from_script {
+        "lua".to_string()
+    } else {
+        client.handle.addr.to_string()
+    };
+    let db = shared.tenancy.select_of(client.db);
+    shared
+        .monitors
+        .feed(client.tenant, db, &addr, args, &shared.pubsub.limits);
 }
 
 /// Run a command through `body`, timing it for the command statistics, the slow log and the
@@ -230,7 +295,7 @@ pub fn run_write(
             .collect();
         let flushes = spec.has(flags::FLUSHES);
         let (id, tenant) = (client.id, client.tenant);
-        let reply = run_write_notified(shared, client, spec, args, now_ms);
+        let reply = run_write_logged(shared, client, spec, args, now_ms);
         if !reply.is_error() {
             if flushes {
                 shared.tracking.flush(tenant);
@@ -241,60 +306,10 @@ pub fn run_write(
         }
         return reply;
     }
-    run_write_notified(shared, client, spec, args, now_ms)
+    run_write_logged(shared, client, spec, args, now_ms)
 }
 
-/// [`run_write`] with the keyspace notifications its row names.
-fn run_write_notified(
-    shared: &Shared,
-    client: &mut ClientState,
-    spec: &CommandSpec,
-    args: Vec<Bytes>,
-    now_ms: u64,
-) -> Frame {
-    // The keyspace events its row names, for its keys, once it has succeeded (see `notify`).
-    let Some(notify) = spec.notify.filter(|_| crate::notify::enabled(shared)) else {
-        return run_write_logged(shared, client, spec, args, now_ms);
-    };
-    let db = client.db;
-    let exists = |key: &[u8]| {
-        shared
-            .store
-            .db(db)
-            .is_some_and(|ks| ks.lock(key).is_live(key, now_ms))
-    };
-    let keys: Vec<(Bytes, bool)> = spec
-        .key_indexes(&args)
-        .into_iter()
-        .filter_map(|i| args.get(i).cloned())
-        .map(|key| {
-            let existed = !notify.only_existing || exists(&key);
-            (key, existed)
-        })
-        .collect();
-    let reply = run_write_logged(shared, client, spec, args, now_ms);
-    let unchanged = matches!(
-        reply,
-        Frame::Integer(0) | Frame::Null | Frame::NullArray | Frame::Error(_)
-    );
-    if (unchanged && notify.only_if_changed) || reply.is_error() {
-        return reply;
-    }
-    for (i, (key, existed)) in keys.iter().enumerate() {
-        let (class, event) = notify.events[i.min(notify.events.len() - 1)];
-        if event.is_empty() || !existed {
-            continue;
-        }
-        crate::notify::emit(shared, class, event, db, key);
-        // A list, set, hash or sorted set left empty is deleted: Redis says `del` too.
-        if class & crate::notify::CONTAINERS != 0 && !exists(key) {
-            crate::notify::emit(shared, crate::notify::GENERIC, "del", db, key);
-        }
-    }
-    reply
-}
-
-/// [`run_write`] without its notifications.
+/// [`run_write`] under its write transaction.
 fn run_write_logged(
     shared: &Shared,
     client: &mut ClientState,
@@ -365,15 +380,20 @@ pub fn run(
     args: &[Bytes],
     now_ms: u64,
 ) -> Frame {
+    // Keyspace notifications no handler publishes itself (`new`, `keymiss`, expirations, the
+    // row's events) are worked out around it (see `notify`).
+    let before = crate::notify::before(shared, client, spec, args, now_ms);
     let mut ctx = Ctx {
         shared,
         client,
         now_ms,
     };
-    match (spec.handler)(&mut ctx, args) {
+    let reply = match (spec.handler)(&mut ctx, args) {
         Ok(frame) => frame,
         Err(e) => e.to_frame(),
-    }
+    };
+    crate::notify::after(shared, client, spec, before, &reply, now_ms);
+    reply
 }
 
 /// A command of the table refused before it ran: counted as rejected (Redis'

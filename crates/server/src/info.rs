@@ -61,7 +61,7 @@ pub fn render(shared: &Shared, viewer: &Viewer, requested: &[String]) -> String 
             "memory" => memory(shared, &mut out),
             "persistence" => persistence(shared, &mut out),
             "stats" => stats(shared, &mut out),
-            "replication" => replication(&mut out),
+            "replication" => replication(shared, &mut out),
             "cpu" => cpu(&mut out),
             "keyspace" => keyspace(shared, viewer, &mut out),
             "tenants" => tenants(shared, viewer, &mut out),
@@ -92,6 +92,7 @@ fn server(shared: &Shared, out: &mut String) {
     line!(out, "arch_bits:{}", usize::BITS);
     line!(out, "multiplexing_api:tokio");
     line!(out, "process_id:{}", std::process::id());
+    line!(out, "run_id:{}", shared.run_id);
     line!(out, "tcp_port:{}", shared.port.load(Ordering::Relaxed));
     line!(out, "server_time_usec:{}", gradus_store::now_ms() * 1000);
     line!(out, "uptime_in_seconds:{uptime}");
@@ -457,6 +458,23 @@ fn stats(shared: &Shared, out: &mut String) {
         "rejected_connections:{}",
         s.rejected_connections.load(Ordering::Relaxed)
     );
+    let repl = &shared.repl;
+    line!(out, "sync_full:{}", repl.sync_full.load(Ordering::Relaxed));
+    line!(
+        out,
+        "sync_partial_ok:{}",
+        repl.sync_partial_ok.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
+        "sync_partial_err:{}",
+        repl.sync_partial_err.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
+        "gradus_sync_partial_bytes:{}",
+        repl.sync_partial_bytes.load(Ordering::Relaxed)
+    );
     line!(out, "expired_keys:{expired}");
     let evicted: u64 = shared.store.keyspaces().iter().map(|k| k.evictions()).sum();
     line!(out, "evicted_keys:{evicted}");
@@ -477,10 +495,106 @@ fn stats(shared: &Shared, out: &mut String) {
     );
 }
 
-fn replication(out: &mut String) {
+/// INFO replication, with Redis' field names in Redis' order (Sentinel parses them).
+fn replication(shared: &Shared, out: &mut String) {
+    use crate::repl::{LinkState, Role};
+    let repl = &shared.repl;
+    let settings = &repl.settings;
+    let now = gradus_store::now_ms();
     line!(out, "# Replication");
-    line!(out, "role:master");
-    line!(out, "connected_slaves:0");
+    let role = repl.role.lock().clone();
+    match &role {
+        Role::Primary => line!(out, "role:master"),
+        Role::Replica { host, port } => {
+            let link = repl.link.lock().clone();
+            let up = link.state == "connected";
+            line!(out, "role:slave");
+            line!(out, "master_host:{host}");
+            line!(out, "master_port:{port}");
+            line!(out, "master_link_status:{}", if up { "up" } else { "down" });
+            let last_io = if link.last_io_ms == 0 {
+                -1
+            } else {
+                (now.saturating_sub(link.last_io_ms) / 1000) as i64
+            };
+            line!(out, "master_last_io_seconds_ago:{last_io}");
+            line!(
+                out,
+                "master_sync_in_progress:{}",
+                u8::from(repl.sync_in_progress.load(Ordering::Relaxed))
+            );
+            line!(
+                out,
+                "slave_read_repl_offset:{}",
+                repl.read_offset.load(Ordering::Relaxed)
+            );
+            line!(
+                out,
+                "slave_repl_offset:{}",
+                repl.applied_offset.load(Ordering::Relaxed)
+            );
+            if !up {
+                let down = if link.down_since_ms == 0 {
+                    -1
+                } else {
+                    (now.saturating_sub(link.down_since_ms) / 1000) as i64
+                };
+                line!(out, "master_link_down_since_seconds:{down}");
+            }
+            line!(
+                out,
+                "slave_priority:{}",
+                settings.priority.load(Ordering::Relaxed)
+            );
+            line!(
+                out,
+                "slave_read_only:{}",
+                u8::from(settings.read_only.load(Ordering::Relaxed))
+            );
+            line!(
+                out,
+                "replica_announced:{}",
+                u8::from(settings.announced.load(Ordering::Relaxed))
+            );
+            if !link.last_error.is_empty() {
+                line!(out, "master_sync_last_error:{}", link.last_error);
+            }
+        }
+    }
+    let view = repl.view();
+    line!(out, "connected_slaves:{}", view.replicas.len());
+    for (i, r) in view.replicas.iter().enumerate() {
+        let state = match r.state() {
+            LinkState::Online => "online",
+            LinkState::SendBulk => "send_bulk",
+        };
+        let lag = now.saturating_sub(r.last_ack_ms.load(Ordering::Relaxed)) / 1000;
+        line!(
+            out,
+            "slave{i}:ip={},port={},state={state},offset={},lag={lag}",
+            r.ip.lock(),
+            r.port.load(Ordering::Relaxed),
+            r.ack_offset.load(Ordering::Relaxed)
+        );
+    }
+    line!(out, "master_failover_state:no-failover");
+    line!(out, "master_replid:{}", view.replid);
+    line!(out, "master_replid2:{}", view.replid2);
+    line!(out, "master_repl_offset:{}", view.offset);
+    line!(out, "second_repl_offset:{}", view.second_offset);
+    let (first, histlen) = view.backlog.map_or((0, 0), |(f, h, _)| (f, h));
+    line!(
+        out,
+        "repl_backlog_active:{}",
+        u8::from(view.backlog.is_some())
+    );
+    line!(
+        out,
+        "repl_backlog_size:{}",
+        settings.backlog_size.load(Ordering::Relaxed)
+    );
+    line!(out, "repl_backlog_first_byte_offset:{first}");
+    line!(out, "repl_backlog_histlen:{histlen}");
 }
 
 /// CPU seconds used by this process from /proc/self/stat (user, system).

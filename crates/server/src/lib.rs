@@ -22,6 +22,8 @@
 //!   `persist::record`: log records and snapshot items; `persist::replay`: recovery;
 //!   `persist::snapshot`: taking snapshots; `persist::layout`: the data directory's lock and
 //!   `LAYOUT` file (the log itself is `gradus-log`);
+//! - [`repl`]: replication: the backlog, the primary's side of a replica's link, the replica's
+//!   task that follows a primary, the stream's wire format;
 //! - [`memcache`]: the memcached listener over the same keyspaces: `memcache::session` (the
 //!   storage core both protocols share), `memcache::text` and `memcache::meta` (the commands);
 //! - [`observe`]: per-command statistics, the slow log, the latency monitor, and the HTTP
@@ -30,7 +32,8 @@
 //!   flags, CONFIG GET/SET, `--print-config` and the README's table all come from;
 //! - [`tls`]: rustls on the TLS ports: the configuration from the `tls-*` settings, its reload,
 //!   and the stream type both connection loops are generic over;
-//! - [`config`]: defaults, TOML file, flags, validation; [`info`]: the INFO text;
+//! - [`config`]: defaults, TOML file, flags, validation; [`config_rewrite`]: CONFIG REWRITE's
+//!   edit of that file; [`info`]: the INFO text;
 //! - [`args`]: argument parsing with Redis' rules; [`long_double`]: Redis' float arithmetic for
 //!   INCRBYFLOAT/HINCRBYFLOAT; [`error`]: this layer's error type.
 //!
@@ -43,6 +46,7 @@ pub mod blocking;
 pub mod client;
 pub mod command;
 pub mod config;
+pub mod config_rewrite;
 pub mod connection;
 pub mod dispatch;
 pub mod error;
@@ -57,6 +61,7 @@ pub mod observe;
 pub mod persist;
 pub mod pubsub;
 pub mod quota;
+pub mod repl;
 pub mod server;
 pub mod settings;
 pub mod state;

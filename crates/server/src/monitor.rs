@@ -2,8 +2,8 @@
 //! (`+1700000000.123456 [0 127.0.0.1:50000] "set" "k" "v"`).
 //!
 //! Only an admin may monitor, and a monitor sees the commands of its own tenant (in a
-//! single-tenant server: everything). Commands allowed before authentication (AUTH, HELLO …)
-//! carry credentials and are never shown. A line goes through the monitor's outbox, bounded
+//! single-tenant server: everything). What is shown is Redis' choice (`dispatch::feed_monitors`):
+//! not the admin commands, and credentials (AUTH, HELLO … AUTH) as `(redacted)`. A line goes through the monitor's outbox, bounded
 //! like any pushed output; with no monitor the cost is one atomic load per command.
 //!
 //! May import: `pubsub` (outboxes), `client`; no command handlers.

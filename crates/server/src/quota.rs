@@ -22,7 +22,7 @@
 //! import command modules.
 
 use crate::client::ClientState;
-use crate::persist::write::{log_effect, Scope, WriteError, WriteTxn};
+use crate::persist::write::{log_effect, stream_effect, Scope, WriteError, WriteTxn};
 use crate::state::Shared;
 use bytes::Bytes;
 use gradus_store::EvictionPolicy;
@@ -112,14 +112,31 @@ fn make_room_in_server(
                 return Err(WriteError::MaxMemory);
             };
             count += 1;
+            announce_eviction(shared, db, &key);
             if shared.persist.db_logged(db) {
                 log_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
+            } else {
+                stream_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
             }
         }
         Ok(())
     });
     txn.commit()?;
     result
+}
+
+/// An evicted key, as Redis' `performEvictions` announces it: the invalidation for the
+/// connections that may cache it, then the `evicted` keyspace event.
+fn announce_eviction(shared: &Shared, db: usize, key: &Bytes) {
+    if shared.tracking.is_active() {
+        if let Some(tenant) = shared.tenancy.tenant_of(db) {
+            let own = shared
+                .tracking
+                .invalidate(0, tenant, std::slice::from_ref(key));
+            debug_assert!(own.is_empty(), "no connection has id 0");
+        }
+    }
+    crate::notify::emit(shared, crate::notify::EVICTED, "evicted", db, key);
 }
 
 /// Keys sampled per eviction (Redis' maxmemory-samples default).
@@ -207,15 +224,11 @@ fn make_room_in_tenant(
                 return Err(oom(shared, g, tenant, ks_over));
             };
             count += 1;
-            crate::notify::emit(shared, crate::notify::EVICTED, "evicted", db, &key);
-            if shared.tracking.is_active() {
-                let own = shared
-                    .tracking
-                    .invalidate(0, tenant, std::slice::from_ref(&key));
-                debug_assert!(own.is_empty(), "no connection has id 0");
-            }
+            announce_eviction(shared, db, &key);
             if shared.persist.db_logged(db) {
                 log_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
+            } else {
+                stream_effect(client, db, vec![Bytes::from_static(b"DEL"), key]);
             }
         }
     });

@@ -197,6 +197,11 @@ impl Server {
             shared.clone(),
         ));
         tasks.spawn(expiry_loop(shared.clone()));
+        tasks.spawn(crate::repl::primary::ping_task(shared.clone()));
+        let _ = shared.repl.shared.set(Arc::downgrade(&shared));
+        if let Some((host, port)) = crate::repl::parse_replicaof(&shared.config.replicaof) {
+            crate::repl::replica::follow(&shared, host, port);
+        }
         tasks.spawn(snapshot_loop(shared.clone()));
         tasks.spawn(lock_lease_loop(shared.clone()));
         tasks.spawn(fsync_latency_loop(shared.clone()));
@@ -366,8 +371,8 @@ async fn expiry_loop(shared: Arc<Shared>) {
     let mut logging_expired = false;
     loop {
         tick.tick().await;
-        // Expired keys are kept for `expired` notifications only while those are on.
-        let wanted = crate::notify::wants_expired(&shared);
+        // Expired keys are kept for `expired` notifications and invalidations only while wanted.
+        let wanted = crate::notify::keeps_expired(&shared);
         if wanted != logging_expired {
             shared.store.set_expired_log(wanted);
             logging_expired = wanted;

@@ -317,11 +317,15 @@ impl Setting {
 
     /// The value in force now (the live one for live settings), as `CONFIG GET` shows it.
     pub fn current(&self, shared: &Shared) -> String {
+        self.current_value(shared).text()
+    }
+
+    /// The value in force now: the live one for live settings, else the one started with.
+    pub fn current_value(&self, shared: &Shared) -> Value {
         match &self.live {
             Some(live) => (live.get)(&shared.live),
             None => self.get(&shared.config),
         }
-        .text()
     }
 
     /// Where it is in the TOML file: `port`, or `[durability] lazy-flush-ms`.
@@ -665,6 +669,53 @@ pub static SETTINGS: &[Setting] = &[
     Setting { name: "tracking-table-max-keys", section: Section::Top, key: "tracking-table-max-keys", kind: KNOB, default: "1000000",
         flag: None, live: live_u64!(tracking_table_max_keys), field: field!(tracking_table_max_keys),
         doc: "Most keys the client-side caching table (CLIENT TRACKING) remembers; past it the oldest are invalidated and forgotten; 0: no limit." },
+    Setting { name: "replicaof", section: Section::Top, key: "replicaof", kind: Kind::Text, default: "",
+        flag: flag("\"HOST PORT\""), live: None, field: field!(replicaof),
+        doc: "Start as a replica of this primary (\"host port\"); REPLICAOF changes it at run time (see README, Replication)." },
+    Setting { name: "masterauth", section: Section::Top, key: "masterauth", kind: Kind::Text, default: "",
+        flag: flag("PASSWORD"), field: field!(masterauth),
+        live: Some(Live { get: |l| Value::Text(l.repl.masterauth.lock().clone()), set: |l, v| *l.repl.masterauth.lock() = v.text(), apply: None }),
+        doc: "Password a replica sends its primary (AUTH) before it syncs; empty: none." },
+    Setting { name: "masteruser", section: Section::Top, key: "masteruser", kind: Kind::Text, default: "",
+        flag: flag("USER"), field: field!(masteruser),
+        live: Some(Live { get: |l| Value::Text(l.repl.masteruser.lock().clone()), set: |l, v| *l.repl.masteruser.lock() = v.text(), apply: None }),
+        doc: "User a replica authenticates as with its primary (AUTH user masterauth); empty: the password alone." },
+    Setting { name: "replica-read-only", section: Section::Top, key: "replica-read-only", kind: Kind::Bool, default: "yes",
+        flag: None, field: field!(replica_read_only),
+        live: Some(Live { get: |l| Value::Bool(l.repl.read_only.load(Ordering::Relaxed)), set: |l, v| l.repl.read_only.store(*v == Value::Bool(true), Ordering::Relaxed), apply: None }),
+        doc: "A replica refuses writes from its clients (READONLY); only its primary's stream writes." },
+    Setting { name: "replica-serve-stale-data", section: Section::Top, key: "replica-serve-stale-data", kind: Kind::Bool, default: "yes",
+        flag: None, field: field!(replica_serve_stale_data),
+        live: Some(Live { get: |l| Value::Bool(l.repl.serve_stale_data.load(Ordering::Relaxed)), set: |l, v| l.repl.serve_stale_data.store(*v == Value::Bool(true), Ordering::Relaxed), apply: None }),
+        doc: "While its link to the primary is down, a replica still answers reads (no: MASTERDOWN, except for INFO, ROLE, REPLICAOF and the like)." },
+    Setting { name: "replica-priority", section: Section::Top, key: "replica-priority", kind: Kind::Int { min: 0, max: i32::MAX as u64 }, default: "100",
+        flag: None, field: field!(replica_priority),
+        live: Some(Live { get: |l| Value::Int(l.repl.priority.load(Ordering::Relaxed)), set: |l, v| if let Value::Int(n) = v { l.repl.priority.store(*n, Ordering::Relaxed) }, apply: None }),
+        doc: "Sentinel promotes the replica with the lowest priority first; 0: never (INFO slave_priority)." },
+    Setting { name: "replica-announce-ip", section: Section::Top, key: "replica-announce-ip", kind: Kind::Text, default: "",
+        flag: None, field: field!(replica_announce_ip),
+        live: Some(Live { get: |l| Value::Text(l.repl.announce_ip.lock().clone()), set: |l, v| *l.repl.announce_ip.lock() = v.text(), apply: None }),
+        doc: "Address a replica tells its primary (REPLCONF ip-address) instead of the one its connection comes from; empty: that one." },
+    Setting { name: "replica-announce-port", section: Section::Top, key: "replica-announce-port", kind: PORT, default: "0",
+        flag: None, field: field!(replica_announce_port),
+        live: Some(Live { get: |l| Value::Int(l.repl.announce_port.load(Ordering::Relaxed)), set: |l, v| if let Value::Int(n) = v { l.repl.announce_port.store(*n, Ordering::Relaxed) }, apply: None }),
+        doc: "Port a replica tells its primary (REPLCONF listening-port); 0: the port it listens on." },
+    Setting { name: "replica-announced", section: Section::Top, key: "replica-announced", kind: Kind::Bool, default: "yes",
+        flag: None, field: field!(replica_announced),
+        live: Some(Live { get: |l| Value::Bool(l.repl.announced.load(Ordering::Relaxed)), set: |l, v| l.repl.announced.store(*v == Value::Bool(true), Ordering::Relaxed), apply: None }),
+        doc: "Whether Sentinel should announce this replica to clients (INFO replica_announced)." },
+    Setting { name: "repl-backlog-size", section: Section::Top, key: "repl-backlog-size", kind: Kind::Size { min: 1, max: UNBOUNDED }, default: "1048576",
+        flag: None, field: field!(repl_backlog_size),
+        live: Some(Live { get: |l| Value::Int(l.repl.backlog_size.load(Ordering::Relaxed) as u64), set: |l, v| if let Value::Int(n) = v { l.repl.backlog_size.store(usize::try_from(*n).unwrap_or(usize::MAX), Ordering::Relaxed) }, apply: Some(|shared| { shared.repl.resize_backlog(); Ok(()) }) }),
+        doc: "Bytes of the replication stream kept (from the first replica's connection on) so a replica that lost its link briefly continues where it was (partial resync) instead of a full one." },
+    Setting { name: "min-replicas-to-write", section: Section::Top, key: "min-replicas-to-write", kind: Kind::Int { min: 0, max: i32::MAX as u64 }, default: "0",
+        flag: None, field: field!(min_replicas_to_write),
+        live: Some(Live { get: |l| Value::Int(l.repl.min_replicas_to_write.load(Ordering::Relaxed)), set: |l, v| if let Value::Int(n) = v { l.repl.min_replicas_to_write.store(*n, Ordering::Relaxed) }, apply: None }),
+        doc: "A primary refuses writes (NOREPLICAS) unless at least this many replicas acknowledged within min-replicas-max-lag seconds; 0: off." },
+    Setting { name: "min-replicas-max-lag", section: Section::Top, key: "min-replicas-max-lag", kind: Kind::Int { min: 0, max: i32::MAX as u64 }, default: "10",
+        flag: None, field: field!(min_replicas_max_lag),
+        live: Some(Live { get: |l| Value::Int(l.repl.min_replicas_max_lag.load(Ordering::Relaxed)), set: |l, v| if let Value::Int(n) = v { l.repl.min_replicas_max_lag.store(*n, Ordering::Relaxed) }, apply: None }),
+        doc: "Seconds since its last acknowledgement within which a replica counts for min-replicas-to-write." },
     Setting { name: "durability", section: Section::Durability, key: "default", kind: DEGREES, default: "background",
         flag: flag("DEGREE"), live: None, field: field!(durability.default),
         doc: "Default durability degree of every database: none, lazy, background or strict (see README, Durability)." },

@@ -4,7 +4,7 @@
 //! atomics or a small mutex so the request path reads them without locking anything shared for long.
 //!
 //! May import: `client`, `config`, `persist`, `tenancy`, `blocking`, `pubsub`, `memcache::stats`, `tls`,
-//! `observe` (the state they keep); never command modules.
+//! `observe`, `repl` (the state they keep); never command modules.
 
 use crate::client::ClientRegistry;
 use crate::config::Config;
@@ -96,6 +96,8 @@ pub struct LiveSettings {
     /// `notify-keyspace-events` as `notify` class bits.
     pub notify_flags: std::sync::atomic::AtomicU32,
     pub tracking_table_max_keys: AtomicU64,
+    /// The replication settings, shared with `repl::Repl`, which reads them.
+    pub repl: std::sync::Arc<crate::repl::ReplSettings>,
 }
 
 impl LiveSettings {
@@ -121,6 +123,9 @@ pub struct Shared {
     pub stats: Stats,
     pub started: Instant,
     pub started_unix: u64,
+    /// INFO's `run_id`: 40 random hex digits, new at every start (Redis Sentinel tells a restart
+    /// of a monitored server by it).
+    pub run_id: String,
     /// The port actually bound (differs from config when it was 0).
     pub port: AtomicUsize,
     /// Held while a write is applied and appended, so log order = application order (a queue
@@ -156,6 +161,8 @@ pub struct Shared {
     pub tracking: crate::tracking::Tracking,
     /// Connections in MONITOR.
     pub monitors: crate::monitor::Monitors,
+    /// Replication: role, ids, offset, backlog, replicas (see `repl`).
+    pub repl: crate::repl::Repl,
 }
 
 impl Shared {
@@ -194,6 +201,7 @@ impl Shared {
             output_limits: Default::default(),
             notify_flags: Default::default(),
             tracking_table_max_keys: AtomicU64::new(0),
+            repl: Default::default(),
         };
         crate::settings::init_live(&live, &config);
         let live_limits = live.output_limits.clone();
@@ -223,6 +231,10 @@ impl Shared {
             strict_waiters: std::sync::atomic::AtomicUsize::new(0),
         };
         let tenant_count = tenancy.tenants.len();
+        let repl = crate::repl::Repl::new(
+            crate::tenancy::layout_fingerprint(&tenancy),
+            live.repl.clone(),
+        );
         Self {
             store: Store::new(tenancy.keyspace_count()),
             tenancy,
@@ -252,6 +264,8 @@ impl Shared {
             pubsub: crate::pubsub::PubSub::new(live_limits),
             tracking: Default::default(),
             monitors: Default::default(),
+            repl,
+            run_id: crate::repl::new_id(),
         }
     }
 

@@ -71,7 +71,8 @@ pub struct Tracking {
 fn invalidation(target: &Outbox, keys: Option<&[Bytes]>) -> Option<Bytes> {
     let list = match keys {
         Some(keys) => Frame::Array(keys.iter().cloned().map(Frame::Bulk).collect()),
-        None => Frame::NullArray,
+        // Redis sends its null reply: `_` in RESP3, the null bulk `$-1` in RESP2 (not `*-1`).
+        None => Frame::Null,
     };
     let frame = match target.resp() {
         ProtocolVersion::Resp3 => Frame::Push(vec![Frame::bulk_from_str("invalidate"), list]),

@@ -46,6 +46,8 @@ pub struct Keyspace {
     used: AtomicUsize,
     /// Keys removed by eviction since start.
     evictions: AtomicU64,
+    /// Keys expiry reclaimed, while the server wants them (see [`Keyspace::set_expired_log`]).
+    expired_log: crate::shard::ExpiredLog,
 }
 
 /// A locked shard. Dereferences to [`Shard`]; when dropped it adds the shard's change in memory
@@ -191,6 +193,7 @@ impl Keyspace {
             index,
             used: AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
+            expired_log: Default::default(),
         }
     }
 
@@ -530,18 +533,18 @@ impl Keyspace {
     }
 
     /// Keep (or stop keeping) the keys expiry reclaims, in every shard (for keyspace
-    /// notifications).
+    /// notifications and client-side caching).
     pub fn set_expired_log(&self, on: bool) {
         for i in 0..SHARDS {
-            self.shard(i).set_expired_log(on);
+            self.shard(i)
+                .set_expired_log(on.then(|| self.expired_log.clone()));
         }
     }
 
-    /// The keys expiry reclaimed since the last call, from every shard.
+    /// The keys expiry reclaimed since the last call, in the order they were reclaimed. Locks
+    /// no shard: a command holding one may call it.
     pub fn take_expired(&self) -> Vec<Bytes> {
-        (0..SHARDS)
-            .flat_map(|i| self.shard(i).take_expired())
-            .collect()
+        std::mem::take(&mut *self.expired_log.lock())
     }
 
     /// Reclaim up to `budget_per_shard` expired keys in every shard; returns how many were removed.

@@ -11,6 +11,17 @@
 //! done under that mutex, so grant order is exactly queue order. A waiter that gave up (timeout,
 //! disconnect) is skipped at hand-over: its receiver is gone, or it removed itself first.
 //!
+//! Replicas: every grant and release is told, under the table mutex (so in the order they
+//! happened), to the [`LockEvent`] sink the server installs once it has replicas; a replica
+//! applies them with [`LockTable::apply`], so its table mirrors the primary's holders (not its
+//! waiters: they are connections of the primary, which reconnect and queue again after a
+//! failover). Holders a replica learned that way belong to no connection of its own (an
+//! *orphan*, client id [`ORPHAN`]): after a promotion ([`LockTable::promote`]) they are released
+//! by their token (a page's `SESSION.CLOSE`) or when their lease runs out, and a holder without a
+//! lease is given one. Fencing tokens carry an epoch in their high bits, raised at each
+//! promotion, so a token granted by a new primary is above every token the old one granted,
+//! even those it granted just before it died and never streamed.
+//!
 //! [`LockStats`] counts what happened (grants, waits, waiter-cap rejections, expired leases, the
 //! time waiters queued) in relaxed atomics updated under the table mutex the step already holds,
 //! for INFO and the metrics endpoint.
@@ -23,8 +34,37 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// A fencing token: strictly increasing across all grants of the table.
+/// A fencing token: strictly increasing across all grants of the table, and across promotions
+/// (its bits from [`EPOCH_SHIFT`] up are the epoch).
 pub type Token = u64;
+
+/// Where a token's epoch starts: 2^40 grants per epoch, 2^23 epochs below `i64::MAX` (tokens
+/// reach clients as signed integers).
+pub const EPOCH_SHIFT: u32 = 40;
+
+/// The client id of a holder that belongs to no connection here (learned from a primary).
+pub const ORPHAN: u64 = 0;
+
+/// A grant or a release, for replicas (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockEvent {
+    /// `token` holds `name` in `db` from now on, for `lease_ms` (None: until released).
+    Granted {
+        db: usize,
+        name: Bytes,
+        token: Token,
+        lease_ms: Option<u64>,
+    },
+    /// `name` in `db`, held by `token`, is free (or handed on: a `Granted` follows).
+    Released {
+        db: usize,
+        name: Bytes,
+        token: Token,
+    },
+}
+
+/// Where [`LockEvent`]s go (the replication stream), called under the table mutex.
+pub type LockSink = Box<dyn Fn(&LockEvent) + Send + Sync>;
 
 /// What `acquire` decided.
 pub enum Acquire {
@@ -97,6 +137,8 @@ struct Table {
     locks: HashMap<(usize, Bytes), LockState>,
     next_token: Token,
     next_waiter: u64,
+    /// Told every grant and release (set while there are replicas).
+    sink: Option<LockSink>,
 }
 
 /// The lock table of a server. See the module docs.
@@ -167,8 +209,22 @@ impl Table {
         self.next_token
     }
 
+    fn emit(&self, event: impl FnOnce() -> LockEvent) {
+        if let Some(sink) = &self.sink {
+            sink(&event());
+        }
+    }
+
     /// Give the lock at `key` to the first waiter still waiting, or drop it when none is.
     fn hand_over(&mut self, key: &(usize, Bytes), now: Instant, stats: &LockStats) {
+        if let Some(state) = self.locks.get(key) {
+            let token = state.holder.token;
+            self.emit(|| LockEvent::Released {
+                db: key.0,
+                name: key.1.clone(),
+                token,
+            });
+        }
         loop {
             let Some(state) = self.locks.get_mut(key) else {
                 return;
@@ -192,6 +248,7 @@ impl Table {
                     since: now,
                     lease: waiter.lease,
                 };
+                self.emit(|| granted_event(key, token, waiter.lease));
                 return;
             }
         }
@@ -230,6 +287,7 @@ impl LockTable {
                 },
             );
             self.stats.granted_at_once.fetch_add(1, Ordering::Relaxed);
+            t.emit(|| granted_event(&(db, Bytes::copy_from_slice(name)), token, lease));
             return Acquire::Granted(token);
         }
         t.next_waiter += 1;
@@ -348,6 +406,82 @@ impl LockTable {
             .map(|s| s.holder.since.elapsed())
     }
 
+    /// Tell every grant and release from now on to `sink` (None: stop), and return what is held
+    /// now as `Granted` events, in one step: a replica that loads them and then follows the sink
+    /// misses nothing.
+    pub fn stream_to(&self, sink: Option<LockSink>) -> Vec<LockEvent> {
+        let mut t = self.table.lock();
+        t.sink = sink;
+        held_now(&t, Instant::now())
+    }
+
+    /// What is held now, as `Granted` events (each with the lease it has left), sorted.
+    pub fn held(&self) -> Vec<LockEvent> {
+        held_now(&self.table.lock(), Instant::now())
+    }
+
+    /// Mirror a primary's table (a replica): `Granted` makes `token` the holder (an orphan),
+    /// `Released` frees the lock if `token` still holds it. Tokens granted here later stay above
+    /// every token applied. Waiters of this table (there are none on a replica) are dropped with
+    /// the lock they waited for. The events are told on to this table's own sink (sub-replicas).
+    pub fn apply(&self, event: &LockEvent) {
+        let mut t = self.table.lock();
+        match event {
+            LockEvent::Granted {
+                db,
+                name,
+                token,
+                lease_ms,
+            } => {
+                t.next_token = t.next_token.max(*token);
+                t.locks.insert(
+                    (*db, name.clone()),
+                    LockState {
+                        holder: Holder {
+                            client: ORPHAN,
+                            token: *token,
+                            since: Instant::now(),
+                            lease: lease_ms.map(Duration::from_millis),
+                        },
+                        waiters: VecDeque::new(),
+                    },
+                );
+            }
+            LockEvent::Released { db, name, token } => {
+                if t.locks
+                    .get(&NameRef(*db, name))
+                    .is_some_and(|s| s.holder.token == *token)
+                {
+                    t.locks.remove(&NameRef(*db, name));
+                }
+            }
+        }
+        t.emit(|| event.clone());
+    }
+
+    /// Forget every lock (a replica about to load a primary's table after a full sync).
+    pub fn clear(&self) {
+        self.table.lock().locks.clear();
+    }
+
+    /// This server became a primary: start a new epoch of tokens (above every token granted or
+    /// applied so far), and give every orphan holder without a lease `orphan_lease`, counted
+    /// from now, so a lock whose page died with the old primary is not held forever.
+    pub fn promote(&self, orphan_lease: Duration) {
+        let mut t = self.table.lock();
+        t.next_token = ((t.next_token >> EPOCH_SHIFT) + 1) << EPOCH_SHIFT;
+        let now = Instant::now();
+        for state in t.locks.values_mut() {
+            if state.holder.client == ORPHAN {
+                let held = now.duration_since(state.holder.since);
+                state.holder.lease = Some(match state.holder.lease {
+                    Some(lease) => lease,
+                    None => held + orphan_lease,
+                });
+            }
+        }
+    }
+
     /// The counters (see [`LockStats`]).
     pub fn stats(&self) -> &LockStats {
         &self.stats
@@ -376,6 +510,41 @@ impl LockTable {
         out.sort_by(|a, b| (a.db, &a.name).cmp(&(b.db, &b.name)));
         out
     }
+}
+
+fn granted_event(key: &(usize, Bytes), token: Token, lease: Option<Duration>) -> LockEvent {
+    LockEvent::Granted {
+        db: key.0,
+        name: key.1.clone(),
+        token,
+        lease_ms: lease.map(|l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
+    }
+}
+
+fn held_now(t: &Table, now: Instant) -> Vec<LockEvent> {
+    let mut out: Vec<LockEvent> = t
+        .locks
+        .iter()
+        .map(|(key, s)| {
+            let left = s
+                .holder
+                .lease
+                .map(|l| l.saturating_sub(now.duration_since(s.holder.since)));
+            granted_event(key, s.holder.token, left)
+        })
+        .collect();
+    out.sort_by(|a, b| match (a, b) {
+        (
+            LockEvent::Granted { db, name, .. },
+            LockEvent::Granted {
+                db: db2,
+                name: name2,
+                ..
+            },
+        ) => (db, name).cmp(&(db2, name2)),
+        _ => std::cmp::Ordering::Equal,
+    });
+    out
 }
 
 fn describe(key: &(usize, Bytes), s: &LockState, now: Instant) -> LockInfo {
@@ -518,5 +687,109 @@ mod tests {
         );
         assert!(r2.try_recv().is_ok());
         assert_eq!(t.info(0, b"s").unwrap().lease_left, None);
+    }
+
+    fn sink_into(t: &LockTable) -> std::sync::Arc<Mutex<Vec<LockEvent>>> {
+        let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let into = seen.clone();
+        t.stream_to(Some(Box::new(move |e| into.lock().push(e.clone()))));
+        seen
+    }
+
+    #[test]
+    fn grants_and_releases_reach_the_sink_in_order() {
+        let t = LockTable::new();
+        let seen = sink_into(&t);
+        let t1 = granted(t.acquire(0, b"s", 1, None, None));
+        let (_, mut r2) = queued(t.acquire(0, b"s", 2, Some(Duration::from_secs(5)), None));
+        t.release(0, b"s", t1).unwrap();
+        let t2 = r2.try_recv().unwrap();
+        t.release_client(2);
+        let name = Bytes::from_static(b"s");
+        assert_eq!(
+            *seen.lock(),
+            vec![
+                LockEvent::Granted {
+                    db: 0,
+                    name: name.clone(),
+                    token: t1,
+                    lease_ms: None
+                },
+                LockEvent::Released {
+                    db: 0,
+                    name: name.clone(),
+                    token: t1
+                },
+                LockEvent::Granted {
+                    db: 0,
+                    name: name.clone(),
+                    token: t2,
+                    lease_ms: Some(5000)
+                },
+                LockEvent::Released {
+                    db: 0,
+                    name,
+                    token: t2
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_replica_mirrors_the_primary_and_a_promotion_keeps_tokens_rising() {
+        let primary = LockTable::new();
+        granted(primary.acquire(0, b"a", 1, None, None));
+        let replica = LockTable::new();
+        for e in primary.stream_to(None) {
+            replica.apply(&e);
+        }
+        let seen = sink_into(&primary);
+        let tb = granted(primary.acquire(0, b"b", 1, Some(Duration::from_secs(60)), None));
+        for e in seen.lock().drain(..) {
+            replica.apply(&e);
+        }
+        let info = replica.info(0, b"b").unwrap();
+        assert_eq!((info.token, info.holder_client), (tb, ORPHAN));
+        // A connection closing on the replica never frees the orphans.
+        assert_eq!(replica.release_client(1), 0);
+        replica.promote(Duration::from_secs(30));
+        // The page that held `b` before the failover closes it with its old token.
+        assert_eq!(replica.release(0, b"b", tb), Ok(()));
+        let next = granted(replica.acquire(0, b"b", 7, None, None));
+        assert!(
+            next > tb && next >> EPOCH_SHIFT == 1,
+            "a new epoch: {next:#x}"
+        );
+        // The orphan without a lease got one, counted from the promotion.
+        let a = replica.info(0, b"a").unwrap();
+        assert!(a.lease_left.is_some_and(|l| l <= Duration::from_secs(30)));
+        assert_eq!(
+            replica.expire_leases(Instant::now() + Duration::from_secs(31)),
+            1
+        );
+    }
+
+    #[test]
+    fn a_release_with_a_stale_token_leaves_the_new_holder() {
+        let replica = LockTable::new();
+        let name = Bytes::from_static(b"s");
+        replica.apply(&LockEvent::Granted {
+            db: 0,
+            name: name.clone(),
+            token: 5,
+            lease_ms: None,
+        });
+        replica.apply(&LockEvent::Released {
+            db: 0,
+            name: name.clone(),
+            token: 4,
+        });
+        assert!(replica.holds(0, b"s", 5));
+        replica.apply(&LockEvent::Released {
+            db: 0,
+            name,
+            token: 5,
+        });
+        assert!(replica.info(0, b"s").is_none());
     }
 }

@@ -367,13 +367,17 @@ pub struct Shard {
     expired_count: u64,
     /// Set while a snapshot is armed and has not copied this shard yet.
     pending_snapshot: Option<Box<PendingSnapshot>>,
-    /// Keys reclaimed by expiry since the server last took them (for `expired` keyspace
-    /// notifications); None while nobody wants them. At most [`EXPIRED_LOG_MAX`].
-    expired_log: Option<Vec<Bytes>>,
+    /// Where keys reclaimed by expiry go until the server takes them (for `expired` keyspace
+    /// notifications and client-side caching's invalidations): the keyspace's one log, shared
+    /// by its shards, so taking it never locks a shard; None while nobody wants them.
+    expired_log: Option<ExpiredLog>,
 }
 
-/// Most expired keys a shard keeps between two takes; past it the rest are not reported.
-pub const EXPIRED_LOG_MAX: usize = 4096;
+/// The keyspace's log of expired keys (see [`Shard::set_expired_log`]).
+pub type ExpiredLog = std::sync::Arc<parking_lot::Mutex<Vec<Bytes>>>;
+
+/// Most expired keys a keyspace keeps between two takes; past it the rest are not reported.
+pub const EXPIRED_LOG_MAX: usize = 65536;
 
 impl Shard {
     /// An empty shard. Versions start from the clock (Unix ms × 1024), not from 0, so a version
@@ -605,24 +609,18 @@ impl Shard {
     }
 
     fn log_expired(&mut self, key: &[u8]) {
-        if let Some(log) = &mut self.expired_log {
+        if let Some(log) = &self.expired_log {
+            let mut log = log.lock();
             if log.len() < EXPIRED_LOG_MAX {
                 log.push(Bytes::copy_from_slice(key));
             }
         }
     }
 
-    /// Keep (or stop keeping) the keys expiry reclaims, for [`Shard::take_expired`].
-    pub fn set_expired_log(&mut self, on: bool) {
-        self.expired_log = on.then(Vec::new);
-    }
-
-    /// The keys reclaimed by expiry since the last call (empty when not kept).
-    pub fn take_expired(&mut self) -> Vec<Bytes> {
-        match &mut self.expired_log {
-            Some(log) => std::mem::take(log),
-            None => Vec::new(),
-        }
+    /// Keep the keys expiry reclaims in `log` (None: stop keeping them). Lock order: a
+    /// shard's lock, then the log's.
+    pub fn set_expired_log(&mut self, log: Option<ExpiredLog>) {
+        self.expired_log = log;
     }
 
     fn remove_entry(&mut self, key: &[u8]) -> Option<Entry> {

@@ -23,12 +23,12 @@ const F: u32 = flags::FAST;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("setbit", 4, W, KEY1, "bitmap", "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.", setbit).notifies(&[(crate::notify::STRING, "setbit")]),
+    cmd("setbit", 4, W, KEY1, "bitmap", "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.", setbit),
     cmd("getbit", 3, R | F, KEY1, "bitmap", "Returns a bit value by offset.", getbit),
     cmd("bitcount", -2, R, KEY1, "bitmap", "Counts the number of set bits (population counting) in a string.", bitcount),
     cmd("bitpos", -3, R, KEY1, "bitmap", "Finds the first set (1) or clear (0) bit in a string.", bitpos),
-    cmd("bitop", -4, W, (2, -1, 1), "bitmap", "Performs bitwise operations on multiple strings, and stores the result.", bitop).notifies(&[(crate::notify::STRING, "set"), (0, "")]),
-    cmd("bitfield", -2, W, KEY1, "bitmap", "Performs arbitrary bitfield integer operations on strings.", bitfield).notifies(&[(crate::notify::STRING, "setbit")]),
+    cmd("bitop", -4, W, (2, -1, 1), "bitmap", "Performs bitwise operations on multiple strings, and stores the result.", bitop).reads(3, -1),
+    cmd("bitfield", -2, W, KEY1, "bitmap", "Performs arbitrary bitfield integer operations on strings.", bitfield),
     cmd("bitfield_ro", -2, R | F, KEY1, "bitmap", "Performs arbitrary read-only bitfield integer operations on strings.", bitfield_ro),
 ];
 
@@ -81,6 +81,14 @@ fn modify_string<R>(
 }
 
 /// WRONGTYPE unless `key` is absent or holds a string; Ok(true) when it holds one.
+/// The length of the string at `key`, None when absent (the caller checked the type).
+fn string_len(shard: &mut Shard, key: &[u8], now: u64) -> Option<usize> {
+    match &shard.get(key, now)?.value {
+        Value::Str(b) => Some(b.len()),
+        _ => None,
+    }
+}
+
 fn check_string(shard: &mut Shard, key: &[u8], now: u64) -> Result<bool, CmdError> {
     match shard.get(key, now) {
         None => Ok(false),
@@ -101,6 +109,7 @@ fn setbit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut shard = ctx.db().lock(key);
     check_string(&mut shard, key, now)?;
     let byte = (offset >> 3) as usize;
+    let len_before = string_len(&mut shard, key, now);
     let old = modify_string(&mut shard, key, now, byte + 1, |buf| {
         let mask = 1u8 << (7 - (offset & 7));
         let old = buf[byte] & mask != 0;
@@ -111,6 +120,11 @@ fn setbit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         old
     });
+    drop(shard);
+    // Redis: an event when the key was created or grew, or the bit changed.
+    if len_before.is_none_or(|n| n <= byte) || old != (on == 1) {
+        ctx.notify(crate::notify::STRING, "setbit", key);
+    }
     Ok(Frame::Integer(old as i64))
 }
 
@@ -330,7 +344,11 @@ fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let maxlen = values.iter().map(Bytes::len).max().unwrap_or(0);
     if maxlen == 0 {
-        lock.shard(dest).remove(dest, now);
+        let deleted = lock.shard(dest).remove(dest, now).is_some();
+        drop(lock);
+        if deleted {
+            ctx.notify(crate::notify::GENERIC, "del", dest);
+        }
         return Ok(Frame::Integer(0));
     }
     let byte_at = |v: &Bytes, j: usize| v.get(j).copied().unwrap_or(0);
@@ -353,6 +371,8 @@ fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     lock.shard(dest)
         .set(dest, Value::Str(Bytes::from(out)), None, now);
+    drop(lock);
+    ctx.notify(crate::notify::STRING, "set", dest);
     Ok(Frame::Integer(maxlen as i64))
 }
 
@@ -470,7 +490,14 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdRe
         .max();
     let mut shard = ctx.db().lock(key);
     let Some(highest) = highest else {
-        let value = read_string(&mut shard, key, now)?.unwrap_or_default();
+        let value = read_string(&mut shard, key, now)?;
+        drop(shard);
+        // Redis looks a GET-only BITFIELD's key up for reading: a miss is a `keymiss` event
+        // (BITFIELD_RO, a read, has it from its row).
+        if value.is_none() && !read_only {
+            ctx.notify(crate::notify::KEY_MISS, "keymiss", key);
+        }
+        let value = value.unwrap_or_default();
         let replies = fields
             .iter()
             .map(|f| Frame::Integer(get_field(&value, f.offset, f.bits, f.signed)))
@@ -484,9 +511,22 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdRe
     }
     check_string(&mut shard, key, now)?;
     let len = (highest >> 3) as usize + 1;
-    let replies = modify_string(&mut shard, key, now, len, |buf| {
+    let before = read_string(&mut shard, key, now)?;
+    let replies: Vec<Frame> = modify_string(&mut shard, key, now, len, |buf| {
         fields.iter().map(|f| apply_field(buf, f)).collect()
     });
+    let after = read_string(&mut shard, key, now)?;
+    drop(shard);
+    // Redis counts a write that ran (not one OVERFLOW FAIL refused) as a change when the key
+    // was created or grew, or the bits it wrote differ: one `setbit` event for any change.
+    let grew = before.as_ref().is_none_or(|b| b.len() < len);
+    let wrote = fields
+        .iter()
+        .zip(&replies)
+        .any(|(f, r)| f.op != FieldOp::Get && !matches!(r, Frame::Null));
+    if (grew && wrote) || before != after {
+        ctx.notify(crate::notify::STRING, "setbit", key);
+    }
     Ok(Frame::Array(replies))
 }
 

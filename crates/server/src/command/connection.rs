@@ -8,6 +8,7 @@
 
 use super::{cmd, flags, sub, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, parse_i64, show};
+use crate::client::ClientType;
 use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
 use gradus_proto::{Frame, ProtocolVersion};
@@ -291,14 +292,14 @@ const CLIENT_HELP: &[&str] = &[
     "    Assign the name <name> to the current connection.",
     "SETINFO <LIB-NAME|LIB-VER> <value>",
     "    Set client library name or version.",
-    "LIST [TYPE NORMAL] [ID <id> [<id> ...]]",
+    "LIST [TYPE (NORMAL|MASTER|REPLICA|PUBSUB)] [ID <id> [<id> ...]]",
     "    Return information about client connections.",
     "INFO",
     "    Return information about the current client connection.",
     "KILL <ip:port>",
     "    Kill connection made from <ip:port>.",
     "KILL <option> <value> [<option> <value> [...]]",
-    "    Kill connections. Options are: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>, TYPE NORMAL, USER default, SKIPME (YES|NO).",
+    "    Kill connections. Options are: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>, TYPE (NORMAL|MASTER|REPLICA|PUBSUB), USER <username>, MAXAGE <maxage>, SKIPME (YES|NO).",
     "UNBLOCK <clientid> [TIMEOUT|ERROR]",
     "    Unblock the specified blocked client.",
     "DURABILITY (NONE|LAZY|BACKGROUND|STRICT|DEFAULT)",
@@ -615,19 +616,11 @@ fn verbatim(text: String) -> Frame {
 
 fn client_list(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
     let mut ids: Option<Vec<u64>> = None;
-    // TYPE: Some(true) only subscribed (pubsub) clients, Some(false) only normal ones.
-    let mut pubsub: Option<bool> = None;
+    let mut of_type: Option<ClientType> = None;
     let mut i = 0;
     while i < opts.len() {
         if is(&opts[i], "type") && i + 1 < opts.len() {
-            let t = &opts[i + 1];
-            if !(is(t, "normal") || is(t, "master") || is(t, "replica") || is(t, "pubsub")) {
-                return Err(CmdError::err(format!("Unknown client type '{}'", show(t))));
-            }
-            if is(t, "master") || is(t, "replica") {
-                return Ok(verbatim(String::new()));
-            }
-            pubsub = Some(is(t, "pubsub"));
+            of_type = Some(client_type(&opts[i + 1])?);
             i += 2;
         } else if is(&opts[i], "id") && i + 1 < opts.len() {
             let mut list = Vec::new();
@@ -646,7 +639,7 @@ fn client_list(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
     let mut out = String::new();
     for c in ctx.shared.clients.all() {
         if ids.as_ref().is_some_and(|ids| !ids.contains(&c.id))
-            || pubsub.is_some_and(|p| p != c.is_pubsub())
+            || of_type.is_some_and(|t| t != c.client_type())
             || !same_tenant(ctx, &c)
         {
             continue;
@@ -676,15 +669,19 @@ fn client_kill(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
             None => Err(CmdError::err("No such client")),
         };
     }
-    if !opts.len().is_multiple_of(2) {
-        return Err(CmdError::Syntax);
-    }
     let mut id: Option<u64> = None;
     let mut addr: Option<String> = None;
     let mut laddr: Option<String> = None;
+    let mut of_type: Option<ClientType> = None;
+    let mut user: Option<String> = None;
+    let mut max_age: Option<u64> = None;
     let mut skipme = true;
-    for pair in opts.chunks_exact(2) {
-        let (k, v) = (&pair[0], &pair[1]);
+    // Option by option, as Redis reads them: the first bad one is the error (a last option
+    // without its value is a syntax error when reached).
+    for pair in opts.chunks(2) {
+        let [k, v] = pair else {
+            return Err(CmdError::Syntax);
+        };
         if is(k, "id") {
             id = Some(
                 parse_i64(v)
@@ -704,8 +701,22 @@ fn client_kill(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
             } else {
                 return Err(CmdError::Syntax);
             };
-        } else if is(k, "type") || is(k, "user") || is(k, "maxage") {
-            // Every connection is a normal one of the default user.
+        } else if is(k, "maxage") {
+            let age = parse_i64(v)
+                .ok_or_else(|| CmdError::err("maxage is not an integer or out of range"))?;
+            if age <= 0 {
+                return Err(CmdError::err("maxage should be greater than 0"));
+            }
+            max_age = Some(age as u64);
+        } else if is(k, "type") {
+            of_type = Some(client_type(v)?);
+        } else if is(k, "user") {
+            let exists = ctx.shared.tenancy.user(v).is_some()
+                || std::str::from_utf8(v).is_ok_and(|n| ctx.shared.acl.get(n).is_some());
+            if !exists {
+                return Err(CmdError::err(format!("No such user '{}'", show(v))));
+            }
+            user = Some(show(v));
         } else {
             return Err(CmdError::Syntax);
         }
@@ -716,7 +727,10 @@ fn client_kill(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
         if id.is_some_and(|id| id != c.id)
             || addr.as_ref().is_some_and(|a| *a != c.addr.to_string())
             || laddr.as_ref().is_some_and(|a| *a != c.laddr.to_string())
+            || of_type.is_some_and(|t| t != c.client_type())
+            || user.as_ref().is_some_and(|u| **u != **c.user.lock())
             || (skipme && c.id == ctx.client.id)
+            || max_age.is_some_and(|age| c.created.elapsed().as_secs() < age)
             || !same_tenant(ctx, &c)
         {
             continue;
@@ -732,6 +746,12 @@ fn client_kill(ctx: &mut Ctx<'_>, opts: &[Bytes]) -> CmdResult {
         return Err(crate::tenancy::no_perm(&ctx.client.user, "client|kill"));
     }
     Ok(Frame::Integer(killed))
+}
+
+/// A CLIENT LIST/KILL `TYPE` argument, or Redis' error.
+fn client_type(name: &[u8]) -> Result<ClientType, CmdError> {
+    ClientType::by_name(name)
+        .ok_or_else(|| CmdError::err(format!("Unknown client type '{}'", show(name))))
 }
 
 /// Admins see every connection; other users only those of their own tenant.

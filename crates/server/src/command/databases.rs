@@ -29,7 +29,7 @@ const OBJ: u32 = flags::READONLY | flags::READS_KEYSPACE;
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("copy", -3, W | flags::DENYOOM, (1, 2, 1), "generic", "Copies the value of a key to a new key.", copy)
-        .with_other_keyspaces(OtherKeyspaces::Target(copy_target)).notifies_if_changed(&[(0, ""), (crate::notify::GENERIC, "copy_to")]),
+        .with_other_keyspaces(OtherKeyspaces::Target(copy_target)).reads(1, 1),
     cmd("move", 3, W | flags::FAST, KEY1, "generic", "Moves a key to another database.", move_key)
         .with_other_keyspaces(OtherKeyspaces::Target(move_target)),
     cmd("swapdb", 3, W | flags::FAST | flags::EXCLUSIVE, NO_KEYS, "server", "Swaps two Redis databases.", swapdb)
@@ -149,6 +149,8 @@ fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         to.set_with_meta(dst, value, expires_at, meta, now);
         true
     };
+    ctx.notify_new_in(target, dst);
+    ctx.notify_in(target, crate::notify::GENERIC, "copy_to", dst);
     note_ready(ctx, target, dst);
     Ok(Frame::Integer(copied as i64))
 }
@@ -169,6 +171,9 @@ fn move_key(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let entry = from.remove(key, now).ok_or(CmdError::NoSuchKey)?;
         to.adopt(key, entry, now);
     }
+    ctx.notify_new_in(target, key);
+    ctx.notify_in(here, crate::notify::GENERIC, "move_from", key);
+    ctx.notify_in(target, crate::notify::GENERIC, "move_to", key);
     note_ready(ctx, target, key);
     Ok(Frame::Integer(1))
 }

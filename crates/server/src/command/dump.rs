@@ -18,7 +18,7 @@ use gradus_store::{HashValue, ListValue, SetValue, Value, ZSetLimits, ZSetValue}
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("dump", 2, flags::READONLY, KEY1, "generic", "Returns a serialized representation of the value stored at a key.", dump),
-    cmd("restore", -4, flags::WRITE | flags::DENYOOM, KEY1, "generic", "Creates a key from the serialized representation of a value.", restore).notifies(&[(crate::notify::GENERIC, "restore")]),
+    cmd("restore", -4, flags::WRITE | flags::DENYOOM, KEY1, "generic", "Creates a key from the serialized representation of a value.", restore),
 ];
 
 /// The value in the codec's terms.
@@ -142,13 +142,22 @@ fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut shard = ctx.db().lock(key);
     if expires_at.is_some_and(|at| at <= now) {
         // Already expired: Redis deletes the key (with REPLACE) and creates nothing.
-        shard.remove(key, now);
+        let deleted = shard.remove(key, now).is_some();
+        drop(shard);
+        if deleted {
+            ctx.notify(crate::notify::GENERIC, "del", key);
+        }
         return Ok(Frame::ok());
     }
     shard.set(key, from_rdb(value, zset_limits), expires_at, now);
     if let Some(seconds) = idle {
         shard.set_idle(key, seconds.saturating_mul(1000), now);
     }
+    drop(shard);
+    // Redis deletes a replaced key and adds it anew: `new` either way.
+    let db = ctx.client.db;
+    ctx.notify_new_in(db, key);
+    ctx.notify(crate::notify::GENERIC, "restore", key);
     // FREQ is accepted as Redis accepts it; Gradus keeps no access frequency (its eviction is
     // sampled LRU), so OBJECT FREQ answers Redis' error for a non-LFU policy either way.
     let _ = freq;

@@ -23,15 +23,15 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("exists", -2, R | F, (1, -1, 1), "generic", "Determines whether one or more keys exist.", exists),
     cmd("touch", -2, R | F, (1, -1, 1), "generic", "Returns the number of existing keys out of those specified after updating the time they were last accessed.", exists),
     cmd("type", 2, R | F, KEY1, "generic", "Determines the type of value stored at a key.", key_type),
-    cmd("rename", 3, W, (1, 2, 1), "generic", "Renames a key and overwrites the destination.", rename).notifies(&[(crate::notify::GENERIC, "rename_from"), (crate::notify::GENERIC, "rename_to")]),
-    cmd("renamenx", 3, W | F, (1, 2, 1), "generic", "Renames a key only when the target key name doesn't exist.", renamenx).notifies_if_changed(&[(crate::notify::GENERIC, "rename_from"), (crate::notify::GENERIC, "rename_to")]),
+    cmd("rename", 3, W, (1, 2, 1), "generic", "Renames a key and overwrites the destination.", rename),
+    cmd("renamenx", 3, W | F, (1, 2, 1), "generic", "Renames a key only when the target key name doesn't exist.", renamenx),
     cmd("randomkey", 1, R | flags::RANDOM | flags::READS_KEYSPACE, NO_KEYS, "generic", "Returns a random key name from the database.", randomkey),
     cmd("keys", 2, R | flags::READS_KEYSPACE, NO_KEYS, "generic", "Returns all key names that match a pattern.", keys).with_acl(DANGEROUS),
     cmd("scan", -2, R | flags::READS_KEYSPACE, NO_KEYS, "generic", "Iterates over the key names in the database.", scan),
-    cmd("expire", -3, W | F, KEY1, "generic", "Sets the expiration time of a key in seconds.", expire).notifies_if_changed(&[(crate::notify::GENERIC, "expire")]),
-    cmd("pexpire", -3, W | F, KEY1, "generic", "Sets the expiration time of a key in milliseconds.", pexpire).notifies_if_changed(&[(crate::notify::GENERIC, "expire")]),
-    cmd("expireat", -3, W | F, KEY1, "generic", "Sets the expiration time of a key to a Unix timestamp.", expireat).notifies_if_changed(&[(crate::notify::GENERIC, "expire")]),
-    cmd("pexpireat", -3, W | F, KEY1, "generic", "Sets the expiration time of a key to a Unix milliseconds timestamp.", pexpireat).notifies_if_changed(&[(crate::notify::GENERIC, "expire")]),
+    cmd("expire", -3, W | F, KEY1, "generic", "Sets the expiration time of a key in seconds.", expire),
+    cmd("pexpire", -3, W | F, KEY1, "generic", "Sets the expiration time of a key in milliseconds.", pexpire),
+    cmd("expireat", -3, W | F, KEY1, "generic", "Sets the expiration time of a key to a Unix timestamp.", expireat),
+    cmd("pexpireat", -3, W | F, KEY1, "generic", "Sets the expiration time of a key to a Unix milliseconds timestamp.", pexpireat),
     cmd("ttl", 2, R | F, KEY1, "generic", "Returns the expiration time in seconds of a key.", ttl),
     cmd("pttl", 2, R | F, KEY1, "generic", "Returns the expiration time in milliseconds of a key.", pttl),
     cmd("expiretime", 2, R | F, KEY1, "generic", "Returns the expiration time of a key as a Unix timestamp.", expiretime),
@@ -96,6 +96,12 @@ fn rename_generic(
         .ok_or(CmdError::NoSuchKey)?;
     let expires_at = entry.expires_at();
     lock.shard(dst).set(dst, entry.value, expires_at, now);
+    drop(lock);
+    // Redis deletes the destination and adds it anew: `new` even when it existed.
+    let db = ctx.client.db;
+    ctx.notify_new_in(db, dst);
+    ctx.notify(crate::notify::GENERIC, "rename_from", src);
+    ctx.notify(crate::notify::GENERIC, "rename_to", dst);
     Ok(true)
 }
 
@@ -237,11 +243,15 @@ fn expire_generic(
     if !allowed {
         return Ok(Frame::Integer(0));
     }
-    if at <= now as i64 {
+    let event = if at <= now as i64 {
         shard.remove(key, now);
+        "del"
     } else {
         shard.set_expiry(key, Some(at as u64), now);
-    }
+        "expire"
+    };
+    drop(shard);
+    ctx.notify(crate::notify::GENERIC, event, key);
     Ok(Frame::Integer(1))
 }
 

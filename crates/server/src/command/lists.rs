@@ -39,12 +39,12 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("lrange", 4, R, KEY1, "list", "Returns a range of elements from a list.", lrange),
     cmd("lindex", 3, R, KEY1, "list", "Returns an element from a list by its index.", lindex),
     cmd("lset", 4, W | D, KEY1, "list", "Sets the value of an element in a list by its index.", lset).notifies(&[(crate::notify::LIST, "lset")]),
-    cmd("linsert", 5, W | D, KEY1, "list", "Inserts an element before or after another element in a list.", linsert).notifies_if_changed(&[(crate::notify::LIST, "linsert")]),
+    cmd("linsert", 5, W | D, KEY1, "list", "Inserts an element before or after another element in a list.", linsert),
     cmd("lrem", 4, W, KEY1, "list", "Removes elements from a list. Deletes the list if the last element was removed.", lrem).notifies_if_changed(&[(crate::notify::LIST, "lrem")]),
     cmd("ltrim", 4, W, KEY1, "list", "Removes elements from both ends a list. Deletes the list if all elements were trimmed.", ltrim).notifies(&[(crate::notify::LIST, "ltrim")]),
     cmd("lpos", -3, R, KEY1, "list", "Returns the index of matching elements in a list.", lpos),
     cmd("lmove", 5, W | D, (1, 2, 1), "list", "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.", lmove),
-    cmd("rpoplpush", 3, W | D, (1, 2, 1), "list", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.", rpoplpush).notifies(&[(crate::notify::LIST, "rpop"), (crate::notify::LIST, "lpush")]),
+    cmd("rpoplpush", 3, W | D, (1, 2, 1), "list", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.", rpoplpush),
     cmd("lmpop", -4, W, NO_KEYS, "list", "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.", lmpop).with_numkeys(1),
 ];
 
@@ -347,6 +347,10 @@ fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(Frame::Integer(-1));
     }
     let len = change_list(&mut shard, key, now, |l| l.insert(pivot, item, after));
+    drop(shard);
+    if len.is_some() {
+        ctx.notify(crate::notify::LIST, "linsert", key);
+    }
     Ok(Frame::Integer(len.map_or(-1, |n| n as i64)))
 }
 
@@ -456,6 +460,13 @@ fn move_generic(ctx: &mut Ctx<'_>, args: &[Bytes], from: End, to: End) -> CmdRes
     let db = ctx.db();
     let mut lock = db.lock_keys([src.as_ref(), dst.as_ref()]);
     let moved = move_element(&mut lock, src, dst, from, to, now)?;
+    drop(lock);
+    if moved.is_some() {
+        // Redis: the push, then the pop, then `del` for a source left empty.
+        ctx.notify(crate::notify::LIST, push_event(to), dst);
+        ctx.notify(crate::notify::LIST, pop_event(from), src);
+        popped_all(ctx, src);
+    }
     Ok(moved.map_or(Frame::Null, Frame::Bulk))
 }
 
@@ -503,12 +514,39 @@ fn lmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let now = ctx.now_ms;
     let db = ctx.db();
     let mut lock = db.lock_keys(keys.iter().map(|k| k.as_ref()));
-    Ok(
-        match pop_first(&mut lock, keys, end, count.unwrap_or(1), now)? {
-            None => Frame::NullArray,
-            Some((key, items)) => Frame::Array(vec![Frame::Bulk(key), bulks(items)]),
-        },
-    )
+    let popped = pop_first(&mut lock, keys, end, count.unwrap_or(1), now)?;
+    drop(lock);
+    Ok(match popped {
+        None => Frame::NullArray,
+        Some((key, items)) => {
+            ctx.notify(crate::notify::LIST, pop_event(end), &key);
+            popped_all(ctx, &key);
+            Frame::Array(vec![Frame::Bulk(key), bulks(items)])
+        }
+    })
+}
+
+/// The keyspace event of a push at `end`.
+fn push_event(end: End) -> &'static str {
+    match end {
+        End::Left => "lpush",
+        End::Right => "rpush",
+    }
+}
+
+/// The keyspace event of a pop at `end`.
+fn pop_event(end: End) -> &'static str {
+    match end {
+        End::Left => "lpop",
+        End::Right => "rpop",
+    }
+}
+
+/// Redis' `del` event after a pop or move left list `key` empty (and so deleted).
+fn popped_all(ctx: &mut Ctx<'_>, key: &[u8]) {
+    if crate::notify::enabled(ctx.shared) && !ctx.db().lock(key).contains_live(key, ctx.now_ms) {
+        ctx.notify(crate::notify::GENERIC, "del", key);
+    }
 }
 
 #[cfg(test)]

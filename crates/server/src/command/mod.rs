@@ -12,6 +12,7 @@ pub mod connection;
 pub mod databases;
 pub mod diagnostics;
 pub mod dump;
+pub mod failover;
 pub mod functions;
 pub mod hashes;
 pub mod hyperloglog;
@@ -20,6 +21,7 @@ pub mod lists;
 pub mod locks;
 pub mod memory;
 pub mod pubsub;
+pub mod replication;
 pub mod scripting;
 pub mod server;
 pub mod sets;
@@ -106,6 +108,9 @@ pub mod flags {
     /// Allowed while a RESP2 connection is subscribed to channels (Redis allows only
     /// (P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE, PING, QUIT and RESET there).
     pub const SUBSCRIBED_OK: u32 = 1 << 25;
+    /// Redis' `skip_monitor` (EVAL, FCALL …): MONITOR shows it before it runs, so the
+    /// commands of the script follow it; any other command is shown once it has run.
+    pub const SKIP_MONITOR: u32 = 1 << 26;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -156,6 +161,10 @@ pub struct CommandSpec {
     pub acl_categories: u32,
     /// The keyspace notification a write emits for its keys when it succeeds (see `notify`).
     pub notify: Option<Notify>,
+    /// The arguments from `.0` to `.1` (-1: the last) that a write looks up for reading (a
+    /// *STORE's sources, GETDEL's key): each one absent is a `keymiss` keyspace event, as
+    /// Redis' `lookupKeyRead` publishes (reads need none: all their keys are read).
+    pub read_keys: Option<(usize, i32)>,
     /// The pub/sub channels the command names, for ACL channel rules (`&pattern`): the
     /// arguments from `first` to `last` (-1: the last one), and whether they are patterns
     /// (PSUBSCRIBE's must equal one of the user's patterns, as in Redis).
@@ -325,6 +334,12 @@ impl CommandSpec {
         self
     }
 
+    /// The same row naming the arguments a write reads (see [`CommandSpec::read_keys`]).
+    pub const fn reads(mut self, first: usize, last: i32) -> CommandSpec {
+        self.read_keys = Some((first, last));
+        self
+    }
+
     /// Like [`CommandSpec::notifies`], for each key that existed before the write (DEL).
     pub const fn notifies_existing(
         mut self,
@@ -415,6 +430,7 @@ pub const fn cmd(
         acl_categories: 0,
         channels: None,
         notify: None,
+        read_keys: None,
     }
 }
 
@@ -462,6 +478,8 @@ pub fn table() -> &'static CommandTable {
             connection::COMMANDS,
             acl::COMMANDS,
             server::COMMANDS,
+            replication::COMMANDS,
+            failover::COMMANDS,
             diagnostics::COMMANDS,
             databases::COMMANDS,
             sort::COMMANDS,
@@ -590,6 +608,29 @@ impl Ctx<'_> {
             &self.client.counters.misses
         };
         crate::client::LocalCounters::bump(c);
+    }
+
+    /// Publish keyspace event `event` (of `notify` class `class`) on `key` of the selected
+    /// keyspace, where Redis' handler calls `notifyKeyspaceEvent` (see `notify`).
+    pub fn notify(&mut self, class: u32, event: &str, key: &[u8]) {
+        let db = self.client.db;
+        self.notify_in(db, class, event, key);
+    }
+
+    /// [`Ctx::notify`] in keyspace `db` (a global index: MOVE's and COPY's target).
+    pub fn notify_in(&mut self, db: usize, class: u32, event: &str, key: &[u8]) {
+        if crate::notify::enabled(self.shared) {
+            crate::notify::key_event(self.shared, self.client, class, event, db, key);
+        }
+    }
+
+    /// Publish `new` for `key`, just added to keyspace `db` (for commands that add a key
+    /// before their first event on it, or over one they deleted, as Redis' RENAME, COPY, MOVE
+    /// and RESTORE do).
+    pub fn notify_new_in(&mut self, db: usize, key: &[u8]) {
+        if crate::notify::enabled(self.shared) {
+            crate::notify::key_added(self.shared, self.client, db, key);
+        }
     }
 
     /// Log `args` as an effect of the write running now, in the selected keyspace (for commands

@@ -73,8 +73,8 @@ const GC_PAUSE: i32 = 400;
 /// Memory a single script's Lua state may allocate.
 const SCRIPT_MEMORY_LIMIT: usize = 256 * 1024 * 1024;
 
-const SCRIPT_FLAGS: u32 = flags::OWN_GATE | flags::DENYOOM | flags::NOSCRIPT;
-const SCRIPT_RO_FLAGS: u32 = flags::OWN_GATE | flags::NOSCRIPT;
+const SCRIPT_FLAGS: u32 = flags::OWN_GATE | flags::DENYOOM | flags::NOSCRIPT | flags::SKIP_MONITOR;
+const SCRIPT_RO_FLAGS: u32 = flags::OWN_GATE | flags::NOSCRIPT | flags::SKIP_MONITOR;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
@@ -463,6 +463,7 @@ impl ScriptRun<'_> {
                 return self.undeclared(spec, &args);
             }
         }
+        dispatch::feed_monitors(self.shared, self.client, spec, &args, true);
         if spec.runs_as_write() {
             self.wrote = true;
             dispatch::run_write(self.shared, self.client, spec, args, self.now_ms)

@@ -232,7 +232,7 @@ fn lastsave(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
 }
 
 /// WAITAOF numlocal numreplicas timeout (Redis 7.2): completes in the connection once the
-/// connection's last write is fsynced locally; there are no replicas yet.
+/// connection's last write is fsynced locally and acknowledged by `numreplicas` replicas.
 fn waitaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let numlocal = crate::args::int_arg(&args[1])?;
     let numreplicas = crate::args::int_arg(&args[2])?;
@@ -263,9 +263,11 @@ fn waitaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
-/// WAIT numreplicas timeout: Gradus has no replicas, so none ever acknowledges. Asking for none
-/// answers 0 at once (as inside MULTI, where Redis never blocks); asking for some waits out the
-/// timeout in milliseconds (0: until the connection or the server goes away) and answers 0.
+/// WAIT numreplicas timeout: answers how many replicas acknowledged (REPLCONF ACK) the
+/// replication offset of this connection's last write, once `numreplicas` have or the timeout
+/// (ms; 0: none) has passed. A replica acknowledges a record once its own log has it durable at
+/// its degree. Inside MULTI or a script, or when enough have acknowledged already, it answers at
+/// once (as Redis).
 fn wait(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let numreplicas = crate::args::int_arg(&args[1])?;
     let timeout = crate::args::int_arg(&args[2])
@@ -273,43 +275,63 @@ fn wait(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if timeout < 0 {
         return Err(CmdError::err("timeout is negative"));
     }
-    if numreplicas <= 0 || ctx.client.in_transaction() {
-        return Ok(Frame::Integer(0));
+    if ctx.shared.repl.is_replica() {
+        return Err(CmdError::err("WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated."));
+    }
+    let offset = ctx.client.repl_offset;
+    let acked = ctx.shared.repl.acked_at_least(offset) as i64;
+    if acked >= numreplicas || ctx.client.in_transaction() {
+        return Ok(Frame::Integer(acked));
     }
     ctx.client.deferred = Some(Deferred::new("wait", move |shared, client| {
         Box::pin(async move {
-            no_replica_acknowledges(shared, client, timeout as u64).await;
-            Frame::Integer(0)
+            let acked = wait_for_acks(shared, client, offset, numreplicas, timeout as u64).await;
+            Frame::Integer(acked as i64)
         })
     }));
     Ok(Frame::Null)
 }
 
-/// Wait for acknowledgements that never come: the timeout (ms; 0 waits until the connection is
-/// killed or the server shuts down).
-async fn no_replica_acknowledges(
+/// Wait until `numreplicas` replicas acknowledged `offset`, the timeout passes (ms; 0: none),
+/// the connection is killed or the server shuts down; returns how many acknowledged it.
+async fn wait_for_acks(
     shared: std::sync::Arc<crate::state::Shared>,
     client: &mut crate::client::ClientState,
+    offset: u64,
+    numreplicas: i64,
     timeout_ms: u64,
-) {
+) -> usize {
     let handle = client.handle.clone();
     let mut shutdown = shared.shutdown.subscribe();
-    let forever = async {
-        tokio::select! {
-            _ = handle.killed() => {}
-            _ = shutdown.wait_for(|down| *down) => {}
+    let repl = &shared.repl;
+    let deadline = (timeout_ms > 0)
+        .then(|| tokio::time::Instant::now() + std::time::Duration::from_millis(timeout_ms));
+    loop {
+        let notified = repl.acked.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let acked = repl.acked_at_least(offset);
+        if acked as i64 >= numreplicas {
+            return acked;
         }
-    };
-    if timeout_ms > 0 {
-        let _ = tokio::time::timeout(std::time::Duration::from_millis(timeout_ms), forever).await;
-    } else {
-        forever.await;
+        let timeout = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = notified => {}
+            _ = timeout => return repl.acked_at_least(offset),
+            _ = handle.killed() => return repl.acked_at_least(offset),
+            _ = shutdown.wait_for(|down| *down) => return repl.acked_at_least(offset),
+        }
     }
 }
 
 /// WAITAOF's reply `[local, replicas]`: forces the fsync covering `lsn` when `numlocal` > 0;
-/// with no replicas, a wait for any waits out the timeout (0: until the connection or the server
-/// goes away), as Redis does.
+/// then waits for `numreplicas` replicas to acknowledge the connection's last write (a replica
+/// acknowledges only what its own log made durable: Redis' `FACK`), or the timeout.
 async fn wait_aof(
     shared: std::sync::Arc<crate::state::Shared>,
     client: &mut crate::client::ClientState,
@@ -341,10 +363,13 @@ async fn wait_aof(
             local = 1;
         }
     }
-    if numreplicas > 0 {
-        no_replica_acknowledges(shared, client, timeout_ms).await;
-    }
-    Frame::Array(vec![Frame::Integer(local), Frame::Integer(0)])
+    let offset = client.repl_offset;
+    let replicas = if numreplicas > 0 {
+        wait_for_acks(shared, client, offset, numreplicas, timeout_ms).await
+    } else {
+        shared.repl.acked_at_least(offset)
+    };
+    Frame::Array(vec![Frame::Integer(local), Frame::Integer(replicas as i64)])
 }
 
 fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -464,6 +489,46 @@ fn config_set(ctx: &Ctx<'_>, pairs: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
+/// CONFIG REWRITE: the settings in force (CONFIG SET's, and those changed by commands such as
+/// REPLICAOF) written back into the config file the server started with (see
+/// [`crate::config_rewrite`]); Redis' errors when there is none or it cannot be written.
+fn config_rewrite(ctx: &Ctx<'_>) -> CmdResult {
+    use crate::config_rewrite::{rewrite_text, strerror, write_atomically, RewriteError};
+    let Some(path) = &ctx.shared.config_file else {
+        return Err(CmdError::err("The server is running without a config file"));
+    };
+    // Serialises rewrites: two at once would each write the file from the same old text.
+    static REWRITING: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+    let _one_at_a_time = REWRITING.lock();
+    let result = (|| {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            // As Redis: a file removed since start-up is written anew.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(RewriteError::Io(e)),
+        };
+        let new = rewrite_text(&text, |row| row.current_value(ctx.shared))?;
+        if new != text {
+            write_atomically(path, &new)?;
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            tracing::info!("CONFIG REWRITE executed with success.");
+            Ok(Frame::ok())
+        }
+        Err(e) => {
+            let why = match &e {
+                RewriteError::Io(io) => strerror(io),
+                other => other.to_string(),
+            };
+            tracing::warn!("CONFIG REWRITE failed: {why}");
+            Err(CmdError::err(format!("Rewriting config file: {why}")))
+        }
+    }
+}
+
 fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_lowercase();
     match sub.as_str() {
@@ -486,9 +551,7 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ctx.shared.observer.commands.reset();
             Ok(Frame::ok())
         }
-        "rewrite" if args.len() == 2 => Err(CmdError::err(
-            "CONFIG REWRITE is not supported: edit the TOML config file instead",
-        )),
+        "rewrite" if args.len() == 2 => config_rewrite(ctx),
         "get" | "set" | "resetstat" | "rewrite" => Err(CmdError::err(format!(
             "wrong number of arguments for 'config|{sub}' command"
         ))),

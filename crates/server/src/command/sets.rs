@@ -39,14 +39,14 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("scard", 2, R | F, KEY1, "set", "Returns the number of members in a set.", scard),
     cmd("spop", -2, W | F | RND | flags::SELF_LOGGED, KEY1, "set", "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped.", spop).notifies_if_changed(&[(crate::notify::SET, "spop")]),
     cmd("srandmember", -2, R | RND, KEY1, "set", "Get one or multiple random members from a set", srandmember),
-    cmd("smove", 4, W | F, (1, 2, 1), "set", "Moves a member from one set to another.", smove).notifies_if_changed(&[(crate::notify::SET, "srem"), (crate::notify::SET, "sadd")]),
+    cmd("smove", 4, W | F, (1, 2, 1), "set", "Moves a member from one set to another.", smove),
     cmd("sinter", -2, R, KEYS, "set", "Returns the intersect of multiple sets.", sinter),
     cmd("sintercard", -3, R, NO_KEYS, "set", "Returns the number of members of the intersect of multiple sets.", sintercard),
-    cmd("sinterstore", -3, W | D, KEYS, "set", "Stores the intersect of multiple sets in a key.", sinterstore).notifies(&[(crate::notify::SET, "sinterstore"), (0, "")]),
+    cmd("sinterstore", -3, W | D, KEYS, "set", "Stores the intersect of multiple sets in a key.", sinterstore).reads(2, -1),
     cmd("sunion", -2, R, KEYS, "set", "Returns the union of multiple sets.", sunion),
-    cmd("sunionstore", -3, W | D, KEYS, "set", "Stores the union of multiple sets in a key.", sunionstore).notifies(&[(crate::notify::SET, "sunionstore"), (0, "")]),
+    cmd("sunionstore", -3, W | D, KEYS, "set", "Stores the union of multiple sets in a key.", sunionstore).reads(2, -1),
     cmd("sdiff", -2, R, KEYS, "set", "Returns the difference of multiple sets.", sdiff),
-    cmd("sdiffstore", -3, W | D, KEYS, "set", "Stores the difference of multiple sets in a key.", sdiffstore).notifies(&[(crate::notify::SET, "sdiffstore"), (0, "")]),
+    cmd("sdiffstore", -3, W | D, KEYS, "set", "Stores the difference of multiple sets in a key.", sdiffstore).reads(2, -1),
     cmd("sscan", -3, R, KEY1, "set", "Iterates over members of a set.", sscan),
 ];
 
@@ -312,8 +312,10 @@ fn smove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(zero);
     }
     remove_members(locked.shard(src), src, now, std::slice::from_ref(member));
+    let emptied = !locked.shard(src).contains_live(src, now);
     let target = locked.shard(dst);
-    if !read_set(target, dst, now)?.is_some_and(|s| s.contains(member)) {
+    let added = !read_set(target, dst, now)?.is_some_and(|s| s.contains(member));
+    if added {
         target.upsert(
             dst,
             now,
@@ -324,6 +326,15 @@ fn smove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 }
             },
         );
+    }
+    drop(locked);
+    // Redis' order: srem (and del) of the source, then sadd when the member was new there.
+    ctx.notify(crate::notify::SET, "srem", src);
+    if emptied {
+        ctx.notify(crate::notify::GENERIC, "del", src);
+    }
+    if added {
+        ctx.notify(crate::notify::SET, "sadd", dst);
     }
     Ok(one)
 }
@@ -431,13 +442,25 @@ fn difference(
 
 /// Store `result` at `dst` (replacing whatever is there, TTL included), or delete `dst` when
 /// it is empty; the reply is the stored set's size.
-fn store(locked: &mut MultiLock<'_>, dst: &[u8], now: u64, result: SetValue) -> CmdResult {
+/// Returns the size and whether an existing `dst` was deleted, for [`stored`].
+fn store(locked: &mut MultiLock<'_>, dst: &[u8], now: u64, result: SetValue) -> (usize, bool) {
     let len = result.len();
     let target = locked.shard(dst);
     if len == 0 {
-        target.remove(dst, now);
+        (0, target.remove(dst, now).is_some())
     } else {
         target.set(dst, Value::set(result), None, now);
+        (len, false)
+    }
+}
+
+/// The reply and keyspace event of a *STORE: `event` when a set was stored, `del` when an
+/// existing destination was deleted, nothing otherwise (as Redis).
+fn stored(ctx: &mut Ctx<'_>, dst: &[u8], (len, deleted): (usize, bool), event: &str) -> CmdResult {
+    if len > 0 {
+        ctx.notify(crate::notify::SET, event, dst);
+    } else if deleted {
+        ctx.notify(crate::notify::GENERIC, "del", dst);
     }
     Ok(gradus_proto::Frame::Integer(len as i64))
 }
@@ -464,7 +487,9 @@ fn sinterstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let db = ctx.db();
     let mut locked = db.lock_keys(args[1..].iter().map(|k| &k[..]));
     let members = intersection(ctx, &mut locked, keys, 0)?;
-    store(&mut locked, dst, ctx.now_ms, set_of(&members))
+    let done = store(&mut locked, dst, ctx.now_ms, set_of(&members));
+    drop(locked);
+    stored(ctx, dst, done, "sinterstore")
 }
 
 /// SINTERCARD numkeys key [key ...] [LIMIT limit].
@@ -512,7 +537,9 @@ fn sunionstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let db = ctx.db();
     let mut locked = db.lock_keys(args[1..].iter().map(|k| &k[..]));
     let result = union(ctx, &mut locked, keys)?;
-    store(&mut locked, dst, ctx.now_ms, result)
+    let done = store(&mut locked, dst, ctx.now_ms, result);
+    drop(locked);
+    stored(ctx, dst, done, "sunionstore")
 }
 
 fn sdiff(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -528,7 +555,9 @@ fn sdiffstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let db = ctx.db();
     let mut locked = db.lock_keys(args[1..].iter().map(|k| &k[..]));
     let result = difference(ctx, &mut locked, keys)?;
-    store(&mut locked, dst, ctx.now_ms, result)
+    let done = store(&mut locked, dst, ctx.now_ms, result);
+    drop(locked);
+    stored(ctx, dst, done, "sdiffstore")
 }
 
 /// SSCAN key cursor [MATCH pattern] [COUNT count]: an intset or listpack is returned whole with

@@ -30,7 +30,7 @@ const READS: u32 = flags::MOVABLE_KEYS | flags::READS_KEYSPACE;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("sort", -2, flags::WRITE | flags::SELF_LOGGED | flags::DENYOOM | READS, KEY1, "generic", "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.", sort),
+    cmd("sort", -2, flags::WRITE | flags::SELF_LOGGED | flags::DENYOOM | READS, KEY1, "generic", "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.", sort).reads(1, 1),
     cmd("sort_ro", -2, flags::READONLY | READS, KEY1, "generic", "Returns the sorted elements of a list, a set, or a sorted set.", sort_ro),
 ];
 
@@ -382,13 +382,31 @@ fn run(ctx: &mut Ctx<'_>, args: &[Bytes], readonly: bool) -> CmdResult {
         ));
     };
     let stored = out.len();
-    write(ctx, vec![Bytes::from_static(b"DEL"), dest.clone()])?;
+    let existed = ctx.db().lock(&dest).contains_live(&dest, ctx.now_ms);
+    // The DEL and RPUSH are how the store is written, not what Redis announces: SORT's own
+    // events are `sortstore` (or `del` when nothing is stored over an existing key).
+    let muted = std::mem::replace(&mut ctx.client.notify_muted, true);
+    let result = (|| {
+        write(ctx, vec![Bytes::from_static(b"DEL"), dest.clone()])?;
+        if stored > 0 {
+            let mut push = Vec::with_capacity(stored + 2);
+            push.push(Bytes::from_static(b"RPUSH"));
+            push.push(dest.clone());
+            push.extend(out.into_iter().map(Option::unwrap_or_default));
+            write(ctx, push)?;
+        }
+        Ok::<(), CmdError>(())
+    })();
+    ctx.client.notify_muted = muted;
+    result?;
     if stored > 0 {
-        let mut push = Vec::with_capacity(stored + 2);
-        push.push(Bytes::from_static(b"RPUSH"));
-        push.push(dest);
-        push.extend(out.into_iter().map(Option::unwrap_or_default));
-        write(ctx, push)?;
+        if !existed {
+            let db = ctx.client.db;
+            ctx.notify_new_in(db, &dest);
+        }
+        ctx.notify(crate::notify::LIST, "sortstore", &dest);
+    } else if existed {
+        ctx.notify(crate::notify::GENERIC, "del", &dest);
     }
     Ok(Frame::Integer(stored as i64))
 }

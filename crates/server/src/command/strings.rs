@@ -19,12 +19,12 @@ const F: u32 = flags::FAST;
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("get", 2, R | F, KEY1, "string", "Returns the string value of a key.", get),
-    cmd("set", -3, W, KEY1, "string", "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.", set).notifies(&[(crate::notify::STRING, "set")]),
-    cmd("setex", 4, W, KEY1, "string", "Sets the string value and expiration time of a key.", setex).notifies(&[(crate::notify::STRING, "set")]),
-    cmd("psetex", 4, W, KEY1, "string", "Sets both string value and expiration time in milliseconds of a key.", psetex).notifies(&[(crate::notify::STRING, "set")]),
+    cmd("set", -3, W, KEY1, "string", "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.", set),
+    cmd("setex", 4, W, KEY1, "string", "Sets the string value and expiration time of a key.", setex),
+    cmd("psetex", 4, W, KEY1, "string", "Sets both string value and expiration time in milliseconds of a key.", psetex),
     cmd("setnx", 3, W | F, KEY1, "string", "Set the string value of a key only when the key doesn't exist.", setnx).notifies_if_changed(&[(crate::notify::STRING, "set")]),
-    cmd("getex", -2, flags::WRITE | F, KEY1, "string", "Returns the string value of a key after setting its expiration time.", getex),
-    cmd("getdel", 2, flags::WRITE | F, KEY1, "string", "Returns the string value of a key after deleting the key.", getdel).notifies_if_changed(&[(crate::notify::GENERIC, "del")]),
+    cmd("getex", -2, flags::WRITE | F, KEY1, "string", "Returns the string value of a key after setting its expiration time.", getex).reads(1, 1),
+    cmd("getdel", 2, flags::WRITE | F, KEY1, "string", "Returns the string value of a key after deleting the key.", getdel).notifies_if_changed(&[(crate::notify::GENERIC, "del")]).reads(1, 1),
     cmd("getset", 3, W | F, KEY1, "string", "Returns the previous string value of a key after setting it to a new value.", getset).notifies(&[(crate::notify::STRING, "set")]),
     cmd("mget", -2, R | F, (1, -1, 1), "string", "Atomically returns the string values of one or more keys.", mget),
     cmd("mset", -3, W, (1, -1, 2), "string", "Atomically creates or modifies the string values of one or more keys.", mset).notifies(&[(crate::notify::STRING, "set")]),
@@ -36,8 +36,8 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("setrange", 4, W, KEY1, "string", "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.", setrange).notifies(&[(crate::notify::STRING, "setrange")]),
     cmd("incr", 2, W | F, KEY1, "string", "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", incr).notifies(&[(crate::notify::STRING, "incrby")]),
     cmd("incrby", 3, W | F, KEY1, "string", "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist.", incrby).notifies(&[(crate::notify::STRING, "incrby")]),
-    cmd("decr", 2, W | F, KEY1, "string", "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", decr).notifies(&[(crate::notify::STRING, "decrby")]),
-    cmd("decrby", 3, W | F, KEY1, "string", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", decrby).notifies(&[(crate::notify::STRING, "decrby")]),
+    cmd("decr", 2, W | F, KEY1, "string", "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", decr).notifies(&[(crate::notify::STRING, "incrby")]),
+    cmd("decrby", 3, W | F, KEY1, "string", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", decrby).notifies(&[(crate::notify::STRING, "incrby")]),
     cmd("incrbyfloat", 3, W | F, KEY1, "string", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", incrbyfloat).notifies(&[(crate::notify::STRING, "incrbyfloat")]),
 ];
 
@@ -187,6 +187,7 @@ fn set_generic(
 fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let (cond, ttl, get) = parse_set_options(args, ctx.now_ms)?;
     let key = &args[1];
+    let expires = matches!(ttl, Ttl::At(_));
     let (stored, old) = set_generic(
         &mut ctx.db().lock(key),
         key,
@@ -196,6 +197,12 @@ fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         get,
         ctx.now_ms,
     )?;
+    if stored {
+        ctx.notify(crate::notify::STRING, "set", key);
+        if expires {
+            ctx.notify(crate::notify::GENERIC, "expire", key);
+        }
+    }
     Ok(if get {
         bulk_or_null(old)
     } else if stored {
@@ -215,6 +222,8 @@ fn setex_generic(ctx: &mut Ctx<'_>, args: &[Bytes], unit: ExpireUnit, name: &str
     ctx.db()
         .lock(key)
         .set(key, str_value(&args[3]), Some(at as u64), ctx.now_ms);
+    ctx.notify(crate::notify::STRING, "set", key);
+    ctx.notify(crate::notify::GENERIC, "expire", key);
     Ok(Frame::ok())
 }
 
@@ -284,6 +293,7 @@ fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         Some(None) => Some(None),
         None => None,
     };
+    let mut event = None;
     if value.is_some() {
         match change {
             None => {}
@@ -293,15 +303,22 @@ fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                     .is_some_and(|e| e.expires_at().is_some()) =>
             {
                 shard.set_expiry(key, None, now);
+                event = Some("persist");
             }
             Some(None) => {}
             Some(Some(at)) if at <= now as i64 => {
                 shard.remove(key, now);
+                event = Some("del");
             }
             Some(Some(at)) => {
                 shard.set_expiry(key, Some(at as u64), now);
+                event = Some("expire");
             }
         }
+    }
+    drop(shard);
+    if let Some(event) = event {
+        ctx.notify(crate::notify::GENERIC, event, key);
     }
     Ok(bulk_or_null(value))
 }

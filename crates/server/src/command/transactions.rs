@@ -127,6 +127,7 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     // locks are tried, not waited for) holds the whole EXEC reply until its own is known.
     let mut late = Vec::new();
     for (spec, args) in multi.queued {
+        dispatch::feed_monitors(shared, txn.client(), spec, &args, false);
         // Each queued command counts and may be slow-logged on its own (EXEC itself is not).
         replies.push(dispatch::run_observed(
             shared,

@@ -33,8 +33,8 @@ const D: u32 = flags::DENYOOM;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("zadd", -4, W | D | F, KEY1, "sorted-set", "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.", zadd).notifies(&[(crate::notify::ZSET, "zadd")]),
-    cmd("zincrby", 4, W | D | F, KEY1, "sorted-set", "Increments the score of a member in a sorted set.", zincrby).notifies(&[(crate::notify::ZSET, "zincr")]),
+    cmd("zadd", -4, W | D | F, KEY1, "sorted-set", "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.", zadd),
+    cmd("zincrby", 4, W | D | F, KEY1, "sorted-set", "Increments the score of a member in a sorted set.", zincrby),
     cmd("zrem", -3, W | F, KEY1, "sorted-set", "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed.", zrem).notifies_if_changed(&[(crate::notify::ZSET, "zrem")]),
     cmd("zscore", 3, R | F, KEY1, "sorted-set", "Returns the score of a member in a sorted set.", zscore),
     cmd("zmscore", -3, R | F, KEY1, "sorted-set", "Returns the score of one or more members in a sorted set.", zmscore),
@@ -42,7 +42,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("zcount", 4, R | F, KEY1, "sorted-set", "Returns the count of members in a sorted set that have scores within a range.", zcount),
     cmd("zlexcount", 4, R | F, KEY1, "sorted-set", "Returns the number of members in a sorted set within a lexicographical range.", zlexcount),
     cmd("zrange", -4, R, KEY1, "sorted-set", "Returns members in a sorted set within a range of indexes.", zrange),
-    cmd("zrangestore", -5, W | D, (1, 2, 1), "sorted-set", "Stores a range of members from sorted set in a key.", zrangestore).notifies(&[(crate::notify::ZSET, "zrangestore"), (0, "")]),
+    cmd("zrangestore", -5, W | D, (1, 2, 1), "sorted-set", "Stores a range of members from sorted set in a key.", zrangestore).reads(2, 2),
     cmd("zrangebyscore", -4, R, KEY1, "sorted-set", "Returns members in a sorted set within a range of scores.", zrangebyscore),
     cmd("zrevrangebyscore", -4, R, KEY1, "sorted-set", "Returns members in a sorted set within a range of scores in reverse order.", zrevrangebyscore),
     cmd("zrangebylex", -4, R, KEY1, "sorted-set", "Returns members in a sorted set within a lexicographical range.", zrangebylex),
@@ -53,8 +53,8 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("zremrangebyscore", 4, W, KEY1, "sorted-set", "Removes members in a sorted set within a range of scores. Deletes the sorted set if all members were removed.", zremrangebyscore).notifies_if_changed(&[(crate::notify::ZSET, "zremrangebyscore")]),
     cmd("zremrangebyrank", 4, W, KEY1, "sorted-set", "Removes members in a sorted set within a range of indexes. Deletes the sorted set if all members were removed.", zremrangebyrank).notifies_if_changed(&[(crate::notify::ZSET, "zremrangebyrank")]),
     cmd("zremrangebylex", 4, W, KEY1, "sorted-set", "Removes members in a sorted set within a lexicographical range. Deletes the sorted set if all members were removed.", zremrangebylex).notifies_if_changed(&[(crate::notify::ZSET, "zremrangebylex")]),
-    cmd("zpopmin", -2, W | F, KEY1, "sorted-set", "Returns the lowest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.", zpopmin).notifies_if_changed(&[(crate::notify::ZSET, "zpopmin")]),
-    cmd("zpopmax", -2, W | F, KEY1, "sorted-set", "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.", zpopmax).notifies_if_changed(&[(crate::notify::ZSET, "zpopmax")]),
+    cmd("zpopmin", -2, W | F, KEY1, "sorted-set", "Returns the lowest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.", zpopmin),
+    cmd("zpopmax", -2, W | F, KEY1, "sorted-set", "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.", zpopmax),
     cmd("zrandmember", -2, R, KEY1, "sorted-set", "Returns one or more random members from a sorted set.", zrandmember),
     cmd("zscan", -3, R, KEY1, "sorted-set", "Iterates over members and scores of a sorted set.", zscan),
 ];
@@ -324,6 +324,12 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &[Bytes], incr: bool) -> CmdResult {
     } else {
         (0, 0, outcome.unwrap_or(AddOutcome::Nop))
     };
+    drop(shard);
+    // Redis: `zincr` or `zadd` when a member was added or its score changed.
+    if added + updated > 0 {
+        let event = if opts.incr { "zincr" } else { "zadd" };
+        ctx.notify(crate::notify::ZSET, event, key);
+    }
     Ok(if opts.incr {
         match last {
             AddOutcome::Nop => Frame::Null,
@@ -740,10 +746,16 @@ fn zrangestore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     };
     let target = locked.shard(dst);
     let Some((z, count)) = stored.filter(|(_, count)| *count > 0) else {
-        target.remove(dst, now);
+        let deleted = target.remove(dst, now).is_some();
+        drop(locked);
+        if deleted {
+            ctx.notify(crate::notify::GENERIC, "del", dst);
+        }
         return Ok(Frame::Integer(0));
     };
     target.set(dst, Value::zset(z), None, now);
+    drop(locked);
+    ctx.notify(crate::notify::ZSET, "zrangestore", dst);
     Ok(Frame::Integer(count as i64))
 }
 
@@ -840,6 +852,16 @@ fn zpop_generic(ctx: &mut Ctx<'_>, args: &[Bytes], max: bool) -> CmdResult {
     if !popped.is_empty() {
         let members: Vec<Bytes> = popped.iter().map(|(m, _)| m.clone()).collect();
         remove_members(&mut shard, key, now, &members);
+        let emptied = !shard.contains_live(key, now);
+        drop(shard);
+        ctx.notify(
+            crate::notify::ZSET,
+            if max { "zpopmax" } else { "zpopmin" },
+            key,
+        );
+        if emptied {
+            ctx.notify(crate::notify::GENERIC, "del", key);
+        }
     }
     Ok(scored_reply(popped, true, resp))
 }

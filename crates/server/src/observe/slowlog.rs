@@ -112,14 +112,11 @@ fn kept_args(args: &[Bytes], secret: bool) -> Vec<Bytes> {
     let shown = args.len().min(MAX_ARGC);
     let mut out = Vec::with_capacity(shown);
     // Secrets: everything after a leading AUTH; the two words after an AUTH option (HELLO).
-    let mut redact_from = usize::MAX;
-    let mut redact_to = 0;
-    if secret {
-        if let Some(at) = args.iter().position(|a| a.eq_ignore_ascii_case(b"auth")) {
-            redact_from = at + 1;
-            redact_to = if at == 0 { usize::MAX } else { at + 3 };
-        }
-    }
+    let (redact_from, redact_to) = if secret {
+        secret_args(args)
+    } else {
+        (usize::MAX, 0)
+    };
     for (i, arg) in args.iter().enumerate().take(shown) {
         if i == MAX_ARGC - 1 && args.len() > MAX_ARGC {
             out.push(Bytes::from(format!(
@@ -139,6 +136,17 @@ fn kept_args(args: &[Bytes], secret: bool) -> Vec<Bytes> {
         }
     }
     out
+}
+
+/// The arguments of a command flagged `secret_args` that Redis shows as `(redacted)` (in the
+/// slow log and to MONITOR): every one after AUTH's name, or HELLO's two after its `AUTH`
+/// word; `(from, to)`, to exclusive (`(usize::MAX, 0)`: none).
+pub fn secret_args(args: &[Bytes]) -> (usize, usize) {
+    match args.iter().position(|a| a.eq_ignore_ascii_case(b"auth")) {
+        Some(0) => (1, usize::MAX),
+        Some(at) => (at + 1, at + 3),
+        None => (usize::MAX, 0),
+    }
 }
 
 #[cfg(test)]

@@ -237,6 +237,16 @@ fn partition_of(
 /// A value split over several items is put together from its parts before it is inserted;
 /// parts whose first item came in an earlier batch are added to the value loaded from it.
 fn load_items(shared: &crate::state::Shared, items: &[bytes::Bytes]) -> Result<(), String> {
+    load_items_into(shared, items, false)
+}
+
+/// [`load_items`], for every keyspace when `all` (a replica loading its primary's snapshot,
+/// which carries the `none` keyspaces too), else only for the logged ones.
+pub fn load_items_into(
+    shared: &crate::state::Shared,
+    items: &[bytes::Bytes],
+    all: bool,
+) -> Result<(), String> {
     let mut rest = items;
     while let Some(item) = rest.first() {
         // A first item (or, at the start of a batch, a later part) and the later parts after it.
@@ -268,7 +278,7 @@ fn load_items(shared: &crate::state::Shared, items: &[bytes::Bytes]) -> Result<(
             let (db, key) = record::item_key(item).map_err(|e| e.to_string())?;
             (db, key, None)
         };
-        if !shared.persist.db_logged(db) {
+        if !all && !shared.persist.db_logged(db) {
             // The database is `none` now (the config changed): it starts empty.
             continue;
         }

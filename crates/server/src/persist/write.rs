@@ -18,6 +18,15 @@
 //! record lives on the connection ([`ClientState::record`]): a command that logs its own effects
 //! hands them over with [`log_effect`], wherever it runs.
 //!
+//! Replication: once a backlog exists (`repl::Repl::is_active`), every write also builds its
+//! record when its keyspace is `none`, each command tagged with whether it is logged here: the
+//! local log gets only the logged commands (a MULTI mixing `none` and logged keyspaces logs only
+//! the latter), the replication stream all of them, fed under the same write-order lock (or
+//! exclusive gate) as the append, so the stream's order is the order writes reached memory.
+//! With no backlog the `none` path encodes nothing, as before. A replica refuses writes from its
+//! clients (`READONLY`, when `replica-read-only`); a primary short of good replicas refuses them
+//! when `min-replicas-to-write` asks (`NOREPLICAS`).
+//!
 //! One error type, [`WriteError`], has one text per failure in Redis' form (`CmdError`) and in
 //! memcached's ([`WriteError::memcached_line`]).
 //!
@@ -80,6 +89,10 @@ pub enum WriteError {
         a: (usize, String),
         b: (usize, String),
     },
+    /// A write from a client of a read-only replica.
+    ReadOnlyReplica,
+    /// Fewer good replicas than `min-replicas-to-write`.
+    NoReplicas,
 }
 
 impl WriteError {
@@ -125,6 +138,12 @@ impl From<&WriteError> for CmdError {
             WriteError::FromUnlogged { from, to } => CmdError::err(format!(
                 "keys cannot go from database {from}, which is never logged (durability none), into database {to}, which is logged"
             )),
+            WriteError::ReadOnlyReplica => {
+                CmdError::Other("READONLY You can't write against a read only replica.".into())
+            }
+            WriteError::NoReplicas => {
+                CmdError::Other("NOREPLICAS Not enough good replicas to write.".into())
+            }
             WriteError::SwapMismatch { a, b } => CmdError::err(format!(
                 "SWAPDB needs two databases of the same durability and eviction policy (database {}: {}, database {}: {})",
                 a.0, a.1, b.0, b.1
@@ -164,10 +183,14 @@ pub struct OpenRecord {
     encoded: Option<Bytes>,
     /// Opened by EXEC or a script, which run other writes.
     runs_others: bool,
+    /// Streamed to replicas (a backlog exists): commands are kept whether logged or not.
+    replicate: bool,
+    /// For each of `commands`: whether it is logged here (else it is only streamed).
+    logged: Vec<bool>,
 }
 
 impl OpenRecord {
-    fn new(now_ms: u64, current: Durability) -> Self {
+    fn new(now_ms: u64, current: Durability, replicate: bool) -> Self {
         Self {
             now_ms,
             commands: Vec::new(),
@@ -176,7 +199,14 @@ impl OpenRecord {
             room: RecordRoom::whole(),
             encoded: None,
             runs_others: false,
+            replicate,
+            logged: Vec::new(),
         }
+    }
+
+    /// Whether what the write running now does is recorded (logged, or streamed).
+    fn records_current(&self) -> bool {
+        self.current.is_logged() || self.replicate
     }
 
     /// Whether EXEC or a script opened it (the writes running now run inside one).
@@ -185,27 +215,75 @@ impl OpenRecord {
     }
 
     fn push(&mut self, db: usize, args: Vec<Bytes>) {
+        self.push_tagged(db, args, self.current.is_logged());
+    }
+
+    fn push_tagged(&mut self, db: usize, args: Vec<Bytes>, logged: bool) {
         self.room.take(&args);
         self.commands.push(LoggedCommand { db, args });
-        self.degree = self.degree.max(self.current);
+        self.logged.push(logged);
+        if logged {
+            self.degree = self.degree.max(self.current);
+        }
     }
+}
+
+/// Whether writes by `client` are streamed now (a backlog exists, and the write is not the
+/// primary's own record being applied on a replica: the replica task streams those as they came).
+fn replicates(shared: &Shared, client: &ClientState) -> bool {
+    shared.repl.is_active() && !client.from_primary
+}
+
+/// Refuse a write from a client of a read-only replica, or on a primary short of good replicas.
+fn check_role(shared: &Shared, client: &ClientState) -> Result<(), WriteError> {
+    if client.from_primary {
+        return Ok(());
+    }
+    let settings = &shared.repl.settings;
+    if shared.repl.is_active() && shared.repl.is_replica() {
+        if settings
+            .read_only
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Err(WriteError::ReadOnlyReplica);
+        }
+        return Ok(());
+    }
+    let min = settings
+        .min_replicas_to_write
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if min > 0 {
+        let lag = settings
+            .min_replicas_max_lag
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if (shared.repl.good_replicas(lag) as u64) < min {
+            return Err(WriteError::NoReplicas);
+        }
+    }
+    Ok(())
 }
 
 /// Log `args` as an effect of the write running now on `client`, in keyspace `db`, if that write
 /// is logged (a command flagged `SELF_LOGGED` calls this for what it changed; outside a write
 /// transaction, as in a replay, it does nothing).
 pub fn log_effect(client: &mut ClientState, db: usize, args: Vec<Bytes>) {
-    if let Some(record) = client.record.as_mut().filter(|r| r.current.is_logged()) {
+    if let Some(record) = client.record.as_mut().filter(|r| r.records_current()) {
         record.push(db, args);
     }
 }
 
-/// Whether the write running now on `client` is logged (so a caller can skip building effects).
+/// Stream `args` (in keyspace `db`) to replicas without logging it here: an effect in a keyspace
+/// that is never logged (an eviction from a `none` cache) while the write running now may be.
+pub fn stream_effect(client: &mut ClientState, db: usize, args: Vec<Bytes>) {
+    if let Some(record) = client.record.as_mut().filter(|r| r.replicate) {
+        record.push_tagged(db, args, false);
+    }
+}
+
+/// Whether the write running now on `client` is recorded, logged or streamed (so a caller can
+/// skip building effects).
 pub fn effects_logged(client: &ClientState) -> bool {
-    client
-        .record
-        .as_ref()
-        .is_some_and(|r| r.current.is_logged())
+    client.record.as_ref().is_some_and(|r| r.records_current())
 }
 
 enum Gate<'s> {
@@ -246,6 +324,9 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
         grows: bool,
     ) -> Result<Self, WriteError> {
         if client.record.is_some() {
+            if !matches!(scope, Scope::Evictions(_)) {
+                check_role(shared, client)?;
+            }
             let degree = writable_degree(shared, client, scope)?;
             if let Some(record) = client.record.as_mut() {
                 record.current = degree;
@@ -258,7 +339,12 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
                 order: None,
             });
         }
-        if grows {
+        if !matches!(scope, Scope::Evictions(_)) {
+            check_role(shared, client)?;
+        }
+        // A replica keeps what its primary sends: it never evicts on its own (as Redis'
+        // replica-ignore-maxmemory).
+        if grows && !client.from_primary {
             match scope {
                 Scope::Keyspace(db) => crate::quota::make_room(shared, client, db, now_ms)?,
                 Scope::Across { to, .. } => crate::quota::make_room(shared, client, to, now_ms)?,
@@ -266,7 +352,7 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             }
         }
         let degree = writable_degree(shared, client, scope)?;
-        client.record = Some(OpenRecord::new(now_ms, degree));
+        client.record = Some(OpenRecord::new(now_ms, degree, replicates(shared, client)));
         Ok(Self {
             shared,
             client,
@@ -294,13 +380,13 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
                 order: None,
             });
         }
-        if grows {
+        if grows && !client.from_primary {
             let db = client.db;
             crate::quota::make_room(shared, client, db, now_ms)?;
         }
         client.record = Some(OpenRecord {
             runs_others: true,
-            ..OpenRecord::new(now_ms, Durability::None)
+            ..OpenRecord::new(now_ms, Durability::None, replicates(shared, client))
         });
         Ok(Self {
             shared,
@@ -341,10 +427,12 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
         if client.record.is_some() {
             return Self::begin_exclusive(shared, client, now_ms, grows);
         }
-        if grows {
+        if grows && !client.from_primary {
             crate::quota::make_room(shared, client, db, now_ms)?;
         }
-        let logged = degree(shared, client, Scope::Keyspace(db)).is_ok_and(|d| d.is_logged());
+        let replicate = replicates(shared, client);
+        let logged =
+            replicate || degree(shared, client, Scope::Keyspace(db)).is_ok_and(|d| d.is_logged());
         let keyspace = shared.store.db(db).expect("the selected keyspace exists");
         let gate = shared.store.shared(client.id);
         let held = loop {
@@ -358,7 +446,7 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
         };
         client.record = Some(OpenRecord {
             runs_others: true,
-            ..OpenRecord::new(now_ms, Durability::None)
+            ..OpenRecord::new(now_ms, Durability::None, replicate)
         });
         Ok(Self {
             shared,
@@ -389,10 +477,9 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
     fn lock(&mut self) {
         if matches!(self.gate, Gate::Pending) {
             self.gate = Gate::Shared(self.shared.store.shared(self.client.id));
-            self.order = self
-                .degree
-                .is_logged()
-                .then(|| self.shared.write_order.lock());
+            let replicate = self.client.record.as_ref().is_some_and(|r| r.replicate);
+            self.order =
+                (self.degree.is_logged() || replicate).then(|| self.shared.write_order.lock());
         }
     }
 
@@ -414,7 +501,8 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
     ) -> Result<R, WriteError> {
         let logged = self.degree.is_logged();
         let lone = matches!(self.gate, Gate::Pending);
-        if logged {
+        let recorded = logged || self.record().replicate;
+        if recorded {
             let record = self.record();
             if !record.room.fits(&args) {
                 return Err(WriteError::RecordTooLarge {
@@ -428,9 +516,11 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
         self.lock();
         let result = apply(self.client, &args);
         let record = self.record();
-        if logged && ok(&result) {
+        if recorded && ok(&result) {
             if lone {
-                record.degree = record.degree.max(record.current);
+                if logged {
+                    record.degree = record.degree.max(record.current);
+                }
             } else {
                 record.push(db, args);
             }
@@ -454,26 +544,55 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
         if matches!(self.gate, Gate::Joined) {
             return Ok(());
         }
-        // Most writes log nothing (a `none` keyspace): close the record without moving it out.
-        let logs_nothing = self.client.record.as_ref().is_none_or(|r| {
-            r.commands.is_empty() && (r.encoded.is_none() || !r.degree.is_logged())
+        // Most writes log nothing (a `none` keyspace, no replica): close the record without
+        // moving it out.
+        let records_nothing = self.client.record.as_ref().is_none_or(|r| {
+            r.commands.is_empty() && (r.encoded.is_none() || !(r.degree.is_logged() || r.replicate))
         });
-        if logs_nothing {
+        if records_nothing {
             self.client.record = None;
             return Ok(());
         }
         let Some(record) = self.client.record.take() else {
             return Ok(());
         };
-        let payload = match record.encoded {
-            Some(payload) if record.degree.is_logged() => payload,
-            _ if record.commands.is_empty() => return Ok(()),
-            _ => record::encode_commands(record.now_ms, &record.commands),
+        let all_logged = record.logged.iter().all(|l| *l);
+        // What the local log gets: the lone command, or the logged commands.
+        let local = if !record.degree.is_logged() {
+            None
+        } else if let Some(payload) = &record.encoded {
+            Some(payload.clone())
+        } else if all_logged {
+            Some(record::encode_commands(record.now_ms, &record.commands))
+        } else {
+            let logged: Vec<LoggedCommand> = record
+                .commands
+                .iter()
+                .zip(&record.logged)
+                .filter(|(_, l)| **l)
+                .map(|(c, _)| c.clone())
+                .collect();
+            (!logged.is_empty()).then(|| record::encode_commands(record.now_ms, &logged))
         };
-        append(self.shared, self.client, payload, record.degree).map_err(|e| {
-            tracing::error!(error = %e, "log append failed");
-            WriteError::NotLogged(e)
-        })?;
+        if let Some(payload) = &local {
+            append(self.shared, self.client, payload.clone(), record.degree).map_err(|e| {
+                tracing::error!(error = %e, "log append failed");
+                WriteError::NotLogged(e)
+            })?;
+        }
+        if record.replicate {
+            // What replicas get: every command, logged here or not.
+            let streamed = match (&record.encoded, &local) {
+                (Some(payload), _) => Some(payload.clone()),
+                (None, Some(payload)) if all_logged => Some(payload.clone()),
+                (None, _) if record.commands.is_empty() => None,
+                (None, _) => Some(record::encode_commands(record.now_ms, &record.commands)),
+            };
+            if let Some(payload) = streamed {
+                let limits = crate::repl::primary::replica_limits(self.shared);
+                self.client.repl_offset = self.shared.repl.feed_record(&payload, limits);
+            }
+        }
         // The locks go only now (with `self`): the record is in the log in the order it applied.
         self.order.take();
         Ok(())

@@ -129,6 +129,22 @@ pub fn render_layout(tenancy: &Tenancy) -> String {
     out
 }
 
+/// A fingerprint of what a primary and its replicas must share (replication refuses a
+/// mismatch): the keyspace layout (global index, tenant/keyspace), whether tenants are
+/// declared, and each user's name and tenant. Degrees and limits may differ: each node applies
+/// its own. SHA-1 in hex.
+pub fn layout_fingerprint(tenancy: &Tenancy) -> String {
+    let mut text = render_layout(tenancy);
+    text.push_str(&format!("multi_tenant {}\n", tenancy.multi_tenant));
+    let mut users: Vec<(&String, usize)> =
+        tenancy.users.iter().map(|(n, u)| (n, u.tenant)).collect();
+    users.sort();
+    for (name, tenant) in users {
+        text.push_str(&format!("user {name} {tenant}\n"));
+    }
+    sha1_smol::Sha1::from(text).digest().to_string()
+}
+
 /// What the configuration declares, before indices are assigned.
 struct Declared {
     full_name: String,

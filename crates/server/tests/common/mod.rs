@@ -24,6 +24,14 @@ pub fn test_config() -> Config {
 /// Run a server with `config` in a background thread. Returns its port, its shared state, and the
 /// thread, which ends after SHUTDOWN (drop the shared state first to release the data directory).
 pub fn start(config: Config) -> (u16, Arc<Shared>, std::thread::JoinHandle<()>) {
+    start_from(config, None)
+}
+
+/// [`start`], as if started with `--config config_file` (CONFIG REWRITE writes that file).
+pub fn start_from(
+    config: Config,
+    config_file: Option<std::path::PathBuf>,
+) -> (u16, Arc<Shared>, std::thread::JoinHandle<()>) {
     let (tx, rx) = std::sync::mpsc::channel();
     let thread = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -32,7 +40,7 @@ pub fn start(config: Config) -> (u16, Arc<Shared>, std::thread::JoinHandle<()>) 
             .build()
             .unwrap();
         rt.block_on(async move {
-            let server = Server::bind(config, None, false).await.unwrap();
+            let server = Server::bind(config, config_file, false).await.unwrap();
             tx.send((server.local_port(), server.shared())).unwrap();
             server.run().await.unwrap();
         });

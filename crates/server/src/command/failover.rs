@@ -1,0 +1,155 @@
+//! FAILOVER (Redis 6.2): a planned switchover from this primary to one of its replicas.
+//!
+//! The arguments are read and refused exactly as Redis 7.2's `failoverCommand` does, in its order
+//! (syntax, then the server's state: replicas connected, FORCE's requirements). The switchover
+//! itself needs the replication link; until a primary has one, every well-formed FAILOVER meets
+//! Redis' own `FAILOVER requires connected replicas.`, and ABORT `No failover in progress.`.
+//! Replica connections are found by their client role ([`crate::client::ClientRole`]), which
+//! the replication link sets.
+//!
+//! May import: `args`, `client`, `error`.
+
+use super::{cmd, flags, CommandSpec, Ctx, NO_KEYS};
+use crate::args::{is, parse_i64};
+use crate::client::ClientType;
+use crate::error::{CmdError, CmdResult};
+use bytes::Bytes;
+
+#[rustfmt::skip]
+pub const COMMANDS: &[CommandSpec] = &[
+    cmd("failover", -1, flags::ADMIN | flags::NOSCRIPT, NO_KEYS, "server", "Starts a coordinated failover from a server to one of its replicas.", failover),
+];
+
+/// FAILOVER's arguments once read.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct FailoverArgs {
+    /// `TO host port`.
+    pub target: Option<(Bytes, i64)>,
+    pub force: bool,
+    /// `TIMEOUT ms` (0: none).
+    pub timeout_ms: i64,
+}
+
+/// What FAILOVER asks for: an abort, or a switchover.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FailoverRequest {
+    Abort,
+    Start(FailoverArgs),
+}
+
+/// Read FAILOVER's arguments (after the command name) as Redis does: `ABORT` alone; otherwise
+/// `TIMEOUT ms` (once, > 0), `TO host port` (once), `FORCE` (once), in any order.
+pub fn parse(args: &[Bytes]) -> Result<FailoverRequest, CmdError> {
+    if args.len() == 1 && is(&args[0], "abort") {
+        return Ok(FailoverRequest::Abort);
+    }
+    let mut out = FailoverArgs::default();
+    let mut j = 0;
+    while j < args.len() {
+        let a = &args[j];
+        if is(a, "timeout") && j + 1 < args.len() && out.timeout_ms == 0 {
+            let ms = parse_i64(&args[j + 1]).ok_or(CmdError::NotInteger)?;
+            if ms <= 0 {
+                return Err(CmdError::err("FAILOVER timeout must be greater than 0"));
+            }
+            out.timeout_ms = ms;
+            j += 2;
+        } else if is(a, "to") && j + 2 < args.len() && out.target.is_none() {
+            let port = parse_i64(&args[j + 2]).ok_or(CmdError::NotInteger)?;
+            out.target = Some((args[j + 1].clone(), port));
+            j += 3;
+        } else if is(a, "force") && !out.force {
+            out.force = true;
+            j += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    Ok(FailoverRequest::Start(out))
+}
+
+fn failover(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let args = match parse(&args[1..])? {
+        FailoverRequest::Abort => return Err(CmdError::err("No failover in progress.")),
+        FailoverRequest::Start(args) => args,
+    };
+    let replicas = ctx
+        .shared
+        .clients
+        .all()
+        .into_iter()
+        .filter(|c| c.client_type() == ClientType::Replica)
+        .count();
+    if replicas == 0 {
+        return Err(CmdError::err("FAILOVER requires connected replicas."));
+    }
+    if args.force && (args.timeout_ms == 0 || args.target.is_none()) {
+        return Err(CmdError::err(
+            "FAILOVER with force option requires both a timeout and target HOST and IP.",
+        ));
+    }
+    Err(CmdError::err(
+        "FAILOVER is not supported yet: use REPLICAOF NO ONE on the replica, or SENTINEL FAILOVER",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Vec<Bytes> {
+        words
+            .iter()
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect()
+    }
+
+    fn err(words: &[&str]) -> String {
+        parse(&args(words)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn reads_every_option_in_any_order() {
+        assert_eq!(parse(&args(&["abort"])).unwrap(), FailoverRequest::Abort);
+        assert_eq!(
+            parse(&args(&[])).unwrap(),
+            FailoverRequest::Start(FailoverArgs::default())
+        );
+        assert_eq!(
+            parse(&args(&["FORCE", "timeout", "50", "To", "h", "7"])).unwrap(),
+            FailoverRequest::Start(FailoverArgs {
+                target: Some((Bytes::from_static(b"h"), 7)),
+                force: true,
+                timeout_ms: 50
+            })
+        );
+    }
+
+    #[test]
+    fn errors_are_redis_texts_in_redis_order() {
+        assert_eq!(err(&["to"]), "ERR syntax error");
+        assert_eq!(err(&["to", "h"]), "ERR syntax error");
+        assert_eq!(err(&["xyz"]), "ERR syntax error");
+        assert_eq!(err(&["abort", "force"]), "ERR syntax error");
+        assert_eq!(err(&["force", "force"]), "ERR syntax error");
+        assert_eq!(err(&["timeout", "1", "timeout", "2"]), "ERR syntax error");
+        assert_eq!(err(&["to", "h", "1", "to", "h", "2"]), "ERR syntax error");
+        assert_eq!(
+            err(&["timeout", "0"]),
+            "ERR FAILOVER timeout must be greater than 0"
+        );
+        assert_eq!(
+            err(&["timeout", "x"]),
+            "ERR value is not an integer or out of range"
+        );
+        assert_eq!(
+            err(&["to", "h", "p"]),
+            "ERR value is not an integer or out of range"
+        );
+        // The first bad option is the error.
+        assert_eq!(
+            err(&["timeout", "-5", "xyz"]),
+            "ERR FAILOVER timeout must be greater than 0"
+        );
+    }
+}

@@ -1,0 +1,267 @@
+//! The primary's side of one replica's connection, once it sent `PSYNC` (or `SYNC`): answer
+//! `+CONTINUE` with the missing part of the backlog, or `+FULLRESYNC` with a snapshot of every
+//! keyspace (the `none` ones too) streamed as ITEM frames (see [`super::stream`]); then write
+//! the stream as the write path feeds it, and read the replica's `REPLCONF ACK <offset>`s.
+//!
+//! The connection's output is the link's queue ([`super::ReplicaLink`]), bounded by the
+//! `replica` class of `client-output-buffer-limit` (256mb hard, 64mb for 60 s soft by default),
+//! never by the `normal` class: a replica over it is dropped and must fully resync.
+//!
+//! May import: `repl`, `state`, `client`, `persist` (the record encoding), `command::functions`
+//! (the libraries a snapshot carries), `tls` (the stream type), `gradus-proto` (the ACK
+//! requests), `gradus-store`.
+
+use super::stream::{self, KIND_ITEM, KIND_PING};
+use super::{LinkState, ReplicaLink, Resync};
+use crate::client::ClientState;
+use crate::state::Shared;
+use crate::tls::ClientStream;
+use bytes::{Bytes, BytesMut};
+use gradus_proto::RequestDecoder;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// What a replica asked for: `PSYNC replid offset` (`None`: `SYNC`, or `PSYNC ? -1`).
+#[derive(Debug, Clone)]
+pub struct PsyncRequest {
+    pub from: Option<(String, u64)>,
+}
+
+/// How often the primary puts a PING frame in the stream while replicas are connected.
+pub const PING_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Feeds a PING frame every [`PING_PERIOD`] while this server is a primary with replicas, so
+/// they see a live link (`master_last_io_seconds_ago`) when nothing is written.
+pub async fn ping_task(shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.subscribe();
+    let mut tick = tokio::time::interval(PING_PERIOD);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.wait_for(|down| *down) => return,
+        }
+        let repl = &shared.repl;
+        if repl.is_active() && !repl.is_replica() && !repl.replicas().is_empty() {
+            repl.feed_frame(stream::encode(KIND_PING, b""), replica_limits(&shared));
+        }
+    }
+}
+
+/// The `replica` class of `client-output-buffer-limit`.
+pub fn replica_limits(shared: &Shared) -> crate::pubsub::ClassLimits {
+    shared
+        .live
+        .output_limits
+        .get(crate::pubsub::LimitClass::Replica)
+}
+
+/// Serve a replica's connection until it ends (see the module docs). `rbuf` holds what it sent
+/// after PSYNC.
+pub async fn serve<S: ClientStream>(
+    shared: Arc<Shared>,
+    stream: S,
+    mut rbuf: BytesMut,
+    client: &mut ClientState,
+    request: PsyncRequest,
+) {
+    let handle = client.handle.clone();
+    handle.set_role(crate::client::ClientRole::Replica);
+    let ip = client
+        .repl_announced_ip
+        .clone()
+        .unwrap_or_else(|| handle.addr.ip().to_string());
+    let link = ReplicaLink::new(handle.clone(), ip, client.repl_listening_port);
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let result = async {
+        let continued = match &request.from {
+            Some((replid, offset)) => match shared.repl.try_continue(replid, *offset, &link) {
+                Resync::Continue { replid, missing } => {
+                    shared.repl.sync_partial_ok.fetch_add(1, Ordering::Relaxed);
+                    shared
+                        .repl
+                        .sync_partial_bytes
+                        .fetch_add(missing.len() as u64, Ordering::Relaxed);
+                    tracing::info!(
+                        client = handle.id,
+                        offset,
+                        bytes = missing.len(),
+                        "replica continues from the backlog (partial resync)"
+                    );
+                    let mut out = format!("+CONTINUE {replid}\r\n").into_bytes();
+                    out.extend_from_slice(&missing);
+                    writer.write_all(&out).await?;
+                    true
+                }
+                Resync::Full => {
+                    if replid != "?" {
+                        shared.repl.sync_partial_err.fetch_add(1, Ordering::Relaxed);
+                    }
+                    false
+                }
+            },
+            None => false,
+        };
+        if !continued {
+            full_sync(&shared, &mut writer, &link).await?;
+        }
+        link.set_state(LinkState::Online);
+        stream_to(&shared, &mut reader, &mut writer, &mut rbuf, &link).await
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::info!(client = handle.id, error = %e, "replica connection ended");
+    }
+    shared.repl.remove_replica(handle.id);
+    let _ = writer.shutdown().await;
+}
+
+/// Send a full snapshot: arm it under the exclusive gate (the offset it corresponds to is the
+/// replication offset then, and the link receives everything streamed after), walk it on a
+/// blocking thread, write its items as they come.
+async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
+    shared: &Arc<Shared>,
+    writer: &mut W,
+    link: &Arc<ReplicaLink>,
+) -> std::io::Result<()> {
+    shared.repl.sync_full.fetch_add(1, Ordering::Relaxed);
+    // One snapshot at a time: the store keeps one armed snapshot per shard, so a log snapshot
+    // and a replica's sync take turns.
+    let p = &shared.persist;
+    while p.snapshot_in_progress.swap(true, Ordering::AcqRel) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    struct Release<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Release<'_> {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Release);
+        }
+    }
+    let _release = Release(&p.snapshot_in_progress);
+    let (replid, offset, sink, libraries) = {
+        let _exclusive = shared.store.exclusive();
+        let (replid, offset) = shared.repl.begin_full_sync(link);
+        (
+            replid,
+            offset,
+            shared.store.arm_snapshot(),
+            crate::command::functions::snapshot_libraries(shared),
+        )
+    };
+    tracing::info!(client = link.handle.id, offset, "full resync of a replica");
+    writer
+        .write_all(format!("+FULLRESYNC {replid} {offset}\r\n").as_bytes())
+        .await?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(1024);
+    let walker = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut count = 0u64;
+            for (db, codes) in &libraries {
+                let item = crate::persist::record::encode_functions(*db, codes);
+                count += 1;
+                if tx.blocking_send(stream::encode(KIND_ITEM, &item)).is_err() {
+                    return count;
+                }
+            }
+            let compress = shared.config.durability.snapshot_compression;
+            let now = gradus_store::now_ms();
+            let mut open = true;
+            sink.drain(&shared.store, now, |db, key, item| {
+                if !open {
+                    return;
+                }
+                crate::persist::record::encode_item(db, key, item, compress, |item| {
+                    count += 1;
+                    if open && tx.blocking_send(stream::encode(KIND_ITEM, &item)).is_err() {
+                        open = false;
+                    }
+                });
+            });
+            count
+        })
+    };
+    let mut out = BytesMut::with_capacity(64 * 1024);
+    while let Some(frame) = rx.recv().await {
+        out.extend_from_slice(&frame);
+        if out.len() >= 64 * 1024 {
+            writer.write_all(&out).await?;
+            out.clear();
+        }
+    }
+    let count = walker.await.map_err(std::io::Error::other)?;
+    out.extend_from_slice(&stream::end(count));
+    writer.write_all(&out).await?;
+    writer.flush().await?;
+    Ok(())
+}
+
+/// Write what the write path queues for the link; read its acknowledgements.
+async fn stream_to<R, W>(
+    shared: &Arc<Shared>,
+    reader: &mut R,
+    writer: &mut W,
+    rbuf: &mut BytesMut,
+    link: &Arc<ReplicaLink>,
+) -> std::io::Result<()>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let mut shutdown = shared.shutdown.subscribe();
+    let mut decoder = RequestDecoder::new(shared.live.limits());
+    let mut out = BytesMut::new();
+    loop {
+        read_acks(shared, &mut decoder, rbuf, link);
+        for frame in link.take() {
+            out.extend_from_slice(&frame);
+        }
+        if !out.is_empty() {
+            writer.write_all(&out).await?;
+            writer.flush().await?;
+            out.clear();
+        }
+        if link.dropped.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other(
+                "dropped: over the replica output limit",
+            ));
+        }
+        tokio::select! {
+            _ = link.wake.notified() => {}
+            read = reader.read_buf(rbuf) => match read {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(e) => return Err(e),
+            },
+            _ = link.handle.killed() => return Ok(()),
+            _ = shutdown.wait_for(|down| *down) => return Ok(()),
+        }
+    }
+}
+
+/// Apply every complete request the replica sent: `REPLCONF ACK <offset> [FACK <offset>]` moves
+/// its acknowledged offset; anything else (a PING, `REPLCONF GETACK`) is ignored, as Redis
+/// ignores replies from a replica.
+fn read_acks(
+    shared: &Shared,
+    decoder: &mut RequestDecoder,
+    rbuf: &mut BytesMut,
+    link: &ReplicaLink,
+) {
+    while let Ok(Some(args)) = decoder.decode(rbuf) {
+        if args.len() >= 3
+            && args[0].eq_ignore_ascii_case(b"replconf")
+            && args[1].eq_ignore_ascii_case(b"ack")
+        {
+            if let Some(offset) = std::str::from_utf8(&args[2])
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+            {
+                link.ack_offset.fetch_max(offset, Ordering::Relaxed);
+                link.last_ack_ms
+                    .store(gradus_store::now_ms(), Ordering::Relaxed);
+                shared.repl.acked.notify_waiters();
+            }
+        }
+    }
+}

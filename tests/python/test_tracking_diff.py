@@ -1,0 +1,123 @@
+"""Differential tests of client-side caching invalidations: the exact bytes Gradus and a real
+redis-server send a tracking connection (RESP3 push, or a RESP2 redirect target's
+`__redis__:invalidate` message) when a tracked key expires, is flushed, or is written.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from servers import redis_client
+
+
+class Raw:
+    def __init__(self, server):
+        self.sock = socket.create_connection((server.host, server.port), timeout=5)
+
+    def send(self, *args):
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        self.sock.sendall(out)
+
+    def read_for(self, seconds):
+        """Every byte that arrives within `seconds`."""
+        self.sock.settimeout(0.05)
+        data = b""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            except socket.timeout:
+                pass
+        return data
+
+    def call(self, *args, wait=0.2):
+        self.send(*args)
+        return self.read_for(wait)
+
+
+def client_id(raw):
+    reply = raw.call("CLIENT", "ID")
+    return int(reply.split(b"\r\n")[0].lstrip(b":"))
+
+
+def resp3_tracker(server, *options):
+    t = Raw(server)
+    t.call("HELLO", "3")
+    assert t.call("CLIENT", "TRACKING", "on", *options) == b"+OK\r\n"
+    return t
+
+
+def both(gradus, redis_server, scenario):
+    ours, theirs = scenario(gradus), scenario(redis_server)
+    assert ours == theirs, f"\ngradus: {ours!r}\nredis:  {theirs!r}"
+    return theirs
+
+
+def test_active_expiry_of_a_tracked_key_sends_invalidate(gradus, redis_server):
+    def scenario(server):
+        t = resp3_tracker(server)
+        redis_client(server).set("k", "v", px=400)
+        got = t.call("GET", "k", wait=0.05)
+        got += t.read_for(1.5)  # no read: active expiry must send it
+        return got
+
+    got = both(gradus, redis_server, scenario)
+    assert got.endswith(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n")
+
+
+def test_flush_sends_a_null_invalidation_in_resp3(gradus, redis_server):
+    def scenario(server):
+        t = resp3_tracker(server)
+        out = t.call("GET", "a")
+        redis_client(server).flushdb()
+        return out + t.read_for(0.3)
+
+    got = both(gradus, redis_server, scenario)
+    assert got.endswith(b">2\r\n$10\r\ninvalidate\r\n_\r\n")
+
+
+def test_flush_sends_a_null_bulk_not_a_null_array_to_a_resp2_redirect_target(gradus, redis_server):
+    def scenario(server):
+        sub = Raw(server)
+        target = client_id(sub)
+        sub.call("SUBSCRIBE", "__redis__:invalidate")
+        t = Raw(server)
+        assert t.call("CLIENT", "TRACKING", "on", "REDIRECT", target) == b"+OK\r\n"
+        t.call("GET", "a")
+        redis_client(server).flushall()
+        return sub.read_for(0.3)
+
+    got = both(gradus, redis_server, scenario)
+    assert got == b"*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n$-1\r\n"
+
+
+def test_write_sends_the_key_to_a_resp2_redirect_target(gradus, redis_server):
+    def scenario(server):
+        sub = Raw(server)
+        target = client_id(sub)
+        sub.call("SUBSCRIBE", "__redis__:invalidate")
+        t = Raw(server)
+        t.call("CLIENT", "TRACKING", "on", "REDIRECT", target)
+        t.call("GET", "a")
+        redis_client(server).set("a", "1")
+        return sub.read_for(0.3)
+
+    got = both(gradus, redis_server, scenario)
+    assert got == b"*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*1\r\n$1\r\na\r\n"
+
+
+def test_bcast_prefix_invalidation_on_expiry(gradus, redis_server):
+    def scenario(server):
+        t = resp3_tracker(server, "BCAST", "PREFIX", "user:")
+        redis_client(server).set("user:1", "v", px=100)
+        return t.read_for(1.0)
+
+    got = both(gradus, redis_server, scenario)
+    assert got.count(b"invalidate") == 2  # the SET, then the expiry
