@@ -98,11 +98,15 @@ impl PartialEq<[u8]> for ZMember<'_> {
 /// A listpack sorted set's buffer, read in place:
 ///
 /// ```text
-/// +-------+----------------------+-------------------------+-------------------------------+
-/// | n u16 | n × score (f64 bits) | n × member end (u16)    | member bytes, one after another |
-/// +-------+----------------------+-------------------------+-------------------------------+
+/// +-------+-----------+------------------------+-------------------------+---------------------+
+/// | n u16 | format u8 | n × score (1/2/4/8 B)  | n × member end (1/2 B)  | member bytes, one   |
+/// |       |           |                        |                         | after another       |
+/// +-------+-----------+------------------------+-------------------------+---------------------+
 /// ```
-/// all little-endian, entries in ascending (score, member) order; member `i` is the bytes from
+/// all little-endian, entries in ascending (score, member) order. `format` gives the columns'
+/// widths: bits 0–1 the scores' (0: `i8`, 1: `i16`, 2: `i32` — when every score is an integer
+/// that fits, as Redis' listpack keeps integral scores as integers —, 3: `f64`), bit 2 the ends'
+/// (0: `u8` while the members take at most 255 bytes, 1: `u16`). Member `i` is the bytes from
 /// end `i - 1` (0 for the first) to end `i`. An empty set is an empty buffer (no allocation).
 /// A score of -0 is kept as 0, as Redis' listpack does (it stores an integral score as an
 /// integer), while a skiplist keeps the sign.
@@ -112,28 +116,48 @@ impl PartialEq<[u8]> for ZMember<'_> {
 struct Packed<'a> {
     buf: &'a [u8],
     n: usize,
+    /// Bytes per score: 1, 2, 4 (integers) or 8 (`f64`).
+    score_width: usize,
+    /// Bytes per member end: 1 or 2.
+    end_width: usize,
 }
+
+/// Bytes of the count and format header.
+const PACKED_HEADER: usize = 3;
 
 impl<'a> Packed<'a> {
     fn of(buf: &'a [u8]) -> Self {
-        let n = match buf {
-            [a, b, ..] => usize::from(u16::from_le_bytes([*a, *b])),
-            _ => 0,
+        let (n, format) = match buf {
+            [a, b, format, ..] => (usize::from(u16::from_le_bytes([*a, *b])), *format),
+            _ => (0, 0),
         };
-        Packed { buf, n }
+        Packed {
+            buf,
+            n,
+            score_width: 1 << (format & 3),
+            end_width: 1 + usize::from(format >> 2 & 1),
+        }
     }
     fn score(&self, i: usize) -> f64 {
-        let at = 2 + 8 * i;
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&self.buf[at..at + 8]);
-        f64::from_le_bytes(b)
+        let at = PACKED_HEADER + self.score_width * i;
+        let b = &self.buf[at..at + self.score_width];
+        match self.score_width {
+            1 => f64::from(b[0] as i8),
+            2 => f64::from(i16::from_le_bytes([b[0], b[1]])),
+            4 => f64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            _ => f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+        }
     }
     fn end(&self, i: usize) -> usize {
-        let at = 2 + 8 * self.n + 2 * i;
-        usize::from(u16::from_le_bytes([self.buf[at], self.buf[at + 1]]))
+        let at = PACKED_HEADER + self.score_width * self.n + self.end_width * i;
+        if self.end_width == 1 {
+            usize::from(self.buf[at])
+        } else {
+            usize::from(u16::from_le_bytes([self.buf[at], self.buf[at + 1]]))
+        }
     }
     fn member(&self, i: usize) -> &'a [u8] {
-        let base = 2 + 10 * self.n;
+        let base = PACKED_HEADER + (self.score_width + self.end_width) * self.n;
         let start = if i == 0 { 0 } else { self.end(i - 1) };
         &self.buf[base + start..base + self.end(i)]
     }
@@ -181,29 +205,59 @@ fn partition_point(n: usize, before: impl Fn(usize) -> bool) -> usize {
     lo
 }
 
-/// A listpack buffer holding `items` (in order), exactly sized. `items` is walked three times
-/// (scores, ends, members), so nothing is collected on the way.
+/// A listpack buffer holding `items` (in order), exactly sized, its columns as narrow as they
+/// can be. `items` is walked four times (widths, scores, ends, members), so nothing is
+/// collected on the way.
 fn packed_from<'a>(items: impl Iterator<Item = (f64, &'a [u8])> + Clone) -> Box<[u8]> {
-    let (n, bytes) = items
+    let (n, bytes, score_code) = items
         .clone()
-        .fold((0usize, 0usize), |(n, b), (_, m)| (n + 1, b + m.len()));
+        .fold((0usize, 0usize, 0u8), |(n, b, w), (s, m)| {
+            (n + 1, b + m.len(), w.max(score_width_code(packed_score(s))))
+        });
     if n == 0 {
         return Box::default();
     }
-    let mut buf = Vec::with_capacity(2 + 10 * n + bytes);
+    let score_width = 1usize << score_code;
+    let end_width = if bytes <= usize::from(u8::MAX) { 1 } else { 2 };
+    let mut buf = Vec::with_capacity(PACKED_HEADER + (score_width + end_width) * n + bytes);
     buf.extend_from_slice(&(n as u16).to_le_bytes());
+    buf.push(score_code | (end_width as u8 - 1) << 2);
     for (score, _) in items.clone() {
-        buf.extend_from_slice(&packed_score(score).to_le_bytes());
+        let score = packed_score(score);
+        match score_width {
+            1 => buf.push(score as i8 as u8),
+            2 => buf.extend_from_slice(&(score as i16).to_le_bytes()),
+            4 => buf.extend_from_slice(&(score as i32).to_le_bytes()),
+            _ => buf.extend_from_slice(&score.to_le_bytes()),
+        }
     }
     let mut end = 0;
     for (_, member) in items.clone() {
         end += member.len();
-        buf.extend_from_slice(&(end as u16).to_le_bytes());
+        if end_width == 1 {
+            buf.push(end as u8);
+        } else {
+            buf.extend_from_slice(&(end as u16).to_le_bytes());
+        }
     }
     for (_, member) in items {
         buf.extend_from_slice(member);
     }
     buf.into_boxed_slice()
+}
+
+/// The narrowest score column that holds `score` exactly: 0 (`i8`), 1 (`i16`), 2 (`i32`) or 3
+/// (`f64`; fractions, infinities and integers beyond `i32`).
+fn score_width_code(score: f64) -> u8 {
+    if score == f64::from(score as i8) {
+        0
+    } else if score == f64::from(score as i16) {
+        1
+    } else if score == f64::from(score as i32) {
+        2
+    } else {
+        3
+    }
 }
 
 /// `score` as a listpack keeps it: -0 as 0.
@@ -1036,12 +1090,33 @@ mod tests {
         for i in 0..5 {
             z.insert(format!("member{i}").as_bytes(), f64::from(i), DEFAULT);
         }
-        // Count, five scores, five ends, five 7-byte members.
-        assert_eq!(z.mem_size(), 2 + 5 * 8 + 5 * 2 + 5 * 7);
+        // Count and format, five 1-byte scores (small integers), five 1-byte ends, five 7-byte
+        // members.
+        assert_eq!(z.mem_size(), 3 + 5 * (1 + 1 + 7));
         z.remove(b"member3");
-        assert_eq!(z.mem_size(), 2 + 4 * 17);
+        assert_eq!(z.mem_size(), 3 + 4 * (1 + 1 + 7));
+        // A fraction widens the score column to f64, 300 bytes of members the ends to u16.
+        z.insert(b"half", 0.5, DEFAULT);
+        assert_eq!(z.mem_size(), 3 + 4 * (8 + 1 + 7) + 8 + 1 + 4);
+        assert_eq!(z.score(b"half"), Some(0.5));
+        z.remove(b"half");
+        assert_eq!(z.mem_size(), 3 + 4 * (1 + 1 + 7));
+        for (i, score) in [(0, 40_000.0), (1, -3e9), (2, -200.0), (4, f64::INFINITY)] {
+            z.insert(format!("member{i}").as_bytes(), score, DEFAULT);
+            assert_eq!(z.score(format!("member{i}").as_bytes()), Some(score));
+        }
+        z.insert(&[b'x'; 64], 1.0, DEFAULT);
+        z.insert(&[b'y'; 64], 1.0, DEFAULT);
+        z.insert(&[b'z'; 64], 1.0, DEFAULT);
+        z.insert(&[b'w'; 64], 1.0, DEFAULT);
+        assert_eq!(z.mem_size(), 3 + 8 * (8 + 2) + 4 * 7 + 4 * 64);
+        assert_eq!(members(&z)[0], "member1");
+        assert_eq!(z.rank(&[b'z'; 64]), Some((5, 1.0)));
         for i in 0..5 {
             z.remove(format!("member{i}").as_bytes());
+        }
+        for c in [b'w', b'x', b'y', b'z'] {
+            assert!(z.remove(&[c; 64]));
         }
         assert!(z.is_empty());
         assert_eq!(z.mem_size(), 0);
@@ -1103,16 +1178,34 @@ mod tests {
     /// One step of the model test.
     #[derive(Debug, Clone)]
     enum Op {
-        Insert(u8, i8),
+        Insert(u8, usize),
         Remove(u8),
-        Extend(Vec<(u8, i8)>),
+        Extend(Vec<(u8, usize)>),
     }
+
+    /// Scores of every width a listpack column takes.
+    const SCORES: [f64; 14] = [
+        -1.5,
+        -1.0,
+        -0.5,
+        0.0,
+        0.5,
+        1.0,
+        1.5,
+        127.0,
+        -129.0,
+        40_000.0,
+        -3e9,
+        1e300,
+        f64::NEG_INFINITY,
+        f64::INFINITY,
+    ];
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            4 => (0u8..12, -3i8..3).prop_map(|(m, s)| Op::Insert(m, s)),
+            4 => (0u8..12, 0usize..SCORES.len()).prop_map(|(m, s)| Op::Insert(m, s)),
             2 => (0u8..12).prop_map(Op::Remove),
-            1 => proptest::collection::vec((12u8..40, -3i8..3), 0..4).prop_map(Op::Extend),
+            1 => proptest::collection::vec((12u8..40, 0usize..SCORES.len()), 0..4).prop_map(Op::Extend),
         ]
     }
 
@@ -1135,7 +1228,7 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Insert(m, s) => {
-                        let (m, s) = (name(m), f64::from(s) / 2.0);
+                        let (m, s) = (name(m), SCORES[s]);
                         if !model.contains_key(&m) {
                             crossed |= model.len() + 1 > entries || m.len() > value;
                         }
@@ -1150,7 +1243,7 @@ mod tests {
                         for (m, s) in pairs {
                             let m = name(m);
                             if !model.contains_key(&m) {
-                                fresh.insert(m, f64::from(s));
+                                fresh.insert(m, SCORES[s]);
                             }
                         }
                         let n = model.len() + fresh.len();
