@@ -336,10 +336,11 @@ fn skiplist_member_bytes(member_len: usize) -> usize {
 }
 
 impl SkipList {
+    /// Room for `len` members (up to the size at which the map is split into parts anyway).
     fn with_capacity(len: usize) -> Self {
         let mut z = SkipList::default();
         if let Parts::Flat(map) = &mut z.scores {
-            map.reserve(len);
+            map.reserve(len.min(HASH_SPLIT_LEN));
         }
         z
     }
