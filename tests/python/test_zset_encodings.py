@@ -318,3 +318,18 @@ def test_a_zadd_with_more_pairs_than_a_listpack_holds(r):
     assert r.execute_command("ZADD", "old", "XX", 1, "x", 1, "y", 1, "z") == 0
     assert r.object("ENCODING", "old") == b"skiplist"
     assert r.zrange("old", 0, -1, withscores=True) == [(b"a", 1.0), (b"b", 2.0)]
+
+
+@pytest.mark.gradus_only
+def test_memory_usage_counts_the_packed_buffer(r):
+    """MEMORY USAGE of a small sorted set is its key's block and the one packed buffer; the same
+    set as a skiplist (SORT converts it) takes several times more, and the shard's accounting
+    follows the conversion (no new version: WATCH is not disturbed)."""
+    r.zadd("z", {f"m{i}{i:06d}": i for i in range(5)})
+    packed = r.memory_usage("z")
+    dataset = r.info("memory")["used_memory_dataset"]
+    r.sort("z", alpha=True)
+    assert r.object("ENCODING", "z") == b"skiplist"
+    skiplist = r.memory_usage("z")
+    assert packed < 200 and skiplist > 3 * packed, (packed, skiplist)
+    assert r.info("memory")["used_memory_dataset"] - dataset == skiplist - packed
