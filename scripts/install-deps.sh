@@ -2,6 +2,7 @@
 # Install what the test suite needs, idempotently, on Debian 12 (run as root,
 # or as a user with passwordless sudo; no stdin needed):
 #   - redis-server, redis-cli, redis-benchmark (the reference server and real clients);
+#   - redis-sentinel (the failover tests);
 #   - memcached (a gradus-bench target);
 #   - mariadb-server, mariadb-plugin-rocksdb and postgresql (gradus-bench database targets);
 #   - php-cli and php-redis (phpredis, for the PHP session-handler tests);
@@ -90,6 +91,14 @@ if [ "$missing_redis" -eq 1 ]; then
     apt_install_quiet redis-server redis-tools
 fi
 stop_distro_service redis-server /run/redis/redis-server.pid
+
+# --- Redis Sentinel (the failover tests: three real Sentinels on loopback) -------------------
+# Debian's redis-sentinel package; its service (port 26379) is stopped: the tests start their own.
+if ! command -v redis-sentinel >/dev/null 2>&1; then
+    log "installing redis-sentinel"
+    apt_install_quiet redis-sentinel
+fi
+stop_distro_service redis-sentinel /run/sentinel/redis-sentinel.pid
 
 # --- promtool and headless Chromium (metrics and status page tests) ---------------------------
 # promtool (Debian's prometheus package) checks the /metrics output; chromium takes the status

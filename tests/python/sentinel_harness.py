@@ -23,11 +23,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from servers import ServerProcess, free_port, gradus_binary, redis_server_binary
 
@@ -92,8 +96,10 @@ def client(addr: Addr, **kwargs) -> redis.Redis:
 class DataNode:
     """One primary or replica: a ServerProcess started from a config file of the target's kind."""
 
-    def __init__(self, name: str, dir: Path, port: int, replica_of: Optional[int]):
+    def __init__(self, name: str, dir: Path, port: int, replica_of: Optional[int],
+                 durability: Optional[str] = None, password: Optional[str] = None):
         self.name = name
+        self.password = password
         self.dir = dir
         self.port = port
         self.replica_of = replica_of
@@ -106,6 +112,8 @@ class DataNode:
                      "repl-diskless-sync yes", "repl-diskless-sync-delay 0"]
             if replica_of is not None:
                 lines.append(f"replicaof {HOST} {replica_of}")
+            if password is not None:
+                lines += [f"requirepass {password}", f"masterauth {password}"]
             argv = [binary, str(self.config_path)]
         else:
             binary = str(gradus_binary())
@@ -114,15 +122,20 @@ class DataNode:
             if replica_of is not None:
                 # The `replicaof` setting as redis.conf spells it: "host port".
                 lines.append(f'replicaof = "{HOST} {replica_of}"')
+            if password is not None:
+                lines += [f'requirepass = "{password}"', f'masterauth = "{password}"']
+            if durability is not None:
+                lines += ["[durability]", f'default = "{durability}"']
             argv = [binary, "--config", str(self.config_path)]
         self.config_path.write_text("\n".join(lines) + "\n")
-        self.process = ServerProcess(name, argv, HOST, port, dir)
+        self.process = ServerProcess(name, argv, HOST, port, dir, password=password)
 
     @property
     def addr(self) -> Addr:
         return (HOST, self.port)
 
     def client(self, **kwargs) -> redis.Redis:
+        kwargs.setdefault("password", self.password)
         return client(self.addr, **kwargs)
 
     def replication(self) -> Dict[str, object]:
@@ -138,10 +151,16 @@ class SentinelCluster:
     MASTER_NAME with quorum QUORUM. `start()` returns once every Sentinel knows every replica
     and the other Sentinels; `stop()` stops everything."""
 
-    def __init__(self, root: Path, replicas: int = 2, sentinels: int = 3):
+    def __init__(self, root: Path, replicas: int = 2, sentinels: int = 3,
+                 durability: Optional[str] = None, password: Optional[str] = None):
+        """`durability`: the Gradus nodes' default degree (None: Gradus' default; redis-server
+        nodes always run without persistence). `password`: every node's `requirepass` and
+        `masterauth`, and the Sentinels' `auth-pass` (None: no authentication)."""
+        self.password = password
         self.root = Path(tempfile.mkdtemp(prefix="sentinel-cluster-", dir=root))
         self.replica_count = replicas
         self.sentinel_count = sentinels
+        self.durability = durability
         self.nodes: List[DataNode] = []
         self.sentinels: List[ServerProcess] = []
 
@@ -167,7 +186,7 @@ class SentinelCluster:
         for attempt in range(5):
             dir = self.root / f"{name}-{attempt}"
             dir.mkdir()
-            node = DataNode(name, dir, free_port(HOST), replica_of)
+            node = DataNode(name, dir, free_port(HOST), replica_of, self.durability, self.password)
             try:
                 node.process.start()
             except RuntimeError as exc:
@@ -196,7 +215,7 @@ class SentinelCluster:
                 f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}",
                 f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}",
                 f"sentinel parallel-syncs {MASTER_NAME} 2",
-            ]) + "\n")
+            ] + ([f"sentinel auth-pass {MASTER_NAME} {self.password}"] if self.password else [])) + "\n")
             argv = sentinel_argv(conf)
             if argv is None:
                 raise RuntimeError("neither redis-sentinel nor redis-server is installed")
@@ -305,3 +324,63 @@ class SentinelCluster:
             return (info.get("role") == "slave" and int(info.get("master_port", 0)) == primary.port
                     and info.get("master_link_status") == "up")
         wait_for(f"{node.name} to follow {primary.name}", following, timeout)
+
+
+class Writer(threading.Thread):
+    """Writes `w:<n>` = n through a Sentinel-managed redis-py client until stopped; records
+    each acknowledged write's time and each error."""
+
+    def __init__(self, cluster: SentinelCluster):
+        super().__init__(daemon=True)
+        self.sentinel = Sentinel(cluster.sentinel_addrs(), socket_timeout=0.5,
+                                 sentinel_kwargs={"socket_timeout": 0.5})
+        self.master = self.sentinel.master_for(MASTER_NAME, socket_timeout=0.5,
+                                               socket_connect_timeout=0.5, password=cluster.password,
+                                               retry=Retry(NoBackoff(), 0), decode_responses=True)
+        self.acked: list[tuple[float, int]] = []
+        self.errors: list[tuple[float, str]] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        n = 0
+        while not self.halt.is_set():
+            n += 1
+            try:
+                self.master.set(f"w:{n}", n)
+                self.acked.append((time.monotonic(), n))
+                time.sleep(0.002)
+            except (redis.RedisError, OSError) as exc:
+                self.errors.append((time.monotonic(), type(exc).__name__))
+                time.sleep(0.02)
+
+    def first_ack_after(self, t: float):
+        return next(((at, n) for at, n in self.acked if at > t), None)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(10)
+        self.master.close()
+
+
+def measure_failover(cluster: SentinelCluster, settle_writes: int = 50) -> Tuple[float, int, DataNode, "Writer"]:
+    """Under a Writer's load, `kill -9` the primary and time it to the first write accepted
+    afterwards (which only a promoted replica can accept: the old primary is gone and replicas
+    refuse writes). Returns (seconds, failed attempts in between, the new primary, the stopped
+    writer). The clock starts once the killed process is reaped."""
+    writer = Writer(cluster)
+    writer.start()
+    try:
+        wait_for("writes on the first primary", lambda: len(writer.acked) >= settle_writes, 10)
+        old = cluster.nodes[0]
+        assert set(cluster.master_addr()) == {old.addr}
+        old.process.crash()
+        killed_at = time.monotonic()
+        first = wait_for("a write accepted after the kill", lambda: writer.first_ack_after(killed_at), 30)
+        new = cluster.wait_new_primary(old.addr)
+        wait_for("more writes after the failover",
+                 lambda: sum(at > first[0] for at, _ in writer.acked) >= settle_writes, 10)
+    finally:
+        writer.stop()
+    failed = sum(killed_at < at < first[0] for at, _ in writer.errors)
+    writer.first_after_kill = first
+    return first[0] - killed_at, failed, new, writer

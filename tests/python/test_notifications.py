@@ -183,3 +183,36 @@ def test_evicted_is_published_for_a_tenants_lru_cache(gradus_factory, tmp_path):
     assert len(evicted) > 500
     assert all(k.startswith("cache:") for k in evicted)
     assert not any(cache.exists(k) for k in evicted[:50])
+
+
+@pytest.mark.gradus_only
+def test_own_pushes_follow_the_reply_as_in_redis_7_2(gradus):
+    """Regression: a RESP3 connection's own keyspace events (and invalidations) came before
+    its reply and outside EXEC's reply. Redis 7.2 postpones pushes made for the running
+    connection until after its reply: the reply, its own invalidations, then the other
+    pushes (src/server.c `afterCommand`; 7.0, the reference server here, interleaved them,
+    so this test pins 7.2's order on Gradus only)."""
+    from resp import RawConnection
+
+    admin = RawConnection(gradus.host, gradus.port)
+    admin.call("CONFIG", "SET", "notify-keyspace-events", "KEA")
+    c = RawConnection(gradus.host, gradus.port)
+    c.call("HELLO", "3")
+    c.call("SUBSCRIBE", "__keyspace@0__:k")
+    c.send_command("SET", "k", "v")
+    assert c.read_available(0.3) == (
+        b"+OK\r\n>3\r\n$7\r\nmessage\r\n$16\r\n__keyspace@0__:k\r\n$3\r\nset\r\n")
+    c.call("MULTI")
+    c.call("SET", "k", "w")
+    c.call("DEL", "k")
+    c.send_command("EXEC")
+    assert c.read_available(0.3) == (
+        b"*2\r\n+OK\r\n:1\r\n"
+        b">3\r\n$7\r\nmessage\r\n$16\r\n__keyspace@0__:k\r\n$3\r\nset\r\n"
+        b">3\r\n$7\r\nmessage\r\n$16\r\n__keyspace@0__:k\r\n$3\r\ndel\r\n")
+    c.call("CLIENT", "TRACKING", "on")
+    c.call("GET", "k")
+    c.send_command("SET", "k", "z")
+    assert c.read_available(0.3) == (
+        b"+OK\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n"
+        b">3\r\n$7\r\nmessage\r\n$16\r\n__keyspace@0__:k\r\n$3\r\nset\r\n")

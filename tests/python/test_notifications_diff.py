@@ -246,7 +246,14 @@ def test_key_miss_class_on_reads(gradus, redis_server):
              "TTL nokey", "GETRANGE nokey 0 1", "HGETALL nh", "LINDEX nl 0", "SCARD ns",
              "ZSCORE nz m", "GETBIT nokey 1", "BITCOUNT nokey", "PFCOUNT nokey", "GETDEL nokey",
              "DUMP nokey", "OBJECT ENCODING nokey", "LPOP nl", "HEXISTS nh f", "HLEN nh",
-             "SISMEMBER ns m", "SORT nl", "EVAL \"return redis.call('get','x')\" 0"])
+             "SISMEMBER ns m", "SORT nl", "EVAL \"return redis.call('get','x')\" 0",
+             "SRANDMEMBER ns", "HMGET nh a b", "HSTRLEN nh f", "ZRANK nz m", "ZCOUNT nz 0 1",
+             "LPOS nl x", "SINTER ns ns2", "SUNION ns a", "ZRANGEBYSCORE nz 0 1", "HKEYS nh",
+             "HVALS nh", "HRANDFIELD nh", "ZRANDMEMBER nz", "SUBSTR nokey 0 1",
+             "BITFIELD_RO nokey GET u8 0", "TOUCH nokey a", "EXISTS nokey a nokey2", "SMISMEMBER ns a",
+             "ZMSCORE nz a", "PTTL nokey", "EXPIRETIME nokey", "SORT_RO nl", "SINTERCARD 2 ns a", "ZSCAN nz 0", "HSCAN nh 0",
+             "SSCAN ns 0", "LLEN nl", "HGET a f", "GETBIT a 0", "MEMORY USAGE nokey",
+             "OBJECT FREQ nokey", "OBJECT IDLETIME nokey", "ZREVRANGE nz 0 -1", "ZLEXCOUNT nz - +"])
 
 
 def test_dump_restore_events(gradus, redis_server):

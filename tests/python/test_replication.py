@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import pytest
 import redis
 
-from resp import Err, RawClient
+from resp import Err, RawClient, Simple
 from servers import redis_client
 
 NONE_DB1 = '[durability]\ndefault = "background"\ndatabases = { "1" = "none" }\n'
@@ -46,7 +46,7 @@ def start_pair(gradus_factory, tmp_path, replicas: int = 1, primary_extra: str =
 
 
 def client(server, db: int = 0) -> redis.Redis:
-    return redis_client(server, db=db, single_connection_client=True)
+    return redis_client(server, db=db, single_connection_client=True, password=server.password)
 
 
 def info_text(server, section: str) -> str:
@@ -174,7 +174,8 @@ def test_a_mixed_multi_ships_both_keyspaces_and_logs_only_the_logged_one(gradus_
     p.execute_command("SELECT", "1")
     p.execute_command("SET", "cached", "2")
     p.execute_command("EXEC")
-    assert p.execute_command("WAIT", 1, 5000) == 1
+    # Fsynced here (background would allow a crash to lose it) and acknowledged by the replica.
+    assert p.execute_command("WAITAOF", 1, 1, 5000) == [1, 1]
     assert client(replica, 0).get("logged") == b"1"
     assert client(replica, 1).get("cached") == b"2"
     # The primary's own log has only the logged write: after a crash, `cached` is gone.
@@ -402,3 +403,360 @@ def test_a_replica_with_another_layout_is_refused_with_a_clear_error(gradus_fact
     assert info(replica)["master_link_status"] == "down"
     assert client(replica).get("kept") == b"1", "nothing was cleared"
     assert "keyspace layout" in replica.stderr_text()
+
+
+def test_expired_keys_reach_the_replica_as_dels_from_the_primary(gradus_factory, tmp_path):
+    """A replica does not expire keys on its own clock: the primary's active expiry streams a DEL
+    (its own sweep reclaims only keys expired for a minute). Logically expired keys already read
+    as missing on the replica."""
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p0, p1 = client(primary, 0), client(primary, 1)
+    p0.set("short", "x", px=300)
+    p1.set("short-cache", "x", px=300)
+    p0.set("long", "y", ex=1000)
+    assert p0.execute_command("WAIT", 1, 5000) == 1
+    r0, r1 = client(replica, 0), client(replica, 1)
+    assert r0.get("short") == b"x"
+    wait_until(lambda: p0.dbsize() == 1 and p1.dbsize() == 0, what="the primary's active expiry")
+    wait_until(lambda: r0.dbsize() == 1 and r1.dbsize() == 0, what="the streamed DELs")
+    assert r0.get("short") is None
+    assert r0.get("long") == b"y"
+
+
+def test_a_cache_eviction_on_the_primary_reaches_the_replica(gradus_factory, tmp_path):
+    """Evictions from a `none` keyspace are streamed (not logged): the replica drops the key too."""
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p1 = client(primary, 1)
+    for i in range(50):
+        p1.set(f"k{i}", "v" * 1000)
+    p = client(primary)
+    p.config_set("maxmemory-policy", "allkeys-lru")
+    used = int(info(primary, "memory")["used_memory"])
+    p.config_set("maxmemory", used - 20_000)
+    p1.set("trigger", "x")
+    p.config_set("maxmemory", 0)
+    assert p1.execute_command("WAIT", 1, 5000) == 1
+    assert_converged(primary, replica, dbs=(1,))
+    assert p1.dbsize() < 51
+
+
+def test_replicated_degree_replies_once_a_replica_has_the_write(gradus_factory, tmp_path):
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p = client(primary)
+    assert p.execute_command("CLIENT", "DURABILITY", "replicated") == b"OK"
+    for i in range(20):
+        assert p.set(f"r{i}", i)
+        # Acknowledged at `replicated`: the replica has it already, no WAIT needed.
+        assert client(replica).get(f"r{i}") == str(i).encode()
+    assert "durability=replicated" in p.execute_command("CLIENT", "INFO").decode()
+
+
+def test_replicated_degree_without_enough_replicas_is_refused(gradus_factory, tmp_path):
+    primary = gradus_factory("--config", config(tmp_path), name="primary")
+    p = client(primary)
+    p.execute_command("CLIENT", "DURABILITY", "replicated")
+    with pytest.raises(redis.exceptions.ResponseError, match="Not enough good replicas to write"):
+        p.set("k", "v")
+    assert client(primary).get("k") is None
+
+
+def test_a_replicated_write_whose_replica_goes_away_is_not_acknowledged(gradus_factory, tmp_path):
+    """The replica is stopped (SIGSTOP) so it cannot acknowledge, then killed: the writer's
+    connection is closed without a reply instead of acknowledging a write no replica has."""
+    import signal
+    import threading
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p = redis_client(primary, socket_timeout=30)
+    p.execute_command("CLIENT", "DURABILITY", "replicated")
+    # One connection for the whole test (the pool would open another without the override).
+    conn = p.connection_pool.get_connection("SET")
+    conn.send_command("CLIENT", "DURABILITY", "replicated")
+    assert conn.read_response() == b"OK"
+    replica.proc.send_signal(signal.SIGSTOP)
+    conn.send_command("SET", "held", "1")
+    outcome = {}
+
+    def read():
+        try:
+            outcome["reply"] = conn.read_response()
+        except Exception as exc:  # noqa: BLE001 - any connection error is the expected outcome
+            outcome["error"] = exc
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reader.join(1.0)
+    assert reader.is_alive(), f"the reply must wait for the replica: {outcome}"
+    replica.proc.send_signal(signal.SIGCONT)
+    replica.crash()
+    reader.join(15)
+    assert not reader.is_alive()
+    assert "error" in outcome, outcome
+
+
+def test_writes_on_a_writable_replica_stay_local_and_keep_its_offset_the_primarys(gradus_factory, tmp_path):
+    """Regression: a local write on a replica with replica-read-only no was fed to the replica's
+    own backlog, so its offset no longer matched its primary's stream."""
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    r = client(replica)
+    r.config_set("replica-read-only", "no")
+    assert r.set("local-only", "1")
+    p = client(primary)
+    for i in range(10):
+        p.set(f"k{i}", i)
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    time.sleep(1.2)  # a ping or two more
+    wait_synced(primary, replica)
+    assert info(replica)["master_repl_offset"] == info(replica)["slave_repl_offset"]
+    assert info(replica)["master_link_status"] == "up"
+    assert "panicked" not in replica.stderr_text()
+    assert p.get("local-only") is None
+
+
+def test_writes_racing_the_first_replicas_connection_all_reach_it(gradus_factory, tmp_path):
+    """Regression: whether a write is streamed was decided before it took the store gate, so a
+    write begun just before the first replica connected was neither in the replica's snapshot
+    nor in the stream. Writers keep incrementing counters (a `none` and a logged keyspace) while
+    a replica connects; every increment must arrive."""
+    import threading
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
+    replica = gradus_factory("--config", config(tmp_path, name="replica.toml"), name="replica")
+    stop = threading.Event()
+    errors = []
+
+    def writer(db: int, key: str):
+        c = client(primary, db)
+        try:
+            while not stop.is_set():
+                c.incr(key)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(db, f"counter{i}")) for i in range(2) for db in (0, 1)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    client(replica).execute_command("REPLICAOF", primary.host, primary.port)
+    wait_link_up(replica)
+    time.sleep(0.3)
+    stop.set()
+    for t in threads:
+        t.join(10)
+    assert not errors, errors
+    assert client(primary).execute_command("WAIT", 1, 5000) == 1
+    assert_converged(primary, replica)
+
+
+def test_replicaof_sent_as_soon_as_the_server_answers_is_taken(gradus_factory, tmp_path):
+    """Regression: the listeners accepted connections before the state REPLICAOF needs to start
+    its link task was set, so a REPLICAOF sent right after start-up answered `replication is
+    not available in this process`."""
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
+    for i in range(3):
+        replica = gradus_factory("--config", config(tmp_path, name=f"replica{i}.toml"), name=f"replica{i}")
+        assert client(replica).execute_command("REPLICAOF", primary.host, primary.port) == b"OK"
+        wait_link_up(replica)
+
+
+def test_a_replica_authenticates_with_masterauth(gradus_factory, tmp_path):
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), "--requirepass", "s3cret",
+                             name="primary")
+    replica = gradus_factory("--config", config(tmp_path, 'masterauth = "wrong"\n', "replica.toml"),
+                             name="replica")
+    r = client(replica)
+    r.execute_command("REPLICAOF", primary.host, primary.port)
+    error = wait_until(lambda: info(replica).get("master_sync_last_error"), what="the refused AUTH")
+    assert "AUTH" in error, error
+    assert info(replica)["master_link_status"] == "down"
+    r.config_set("masterauth", "s3cret")
+    wait_link_up(replica)
+    client(primary).set("k", "v")
+    wait_synced(primary, replica)
+    assert r.get("k") == b"v"
+
+
+def test_metrics_show_each_replicas_lag(gradus_factory, tmp_path):
+    import http.client
+    import shutil
+    import subprocess
+    from servers import free_port
+    metrics_port = free_port()
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"),
+                             "--metrics-port", str(metrics_port), name="primary")
+    replica = gradus_factory("--config", config(tmp_path, name="replica.toml"), name="replica")
+    client(replica).execute_command("REPLICAOF", primary.host, primary.port)
+    wait_link_up(replica)
+    client(primary).set("k", "v")
+    assert client(primary).execute_command("WAIT", 1, 5000) == 1
+    conn = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=10)
+    conn.request("GET", "/metrics")
+    body = conn.getresponse().read()
+    conn.close()
+    text = body.decode()
+    label = f'replica="127.0.0.1:{replica.port}"'
+    assert f"gradus_replica_lag_bytes{{{label}}}" in text
+    assert f"gradus_replica_ack_age_seconds{{{label}}}" in text
+    assert "gradus_replication_connected_replicas 1" in text
+    assert "gradus_replication_full_syncs_total 1" in text
+    tool = shutil.which("promtool")
+    if tool:
+        result = subprocess.run([tool, "check", "metrics"], input=body, capture_output=True, timeout=30)
+        assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+
+
+def test_a_replica_too_slow_for_its_output_limit_is_dropped_and_fully_resyncs(gradus_factory, tmp_path):
+    """The replica class of client-output-buffer-limit (not normal's) bounds a replica's link: a
+    replica that stops reading is dropped once its queue passes the hard limit, and, the backlog
+    having moved on too, it must fully resync when it comes back. Regression: the link waited in
+    its socket write, where being dropped did not reach it, so it was never dropped."""
+    import signal
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p = client(primary)
+    p.config_set("client-output-buffer-limit", "replica 1mb 0 0")
+    p.config_set("repl-backlog-size", "256kb")
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        value = "x" * 10_000
+        pipe = p.pipeline(transaction=False)
+        for i in range(1000):  # ~10 MB: past the socket buffers and the 1 MiB limit
+            pipe.set(f"big:{i}", value)
+        pipe.execute()
+        wait_until(lambda: info(primary)["connected_slaves"] == "0", what="the slow replica dropped")
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    wait_link_up(replica)
+    assert_converged(primary, replica, dbs=(0,))
+    stats = info(primary, "stats")
+    assert stats["sync_full"] == "2", stats
+
+
+def test_replica_serve_stale_data_no_refuses_reads_while_the_link_is_down(gradus_factory, tmp_path):
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    client(primary).set("k", "v")
+    wait_synced(primary, replica)
+    r = client(replica)
+    r.config_set("replica-serve-stale-data", "no")
+    assert r.get("k") == b"v", "link up: served"
+    primary.crash()
+    wait_until(lambda: info(replica)["master_link_status"] == "down", what="the link down")
+    raw = RawClient(replica.host, replica.port)
+    try:
+        assert raw.call("GET", "k") == Err(
+            b"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.")
+        assert raw.call("PING") == Simple(b"PONG"), "PING is served, as in Redis"
+        assert raw.call("ROLE")[0] == b"slave"
+    finally:
+        raw.close_all()
+    assert int(info(replica)["master_link_down_since_seconds"]) >= 0
+    r.config_set("replica-serve-stale-data", "yes")
+    assert r.get("k") == b"v"
+
+
+LIBRARY = """#!lua name=replib
+redis.register_function('setit', function(keys, args) return redis.call('SET', keys[1], args[1]) end)
+"""
+
+
+def test_function_libraries_reach_replicas_live_and_in_a_full_sync(gradus_factory, tmp_path):
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
+    p = client(primary)
+    p.execute_command("FUNCTION", "LOAD", LIBRARY)
+    early = gradus_factory("--config", config(tmp_path, name="early.toml"), name="early")
+    client(early).execute_command("REPLICAOF", primary.host, primary.port)
+    wait_link_up(early)
+    p.execute_command("FCALL", "setit", 1, "fk", "fv")
+    p.execute_command("FUNCTION", "LOAD", "REPLACE", LIBRARY.replace("setit", "setit2"))
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    late = gradus_factory("--config", config(tmp_path, name="late.toml"), name="late")
+    client(late).execute_command("REPLICAOF", primary.host, primary.port)
+    wait_link_up(late)
+    wait_synced(primary, late)
+    for replica in (early, late):
+        r = client(replica)
+        assert r.get("fk") == b"fv"
+        names = [f[1] for lib in r.execute_command("FUNCTION", "LIST") for f in lib[5]]
+        assert names == [b"setit2"], names
+
+
+def test_a_full_sync_replaces_the_replicas_own_function_libraries(gradus_factory, tmp_path):
+    """Regression: a full sync cleared the keyspaces but kept the replica's own libraries."""
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
+    replica = gradus_factory("--config", config(tmp_path, name="replica.toml"), name="replica")
+    client(replica).execute_command("FUNCTION", "LOAD", LIBRARY.replace("replib", "ownlib"))
+    client(replica).execute_command("REPLICAOF", primary.host, primary.port)
+    wait_link_up(replica)
+    assert client(replica).execute_command("FUNCTION", "LIST") == []
+
+
+def test_a_replica_of_a_replica_follows_the_chain(gradus_factory, tmp_path):
+    """A replica streams its primary's records, as they came, to its own replicas (same offsets)."""
+    primary, (middle,) = start_pair(gradus_factory, tmp_path)
+    client(primary).set("before", "1")
+    client(primary, 1).set("cache-before", "1")
+    wait_synced(primary, middle)
+    leaf = gradus_factory("--config", config(tmp_path, name="leaf.toml"), name="leaf")
+    client(leaf).execute_command("REPLICAOF", middle.host, middle.port)
+    wait_link_up(leaf)
+    client(primary).set("after", "2")
+    client(primary, 1).set("cache-after", "2")
+    assert client(primary).execute_command("WAIT", 1, 5000) == 1
+    wait_synced(primary, leaf)
+    assert_converged(primary, leaf)
+    assert info(leaf)["master_replid"] == info(primary)["master_replid"]
+    assert client(leaf).execute_command("ROLE")[:3] == [b"slave", b"127.0.0.1", middle.port]
+
+
+def test_a_full_sync_loads_a_value_split_over_several_items_across_load_batches(gradus_factory, tmp_path):
+    """A hash of 20 MB is sent as several snapshot items (parts of at most 8 MiB); the replica
+    loads the snapshot in batches as it arrives, so later parts land in a later batch."""
+    primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
+    p = client(primary)
+    field = "f" * 4000
+    pipe = p.pipeline(transaction=False)
+    for i in range(5000):
+        pipe.hset("big", f"{i}", field)
+    pipe.execute()
+    replica = gradus_factory("--config", config(tmp_path, name="replica.toml"),
+                             "--replicaof", f"{primary.host} {primary.port}", name="replica")
+    wait_link_up(replica, timeout=60)
+    r = client(replica)
+    assert r.hlen("big") == 5000
+    assert r.hget("big", "4999") == field.encode()
+
+
+def test_config_get_replicaof_shows_the_role_in_force_and_config_set_refuses_it(gradus_factory, tmp_path):
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    r = client(replica)
+    assert r.config_get("replicaof") == {"replicaof": f"{primary.host} {primary.port}"} or \
+        r.config_get("replicaof") == {b"replicaof": f"{primary.host} {primary.port}".encode()}
+    with pytest.raises(redis.exceptions.ResponseError,
+                       match="CONFIG SET failed \\(possibly related to argument 'replicaof'\\) - can't set immutable config"):
+        r.config_set("replicaof", "127.0.0.1 1")
+    assert info(replica)["master_port"] == str(primary.port)
+    r.execute_command("REPLICAOF", "NO", "ONE")
+    assert list(r.config_get("replicaof").values()) in ([""], [b""])
+
+
+def test_tenants_replicate_into_their_own_keyspaces(gradus_factory, tmp_path):
+    """With [[tenants]] on both nodes (the same layout), the replica authenticates as an admin
+    user (masteruser/masterauth) and each tenant's writes land in that tenant's keyspaces."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "tenants.toml"
+    primary = gradus_factory("--config", str(example), name="primary")
+    replica_config = tmp_path / "replica.toml"
+    replica_config.write_text(example.read_text().replace(
+        'dir = "./gradus-data"', 'dir = "./gradus-data"\nmasteruser = "admin"\nmasterauth = "admin-pass"'))
+    replica = gradus_factory("--config", str(replica_config), name="replica")
+
+    def as_user(server, user, db=0):
+        return redis_client(server, db=db, username=user, password=f"{user}-pass",
+                            single_connection_client=True)
+
+    admin = as_user(replica, "admin")
+    assert admin.execute_command("REPLICAOF", primary.host, primary.port) == b"OK"
+    wait_until(lambda: admin.info("replication").get("master_link_status") == "up", what="the link")
+    as_user(primary, "alpha").set("who", "alpha")
+    as_user(primary, "beta").set("who", "beta")
+    as_user(primary, "beta", 1).set("cached", "beta-cache")
+    wait_until(lambda: as_user(replica, "beta", 1).get("cached") == b"beta-cache", what="beta's cache")
+    assert as_user(replica, "alpha").get("who") == b"alpha"
+    assert as_user(replica, "beta").get("who") == b"beta"
+    assert as_user(replica, "alpha", 1).get("cached") is None

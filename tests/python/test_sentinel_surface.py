@@ -102,6 +102,38 @@ def test_config_rewrite_into_a_removed_directory_is_redis_error(gradus_factory, 
     c.close()
 
 
+@pytest.mark.gradus_only
+def test_config_rewrite_writes_the_primary_replicaof_follows_now(gradus_factory, tmp_path):
+    """`replicaof` is what REPLICAOF set last (Redis' special config), not what the server
+    started with: a replica promoted by Sentinel's `SLAVEOF NO ONE; CONFIG REWRITE` restarts as a
+    primary, and one pointed elsewhere restarts following its new primary."""
+    primary = gradus_factory()
+    path = tmp_path / "replica.toml"
+    path.write_text(f'# a replica\nreplicaof = "127.0.0.1 {primary.port}"   # the first primary\n')
+    replica = gradus_factory("--config", str(path))
+    c = redis_client(replica, decode_responses=True)
+    wait_for(lambda: c.info("replication").get("master_link_status") == "up", 10)
+    assert c.config_get("replicaof") == {"replicaof": f"127.0.0.1 {primary.port}"}
+    assert c.execute_command("REPLICAOF", "NO", "ONE") == "OK"
+    assert c.config_get("replicaof") == {"replicaof": ""}
+    assert c.execute_command("CONFIG", "REWRITE") == "OK"
+    assert '# a replica\nreplicaof = ""   # the first primary\n' in path.read_text()
+    c.close()
+    replica.restart()
+    c = redis_client(replica, decode_responses=True)
+    assert c.info("replication")["role"] == "master"
+    # Pointed at another primary, rewritten, restarted: it follows that one.
+    assert c.execute_command("REPLICAOF", "127.0.0.1", str(primary.port)) == "OK"
+    assert c.execute_command("CONFIG", "REWRITE") == "OK"
+    assert f'replicaof = "127.0.0.1 {primary.port}"' in path.read_text()
+    c.close()
+    replica.restart()
+    c = redis_client(replica, decode_responses=True)
+    wait_for(lambda: c.info("replication").get("master_link_status") == "up", 10)
+    assert int(c.info("replication")["master_port"]) == primary.port
+    c.close()
+
+
 # --- CLIENT KILL / CLIENT LIST by type, user, age ------------------------------------------------
 
 
@@ -248,3 +280,36 @@ def test_failover_argument_errors_are_redis(r2):
     assert error_of(r2, "FAILOVER", "TO", "127.0.0.1", "1", "FORCE", "ABORT") == "syntax error"
     assert error_of(r2, "FAILOVER", "FORCE") == "FAILOVER requires connected replicas."
     assert error_of(r2, "FAILOVER", "TO", "127.0.0.1", "1") == "FAILOVER requires connected replicas."
+
+
+def test_failover_state_errors_with_a_replica_are_redis(gradus_factory):
+    primary = gradus_factory()
+    replica = gradus_factory()
+    p = redis_client(primary, decode_responses=True)
+    r = redis_client(replica, decode_responses=True)
+    assert r.execute_command("REPLICAOF", "127.0.0.1", str(primary.port)) == "OK"
+    wait_for(lambda: r.info("replication").get("master_link_status") == "up", 10)
+    wait_for(lambda: p.info("replication").get("connected_slaves") == 1, 10)
+    assert error_of(r, "FAILOVER") == "FAILOVER is not valid when server is a replica."
+    assert error_of(r, "FAILOVER", "xyz") == "syntax error"  # syntax first
+    assert error_of(p, "FAILOVER", "FORCE") == \
+        "FAILOVER with force option requires both a timeout and target HOST and IP."
+    assert error_of(p, "FAILOVER", "TO", "127.0.0.1", str(replica.port), "FORCE") == \
+        "FAILOVER with force option requires both a timeout and target HOST and IP."
+    assert error_of(p, "FAILOVER", "ABORT") == "No failover in progress."
+    r.close()
+    p.close()
+
+
+@pytest.mark.gradus_only
+def test_failover_itself_is_refused_with_a_pointer_to_sentinel(gradus_factory):
+    primary = gradus_factory()
+    replica = gradus_factory()
+    p = redis_client(primary, decode_responses=True)
+    r = redis_client(replica, decode_responses=True)
+    r.execute_command("REPLICAOF", "127.0.0.1", str(primary.port))
+    wait_for(lambda: p.info("replication").get("connected_slaves") == 1, 10)
+    assert error_of(p, "FAILOVER").startswith("FAILOVER is not supported yet: use SENTINEL FAILOVER")
+    assert p.info("replication")["role"] == "master"
+    r.close()
+    p.close()

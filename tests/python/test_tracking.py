@@ -206,3 +206,47 @@ def test_a_tenants_write_never_invalidates_another_tenants_cache(gradus_factory)
     alpha_writer = redis_client(server, 2, username="alpha", password=PASSWORDS["alpha"])
     alpha_writer.set("shared-name", "y")
     assert alpha.read_reply() == Push([b"invalidate", [b"shared-name"]])
+
+
+@pytest.mark.gradus_only
+def test_an_evicted_tracked_key_is_invalidated(gradus_factory, tmp_path):
+    """An evicted key a connection may cache is invalidated (Redis' performEvictions signals
+    the key as modified): every tracked key that `evicted` names was invalidated."""
+    from test_tenants import LIMITS, passwd
+
+    config = tmp_path / "evict.toml"
+    config.write_text('notify-keyspace-events = "Ee"\n' + LIMITS.format(
+        hash=passwd("small-pass"), session_limit="512kb", tenant_limit="64mb", cache_degree="none"))
+    server = gradus_factory("--config", str(config))
+    cache = redis_client(server, 2, username="small", password="small-pass", db=1)
+    tracked = [f"cache:{i}" for i in range(50)]
+    for k in tracked:
+        cache.set(k, b"x" * 1000)
+    t = RawConnection(server.host, server.port)
+    t.call("HELLO", "3", "AUTH", "small", "small-pass")
+    t.call("SELECT", "1")
+    t.call("CLIENT", "TRACKING", "on")
+    for k in tracked:
+        t.call("GET", k)
+    events = cache.pubsub()
+    events.subscribe("__keyevent@1__:evicted")
+    assert events.get_message(timeout=5)["type"] == "subscribe"
+    pipe = cache.pipeline(transaction=False)
+    for i in range(50, 2000):
+        pipe.set(f"cache:{i}", b"x" * 1000)
+    pipe.execute()
+    evicted = set()
+    while (m := events.get_message(timeout=0.5)) is not None:
+        evicted.add(m["data"].decode())
+    invalidated = set()
+    while True:
+        try:
+            reply = t.read_reply(timeout=0.5)
+        except Exception:  # nothing more within the wait
+            break
+        assert isinstance(reply, Push) and reply.items[0] == b"invalidate", reply
+        invalidated.update(k.decode() for k in reply.items[1])
+    evicted_tracked = evicted & set(tracked)
+    assert evicted_tracked, "no tracked key was evicted: the test proves nothing"
+    assert evicted_tracked <= invalidated
+

@@ -121,3 +121,88 @@ def test_bcast_prefix_invalidation_on_expiry(gradus, redis_server):
 
     got = both(gradus, redis_server, scenario)
     assert got.count(b"invalidate") == 2  # the SET, then the expiry
+
+
+def test_own_flush_invalidation_comes_after_the_flush_reply(gradus, redis_server):
+    """Regression: the flushing connection's own null invalidation came before its +OK."""
+    def scenario(server):
+        t = resp3_tracker(server)
+        t.call("GET", "a")
+        return t.call("FLUSHDB")
+
+    assert both(gradus, redis_server, scenario) == b"+OK\r\n>2\r\n$10\r\ninvalidate\r\n_\r\n"
+
+
+def test_tracking_redir_broken_push_when_the_redirect_target_is_gone(gradus, redis_server):
+    """Regression: with its redirect target closed, a RESP3 tracker was told nothing; Redis
+    pushes `tracking-redir-broken <id>` where the invalidation would have gone."""
+    def scenario(server):
+        r = Raw(server)
+        target = client_id(r)
+        t = resp3_tracker(server, "REDIRECT", target)
+        t.call("GET", "c")
+        r.sock.close()
+        time.sleep(0.2)
+        redis_client(server).set("c", "1")
+        got = t.read_for(0.3)
+        return got.replace(b":%d\r\n" % target, b":<id>\r\n")
+
+    assert both(gradus, redis_server, scenario) == b">2\r\n$21\r\ntracking-redir-broken\r\n:<id>\r\n"
+
+
+def test_reads_inside_exec_and_scripts_are_tracked(gradus, redis_server):
+    """Regression: keys read inside MULTI/EXEC or a script were not remembered, so a later
+    write of them sent the tracking connection no invalidation (Redis tracks them)."""
+    def scenario(server):
+        t = resp3_tracker(server)
+        t.call("MULTI")
+        t.call("GET", "in-exec")
+        t.call("EXEC")
+        t.call("EVAL", "return redis.call('get', KEYS[1])", "1", "in-script")
+        writer = redis_client(server)
+        writer.set("in-exec", "1")
+        writer.set("in-script", "1")
+        return t.read_for(0.3)
+
+    got = both(gradus, redis_server, scenario)
+    assert got.count(b"invalidate") == 2
+
+
+def test_bcast_prefixes_to_a_resp2_redirect_target(gradus, redis_server):
+    def scenario(server):
+        sub = Raw(server)
+        target = client_id(sub)
+        sub.call("SUBSCRIBE", "__redis__:invalidate")
+        t = Raw(server)
+        t.call("CLIENT", "TRACKING", "on", "REDIRECT", target, "BCAST", "PREFIX", "a:", "PREFIX", "b:")
+        writer = redis_client(server)
+        writer.set("a:1", "x")
+        writer.set("c:1", "x")
+        writer.set("b:2", "x")
+        writer.delete("a:1")
+        return sub.read_for(0.3)
+
+    got = both(gradus, redis_server, scenario)
+    assert got.count(b"__redis__:invalidate") == 3
+
+
+def test_optin_optout_and_noloop_like_redis(gradus, redis_server):
+    def scenario(server):
+        out = b""
+        t = resp3_tracker(server, "OPTIN")
+        t.call("GET", "x1")
+        t.call("CLIENT", "CACHING", "yes")
+        t.call("GET", "x2")
+        u = resp3_tracker(server, "OPTOUT", "NOLOOP")
+        u.call("GET", "y1")
+        u.call("CLIENT", "CACHING", "no")
+        u.call("GET", "y2")
+        writer = redis_client(server)
+        for k in ("x1", "x2", "y1", "y2"):
+            writer.set(k, "v")
+        out += t.read_for(0.3) + b"|" + u.read_for(0.3)
+        u.call("GET", "y1")
+        out += b"|" + u.call("SET", "y1", "own")  # NOLOOP: no invalidation of its own write
+        return out
+
+    both(gradus, redis_server, scenario)

@@ -94,7 +94,7 @@ pub enum LogError {
     },
 
     /// A string that is not a durability degree.
-    #[error("unknown durability `{0}` (expected none, lazy, background or strict)")]
+    #[error("unknown durability `{0}` (expected none, lazy, background, strict or replicated)")]
     UnknownDurability(String),
 }
 

@@ -84,15 +84,19 @@ pub enum Durability {
     Background,
     /// Logged; the reply waits for an fsync covering it (group commit shares that fsync).
     Strict,
+    /// As `strict` in the log; the server also holds the reply until replicas have acknowledged
+    /// the write (each once its own log has it). The log itself treats it as `strict`.
+    Replicated,
 }
 
 impl Durability {
     /// Every degree, weakest first.
-    pub const ALL: [Durability; 4] = [
+    pub const ALL: [Durability; 5] = [
         Durability::None,
         Durability::Lazy,
         Durability::Background,
         Durability::Strict,
+        Durability::Replicated,
     ];
 
     /// The lowercase name used in configuration and commands.
@@ -102,6 +106,7 @@ impl Durability {
             Durability::Lazy => "lazy",
             Durability::Background => "background",
             Durability::Strict => "strict",
+            Durability::Replicated => "replicated",
         }
     }
 
@@ -120,7 +125,7 @@ impl fmt::Display for Durability {
 impl FromStr for Durability {
     type Err = LogError;
 
-    /// Parses `none`, `lazy`, `background` or `strict` (ASCII case-insensitive).
+    /// Parses `none`, `lazy`, `background`, `strict` or `replicated` (ASCII case-insensitive).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Durability::ALL
             .into_iter()
@@ -145,6 +150,7 @@ mod tests {
         ));
         assert!(Durability::Lazy < Durability::Background);
         assert!(Durability::Background < Durability::Strict);
+        assert!(Durability::Strict < Durability::Replicated);
         assert!(!Durability::None.is_logged());
     }
 }

@@ -271,7 +271,7 @@ impl Log {
             wake = true;
         }
         match degree {
-            Durability::Strict => {
+            Durability::Strict | Durability::Replicated => {
                 queue.sync_target = lsn;
                 wake = true;
             }

@@ -176,6 +176,9 @@ pub struct ClientState {
     pub from_primary: bool,
     /// The replication offset after this connection's last streamed write (WAIT waits for it).
     pub repl_offset: u64,
+    /// The replication offset a `replicated` write among the pending replies waits for replicas
+    /// to acknowledge before they are written (0: none), as `strict_lsn` for the fsync.
+    pub replicated_offset: u64,
     /// Set by PSYNC/SYNC: the connection becomes a replica's link once this reply is sent.
     pub repl_takeover: Option<crate::repl::primary::PsyncRequest>,
     /// What the replica said with REPLCONF listening-port / ip-address.
@@ -220,6 +223,7 @@ impl ClientState {
             reply_queued: false,
             from_primary: false,
             repl_offset: 0,
+            replicated_offset: 0,
             repl_takeover: None,
             repl_listening_port: 0,
             repl_announced_ip: None,
@@ -302,7 +306,47 @@ impl ClientState {
         self.multi = None;
         self.watched.clear();
         self.handle.multi_len.store(-1, Ordering::Relaxed);
+        self.handle.mem.multi.store(0, Ordering::Relaxed);
         self.handle.watch_count.store(0, Ordering::Relaxed);
+    }
+}
+
+/// What a connection's buffers hold, for CLIENT LIST's memory fields (Redis' names): written
+/// by the connection's own task (relaxed stores, a few per request), read by CLIENT LIST.
+#[derive(Default)]
+pub struct ConnectionMemory {
+    /// `qbuf`: bytes in the read buffer, the running command's included (as Redis keeps the
+    /// query buffer until the command has run).
+    pub qbuf: AtomicUsize,
+    /// `qbuf-free`: room left in the read buffer.
+    pub qbuf_free: AtomicUsize,
+    /// `argv-mem`: the running command's argument bytes (0 between commands).
+    pub argv: AtomicUsize,
+    /// `multi-mem`: the queued commands' argument bytes and argument slots (Redis'
+    /// `argv_len_sums`).
+    pub multi: AtomicUsize,
+    /// `rbs`: the reply buffer's size; `rbp`: the most of it used (at least its first size).
+    pub reply_size: AtomicUsize,
+    pub reply_peak: AtomicUsize,
+    /// `obl`: reply bytes in the buffer not yet written.
+    pub reply_pending: AtomicUsize,
+}
+
+impl ConnectionMemory {
+    /// Note the read buffer (`len` bytes of `capacity`) and the reply buffer.
+    pub fn note_buffers(&self, read: (usize, usize), write: (usize, usize)) {
+        self.qbuf.store(read.0, Ordering::Relaxed);
+        self.qbuf_free
+            .store(read.1.saturating_sub(read.0), Ordering::Relaxed);
+        self.reply_pending.store(write.0, Ordering::Relaxed);
+        self.reply_size.store(write.1, Ordering::Relaxed);
+        self.reply_peak
+            .fetch_max(write.0.max(write.1.min(16 * 1024)), Ordering::Relaxed);
+    }
+
+    /// The bytes of `args` as Redis counts them (`argv_len_sum`).
+    pub fn argv_len(args: &[Bytes]) -> usize {
+        args.iter().map(|a| a.len()).sum()
     }
 }
 
@@ -368,8 +412,15 @@ pub struct ClientHandle {
     pub watch_count: AtomicUsize,
     /// CLIENT DURABILITY override for CLIENT LIST/INFO: 0 = default, else 1 + degree index.
     pub durability: AtomicU8,
+    /// CLIENT LIST `redir`: the connection tracking keys' redirect target, 0 when it tracks
+    /// without one, -1 when it does not track (as Redis shows it).
+    pub tracking_redirect: std::sync::atomic::AtomicI64,
+    /// It tracks in BCAST mode (CLIENT LIST flag `B`).
+    pub tracking_bcast: AtomicBool,
     /// Subscriptions to channels, patterns and shard channels (CLIENT LIST sub, psub, ssub).
     pub subs: [AtomicUsize; 3],
+    /// The connection's buffers as CLIENT LIST shows them (qbuf, argv-mem …).
+    pub mem: ConnectionMemory,
     /// A [`ClientRole`] (set by the replication link; [`ClientHandle::set_role`]).
     role: AtomicU8,
     /// The connection's outbox, so others can reach it by id (a tracking redirect target);
@@ -400,6 +451,9 @@ impl ClientHandle {
             watch_count: AtomicUsize::new(0),
             durability: AtomicU8::new(0),
             subs: Default::default(),
+            mem: ConnectionMemory::default(),
+            tracking_redirect: std::sync::atomic::AtomicI64::new(-1),
+            tracking_bcast: AtomicBool::new(false),
             role: AtomicU8::new(ClientRole::Normal as u8),
             outbox: Mutex::new(None),
             outbox_closed: AtomicBool::new(false),
@@ -479,6 +533,13 @@ impl ClientHandle {
         if self.multi_len.load(Ordering::Relaxed) >= 0 {
             flags.push('x');
         }
+        // Client-side caching: t(racking), B(CAST), as Redis shows them.
+        if self.tracking_redirect.load(Ordering::Relaxed) >= 0 {
+            flags.push('t');
+            if self.tracking_bcast.load(Ordering::Relaxed) {
+                flags.push('B');
+            }
+        }
         if flags.is_empty() {
             flags.push('N');
         }
@@ -520,12 +581,43 @@ impl ClientHandle {
             .map(|n| n.load(Ordering::Relaxed))
             .collect();
         let flags = self.flags();
+        let redir = self.tracking_redirect.load(Ordering::Relaxed);
         let durability = match self.durability.load(Ordering::Relaxed) {
             0 => "default",
-            n => gradus_log::Durability::ALL[(n as usize - 1).min(3)].as_str(),
+            n => gradus_log::Durability::ALL
+                [(n as usize - 1).min(gradus_log::Durability::ALL.len() - 1)]
+            .as_str(),
         };
+        let mem = &self.mem;
+        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        // `oll`/`omem`: what others pushed (messages, invalidations) and is not written yet.
+        let (oll, omem) = self
+            .outbox
+            .lock()
+            .as_ref()
+            .map_or((0, 0), |o| (o.queued_len(), o.pending()));
+        let (qbuf, qbuf_free, argv, multi_mem) = (
+            load(&mem.qbuf),
+            load(&mem.qbuf_free),
+            load(&mem.argv),
+            load(&mem.multi),
+        );
+        let (rbs, rbp, obl) = (
+            load(&mem.reply_size),
+            load(&mem.reply_peak),
+            load(&mem.reply_pending),
+        );
+        // `tot-mem`: the connection's state and buffers, as near as they can be measured.
+        let tot_mem = std::mem::size_of::<ClientState>()
+            + std::mem::size_of::<ClientHandle>()
+            + qbuf
+            + qbuf_free
+            + argv
+            + multi_mem
+            + rbs
+            + omem;
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} watch={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={} durability={}",
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} watch={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbp} obl={obl} oll={oll} omem={omem} tot-mem={tot_mem} events=r cmd={} user={} redir={redir} resp={} lib-name={} lib-ver={} durability={}",
             self.id,
             self.addr,
             self.laddr,

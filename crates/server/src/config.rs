@@ -476,7 +476,7 @@ impl Config {
 fn parse_degree(s: &str) -> Result<gradus_log::Durability, ServerError> {
     s.parse().map_err(|_| {
         ServerError::Config(format!(
-            "unknown durability degree {s:?} (expected none, lazy, background or strict)"
+            "unknown durability degree {s:?} (expected none, lazy, background, strict or replicated)"
         ))
     })
 }

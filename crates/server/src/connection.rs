@@ -50,11 +50,13 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
         let mut now_ms = gradus_store::now_ms();
         loop {
             decoder.set_limits(limits_for(&shared, &client));
+            let read = (rbuf.len(), rbuf.capacity());
             match decoder.decode(&mut rbuf) {
                 Ok(Some(args)) => {
                     if args.is_empty() {
                         continue;
                     }
+                    handle.mem.note_buffers(read, (wbuf.len(), wbuf.capacity()));
                     if gradus_proto::is_http_request_command(&args[0]) {
                         // As Redis: the connection ends at once, before authentication and
                         // without the batch's pending replies; nothing after it runs.
@@ -62,6 +64,10 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                         wbuf.clear();
                         break 'conn;
                     }
+                    // What others pushed before this command goes out before its reply; what
+                    // is pushed while it runs (its own keyspace events, messages it published
+                    // to itself) after it, as Redis 7.2 postpones them (`afterCommand`).
+                    client.take_pushes(&mut wbuf);
                     let reply = dispatch(&shared, &mut client, args, now_ms);
                     if let Some(request) = client.repl_takeover.take() {
                         // PSYNC/SYNC: the connection becomes a replica's link.
@@ -82,22 +88,23 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                             reply = work.complete(shared.clone(), &mut client) => reply,
                             _ = peer_closed(stream.tcp()) => break 'conn,
                         };
-                        client.take_pushes(&mut wbuf);
                         encode(&reply, client.resp, &mut wbuf);
                         for msg in client.after_reply.drain(..) {
                             wbuf.extend_from_slice(&msg);
                         }
+                        client.take_pushes(&mut wbuf);
                         now_ms = gradus_store::now_ms();
                     } else {
-                        // What others (or the command itself) pushed comes first, as in the
-                        // one output buffer of Redis.
-                        client.take_pushes(&mut wbuf);
+                        // The reply, then the invalidations of its own keys, then the pushes
+                        // made while it ran (Redis 7.2's `afterCommand` order). A command whose
+                        // reply is a push (SUBSCRIBE) queued it in the outbox itself.
                         if !std::mem::take(&mut client.reply_queued) && !client.suppress_reply {
                             encode(&reply, client.resp, &mut wbuf);
                         }
                         for msg in client.after_reply.drain(..) {
                             wbuf.extend_from_slice(&msg);
                         }
+                        client.take_pushes(&mut wbuf);
                     }
                     if client.close_after_reply || handle.is_killed() {
                         flush(&shared, &mut stream, &mut wbuf, &mut client).await;
@@ -109,7 +116,13 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                         break 'conn;
                     }
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    // The replies in `wbuf` are written next (see `flush`).
+                    handle
+                        .mem
+                        .note_buffers((rbuf.len(), rbuf.capacity()), (0, wbuf.capacity()));
+                    break;
+                }
                 Err(e) => {
                     flush(&shared, &mut stream, &mut wbuf, &mut client).await;
                     let text = match (&e, client.authenticated) {
@@ -294,10 +307,25 @@ pub(crate) async fn flush<S: ClientStream>(
             }
         }
     }
+    if client.replicated_offset > 0 {
+        let offset = std::mem::take(&mut client.replicated_offset);
+        if !shared.repl.wait_replicated(&client.handle, offset).await {
+            tracing::error!(
+                client = client.id,
+                "replicated write not acknowledged by enough replicas; closing without acknowledging"
+            );
+            wbuf.clear();
+            return false;
+        }
+    }
     client.take_pushes(wbuf);
     if wbuf.is_empty() {
         return true;
     }
+    // CLIENT LIST `obl`: what waits for the peer to read it.
+    let mem = &client.handle.mem;
+    mem.reply_pending.store(wbuf.len(), Ordering::Relaxed);
+    mem.reply_peak.fetch_max(wbuf.len(), Ordering::Relaxed);
     // A connection killed while its peer does not read (a slow subscriber over its output
     // limit) stops writing at once. A TLS stream may keep part of the records it made in its
     // buffer until flushed (a no-op for a plain socket).
@@ -319,5 +347,6 @@ pub(crate) async fn flush<S: ClientStream>(
         .net_output_bytes
         .fetch_add(wbuf.len() as u64, Ordering::Relaxed);
     wbuf.clear();
+    client.handle.mem.reply_pending.store(0, Ordering::Relaxed);
     true
 }

@@ -70,19 +70,25 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     // A replica: writes from its clients are refused (also when queued, as Redis), and reads
     // too while its link is down when it must not serve stale data.
     if shared.repl.is_active() && !client.from_primary {
-        if let Some(e) = shared
-            .repl
-            .refusal(row.has(flags::WRITE), spec.has(flags::LOADING))
-        {
+        if let Some(e) = shared.repl.refusal(
+            row.has(flags::WRITE) || row.has(flags::TAKES_LOCKS),
+            spec.has(flags::LOADING),
+        ) {
             return reject(client, e);
         }
     }
+    // CLIENT LIST `cmd`/`idle`: the last command, a queued one included (as Redis).
+    client.handle.touch(row.name, now_ms);
     if let Some(multi) = client.multi.as_mut() {
         if !spec.has(flags::NO_QUEUE) {
             if spec.has(flags::NO_MULTI) {
                 multi.dirty = true;
                 return CmdError::err("Command not allowed inside a transaction").to_frame();
             }
+            // Redis' `argv_len_sums`: the arguments' bytes and a pointer for each.
+            let mem = crate::client::ConnectionMemory::argv_len(&args)
+                + args.len() * std::mem::size_of::<usize>();
+            client.handle.mem.multi.fetch_add(mem, Ordering::Relaxed);
             multi.queued.push((spec, args));
             client
                 .handle
@@ -105,8 +111,9 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         Some(args.clone())
     };
     let secret = row.has(flags::SECRET_ARGS);
+    let argv_mem = crate::client::ConnectionMemory::argv_len(&args);
+    client.handle.mem.argv.store(argv_mem, Ordering::Relaxed);
     crate::client::LocalCounters::bump(&client.counters.commands);
-    client.handle.touch(row.name, now_ms);
     // A subcommand's row decides how it runs where it says so (FUNCTION LOAD is a write,
     // FUNCTION KILL runs without the gate); such rows carry the container's handler.
     let reply = run_observed(shared, client, spec, args, |shared, client, args| {
@@ -115,19 +122,14 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         } else if row.runs_as_write() {
             run_write(shared, client, row, std::mem::take(args), now_ms)
         } else {
-            let reply = {
-                let _gate = shared.store.shared(client.id);
-                run(shared, client, spec, args, now_ms)
-            };
-            if client.tracking.is_some() && spec.has(flags::READONLY) {
-                remember_read(shared, client, spec, args);
-            }
-            reply
+            let _gate = shared.store.shared(client.id);
+            run(shared, client, spec, args, now_ms)
         }
     });
     if let Some(args) = shown_after.filter(|_| !secret || client.authenticated) {
         feed_monitors(shared, client, spec, &args, false);
     }
+    client.handle.mem.argv.store(0, Ordering::Relaxed);
     if let Some((_, left)) = client.caching.as_mut() {
         *left = left.saturating_sub(1);
         if *left == 0 {
@@ -298,7 +300,8 @@ pub fn run_write(
         let reply = run_write_logged(shared, client, spec, args, now_ms);
         if !reply.is_error() {
             if flushes {
-                shared.tracking.flush(tenant);
+                let own = shared.tracking.flush(tenant, id);
+                client.after_reply.extend(own);
             } else if !keys.is_empty() {
                 let own = shared.tracking.invalidate(id, tenant, &keys);
                 client.after_reply.extend(own);
@@ -393,6 +396,11 @@ pub fn run(
         Err(e) => e.to_frame(),
     };
     crate::notify::after(shared, client, spec, before, &reply, now_ms);
+    // A read remembers its keys for client-side caching, wherever it runs (alone, in EXEC, in
+    // a script: the caller's connection tracks them, as in Redis).
+    if client.tracking.is_some() && spec.has(flags::READONLY) {
+        remember_read(shared, client, spec, args);
+    }
     reply
 }
 

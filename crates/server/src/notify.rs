@@ -3,9 +3,9 @@
 //! messages through [`crate::pubsub`] in the tenant that owns the keyspace (`N` is the
 //! keyspace's SELECT number in that tenant, as the tenant's clients know it).
 //!
-//! What a command emits is data: the write path emits the event its table row names (see
-//! `command::Event`) for each key it wrote, expiry emits `expired`, eviction `evicted`. Emission
-//! costs one atomic load when notifications are off.
+//! Expiry publishes `expired` (and invalidates the key for client-side caching), eviction
+//! `evicted`. Emission costs one atomic load per command when notifications and client-side
+//! caching are off.
 //!
 //! Handlers publish their own events through `Ctx::notify` in the order Redis' handlers call
 //! `notifyKeyspaceEvent`; simple commands name theirs in their table row instead. Around every
@@ -335,8 +335,17 @@ pub fn after(
         }
         publish_misses(shared, client);
         let flags = shared.live.notify_flags.load(Ordering::Relaxed);
-        if flags & KEY_MISS != 0 && spec.has(flags::READONLY) && !reply.is_error() {
-            for (key, _) in before.keys.iter().filter(|(_, live)| !live) {
+        if flags & KEY_MISS != 0 && spec.has(flags::READONLY) {
+            // Redis looks keys up in order: a WRONGTYPE stops at the first key that exists
+            // (the misses before it were published); another error looks nothing up.
+            let looked_up = match reply {
+                Frame::Error(e) if e.starts_with("WRONGTYPE") => {
+                    before.keys.iter().position(|(_, live)| *live).unwrap_or(0)
+                }
+                Frame::Error(_) => 0,
+                _ => before.keys.len(),
+            };
+            for (key, _) in before.keys[..looked_up].iter().filter(|(_, live)| !live) {
                 emit(shared, KEY_MISS, "keymiss", db, key);
             }
         }

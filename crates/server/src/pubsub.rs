@@ -201,6 +201,14 @@ impl Outbox {
     }
 
     /// Bytes queued and not yet written.
+    /// Messages queued and not yet taken for writing (CLIENT LIST `oll`).
+    pub fn queued_len(&self) -> usize {
+        if !self.queued.load(Ordering::Relaxed) {
+            return 0;
+        }
+        self.queue.lock().len()
+    }
+
     pub fn pending(&self) -> usize {
         self.pending.load(Ordering::Relaxed)
     }

@@ -95,6 +95,8 @@ impl Server {
         let mut shared = Shared::new(config, config_file, tenancy);
         shared.tls = crate::tls::TlsState::new(tls);
         let shared = Arc::new(shared);
+        // Before any listener runs: REPLICAOF starts the link task from it.
+        let _ = shared.repl.shared.set(Arc::downgrade(&shared));
         if !shared.config.aclfile.is_empty() {
             let users = crate::command::acl::read_aclfile(&shared)
                 .map_err(|e| ServerError::Config(format!("aclfile: {e}")))?;
@@ -198,7 +200,7 @@ impl Server {
         ));
         tasks.spawn(expiry_loop(shared.clone()));
         tasks.spawn(crate::repl::primary::ping_task(shared.clone()));
-        let _ = shared.repl.shared.set(Arc::downgrade(&shared));
+        crate::repl::stream_locks(&shared);
         if let Some((host, port)) = crate::repl::parse_replicaof(&shared.config.replicaof) {
             crate::repl::replica::follow(&shared, host, port);
         }
@@ -364,6 +366,10 @@ async fn refuse(mut stream: TcpStream) {
     let _ = stream.shutdown().await;
 }
 
+/// How long after a key's expiry a replica reclaims it by itself when no DEL came from its
+/// primary (see `expiry_loop`).
+const REPLICA_EXPIRY_MARGIN_MS: u64 = 60_000;
+
 async fn expiry_loop(shared: Arc<Shared>) {
     let period = Duration::from_millis(1000 / u64::from(shared.config.hz.max(1)));
     let mut tick = tokio::time::interval(period);
@@ -380,9 +386,21 @@ async fn expiry_loop(shared: Arc<Shared>) {
         let sweeper = shared.clone();
         // The sweep takes shard locks; keep it off the async workers' fast path.
         let removed = tokio::task::spawn_blocking(move || {
-            sweeper
-                .store
-                .sweep_expired(gradus_store::now_ms(), SWEEP_BUDGET_PER_SHARD)
+            let now = gradus_store::now_ms();
+            let repl = &sweeper.repl;
+            if repl.is_active() && repl.is_replica() {
+                // A replica deletes what its primary's stream deletes; it reclaims on its own
+                // only keys its primary let expire without a DEL (reclaimed there by a read)
+                // long ago. Reads here already see them as missing.
+                sweeper.store.sweep_expired(
+                    now.saturating_sub(REPLICA_EXPIRY_MARGIN_MS),
+                    SWEEP_BUDGET_PER_SHARD,
+                )
+            } else if repl.is_active() {
+                crate::repl::primary::sweep_and_stream(&sweeper, now, SWEEP_BUDGET_PER_SHARD)
+            } else {
+                sweeper.store.sweep_expired(now, SWEEP_BUDGET_PER_SHARD)
+            }
         })
         .await
         .unwrap_or(0);

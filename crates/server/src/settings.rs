@@ -7,8 +7,8 @@
 //!
 //! The nested sections (`[durability] databases`, `[[tenants]]`, `[[users]]`) are not rows: serde
 //! reads them into [`Config`] as before. This module may import [`crate::config`] (the structure
-//! rows write into) and [`crate::state`] (the live values rows read and set); it knows nothing of
-//! sockets or commands.
+//! rows write into), [`crate::state`] (the live values rows read and set) and [`crate::repl`] (the
+//! role `replicaof` reports, see [`IN_FORCE`]); it knows nothing of sockets or commands.
 
 use crate::config::{Config, MAX_ITEM_SIZE};
 use crate::state::{LiveSettings, Shared};
@@ -90,7 +90,6 @@ impl Value {
             Value::Int(n) => n.to_string(),
             Value::Signed(n) => n.to_string(),
             Value::Bool(b) => b.to_string(),
-            Value::Text(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s.clone(),
             Value::Text(s) => toml::Value::String(s.clone()).to_string(),
             Value::List(items) => {
                 let quoted: Vec<String> = items
@@ -320,8 +319,12 @@ impl Setting {
         self.current_value(shared).text()
     }
 
-    /// The value in force now: the live one for live settings, else the one started with.
+    /// The value in force now: from [`IN_FORCE`] when the row is there, else the live one for
+    /// live settings, else the one started with. CONFIG GET shows it; CONFIG REWRITE writes it.
     pub fn current_value(&self, shared: &Shared) -> Value {
+        if let Some((_, read)) = IN_FORCE.iter().find(|(name, _)| *name == self.name) {
+            return read(shared);
+        }
         match &self.live {
             Some(live) => (live.get)(&shared.live),
             None => self.get(&shared.config),
@@ -517,7 +520,7 @@ const KNOB_BYTES: Kind = Kind::Size {
     max: UNBOUNDED,
 };
 const TLS_AUTH_CLIENTS: Kind = Kind::Enum(&["no", "yes", "optional"]);
-const DEGREES: Kind = Kind::Enum(&["none", "lazy", "background", "strict"]);
+const DEGREES: Kind = Kind::Enum(&["none", "lazy", "background", "strict", "replicated"]);
 
 /// Every scalar setting, in the order `--print-config`, `CONFIG GET *` and the README list them.
 #[rustfmt::skip]
@@ -670,8 +673,11 @@ pub static SETTINGS: &[Setting] = &[
         flag: None, live: live_u64!(tracking_table_max_keys), field: field!(tracking_table_max_keys),
         doc: "Most keys the client-side caching table (CLIENT TRACKING) remembers; past it the oldest are invalidated and forgotten; 0: no limit." },
     Setting { name: "replicaof", section: Section::Top, key: "replicaof", kind: Kind::Text, default: "",
-        flag: flag("\"HOST PORT\""), live: None, field: field!(replicaof),
-        doc: "Start as a replica of this primary (\"host port\"); REPLICAOF changes it at run time (see README, Replication)." },
+        flag: flag("\"HOST PORT\""), field: field!(replicaof),
+        // CONFIG GET shows the role in force (REPLICAOF changes it); CONFIG SET refuses it with
+        // Redis' words, as Redis does.
+        live: Some(Live { get: |l| Value::Text(l.repl.replicaof.lock().clone()), set: |l, v| *l.repl.replicaof.lock() = v.text(), apply: Some(|_| Err("can't set immutable config".into())) }),
+        doc: "Start as a replica of this primary (\"host port\"); CONFIG GET shows the one followed now (REPLICAOF changes it, CONFIG SET may not, as in Redis; see README, Replication)." },
     Setting { name: "masterauth", section: Section::Top, key: "masterauth", kind: Kind::Text, default: "",
         flag: flag("PASSWORD"), field: field!(masterauth),
         live: Some(Live { get: |l| Value::Text(l.repl.masterauth.lock().clone()), set: |l, v| *l.repl.masterauth.lock() = v.text(), apply: None }),
@@ -718,7 +724,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Seconds since its last acknowledgement within which a replica counts for min-replicas-to-write." },
     Setting { name: "durability", section: Section::Durability, key: "default", kind: DEGREES, default: "background",
         flag: flag("DEGREE"), live: None, field: field!(durability.default),
-        doc: "Default durability degree of every database: none, lazy, background or strict (see README, Durability)." },
+        doc: "Default durability degree of every database: none, lazy, background, strict or replicated (see README, Durability and Replication)." },
     Setting { name: "lazy-flush-ms", section: Section::Durability, key: "lazy-flush-ms", kind: COUNT, default: "1000",
         flag: None, live: None, field: field!(durability.lazy_flush_ms),
         doc: "lazy: the log is handed to the OS at least this often, in milliseconds." },
@@ -766,6 +772,22 @@ fn normalize_output_limits(text: &str) -> Result<String, String> {
         .join(" "))
 }
 
+/// How the value in force of a row kept outside the settings is read from the server's state.
+pub type InForce = fn(&Shared) -> Value;
+
+/// Rows whose value in force lives in the server's state rather than in the settings: Redis'
+/// "special" configs, such as `replicaof`, which CONFIG SET may not change but the REPLICAOF
+/// command does, and which CONFIG GET and CONFIG REWRITE report as they are now (Redis'
+/// `rewriteConfigReplicaOfOption` writes the primary followed now, or nothing). An entry names a
+/// row of [`SETTINGS`] and reads its value as that row's kind holds it.
+#[rustfmt::skip]
+pub static IN_FORCE: &[(&str, InForce)] = &[
+    ("replicaof", |s| Value::Text(match &*s.repl.role.lock() {
+        crate::repl::Role::Primary => String::new(),
+        crate::repl::Role::Replica { host, port } => format!("{host} {port}"),
+    })),
+];
+
 /// How a reported value is read from the server's state.
 pub type Reported = fn(&Shared) -> String;
 
@@ -784,7 +806,7 @@ pub static REPORTED: &[(&str, Reported)] = &[
 /// Redis' `appendfsync` value closest to a durability degree.
 fn appendfsync_of(degree: &str) -> &'static str {
     match degree {
-        "strict" => "always",
+        "strict" | "replicated" => "always",
         "background" => "everysec",
         _ => "no",
     }
@@ -994,6 +1016,16 @@ mod tests {
     const README: &str = include_str!("../../../README.md");
 
     #[test]
+    fn in_force_entries_name_rows() {
+        for (name, _) in IN_FORCE {
+            assert!(
+                SETTINGS.iter().any(|s| s.name == *name),
+                "IN_FORCE names {name}, which is not a row"
+            );
+        }
+    }
+
+    #[test]
     fn names_are_unique_kebab_case_and_keys_unique_per_section() {
         for (i, s) in SETTINGS.iter().enumerate() {
             assert!(
@@ -1083,6 +1115,20 @@ mod tests {
         let mut back = defaults();
         back.merge_toml(&text).unwrap();
         assert_eq!(back, c, "{text}");
+    }
+
+    /// `--print-config` wrote a text setting made of digits (a password "1234") as a TOML
+    /// integer, which a text setting does not take: the printed file did not load.
+    #[test]
+    fn print_config_of_a_digits_only_password_reads_back() {
+        let mut c = defaults();
+        c.requirepass = "1234".into();
+        c.durability.zero_fill = "10".into();
+        let text = render_toml(&c).unwrap();
+        assert!(text.contains("\nrequirepass = \"1234\"\n"), "{text}");
+        let mut back = defaults();
+        back.merge_toml(&text).unwrap();
+        assert_eq!(back, c);
     }
 
     #[test]
@@ -1176,7 +1222,7 @@ mod tests {
         assert_eq!(DEGREES.parse("Strict"), Ok(Value::Text("strict".into())));
         assert_eq!(
             DEGREES.parse("x").unwrap_err(),
-            "argument(s) must be one of the following: none, lazy, background, strict"
+            "argument(s) must be one of the following: none, lazy, background, strict, replicated"
         );
         let zf = Kind::EnumOrInt(&["always", "never"]);
         assert_eq!(zf.parse("30"), Ok(Value::Text("30".into())));

@@ -46,7 +46,35 @@ struct Tracker {
     tenant: usize,
     /// Where its invalidations go: its own outbox, or its redirect target's.
     target: Arc<Outbox>,
+    /// Its own outbox (told when its redirect target is gone).
+    own: Arc<Outbox>,
     options: Options,
+}
+
+impl Tracker {
+    /// Where an invalidation for this tracker goes: its target, or, when its redirect target
+    /// has closed, its own outbox with Redis' `tracking-redir-broken` push instead (RESP3
+    /// only; a RESP2 connection is told nothing, as in Redis).
+    fn route(&self, keys: Option<Vec<Bytes>>) -> Option<(Arc<Outbox>, Message)> {
+        if self.options.redirect != 0 && self.target.is_closed() {
+            (self.own.resp() == ProtocolVersion::Resp3).then(|| {
+                (
+                    self.own.clone(),
+                    Message::RedirBroken(self.options.redirect),
+                )
+            })
+        } else {
+            Some((self.target.clone(), Message::Invalidate(keys)))
+        }
+    }
+}
+
+/// What a tracker is sent.
+enum Message {
+    /// `invalidate` with these keys (None: a flush).
+    Invalidate(Option<Vec<Bytes>>),
+    /// `tracking-redir-broken` with the redirect target's id.
+    RedirBroken(u64),
 }
 
 #[derive(Default)]
@@ -90,6 +118,25 @@ fn invalidation(target: &Outbox, keys: Option<&[Bytes]>) -> Option<Bytes> {
 /// running the command), hand the message back instead, for after its reply.
 fn deliver(target: &Outbox, by: u64, keys: Option<&[Bytes]>) -> Option<Bytes> {
     let msg = invalidation(target, keys)?;
+    push_or_return(target, by, msg)
+}
+
+/// [`deliver`] for a [`Message`].
+fn deliver_message(target: &Outbox, by: u64, message: &Message) -> Option<Bytes> {
+    match message {
+        Message::Invalidate(keys) => deliver(target, by, keys.as_deref()),
+        Message::RedirBroken(id) => {
+            let frame = Frame::Push(vec![
+                Frame::bulk_from_str("tracking-redir-broken"),
+                Frame::Integer(*id as i64),
+            ]);
+            let msg = crate::pubsub::encode_for(&frame, target.resp());
+            push_or_return(target, by, msg)
+        }
+    }
+}
+
+fn push_or_return(target: &Outbox, by: u64, msg: Bytes) -> Option<Bytes> {
     if target.handle.id == by {
         return Some(msg);
     }
@@ -106,7 +153,14 @@ impl Tracking {
 
     /// Turn tracking on for connection `id` (replacing earlier options); its invalidations go
     /// to `target` (its own outbox or its redirect target's).
-    pub fn enable(&self, id: u64, tenant: usize, target: Arc<Outbox>, options: Options) {
+    pub fn enable(
+        &self,
+        id: u64,
+        tenant: usize,
+        target: Arc<Outbox>,
+        own: Arc<Outbox>,
+        options: Options,
+    ) {
         let mut trackers = self.trackers.lock();
         if trackers
             .insert(
@@ -114,6 +168,7 @@ impl Tracking {
                 Tracker {
                     tenant,
                     target,
+                    own,
                     options,
                 },
             )
@@ -208,13 +263,13 @@ impl Tracking {
                     .cloned()
                     .collect();
                 if !matching.is_empty() {
-                    sends.push((t.target.clone(), matching));
+                    sends.extend(t.route(Some(matching)));
                 }
             }
         }
         let mut own = Vec::new();
-        for (target, keys) in sends {
-            own.extend(deliver(&target, writer, Some(&keys)));
+        for (target, message) in sends {
+            own.extend(deliver_message(&target, writer, &message));
         }
         own
     }
@@ -228,7 +283,7 @@ impl Tracking {
         by_writes: bool,
         keys: &[Bytes],
     ) -> Option<Bytes> {
-        let targets: Vec<Arc<Outbox>> = {
+        let targets: Vec<(Arc<Outbox>, Message)> = {
             let trackers = self.trackers.lock();
             ids.iter()
                 .filter_map(|id| {
@@ -236,37 +291,37 @@ impl Tracking {
                     if t.options.bcast || (by_writes && t.options.noloop && *id == by) {
                         return None;
                     }
-                    Some(t.target.clone())
+                    t.route(Some(keys.to_vec()))
                 })
                 .collect()
         };
         let mut own = None;
-        for target in targets {
-            own = own.or(deliver(&target, by, Some(keys)));
+        for (target, message) in targets {
+            own = own.or(deliver_message(&target, by, &message));
         }
         own
     }
 
-    /// A flush of `tenant`: every tracking connection of it drops its whole cache.
-    pub fn flush(&self, tenant: usize) {
-        let targets: Vec<Arc<Outbox>> = {
+    /// A flush of `tenant` by connection `by`: every tracking connection of it drops its whole
+    /// cache. Returns what is due to `by` itself, for after its reply (Redis sends the flushing
+    /// connection's own null invalidation after its `+OK`).
+    pub fn flush(&self, tenant: usize, by: u64) -> Vec<Bytes> {
+        let targets: Vec<(Arc<Outbox>, Message)> = {
             let trackers = self.trackers.lock();
             trackers
                 .values()
                 .filter(|t| t.tenant == tenant)
-                .map(|t| t.target.clone())
+                .filter_map(|t| t.route(None))
                 .collect()
         };
         {
             let mut table = self.table.lock();
             table.keys.retain(|(t, _), _| *t != tenant);
         }
-        for target in targets {
-            if let Some(msg) = invalidation(&target, None) {
-                target.push_own(msg);
-                target.wake();
-            }
-        }
+        targets
+            .into_iter()
+            .filter_map(|(target, message)| deliver_message(&target, by, &message))
+            .collect()
     }
 
     /// Connection `id`'s tracking state for CLIENT TRACKINGINFO: its options, and whether its

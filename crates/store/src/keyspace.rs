@@ -547,6 +547,16 @@ impl Keyspace {
         std::mem::take(&mut *self.expired_log.lock())
     }
 
+    /// Reclaim up to `budget_per_shard` expired keys in every shard; returns the keys removed.
+    pub fn sweep_expired_keys(&self, now_ms: u64, budget_per_shard: usize) -> Vec<Bytes> {
+        let mut keys = Vec::new();
+        for i in 0..SHARDS {
+            self.shard(i)
+                .sweep_expired_with(now_ms, budget_per_shard, |k| keys.push(k.clone()));
+        }
+        keys
+    }
+
     /// Reclaim up to `budget_per_shard` expired keys in every shard; returns how many were removed.
     pub fn sweep_expired(&self, now_ms: u64, budget_per_shard: usize) -> usize {
         (0..SHARDS)

@@ -423,7 +423,8 @@ impl LockTable {
     /// Mirror a primary's table (a replica): `Granted` makes `token` the holder (an orphan),
     /// `Released` frees the lock if `token` still holds it. Tokens granted here later stay above
     /// every token applied. Waiters of this table (there are none on a replica) are dropped with
-    /// the lock they waited for. The events are told on to this table's own sink (sub-replicas).
+    /// the lock they waited for. Nothing is told to the sink: the server streams the primary's
+    /// own event on to its replicas, so their offsets stay the primary's.
     pub fn apply(&self, event: &LockEvent) {
         let mut t = self.table.lock();
         match event {
@@ -456,7 +457,6 @@ impl LockTable {
                 }
             }
         }
-        t.emit(|| event.clone());
     }
 
     /// Forget every lock (a replica about to load a primary's table after a full sync).

@@ -923,6 +923,17 @@ impl Shard {
 
     /// Remove up to `budget` expired keys, earliest first. Returns how many were removed.
     pub fn sweep_expired(&mut self, now_ms: u64, budget: usize) -> usize {
+        self.sweep_expired_with(now_ms, budget, |_| {})
+    }
+
+    /// [`Shard::sweep_expired`], calling `removed` with each key it removes (a primary streams
+    /// a DEL of each to its replicas).
+    pub fn sweep_expired_with(
+        &mut self,
+        now_ms: u64,
+        budget: usize,
+        mut on_removed: impl FnMut(&Bytes),
+    ) -> usize {
         let mut removed = 0;
         while removed < budget {
             let Some(&(t, addr)) = self.expiries.first() else {
@@ -937,6 +948,7 @@ impl Shard {
             self.remove_entry(&key);
             self.expired_count += 1;
             self.log_expired(&key);
+            on_removed(&key);
             removed += 1;
         }
         removed

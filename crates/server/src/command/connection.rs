@@ -250,6 +250,10 @@ fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     }
     if ctx.client.tracking.take().is_some() {
         ctx.shared.tracking.disable(ctx.client.id);
+        ctx.client
+            .handle
+            .tracking_redirect
+            .store(-1, Ordering::Relaxed);
     }
     ctx.client.caching = None;
     ctx.shared.monitors.remove(ctx.client.id);
@@ -391,7 +395,9 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 return Ok(Frame::ok());
             }
             let degree: gradus_log::Durability = show(&args[2]).parse().map_err(|_| {
-                CmdError::err("durability must be none, lazy, background, strict or default")
+                CmdError::err(
+                    "durability must be none, lazy, background, strict, replicated or default",
+                )
             })?;
             ctx.client.durability = Some(degree);
             let index = gradus_log::Durability::ALL
@@ -488,6 +494,10 @@ fn client_tracking(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if !on {
         if ctx.client.tracking.take().is_some() {
             ctx.shared.tracking.disable(ctx.client.id);
+            ctx.client
+                .handle
+                .tracking_redirect
+                .store(-1, Ordering::Relaxed);
         }
         ctx.client.caching = None;
         return Ok(Frame::ok());
@@ -537,9 +547,21 @@ fn client_tracking(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         id => ctx.shared.clients.get(id).and_then(|h| h.outbox()),
     }
     .ok_or_else(|| CmdError::err("The client ID you want redirect to does not exist"))?;
-    ctx.shared
-        .tracking
-        .enable(ctx.client.id, ctx.client.tenant, target, o.clone());
+    ctx.shared.tracking.enable(
+        ctx.client.id,
+        ctx.client.tenant,
+        target,
+        ctx.client.outbox(),
+        o.clone(),
+    );
+    ctx.client
+        .handle
+        .tracking_redirect
+        .store(o.redirect as i64, Ordering::Relaxed);
+    ctx.client
+        .handle
+        .tracking_bcast
+        .store(o.bcast, Ordering::Relaxed);
     ctx.client.tracking = Some(o);
     Ok(Frame::ok())
 }

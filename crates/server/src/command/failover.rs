@@ -1,13 +1,14 @@
 //! FAILOVER (Redis 6.2): a planned switchover from this primary to one of its replicas.
 //!
 //! The arguments are read and refused exactly as Redis 7.2's `failoverCommand` does, in its order
-//! (syntax, then the server's state: replicas connected, FORCE's requirements). The switchover
-//! itself needs the replication link; until a primary has one, every well-formed FAILOVER meets
-//! Redis' own `FAILOVER requires connected replicas.`, and ABORT `No failover in progress.`.
+//! (syntax, then the server's state: a replica refuses, replicas must be connected, FORCE's
+//! requirements). The coordinated switchover itself (pause writes, wait for the target to catch
+//! up, swap roles) is not implemented: a well-formed FAILOVER that passes those checks is
+//! refused with a pointer to `SENTINEL FAILOVER`; ABORT answers `No failover in progress.`.
 //! Replica connections are found by their client role ([`crate::client::ClientRole`]), which
 //! the replication link sets.
 //!
-//! May import: `args`, `client`, `error`.
+//! May import: `args`, `client`, `error`, `repl` (the role).
 
 use super::{cmd, flags, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, parse_i64};
@@ -73,6 +74,11 @@ fn failover(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         FailoverRequest::Abort => return Err(CmdError::err("No failover in progress.")),
         FailoverRequest::Start(args) => args,
     };
+    if ctx.shared.repl.is_replica() {
+        return Err(CmdError::err(
+            "FAILOVER is not valid when server is a replica.",
+        ));
+    }
     let replicas = ctx
         .shared
         .clients
@@ -89,7 +95,7 @@ fn failover(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         ));
     }
     Err(CmdError::err(
-        "FAILOVER is not supported yet: use REPLICAOF NO ONE on the replica, or SENTINEL FAILOVER",
+        "FAILOVER is not supported yet: use SENTINEL FAILOVER, or REPLICAOF NO ONE on the replica",
     ))
 }
 

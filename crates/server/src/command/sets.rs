@@ -41,7 +41,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("srandmember", -2, R | RND, KEY1, "set", "Get one or multiple random members from a set", srandmember),
     cmd("smove", 4, W | F, (1, 2, 1), "set", "Moves a member from one set to another.", smove),
     cmd("sinter", -2, R, KEYS, "set", "Returns the intersect of multiple sets.", sinter),
-    cmd("sintercard", -3, R, NO_KEYS, "set", "Returns the number of members of the intersect of multiple sets.", sintercard),
+    cmd("sintercard", -3, R, NO_KEYS, "set", "Returns the number of members of the intersect of multiple sets.", sintercard).with_numkeys(1),
     cmd("sinterstore", -3, W | D, KEYS, "set", "Stores the intersect of multiple sets in a key.", sinterstore).reads(2, -1),
     cmd("sunion", -2, R, KEYS, "set", "Returns the union of multiple sets.", sunion),
     cmd("sunionstore", -3, W | D, KEYS, "set", "Stores the union of multiple sets in a key.", sunionstore).reads(2, -1),

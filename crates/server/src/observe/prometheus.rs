@@ -118,6 +118,7 @@ pub fn render(shared: &Shared) -> String {
     log(shared, &mut e);
     locks(shared, &mut e);
     memcached(shared, &mut e);
+    replication(shared, &mut e);
     e.single(
         "gradus_uptime_seconds",
         "gauge",
@@ -125,6 +126,84 @@ pub fn render(shared: &Shared) -> String {
         shared.started.elapsed().as_secs_f64(),
     );
     e.out
+}
+
+/// Replication: the offset, each replica's lag (bytes not yet acknowledged, seconds since its
+/// last acknowledgement), on a replica the link and what it applied, and the resync counters.
+fn replication(shared: &Shared, e: &mut Exposition) {
+    let repl = &shared.repl;
+    let view = repl.view();
+    e.single(
+        "gradus_replication_offset_bytes",
+        "gauge",
+        "The replication offset (INFO master_repl_offset): bytes of the replication stream so far.",
+        view.offset as f64,
+    );
+    e.single(
+        "gradus_replication_connected_replicas",
+        "gauge",
+        "Replicas connected to this server (INFO connected_slaves).",
+        view.replicas.len() as f64,
+    );
+    let now = gradus_store::now_ms();
+    e.family(
+        "gradus_replica_lag_bytes",
+        "gauge",
+        "Per connected replica: stream bytes it has not acknowledged yet.",
+    );
+    let name = |r: &crate::repl::ReplicaLink| {
+        format!("{}:{}", r.ip.lock(), r.port.load(Ordering::Relaxed))
+    };
+    for r in &view.replicas {
+        let acked = r.ack_offset.load(Ordering::Relaxed);
+        e.sample(
+            "gradus_replica_lag_bytes",
+            &[("replica", &name(r))],
+            view.offset.saturating_sub(acked) as f64,
+        );
+    }
+    e.family(
+        "gradus_replica_ack_age_seconds",
+        "gauge",
+        "Per connected replica: seconds since its last acknowledgement (INFO lag).",
+    );
+    for r in &view.replicas {
+        let age = now.saturating_sub(r.last_ack_ms.load(Ordering::Relaxed));
+        e.sample(
+            "gradus_replica_ack_age_seconds",
+            &[("replica", &name(r))],
+            age as f64 / 1000.0,
+        );
+    }
+    if repl.is_replica() {
+        let up = repl.link.lock().state == "connected";
+        e.single(
+            "gradus_replication_link_up",
+            "gauge",
+            "On a replica: 1 while its link to the primary is up.",
+            f64::from(u8::from(up)),
+        );
+        e.single(
+            "gradus_replication_applied_offset_bytes",
+            "gauge",
+            "On a replica: the primary's offset it has applied (INFO slave_repl_offset).",
+            repl.applied_offset.load(Ordering::Relaxed) as f64,
+        );
+    }
+    for (name, help, v) in [
+        (
+            "gradus_replication_full_syncs_total",
+            "Full resyncs served to replicas (INFO sync_full).",
+            &repl.sync_full,
+        ),
+        (
+            "gradus_replication_partial_syncs_total",
+            "Partial resyncs served from the backlog (INFO sync_partial_ok).",
+            &repl.sync_partial_ok,
+        ),
+    ] {
+        e.single(name, "counter", help, v.load(Ordering::Relaxed) as f64);
+    }
 }
 
 /// Per command family: calls, failures, rejections, and a latency histogram.

@@ -228,10 +228,11 @@ impl OpenRecord {
     }
 }
 
-/// Whether writes by `client` are streamed now (a backlog exists, and the write is not the
-/// primary's own record being applied on a replica: the replica task streams those as they came).
+/// Whether writes by `client` are streamed now: a backlog exists, and this is a primary (on a
+/// replica the replica task streams its primary's records as they came; a write of its own
+/// clients, when `replica-read-only` is no, stays local, as in Redis).
 fn replicates(shared: &Shared, client: &ClientState) -> bool {
-    shared.repl.is_active() && !client.from_primary
+    shared.repl.is_active() && !client.from_primary && !shared.repl.is_replica()
 }
 
 /// Refuse a write from a client of a read-only replica, or on a primary short of good replicas.
@@ -384,6 +385,10 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             let db = client.db;
             crate::quota::make_room(shared, client, db, now_ms)?;
         }
+        // The exclusive hold keeps every other writer out (each holds the gate shared while
+        // it holds the write-order lock): no write-order lock is needed under it. Whether it is
+        // streamed is decided under it (a replica's full sync arms its snapshot under it).
+        let gate = shared.store.exclusive();
         client.record = Some(OpenRecord {
             runs_others: true,
             ..OpenRecord::new(now_ms, Durability::None, replicates(shared, client))
@@ -392,9 +397,7 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             shared,
             client,
             degree: Durability::None,
-            // The exclusive hold keeps every other writer out (each holds the gate shared while
-            // it holds the write-order lock): no write-order lock is needed under it.
-            gate: Gate::Exclusive(shared.store.exclusive()),
+            gate: Gate::Exclusive(gate),
             order: None,
         })
     }
@@ -430,11 +433,12 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
         if grows && !client.from_primary {
             crate::quota::make_room(shared, client, db, now_ms)?;
         }
+        let keyspace = shared.store.db(db).expect("the selected keyspace exists");
+        let gate = shared.store.shared(client.id);
+        // Decided under the gate, as for a lone write (see `lock`).
         let replicate = replicates(shared, client);
         let logged =
             replicate || degree(shared, client, Scope::Keyspace(db)).is_ok_and(|d| d.is_logged());
-        let keyspace = shared.store.db(db).expect("the selected keyspace exists");
-        let gate = shared.store.shared(client.id);
         let held = loop {
             let order = logged.then(|| shared.write_order.lock());
             let attempt = keyspace.try_hold(keys.iter().map(|k| k.as_ref()));
@@ -473,11 +477,18 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
         self.degree.is_logged()
     }
 
-    /// Take the gate (shared) and, for a logged write, the write-order lock.
+    /// Take the gate (shared) and, for a logged or streamed write, the write-order lock.
+    /// Whether the write is streamed is decided here, under the gate: a replica's full sync
+    /// creates the backlog and arms its snapshot under the exclusive gate, so a write is either
+    /// in that snapshot or streamed after it (decided before the gate, a write begun just before
+    /// the first replica connected would be in neither).
     fn lock(&mut self) {
         if matches!(self.gate, Gate::Pending) {
             self.gate = Gate::Shared(self.shared.store.shared(self.client.id));
-            let replicate = self.client.record.as_ref().is_some_and(|r| r.replicate);
+            let replicate = replicates(self.shared, self.client);
+            if let Some(record) = self.client.record.as_mut() {
+                record.replicate = replicate;
+            }
             self.order =
                 (self.degree.is_logged() || replicate).then(|| self.shared.write_order.lock());
         }
@@ -501,19 +512,17 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
     ) -> Result<R, WriteError> {
         let logged = self.degree.is_logged();
         let lone = matches!(self.gate, Gate::Pending);
-        let recorded = logged || self.record().replicate;
-        if recorded {
-            let record = self.record();
-            if !record.room.fits(&args) {
-                return Err(WriteError::RecordTooLarge {
-                    len: record.room.len_with(&args),
-                });
-            }
-            if lone {
-                record.encoded = Some(record::encode_command(record.now_ms, db, &args));
-            }
+        // Whether it will be recorded, as far as can be told before the lock (see `lock`).
+        let expected = logged || self.record().replicate;
+        if expected {
+            self.check_and_encode(db, &args, lone)?;
         }
         self.lock();
+        let recorded = logged || self.record().replicate;
+        if recorded && !expected {
+            // The first replica connected in between: encode it now, under the lock.
+            self.check_and_encode(db, &args, lone)?;
+        }
         let result = apply(self.client, &args);
         let record = self.record();
         if recorded && ok(&result) {
@@ -528,6 +537,25 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             record.encoded = None;
         }
         Ok(result)
+    }
+
+    /// The record-size check, and the encoding of a lone command (see `apply_command`).
+    fn check_and_encode(
+        &mut self,
+        db: usize,
+        args: &[Bytes],
+        lone: bool,
+    ) -> Result<(), WriteError> {
+        let record = self.record();
+        if !record.room.fits(args) {
+            return Err(WriteError::RecordTooLarge {
+                len: record.room.len_with(args),
+            });
+        }
+        if lone {
+            record.encoded = Some(record::encode_command(record.now_ms, db, args));
+        }
+        Ok(())
     }
 
     fn record(&mut self) -> &mut OpenRecord {
@@ -591,6 +619,9 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             if let Some(payload) = streamed {
                 let limits = crate::repl::primary::replica_limits(self.shared);
                 self.client.repl_offset = self.shared.repl.feed_record(&payload, limits);
+                if record.degree == Durability::Replicated {
+                    self.client.replicated_offset = self.client.repl_offset;
+                }
             }
         }
         // The locks go only now (with `self`): the record is in the log in the order it applied.
@@ -613,7 +644,16 @@ fn writable_degree(
     client: &ClientState,
     scope: Scope,
 ) -> Result<Durability, WriteError> {
-    let degree = degree(shared, client, scope)?;
+    let mut degree = degree(shared, client, scope)?;
+    if degree == Durability::Replicated {
+        if client.from_primary {
+            // A replica applying its primary's stream: as strict here (its acknowledgement is
+            // what the primary's `replicated` write waits for).
+            degree = Durability::Strict;
+        } else if !shared.repl.can_replicate() {
+            return Err(WriteError::NoReplicas);
+        }
+    }
     check_writable(shared, degree)?;
     Ok(degree)
 }
@@ -732,7 +772,7 @@ fn append(
     client.last_write_lsn = lsn;
     // A background write made while the writer is late is held like a strict one, so an
     // acknowledged write is never outside the loss window by more than one fsync.
-    if degree == Durability::Strict || appended.late {
+    if degree >= Durability::Strict || appended.late {
         client.strict_lsn = client.strict_lsn.max(lsn);
     }
     Ok(lsn)
@@ -970,6 +1010,79 @@ mod tests {
             ks.try_hold([a.as_ref()]).is_ok(),
             "the commit let the shards go"
         );
+    }
+
+    /// The commands of every record streamed since offset 1, each as in `records`.
+    fn streamed(f: &Fixture) -> Vec<Vec<String>> {
+        let mut wire =
+            bytes::BytesMut::from(&f.shared.repl.backlog_from(1).expect("a backlog")[..]);
+        let mut found = Vec::new();
+        while let Some((frame, _)) = crate::repl::stream::decode(&mut wire).expect("frames") {
+            let crate::repl::stream::Frame::Record(body) = frame else {
+                continue;
+            };
+            let Ok(record::Record::Commands { commands, .. }) = record::decode(&body) else {
+                panic!("not a command record");
+            };
+            found.push(
+                commands
+                    .iter()
+                    .map(|c| {
+                        let words: Vec<_> =
+                            c.args.iter().map(|a| String::from_utf8_lossy(a)).collect();
+                        format!("{}:{}", c.db, words.join(" "))
+                    })
+                    .collect(),
+            );
+        }
+        found
+    }
+
+    #[test]
+    fn without_a_backlog_a_none_write_builds_no_record() {
+        let mut f = Fixture::new();
+        f.client.db = 1;
+        set(&mut f, "SET cache v", true).unwrap();
+        assert_eq!(f.shared.repl.offset(), 0);
+        assert!(f.shared.repl.backlog_from(1).is_none());
+        assert!(f.records().is_empty());
+    }
+
+    #[test]
+    fn with_a_backlog_every_write_is_streamed_and_only_logged_ones_are_logged() {
+        let mut f = Fixture::new();
+        f.shared.repl.activate();
+        set(&mut f, "SET a 1", true).unwrap();
+        f.client.db = 1;
+        set(&mut f, "SET cache v", true).unwrap();
+        set(&mut f, "SET failed v", false).unwrap();
+        f.client.db = 0;
+        // A MULTI across both keyspaces: the log gets the logged command, the stream both.
+        let shared = &f.shared;
+        let mut exec = WriteTxn::begin_exclusive(shared, &mut f.client, NOW, false).unwrap();
+        {
+            let client = exec.client();
+            for (db, words) in [(0, "SET s x"), (1, "SET c y")] {
+                client.db = db;
+                let mut txn =
+                    WriteTxn::begin(shared, client, Scope::Keyspace(db), NOW, false).unwrap();
+                txn.apply_command(db, args(words), |_, _| true, |ok| *ok)
+                    .unwrap();
+                txn.commit().unwrap();
+            }
+            client.db = 0;
+        }
+        exec.commit().unwrap();
+        assert_eq!(f.client.repl_offset, f.shared.repl.offset());
+        assert_eq!(
+            streamed(&f),
+            [
+                vec!["0:SET a 1".to_string()],
+                vec!["1:SET cache v".to_string()],
+                vec!["0:SET s x".to_string(), "1:SET c y".to_string()],
+            ]
+        );
+        assert_eq!(f.records(), [["0:SET a 1"], ["0:SET s x"]]);
     }
 
     #[test]

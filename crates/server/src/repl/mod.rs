@@ -40,6 +40,9 @@ use std::sync::Arc;
 /// The replication settings `CONFIG SET` may change (rows of the settings table read and set
 /// these).
 pub struct ReplSettings {
+    /// `replicaof` as it is now ("host port", or empty on a primary): REPLICAOF changes it;
+    /// CONFIG SET may not (as Redis).
+    pub replicaof: Mutex<String>,
     pub masterauth: Mutex<String>,
     pub masteruser: Mutex<String>,
     pub read_only: AtomicBool,
@@ -56,6 +59,7 @@ pub struct ReplSettings {
 impl Default for ReplSettings {
     fn default() -> Self {
         ReplSettings {
+            replicaof: Mutex::new(String::new()),
             masterauth: Mutex::new(String::new()),
             masteruser: Mutex::new(String::new()),
             read_only: AtomicBool::new(true),
@@ -210,6 +214,8 @@ pub struct Repl {
     /// Whether a backlog exists (set when the first replica connects, or on a replica): the
     /// write path then encodes and streams writes of `none` keyspaces too.
     active: AtomicBool,
+    /// Whether `role` is a replica (read on every write; `role` holds the details).
+    replica: AtomicBool,
     inner: Mutex<Inner>,
     pub settings: Arc<ReplSettings>,
     pub role: Mutex<Role>,
@@ -235,6 +241,31 @@ pub struct Repl {
     pub fingerprint: String,
     /// The server's state itself, for REPLICAOF to start the link task (set at start-up).
     pub shared: std::sync::OnceLock<std::sync::Weak<crate::state::Shared>>,
+}
+
+/// How long a session lock held by a page of the old primary stays held after this server is
+/// promoted, when it had no lease of its own (see `gradus_store::locks::LockTable::promote`):
+/// long enough for the page to reconnect and close it with its token, short enough that a page
+/// that died with the old primary does not keep its session locked.
+pub const ORPHAN_LOCK_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Stream the session lock table's grants and releases to replicas (LOCK frames, see
+/// [`stream::encode_lock`]). Installed once at start-up; only a primary with a backlog feeds
+/// them: a replica feeds its primary's LOCK frames on as it applies them (`replica`), so its
+/// offset stays its primary's, and a lock taken or expiring on a replica itself is never
+/// streamed.
+pub fn stream_locks(shared: &Arc<crate::state::Shared>) {
+    let weak = Arc::downgrade(shared);
+    shared.locks.stream_to(Some(Box::new(move |event| {
+        // The caller of the lock operation holds a strong reference: this is never the last.
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        let repl = &shared.repl;
+        if repl.is_active() && !repl.is_replica() {
+            repl.feed_frame(stream::encode_lock(event), primary::replica_limits(&shared));
+        }
+    })));
 }
 
 /// The `replicaof` setting's value (`host port`), if it names a primary.
@@ -289,6 +320,7 @@ impl Repl {
     pub fn new(fingerprint: String, settings: Arc<ReplSettings>) -> Repl {
         Repl {
             active: AtomicBool::new(false),
+            replica: AtomicBool::new(false),
             inner: Mutex::new(Inner {
                 replid: new_id(),
                 replid2: "0".repeat(40),
@@ -347,7 +379,15 @@ impl Repl {
     }
 
     pub fn is_replica(&self) -> bool {
-        matches!(*self.role.lock(), Role::Replica { .. })
+        self.replica.load(Ordering::Relaxed)
+    }
+
+    /// Change the role (REPLICAOF).
+    pub fn set_role(&self, role: Role) {
+        let mut current = self.role.lock();
+        self.replica
+            .store(matches!(role, Role::Replica { .. }), Ordering::Relaxed);
+        *current = role;
     }
 
     /// Create the backlog if there is none (the first replica connects; a replica follows).
@@ -380,6 +420,11 @@ impl Repl {
             replica.push(frame.clone(), limits);
         }
         inner.offset
+    }
+
+    /// The stream bytes the backlog holds from `offset` on (None: no backlog, or not held).
+    pub fn backlog_from(&self, offset: u64) -> Option<Vec<u8>> {
+        self.inner.lock().backlog.as_ref()?.read_from(offset)
     }
 
     /// The replication offset now (`master_repl_offset`).
@@ -452,6 +497,54 @@ impl Repl {
                 r.state() == LinkState::Online && r.ack_offset.load(Ordering::Relaxed) >= offset
             })
             .count()
+    }
+
+    /// How many replicas must acknowledge a `replicated` write: `min-replicas-to-write`, at least 1.
+    pub fn replicas_needed(&self) -> usize {
+        self.settings
+            .min_replicas_to_write
+            .load(Ordering::Relaxed)
+            .max(1) as usize
+    }
+
+    /// Whether a `replicated` write can be acknowledged at all: this is a primary with enough
+    /// replicas online.
+    pub fn can_replicate(&self) -> bool {
+        self.is_active() && !self.is_replica() && self.online() >= self.replicas_needed()
+    }
+
+    /// Replicas online (past their full sync).
+    pub fn online(&self) -> usize {
+        self.inner
+            .lock()
+            .replicas
+            .iter()
+            .filter(|r| r.state() == LinkState::Online)
+            .count()
+    }
+
+    /// Hold a `replicated` write's reply until [`Repl::replicas_needed`] replicas acknowledged
+    /// `offset`. False — the reply must not be sent, and the connection is closed — when fewer
+    /// replicas than that remain online, or the connection is killed: a write is acknowledged
+    /// at `replicated` only once replicas have it.
+    pub async fn wait_replicated(&self, handle: &ClientHandle, offset: u64) -> bool {
+        let needed = self.replicas_needed();
+        loop {
+            let notified = self.acked.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.acked_at_least(offset) >= needed {
+                return true;
+            }
+            if self.online() < needed {
+                return false;
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = handle.killed() => return false,
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            }
+        }
     }
 
     /// Replicas online that acknowledged within `max_lag_s` seconds (`min-replicas-max-lag`).

@@ -48,6 +48,39 @@ pub async fn ping_task(shared: Arc<Shared>) {
     }
 }
 
+/// Active expiry on a primary with a backlog: reclaim expired keys and stream a DEL of each to
+/// the replicas (which never expire keys on their own clock, as Redis' replicas), in one record
+/// per keyspace. Runs under the store gate (shared) and the write-order lock, as a write does, so
+/// the DEL takes its place in the stream after every write that reached memory before it and
+/// before any that follows (a key written again after it expired is not deleted by it). Not
+/// logged: a replay of the log expires keys by the records' clocks by itself. Returns how many
+/// keys it reclaimed.
+pub fn sweep_and_stream(shared: &Shared, now_ms: u64, budget_per_shard: usize) -> usize {
+    let _gate = shared.store.shared(0);
+    let _order = shared.write_order.lock();
+    let limits = replica_limits(shared);
+    let mut removed = 0;
+    for (db, keyspace) in shared.store.keyspaces().iter().enumerate() {
+        let keys = keyspace.sweep_expired_keys(now_ms, budget_per_shard);
+        if keys.is_empty() {
+            continue;
+        }
+        removed += keys.len();
+        let commands: Vec<crate::persist::record::LoggedCommand> = keys
+            .into_iter()
+            .map(|key| crate::persist::record::LoggedCommand {
+                db,
+                args: vec![Bytes::from_static(b"DEL"), key],
+            })
+            .collect();
+        for chunk in commands.chunks(1024) {
+            let payload = crate::persist::record::encode_commands(now_ms, chunk);
+            shared.repl.feed_record(&payload, limits);
+        }
+    }
+    removed
+}
+
 /// The `replica` class of `client-output-buffer-limit`.
 pub fn replica_limits(shared: &Shared) -> crate::pubsub::ClassLimits {
     shared
@@ -90,7 +123,7 @@ pub async fn serve<S: ClientStream>(
                     );
                     let mut out = format!("+CONTINUE {replid}\r\n").into_bytes();
                     out.extend_from_slice(&missing);
-                    writer.write_all(&out).await?;
+                    write_out(&mut writer, &out, &link).await?;
                     true
                 }
                 Resync::Full => {
@@ -149,9 +182,12 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
         )
     };
     tracing::info!(client = link.handle.id, offset, "full resync of a replica");
-    writer
-        .write_all(format!("+FULLRESYNC {replid} {offset}\r\n").as_bytes())
-        .await?;
+    write_out(
+        writer,
+        format!("+FULLRESYNC {replid} {offset}\r\n").as_bytes(),
+        link,
+    )
+    .await?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(1024);
     let walker = {
         let shared = shared.clone();
@@ -185,15 +221,35 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
     while let Some(frame) = rx.recv().await {
         out.extend_from_slice(&frame);
         if out.len() >= 64 * 1024 {
-            writer.write_all(&out).await?;
+            write_out(writer, &out, link).await?;
             out.clear();
         }
     }
     let count = walker.await.map_err(std::io::Error::other)?;
+    // The locks held now (at or after the snapshot's offset): the replica loads them, then the
+    // stream from that offset replays the grants and releases since, which ends in the same
+    // holders (a release frees a lock only if its token still holds it).
+    for event in shared.locks.held() {
+        out.extend_from_slice(&stream::encode_lock(&event));
+    }
     out.extend_from_slice(&stream::end(count));
-    writer.write_all(&out).await?;
-    writer.flush().await?;
-    Ok(())
+    write_out(writer, &out, link).await
+}
+
+/// Write `bytes`, unless the link is killed first (dropped over its output limit, CLIENT KILL,
+/// shutdown): a replica that stops reading must not hold its connection's task in a write.
+async fn write_out<W: tokio::io::AsyncWrite + Unpin>(
+    writer: &mut W,
+    bytes: &[u8],
+    link: &ReplicaLink,
+) -> std::io::Result<()> {
+    tokio::select! {
+        written = async {
+            writer.write_all(bytes).await?;
+            writer.flush().await
+        } => written,
+        _ = link.handle.killed() => Err(std::io::Error::other("replica link killed")),
+    }
 }
 
 /// Write what the write path queues for the link; read its acknowledgements.
@@ -217,8 +273,9 @@ where
             out.extend_from_slice(&frame);
         }
         if !out.is_empty() {
-            writer.write_all(&out).await?;
-            writer.flush().await?;
+            // A replica that does not read is dropped (over its output limit) while this
+            // waits: stop writing then.
+            write_out(writer, &out, link).await?;
             out.clear();
         }
         if link.dropped.load(Ordering::Relaxed) {

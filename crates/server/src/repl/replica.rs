@@ -39,16 +39,18 @@ const LINK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// any, is stopped, and a task follows the new primary.
 pub fn follow(shared: &Arc<Shared>, host: String, port: u16) {
     let repl = &shared.repl;
-    *repl.role.lock() = Role::Replica {
+    repl.set_role(Role::Replica {
         host: host.clone(),
         port,
-    };
+    });
+    *repl.settings.replicaof.lock() = format!("{host} {port}");
     repl.activate();
     let epoch = repl.link_epoch.fetch_add(1, Ordering::AcqRel) + 1;
     *repl.link.lock() = super::MasterLink {
         state: "connect",
         last_io_ms: 0,
-        down_since_ms: gradus_store::now_ms(),
+        // -1 in INFO until the link has been up once, as Redis.
+        down_since_ms: 0,
         last_error: String::new(),
     };
     // Its own replicas follow a new history from here on.
@@ -69,9 +71,13 @@ pub fn promote(shared: &Shared) {
     if let Some(task) = repl.link_task.lock().take() {
         task.abort();
     }
-    *repl.role.lock() = Role::Primary;
+    repl.set_role(Role::Primary);
+    repl.settings.replicaof.lock().clear();
     repl.sync_in_progress.store(false, Ordering::Relaxed);
     repl.shift_id();
+    // Locks held by pages of the old primary stay held (their tokens still close them); new
+    // tokens start a new epoch, above every token the old primary may have granted.
+    shared.locks.promote(super::ORPHAN_LOCK_LEASE);
     // Its replicas reconnect and continue with the new id.
     for r in repl.replicas() {
         r.handle.kill();
@@ -88,7 +94,7 @@ async fn run(shared: Arc<Shared>, host: String, port: u16, epoch: u64) {
         }
         {
             let mut link = shared.repl.link.lock();
-            if link.state == "connected" || link.down_since_ms == 0 {
+            if link.state == "connected" {
                 link.down_since_ms = gradus_store::now_ms();
             }
             link.state = "connect";
@@ -246,14 +252,21 @@ async fn session(
         PsyncReply::Full { replid, offset } => {
             shared.repl.link.lock().state = "sync";
             shared.repl.sync_in_progress.store(true, Ordering::Relaxed);
-            let items = receive_snapshot(shared, &mut link).await?;
+            // A replica cut off half-way through the load must not continue from its old
+            // offset with what it has: a fresh id makes its next PSYNC a full one.
+            shared.repl.adopt(&super::new_id(), 0);
+            let locks = receive_snapshot(shared, &mut link).await?;
             if !current() {
                 return Ok(());
             }
             let loader = shared.clone();
-            tokio::task::spawn_blocking(move || load_full(&loader, &items))
+            tokio::task::spawn_blocking(move || snapshot_own_log(&loader))
                 .await
                 .map_err(|e| format!("loading the snapshot: {e}"))??;
+            shared.locks.clear();
+            for event in &locks {
+                shared.locks.apply(event);
+            }
             shared.repl.adopt(&replid, offset);
             shared.repl.applied_offset.store(offset, Ordering::Relaxed);
             shared.repl.read_offset.store(offset, Ordering::Relaxed);
@@ -277,35 +290,73 @@ async fn session(
     follow_stream(shared, &mut link, current).await
 }
 
-/// Read ITEM frames up to the END frame.
-async fn receive_snapshot(shared: &Shared, link: &mut Link) -> Result<Vec<Bytes>, String> {
-    let mut items = Vec::new();
+/// Items loaded at once while a snapshot arrives (and their bytes): the load keeps up with the
+/// link without holding the whole snapshot in memory.
+const LOAD_BATCH_ITEMS: usize = 8192;
+const LOAD_BATCH_BYTES: usize = 16 << 20;
+
+/// Replace every keyspace's contents with the snapshot's: clear them, then load ITEM frames in
+/// batches as they arrive (a value split over several items may span batches: the loader adds
+/// later parts to what it loaded), up to the END frame, whose count must match. Returns the
+/// locks held on the primary (its LOCK frames before END).
+async fn receive_snapshot(
+    shared: &Arc<Shared>,
+    link: &mut Link,
+) -> Result<Vec<gradus_store::locks::LockEvent>, String> {
+    let clearing = shared.clone();
+    tokio::task::spawn_blocking(move || clear_all(&clearing))
+        .await
+        .map_err(|e| format!("clearing the keyspaces: {e}"))?;
+    let load = |batch: Vec<Bytes>| {
+        let loader = shared.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                crate::persist::replay::load_items_into(&loader, &batch, true)
+            })
+            .await
+            .map_err(|e| format!("loading the snapshot: {e}"))?
+        }
+    };
+    let (mut batch, mut batch_bytes, mut count) = (Vec::new(), 0usize, 0u64);
+    let mut locks = Vec::new();
     loop {
         match link.frame(shared).await?.0 {
-            Frame::Item(item) => items.push(item),
-            Frame::End { items: count } => {
-                if count != items.len() as u64 {
+            Frame::Item(item) => {
+                count += 1;
+                batch_bytes += item.len();
+                batch.push(item);
+                if batch.len() >= LOAD_BATCH_ITEMS || batch_bytes >= LOAD_BATCH_BYTES {
+                    load(std::mem::take(&mut batch)).await?;
+                    batch_bytes = 0;
+                }
+            }
+            Frame::Lock(event) => locks.push(event),
+            Frame::End { items } => {
+                load(batch).await?;
+                if items != count {
                     return Err(format!(
-                        "snapshot ended after {} items, the primary sent {count}",
-                        items.len()
+                        "snapshot ended after {count} items, the primary sent {items}"
                     ));
                 }
-                return Ok(items);
+                return Ok(locks);
             }
             other => return Err(format!("unexpected frame in a snapshot: {other:?}")),
         }
     }
 }
 
-/// Replace every keyspace's contents with the snapshot's, then make the logged ones durable in
-/// this server's own log with a snapshot of it.
-fn load_full(shared: &Shared, items: &[Bytes]) -> Result<(), String> {
-    {
-        let _exclusive = shared.store.exclusive();
-        let old: Vec<_> = shared.store.keyspaces().iter().map(|k| k.flush()).collect();
-        crate::command::server::dispose(old);
-    }
-    crate::persist::replay::load_items_into(shared, items, true)?;
+/// Empty every keyspace and forget the function libraries (the snapshot carries the primary's).
+fn clear_all(shared: &Shared) {
+    let _exclusive = shared.store.exclusive();
+    let old: Vec<_> = shared.store.keyspaces().iter().map(|k| k.flush()).collect();
+    crate::command::server::dispose(old);
+    shared.functions.clear();
+    crate::command::scripting::libraries_changed();
+}
+
+/// After a full load, make the logged keyspaces durable in this server's own log with a snapshot
+/// of it (the `none` ones never reach it).
+fn snapshot_own_log(shared: &Shared) -> Result<(), String> {
     if shared.persist.log.get().is_some() {
         // A log snapshot running now holds the store's one armed snapshot: take turns.
         loop {
@@ -352,25 +403,32 @@ async fn follow_stream(
         while let Some((frame, len)) = stream::decode(&mut link.buf).map_err(|e| e.to_string())? {
             offset += len as u64;
             shared.repl.read_offset.store(offset, Ordering::Relaxed);
-            let body = match frame {
+            let fed = match frame {
                 Frame::Record(body) => {
                     let lsn = apply_record(shared, &mut client, &body)?;
                     pending.push_back((offset, lsn));
-                    Some(body)
+                    shared.repl.feed_record(&body, limits)
                 }
                 Frame::Ping => {
                     pending.push_back((offset, 0));
-                    None
+                    shared
+                        .repl
+                        .feed_frame(stream::encode(stream::KIND_PING, b""), limits)
+                }
+                Frame::Lock(event) => {
+                    shared.locks.apply(&event);
+                    pending.push_back((offset, 0));
+                    shared.repl.feed_frame(stream::encode_lock(&event), limits)
                 }
                 other => return Err(format!("unexpected frame in the stream: {other:?}")),
             };
-            let fed = match body {
-                Some(body) => shared.repl.feed_record(&body, limits),
-                None => shared
-                    .repl
-                    .feed_frame(stream::encode(stream::KIND_PING, b""), limits),
-            };
-            debug_assert_eq!(fed, offset, "the replica's offset is the primary's");
+            if fed != offset {
+                // Something else was streamed here (cannot happen: a replica streams only what
+                // its primary sends); resync rather than serve its replicas a wrong history.
+                return Err(format!(
+                    "replication offset {fed} here differs from the primary's {offset}; resyncing"
+                ));
+            }
             shared.repl.applied_offset.store(offset, Ordering::Relaxed);
         }
         if !current() {

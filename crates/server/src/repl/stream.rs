@@ -10,26 +10,33 @@
 //!   kind 2 ITEM:   a snapshot item or functions item (persist::record, tags 0x02 / 0x03)
 //!   kind 3 END:    the end of a full snapshot; body: the item count, u64
 //!   kind 4 PING:   nothing; keeps the link's idle time low (body empty)
+//!   kind 5 LOCK:   a session lock granted or released (see `encode_lock` for the body)
 //! len: little-endian, at most MAX_FRAME_BODY.
 //! ```
 //!
 //! After `+FULLRESYNC <replid> <offset>\r\n` the primary sends the snapshot as ITEM frames and
-//! one END frame, then RECORD and PING frames; after `+CONTINUE <replid>\r\n`, RECORD and PING
-//! frames only. Only RECORD and PING frames are part of the replication stream: the replication
-//! offset counts their bytes (header included), and the backlog holds them. Snapshot frames are
-//! outside it, as Redis' RDB transfer is.
+//! one END frame, then RECORD, LOCK and PING frames; after `+CONTINUE <replid>\r\n`, RECORD,
+//! LOCK and PING frames only. A full snapshot ends with a LOCK frame for every lock held when
+//! it was walked, before its END (END counts the ITEMs only). Only RECORD, LOCK and PING frames
+//! after the snapshot are part of the replication stream: the replication offset counts their
+//! bytes (header included), and the backlog holds them. Snapshot frames are outside it, as
+//! Redis' RDB transfer is. LOCK frames carry the session lock table (in memory, never logged):
+//! a replica mirrors the primary's holders so a page's token still works after a failover.
 //!
 //! Decoding follows the crate's codecs: `Ok(None)` for "not enough bytes yet", an error for a
 //! frame no Gradus primary writes.
 //!
-//! May import: `gradus-log`'s record limit. Nothing of the server's state.
+//! May import: `gradus-log`'s record limit, `gradus-store`'s lock events. Nothing of the
+//! server's state.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use gradus_store::locks::LockEvent;
 
 pub const KIND_RECORD: u8 = 1;
 pub const KIND_ITEM: u8 = 2;
 pub const KIND_END: u8 = 3;
 pub const KIND_PING: u8 = 4;
+pub const KIND_LOCK: u8 = 5;
 
 /// The header's length: kind and body length.
 pub const HEADER: usize = 5;
@@ -45,6 +52,7 @@ pub enum Frame {
     Item(Bytes),
     End { items: u64 },
     Ping,
+    Lock(LockEvent),
 }
 
 /// A frame that no Gradus primary writes.
@@ -80,7 +88,7 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<(Frame, usize)>, StreamError>
     }
     let kind = buf[0];
     let len = u32::from_le_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-    if !(KIND_RECORD..=KIND_PING).contains(&kind) {
+    if !(KIND_RECORD..=KIND_LOCK).contains(&kind) {
         return Err(StreamError::UnknownKind(kind));
     }
     if len > MAX_FRAME_BODY {
@@ -103,10 +111,73 @@ pub fn decode(buf: &mut BytesMut) -> Result<Option<(Frame, usize)>, StreamError>
                 items: u64::from_le_bytes(bytes),
             }
         }
+        KIND_LOCK => Frame::Lock(decode_lock(body)?),
         _ if body.is_empty() => Frame::Ping,
         _ => return Err(StreamError::Malformed("PING frame with a body")),
     };
     Ok(Some((frame, HEADER + len)))
+}
+
+const LOCK_GRANTED: u8 = 1;
+const LOCK_RELEASED: u8 = 2;
+/// A granted lock's `lease_ms` when it has none.
+const NO_LEASE: u64 = u64::MAX;
+
+/// The LOCK frame of `event`. Body: granted `1, db u32, token u64, lease_ms u64 (u64::MAX:
+/// none), name`; released `2, db u32, token u64, name` (little-endian; the name is the rest).
+pub fn encode_lock(event: &LockEvent) -> Bytes {
+    let mut body = BytesMut::with_capacity(32);
+    match event {
+        LockEvent::Granted {
+            db,
+            name,
+            token,
+            lease_ms,
+        } => {
+            body.put_u8(LOCK_GRANTED);
+            body.put_u32_le(*db as u32);
+            body.put_u64_le(*token);
+            body.put_u64_le(lease_ms.unwrap_or(NO_LEASE));
+            body.put_slice(name);
+        }
+        LockEvent::Released { db, name, token } => {
+            body.put_u8(LOCK_RELEASED);
+            body.put_u32_le(*db as u32);
+            body.put_u64_le(*token);
+            body.put_slice(name);
+        }
+    }
+    encode(KIND_LOCK, &body)
+}
+
+fn decode_lock(mut body: Bytes) -> Result<LockEvent, StreamError> {
+    const SHORT: StreamError = StreamError::Malformed("LOCK frame too short");
+    if body.len() < 13 {
+        return Err(SHORT);
+    }
+    let tag = body.get_u8();
+    let db = body.get_u32_le() as usize;
+    let token = body.get_u64_le();
+    match tag {
+        LOCK_GRANTED => {
+            if body.len() < 8 {
+                return Err(SHORT);
+            }
+            let lease = body.get_u64_le();
+            Ok(LockEvent::Granted {
+                db,
+                name: body,
+                token,
+                lease_ms: (lease != NO_LEASE).then_some(lease),
+            })
+        }
+        LOCK_RELEASED => Ok(LockEvent::Released {
+            db,
+            name: body,
+            token,
+        }),
+        _ => Err(StreamError::Malformed("LOCK frame of an unknown kind")),
+    }
 }
 
 /// Parse the primary's answer to PSYNC (one line, without its CRLF): `+FULLRESYNC <replid>
@@ -163,6 +234,39 @@ mod tests {
             Some((Frame::End { items: 7 }, 13))
         );
         assert_eq!(decode(&mut wire).unwrap(), None);
+    }
+
+    #[test]
+    fn lock_frames_round_trip() {
+        let events = [
+            LockEvent::Granted {
+                db: 3,
+                name: Bytes::from_static(b"sess:1"),
+                token: (2 << 40) + 7,
+                lease_ms: Some(30_000),
+            },
+            LockEvent::Granted {
+                db: 0,
+                name: Bytes::new(),
+                token: 1,
+                lease_ms: None,
+            },
+            LockEvent::Released {
+                db: 1,
+                name: Bytes::from_static(b"x"),
+                token: 9,
+            },
+        ];
+        for event in events {
+            let frame = encode_lock(&event);
+            let mut wire = BytesMut::from(&frame[..]);
+            assert_eq!(
+                decode(&mut wire).unwrap(),
+                Some((Frame::Lock(event), frame.len()))
+            );
+        }
+        let mut short = BytesMut::from(&encode(KIND_LOCK, &[1, 0, 0])[..]);
+        assert!(decode(&mut short).is_err());
     }
 
     #[test]

@@ -169,7 +169,7 @@ fn size_of(what: &str, v: &Option<String>) -> Result<usize, ServerError> {
 fn degree_of(what: &str, s: &str) -> Result<Durability, ServerError> {
     s.parse().map_err(|_| {
         ServerError::Config(format!(
-            "{what}: unknown durability degree {s:?} (expected none, lazy, background or strict)"
+            "{what}: unknown durability degree {s:?} (expected none, lazy, background, strict or replicated)"
         ))
     })
 }
