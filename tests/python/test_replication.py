@@ -827,3 +827,35 @@ def test_the_replication_surface_is_the_same_on_gradus_and_redis(gradus_factory)
     assert r.execute_command("REPLICAOF", "NO", "ONE") in (b"OK", True)
     assert r.set("k", "promoted")
     assert info(replica)["master_replid2"] == pinfo["master_replid"]
+
+
+@GRADUS_ONLY
+def test_an_isolated_primary_refuses_writes_once_its_replica_lags(gradus_factory, tmp_path):
+    """A partition stand-in: the replica is stopped (SIGSTOP), so it stops acknowledging; past
+    min-replicas-max-lag the primary refuses writes (NOREPLICAS), and takes them again once the
+    replica is back."""
+    import signal
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p = client(primary)
+    p.config_set("min-replicas-to-write", 1)
+    p.config_set("min-replicas-max-lag", 1)
+    assert p.set("before", "1")
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        def refused():
+            try:
+                p.set("during", "1")
+                return False
+            except redis.exceptions.ResponseError as e:
+                return "Not enough good replicas to write" in str(e)
+        wait_until(refused, timeout=10, what="NOREPLICAS on the isolated primary")
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    def accepted():
+        try:
+            return p.set("after", "1")
+        except redis.exceptions.ResponseError:
+            return False
+    wait_until(accepted, timeout=10, what="writes accepted again")
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    assert client(replica).get("after") == b"1"
