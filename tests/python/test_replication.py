@@ -859,3 +859,36 @@ def test_an_isolated_primary_refuses_writes_once_its_replica_lags(gradus_factory
     wait_until(accepted, timeout=10, what="writes accepted again")
     assert p.execute_command("WAIT", 1, 5000) == 1
     assert client(replica).get("after") == b"1"
+
+
+@GRADUS_ONLY
+def test_no_write_acknowledged_at_replicated_is_lost_when_the_primary_dies(gradus_factory, tmp_path):
+    """kill -9 of the primary under a replicated write load, then promotion of the replica:
+    every write the primary acknowledged is there."""
+    import threading
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    acknowledged = []
+    stop = threading.Event()
+
+    def writer():
+        c = client(primary)
+        c.execute_command("CLIENT", "DURABILITY", "replicated")
+        i = 0
+        while not stop.is_set():
+            try:
+                c.set(f"w{i}", i)
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                return
+            acknowledged.append(i)
+            i += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    wait_until(lambda: len(acknowledged) >= 200, what="some acknowledged writes")
+    primary.crash()
+    stop.set()
+    thread.join(15)
+    r = client(replica)
+    r.execute_command("REPLICAOF", "NO", "ONE")
+    missing = [i for i in acknowledged if r.get(f"w{i}") != str(i).encode()]
+    assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged writes lost: {missing[:10]}"
