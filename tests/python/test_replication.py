@@ -892,3 +892,19 @@ def test_no_write_acknowledged_at_replicated_is_lost_when_the_primary_dies(gradu
     r.execute_command("REPLICAOF", "NO", "ONE")
     missing = [i for i in acknowledged if r.get(f"w{i}") != str(i).encode()]
     assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged writes lost: {missing[:10]}"
+
+
+@GRADUS_ONLY
+def test_a_primary_with_no_log_at_all_replicates(gradus_factory, tmp_path):
+    """Every degree `none`: no log exists on either side; the full sync and the stream work."""
+    primary = gradus_factory("--durability", "none", name="primary")
+    p = client(primary)
+    for i in range(500):
+        p.set(f"k{i}", i)
+    replica = gradus_factory("--durability", "none", "--replicaof", f"{primary.host} {primary.port}",
+                             name="replica")
+    wait_link_up(replica)
+    p.set("live", "1")
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    assert_converged(primary, replica, dbs=(0,))
+    assert client(replica).dbsize() == 501
