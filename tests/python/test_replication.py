@@ -824,6 +824,10 @@ def test_the_replication_surface_is_the_same_on_gradus_and_redis(gradus_factory)
                 "master_repl_offset", "second_repl_offset", "repl_backlog_active"):
         assert key in rinfo, key
     assert len(info(primary, "server")["run_id"]) == 40
+    # Replica links are not counted among the clients.
+    links = [c for c in p.client_list() if "S" in c["flags"]]
+    assert len(links) == 1
+    assert p.info("clients")["connected_clients"] == len(p.client_list()) - 1
     assert r.execute_command("REPLICAOF", "NO", "ONE") in (b"OK", True)
     assert r.set("k", "promoted")
     assert info(replica)["master_replid2"] == pinfo["master_replid"]
