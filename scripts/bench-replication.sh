@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Replication cost: SET throughput of a Gradus primary at none/background/strict with 0 and 1
-# replica, at replicated with 1 replica, next to redis-server without persistence with 0 and 1
-# replica, in one run. SET of 1 KiB values from redis-benchmark.
+# Replication cost: SET throughput of a Gradus primary at none/background with 0 and 1 replica,
+# strict with 0, 1 and 2, replicated with 1 and 2 (min-replicas-to-write 0: each write waits for
+# one replica), next to redis-server without persistence with 0, 1 and 2 replicas, in one run.
+# SET of 1 KiB values from redis-benchmark.
 #
 #   scripts/bench-replication.sh [requests] [clients] [rounds]   (defaults: 50000, 8, 3)
 #
@@ -71,9 +72,12 @@ TARGETS=(
   "gradus background, 1 replica|gradus|background|1"
   "gradus strict, 0 replicas|gradus|strict|0"
   "gradus strict, 1 replica|gradus|strict|1"
+  "gradus strict, 2 replicas|gradus|strict|2"
   "gradus replicated, 1 replica|gradus|replicated|1"
+  "gradus replicated, 2 replicas|gradus|replicated|2"
   "redis-server no persistence, 0 replicas|redis|-|0"
   "redis-server no persistence, 1 replica|redis|-|1"
+  "redis-server no persistence, 2 replicas|redis|-|2"
 )
 declare -A RESULTS
 n=${#TARGETS[@]}
