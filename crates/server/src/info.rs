@@ -118,7 +118,13 @@ fn server(shared: &Shared, out: &mut String) {
 
 fn clients(shared: &Shared, out: &mut String) {
     line!(out, "# Clients");
-    line!(out, "connected_clients:{}", shared.clients.len());
+    // As Redis: replicas' links are not counted here (INFO replication `connected_slaves`).
+    let replicas = shared.repl.replicas().len();
+    line!(
+        out,
+        "connected_clients:{}",
+        shared.clients.len().saturating_sub(replicas)
+    );
     line!(
         out,
         "maxclients:{}",

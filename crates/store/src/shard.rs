@@ -1051,6 +1051,29 @@ mod tests {
     }
 
     #[test]
+    fn sweep_reports_each_key_it_removes_earliest_first() {
+        let mut sh = Shard::new();
+        for i in 0..5u64 {
+            sh.set(format!("k{i}").as_bytes(), s("v"), Some(100 - i * 10), 0);
+        }
+        sh.set(b"forever", s("v"), None, 0);
+        let mut removed = Vec::new();
+        assert_eq!(
+            sh.sweep_expired_with(85, 100, |k| removed.push(k.clone())),
+            3
+        );
+        assert_eq!(
+            removed,
+            [
+                Bytes::from_static(b"k4"),
+                Bytes::from_static(b"k3"),
+                Bytes::from_static(b"k2")
+            ]
+        );
+        assert_eq!(sh.len(), 3);
+    }
+
+    #[test]
     fn versions_change_on_every_write() {
         let mut sh = Shard::new();
         sh.set(b"k", s("v"), None, 0);
