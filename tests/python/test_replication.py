@@ -356,12 +356,14 @@ def test_role_and_info_replication_have_redis_shapes(gradus_factory, _servers, t
     assert ",lag=" in pinfo["slave0"]
     assert len(pinfo["master_replid"]) == 40
     assert len(info(primary, "server")["run_id"]) == 40
-    # The same fields in the same order as a real redis-server pair (7.x).
+    # The same fields in the same order as a real redis-server pair (7.x), besides Gradus' own
+    # `gradus_` fields (each replica's lag in records, bytes and ms).
     rp = _servers.start_redis(name="redis-primary")
     rr = _servers.start_redis("--replicaof", f"127.0.0.1 {rp.port}", name="redis-replica")
     wait_link_up(rr)
     client(rp).set("k", "v")
-    assert info_keys(primary) == [k for k in info_keys(rp)]
+    assert "gradus_slave0_lag" in info_keys(primary)
+    assert [k for k in info_keys(primary) if not k.startswith("gradus_")] == info_keys(rp)
     theirs = [k for k in info_keys(rr)]
     ours = [k for k in info_keys(replica)]
     assert ours == theirs, (ours, theirs)

@@ -583,6 +583,17 @@ fn replication(shared: &Shared, out: &mut String) {
             r.ack_offset.load(Ordering::Relaxed)
         );
     }
+    // Gradus' own: how far each replica is behind, in records, bytes and the age of the oldest
+    // write it has not acknowledged (Sentinel reads only the `slaveN` lines above).
+    for (i, lag) in view.lags.iter().enumerate() {
+        line!(
+            out,
+            "gradus_slave{i}_lag:records={},bytes={},ms={}",
+            lag.records,
+            lag.bytes,
+            lag.ms
+        );
+    }
     line!(out, "master_failover_state:no-failover");
     line!(out, "master_replid:{}", view.replid);
     line!(out, "master_replid2:{}", view.replid2);
