@@ -70,7 +70,8 @@ const HOOK_EVERY: u32 = 10_000;
 /// garbage, so at 200 the collector marks that live data again every few dozen runs. At 400 it
 /// does so a third as often, for at most a few hundred KiB more garbage per state.
 const GC_PAUSE: i32 = 400;
-/// Memory a single script's Lua state may allocate.
+/// Memory a thread's Lua state may hold while a script or a library's code runs (see
+/// [`MemoryLimit`]); past it the allocation fails and the script stops with an error.
 const SCRIPT_MEMORY_LIMIT: usize = 256 * 1024 * 1024;
 
 const SCRIPT_FLAGS: u32 = flags::OWN_GATE | flags::DENYOOM | flags::NOSCRIPT | flags::SKIP_MONITOR;
@@ -671,7 +672,9 @@ pub struct RunSlot {
     wrote: AtomicBool,
     killed: Arc<AtomicBool>,
     kill_reason: AtomicU8,
-    started: Mutex<(Instant, String, String)>,
+    /// The running function's start, name and command (FUNCTION STATS). The name's buffer is
+    /// reused from call to call: an FCALL copies the name into it without allocating.
+    started: Mutex<(Instant, String, &'static str)>,
 }
 
 impl RunSlot {
@@ -682,7 +685,7 @@ impl RunSlot {
             wrote: AtomicBool::new(false),
             killed,
             kill_reason: AtomicU8::new(0),
-            started: Mutex::new((Instant::now(), String::new(), String::new())),
+            started: Mutex::new((Instant::now(), String::new(), "")),
         }
     }
 }
@@ -736,7 +739,7 @@ pub fn running_function() -> Option<(String, String, u64)> {
             let started = slot.started.lock();
             (
                 started.1.clone(),
-                started.2.clone(),
+                started.2.to_string(),
                 started.0.elapsed().as_millis() as u64,
             )
         })
@@ -985,7 +988,10 @@ impl Vm {
             let library_env: Function = self.hidden.raw_get("library_env")?;
             let (env, finish): (Table, Function) = library_env.call(collect)?;
             chunk.set_environment(env)?;
-            let out: MultiValue = self.pcall.call(chunk)?;
+            let out: MultiValue = {
+                let _limit = MemoryLimit::enforce(&self.lua);
+                self.pcall.call(chunk)?
+            };
             finish.call::<()>(())?;
             Ok(out)
         });
@@ -1030,6 +1036,12 @@ impl Vm {
         fill_list(&self.lua, &self.argv, argv)
     }
 
+    /// Run `args` (a function and its arguments) through Lua's `pcall` under the memory limit.
+    fn call_limited(&self, args: MultiValue) -> mlua::Result<MultiValue> {
+        let _limit = MemoryLimit::enforce(&self.lua);
+        self.pcall.call::<MultiValue>(args)
+    }
+
     /// Runs one script or function. `Err` only for failures of the state itself; whatever the
     /// script does (errors, kills, compile errors) comes back as the reply frame.
     fn run(&mut self, run: &RefCell<ScriptRun<'_>>, inv: &Invocation<'_>) -> mlua::Result<Frame> {
@@ -1061,18 +1073,19 @@ impl Vm {
         self.slot.kill_reason.store(0, Ordering::Relaxed);
         self.slot.wrote.store(false, Ordering::Relaxed);
         self.slot.function.store(inv.function, Ordering::Relaxed);
+        let now = Instant::now();
         if inv.function {
-            *self.slot.started.lock() = (
-                Instant::now(),
-                inv.name.to_string(),
-                if inv.read_only { "fcall_ro" } else { "fcall" }.to_string(),
-            );
+            let mut started = self.slot.started.lock();
+            started.0 = now;
+            started.1.clear();
+            started.1.push_str(inv.name);
+            started.2 = if inv.read_only { "fcall_ro" } else { "fcall" };
         }
         self.slot.running.store(true, Ordering::Release);
-        self.deadline.set(Instant::now() + SCRIPT_TIME_LIMIT);
+        self.deadline.set(now + SCRIPT_TIME_LIMIT);
         let result = {
             let _current = CurrentRun::set(run);
-            self.pcall.call::<MultiValue>(call_args)
+            self.call_limited(call_args)
         };
         self.slot.running.store(false, Ordering::Release);
         let mut out = result?.into_iter();
@@ -1092,6 +1105,14 @@ impl Vm {
                     "ERR Script killed: it ran longer than the script time limit".into(),
                 ),
             }
+        } else if matches!(&value, Value::String(s) if s.as_bytes() == LUA_MEMORY_ERROR.as_bytes())
+        {
+            Frame::Error(format!(
+                "ERR Script used more than the script memory limit ({} MiB): {LUA_MEMORY_ERROR} \
+                 script: {}",
+                SCRIPT_MEMORY_LIMIT >> 20,
+                inv.name
+            ))
         } else {
             script_error(&value, inv.name)
         };
@@ -1320,7 +1341,8 @@ fn new_state() -> mlua::Result<Lua> {
         StdLib::TABLE | StdLib::STRING | StdLib::MATH,
         LuaOptions::default(),
     )?;
-    let _ = lua.set_memory_limit(SCRIPT_MEMORY_LIMIT);
+    // No memory limit outside a run's Lua code (see `MemoryLimit`).
+    let _ = lua.set_memory_limit(0);
     lua.gc_set_pause(GC_PAUSE);
     let globals = lua.globals();
     for name in [
@@ -1346,6 +1368,52 @@ fn new_state() -> mlua::Result<Lua> {
     globals.set("redis", redis)?;
     Ok(lua)
 }
+
+/// Lua's memory limit, on only while Lua code runs.
+///
+/// mlua runs each of its own operations that may allocate (`create_string`, `raw_set`,
+/// `create_table`…) inside a new C closure and a `lua_pcall` whenever the state has a memory
+/// limit, so that a failed allocation cannot unwind through Rust frames; with no limit an
+/// allocation cannot fail (it succeeds or the process aborts, as for any Rust allocation) and
+/// those operations are plain Lua API calls. A profile of `EVALSHA` showed that protection as
+/// ~7 % of the server's time. So the limit is set only around the Lua code of a run (the
+/// script, a function, a library's code: [`MemoryLimit::enforce`]) and lifted again inside
+/// `redis.call` and after the run ([`MemoryLimit::lift`]), where Rust builds Lua values: the
+/// conversions are unprotected, and a script still cannot allocate past the limit — not in
+/// one step either (`string.rep`, `..`, `table.concat` allocate through the same allocator
+/// and fail as soon as they cross it). A reply built by `redis.call` may take the state over
+/// the limit; the script's next allocation then fails.
+struct MemoryLimit<'a> {
+    lua: &'a Lua,
+    restore: usize,
+}
+
+impl<'a> MemoryLimit<'a> {
+    /// Set the limit until the guard is dropped.
+    fn enforce(lua: &'a Lua) -> MemoryLimit<'a> {
+        MemoryLimit::set(lua, SCRIPT_MEMORY_LIMIT)
+    }
+
+    /// Lift the limit until the guard is dropped (then restore what it was).
+    fn lift(lua: &'a Lua) -> MemoryLimit<'a> {
+        MemoryLimit::set(lua, 0)
+    }
+
+    fn set(lua: &'a Lua, limit: usize) -> MemoryLimit<'a> {
+        // Only an embedded module's state has no limit to set; this one always has.
+        let restore = lua.set_memory_limit(limit).unwrap_or(0);
+        MemoryLimit { lua, restore }
+    }
+}
+
+impl Drop for MemoryLimit<'_> {
+    fn drop(&mut self) {
+        let _ = self.lua.set_memory_limit(self.restore);
+    }
+}
+
+/// Lua's message for an allocation that failed (here: past [`SCRIPT_MEMORY_LIMIT`]).
+const LUA_MEMORY_ERROR: &str = "not enough memory";
 
 thread_local! {
     /// The script running on this thread (a `RefCell<ScriptRun>`), for `redis.call`; null
@@ -1378,6 +1446,8 @@ fn redis_call(
     killed: &AtomicBool,
     slot: &RunSlot,
 ) -> mlua::Result<Value> {
+    // Called from the script's Lua code, under the limit: lift it while Rust converts.
+    let _unlimited = MemoryLimit::lift(lua);
     let current = CURRENT_RUN.with(Cell::get) as *const RefCell<ScriptRun<'static>>;
     if current.is_null() {
         return frame_to_lua(
@@ -1593,8 +1663,8 @@ mod state_reuse {
         vm.fill_env(keys, argv).unwrap();
         vm.killed.store(false, Ordering::Relaxed);
         vm.deadline.set(Instant::now() + Duration::from_millis(200));
-        let out: MultiValue = vm.pcall.call(f).unwrap();
-        let mut out = out.into_iter();
+        let out = vm.call_limited(MultiValue::from_vec(vec![Value::Function(f)]));
+        let mut out = out.unwrap().into_iter();
         let ok = matches!(out.next(), Some(Value::Boolean(true)));
         (ok, out.next().unwrap_or(Value::Nil))
     }
@@ -1750,6 +1820,34 @@ mod state_reuse {
                 Frame::Bulk("nil".into()),
             ])
         );
+    }
+
+    /// A script that allocates past the memory limit — in many steps or in one — fails with
+    /// Lua's memory error, the state runs the next script, and between runs the state has no
+    /// limit (mlua's conversions run unprotected then: see `MemoryLimit`).
+    #[test]
+    fn a_script_over_the_memory_limit_fails_and_the_next_one_runs() {
+        let mut vm = Vm::new().unwrap();
+        for hog in [
+            "local s = string.rep('x', 1024 * 1024) for i = 1, 20 do s = s .. s end return #s",
+            "local s = string.rep('y', 1024 * 1024) local t = {} \
+             for i = 1, 1e9 do t[i] = s .. i end return #t",
+            // One step: table.concat makes the whole string in one C call.
+            "local s = string.rep('z', 1024 * 1024) local t = {} \
+             for i = 1, 300 do t[i] = s end return #table.concat(t)",
+        ] {
+            let (ok, err) = eval(&mut vm, hog);
+            assert!(!ok, "{hog} succeeded");
+            assert_eq!(error_text(&err), LUA_MEMORY_ERROR, "{hog}");
+            vm.lua.gc_collect().unwrap();
+            assert!(vm.lua.used_memory() < SCRIPT_MEMORY_LIMIT / 8);
+            assert_eq!(eval_ok(&mut vm, "return 41 + 1"), Frame::Integer(42));
+            assert_eq!(
+                vm.lua.set_memory_limit(0).unwrap(),
+                0,
+                "a limit between runs"
+            );
+        }
     }
 
     /// SCRIPT FLUSH empties every state's compiled cache.
