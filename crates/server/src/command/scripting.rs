@@ -1189,12 +1189,13 @@ local function readonly(t)
   return view
 end
 local redis = G.redis
+-- hidden.call returns the reply and whether it is an error reply ({err=...}).
 redis.call = function(...)
-  local reply = hidden.call(...)
-  if raw_type(reply) == 'table' and reply.err ~= nil then raw_error(reply, 0) end
+  local reply, failed = hidden.call(...)
+  if failed then raw_error(reply, 0) end
   return reply
 end
-redis.pcall = function(...) return hidden.call(...) end
+redis.pcall = function(...) return (hidden.call(...)) end
 redis.error_reply = function(msg)
   if raw_type(msg) ~= 'string' then raw_error('wrong number or type of arguments', 2) end
   return {err = msg}
@@ -1439,31 +1440,35 @@ impl Drop for CurrentRun {
 }
 
 /// `redis.call`/`redis.pcall`: run the command for the script running on this thread and
-/// convert its reply (errors as `{err=…}` tables, which the prelude raises for `redis.call`).
+/// convert its reply (errors as `{err=…}` tables), with whether it is an error (the prelude's
+/// `redis.call` raises it; a flag, so Lua need not ask the reply's type on every call).
 fn redis_call(
     lua: &Lua,
     args: &MultiValue,
     killed: &AtomicBool,
     slot: &RunSlot,
-) -> mlua::Result<Value> {
+) -> mlua::Result<(Value, bool)> {
     // Called from the script's Lua code, under the limit: lift it while Rust converts.
     let _unlimited = MemoryLimit::lift(lua);
+    let frame = run_call(args, killed, slot);
+    Ok((frame_to_lua(lua, &frame)?, frame.is_error()))
+}
+
+/// [`redis_call`]'s command: its reply frame.
+fn run_call(args: &MultiValue, killed: &AtomicBool, slot: &RunSlot) -> Frame {
     let current = CURRENT_RUN.with(Cell::get) as *const RefCell<ScriptRun<'static>>;
     if current.is_null() {
-        return frame_to_lua(
-            lua,
-            &CmdError::err("redis.call is only available while a script runs").to_frame(),
-        );
+        return CmdError::err("redis.call is only available while a script runs").to_frame();
     }
     // SAFETY: `CURRENT_RUN` is non-null only while a `CurrentRun` made from a live
     // `&RefCell<ScriptRun>` exists, on this thread, and `Vm::run` keeps that borrow for the
     // whole time (the guard is dropped before the run's reference ends). The `'static` is never
     // relied on: nothing from the run outlives this call.
     let run = unsafe { &*current };
-    let frame = match command_args(args) {
+    match command_args(args) {
         Ok(args) => {
             let Ok(mut run) = run.try_borrow_mut() else {
-                return frame_to_lua(lua, &CmdError::err("redis.call re-entered").to_frame());
+                return CmdError::err("redis.call re-entered").to_frame();
             };
             let frame = run.call(args);
             // KILL must not stop a script that has written (Redis' UNKILLABLE).
@@ -1475,8 +1480,7 @@ fn redis_call(
             frame
         }
         Err(e) => e.to_frame(),
-    };
-    frame_to_lua(lua, &frame)
+    }
 }
 
 /// Fill the empty table `t` with `items` as strings (1-based).
