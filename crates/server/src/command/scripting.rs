@@ -1025,6 +1025,11 @@ impl Vm {
     /// else (whatever the last script left in it or in `KEYS`/`ARGV` is gone), the sandbox
     /// behind it.
     fn fill_env(&mut self, keys: &[Bytes], argv: &[Bytes]) -> mlua::Result<()> {
+        // The instruction hook may fire in the prelude's `reset_env` below: it must see this
+        // run's kill flag and deadline, not what the last run left (a kill, or a deadline long
+        // past after the thread sat idle).
+        self.killed.store(false, Ordering::Relaxed);
+        self.deadline.set(Instant::now() + SCRIPT_TIME_LIMIT);
         // A table keeps its size when emptied: let go of one a long list has grown.
         if keys.len().max(argv.len()) > MAX_KEPT_LIST {
             self.keys = self.lua.create_table()?;
@@ -1851,6 +1856,25 @@ mod state_reuse {
                 0,
                 "a limit between runs"
             );
+        }
+    }
+
+    /// Regression: the prelude's `reset_env` (Lua code) ran before the run's deadline and kill
+    /// flag were reset, so when the instruction hook fired inside it after the thread had been
+    /// idle for longer than the time limit (or after a killed script), the next script failed
+    /// with "Script killed: it ran longer than the script time limit" and the state was dropped.
+    #[test]
+    fn a_state_idle_past_the_time_limit_or_killed_runs_the_next_script() {
+        let mut vm = Vm::new().unwrap();
+        // ~11,000 instructions to clear them: the hook (every 10,000) fires in each reset.
+        let many: Vec<Bytes> = (0..1000).map(|i| Bytes::from(i.to_string())).collect();
+        for i in 0..6 {
+            let long_ago = Instant::now().checked_sub(Duration::from_secs(10));
+            vm.deadline.set(long_ago.unwrap_or_else(Instant::now));
+            vm.killed.store(i % 2 == 1, Ordering::Relaxed);
+            let (ok, v) = eval_with(&mut vm, Bytes::from_static(b"return #KEYS"), &many, &many);
+            assert!(ok, "{}", error_text(&v));
+            assert_eq!(lua_to_frame(&v, 0), Frame::Integer(1000));
         }
     }
 
