@@ -265,6 +265,37 @@ def test_infinite_loop_is_stopped_and_server_stays_responsive(gradus):
         other.close()
 
 
+@pytest.mark.gradus_only
+def test_script_over_the_memory_limit_fails_and_server_stays_up(gradus):
+    """A script that allocates past the Lua memory limit (256 MiB per thread's state) fails with
+    an error, in many steps or in one; the server answers, the next script runs, and a script
+    with a big reply from redis.call still works."""
+    client = redis_client(gradus, 2)
+    other = redis_client(gradus, 2)
+    try:
+        for hog in [
+            "local s = string.rep('x', 1024 * 1024) for i = 1, 20 do s = s .. s end return #s",
+            "local s = string.rep('y', 1024 * 1024) local t = {} "
+            "for i = 1, 1e9 do t[i] = s .. i end return #t",
+            # One step: table.concat makes the whole string in one C call.
+            "local s = string.rep('z', 1024 * 1024) local t = {} "
+            "for i = 1, 300 do t[i] = s end return #table.concat(t)",
+        ]:
+            with pytest.raises(redis.ResponseError, match="memory limit.*not enough memory"):
+                client.eval(hog, 0)
+            assert other.ping()
+            assert client.eval("return 41 + 1", 0) == 42
+        # pcall catches it like any error; the script goes on once the garbage is dropped.
+        assert client.eval(
+            "local ok = pcall(function() local s = string.rep('q', 1024 * 1024) "
+            "for i = 1, 20 do s = s .. s end end) return ok and 1 or 0", 0) == 0
+        client.set("big", b"v" * (4 * 1024 * 1024))
+        assert client.eval("return #redis.call('get', KEYS[1])", 1, "big") == 4 * 1024 * 1024
+    finally:
+        client.close()
+        other.close()
+
+
 def test_eval_inside_multi_runs_in_order_with_the_transaction(r2):
     script = "redis.call('set', KEYS[1], ARGV[1]); return redis.call('incr', KEYS[2])"
     pipe = r2.pipeline(transaction=True)

@@ -70,7 +70,8 @@ const HOOK_EVERY: u32 = 10_000;
 /// garbage, so at 200 the collector marks that live data again every few dozen runs. At 400 it
 /// does so a third as often, for at most a few hundred KiB more garbage per state.
 const GC_PAUSE: i32 = 400;
-/// Memory a single script's Lua state may allocate.
+/// Memory a thread's Lua state may hold while a script or a library's code runs (see
+/// [`MemoryLimit`]); past it the allocation fails and the script stops with an error.
 const SCRIPT_MEMORY_LIMIT: usize = 256 * 1024 * 1024;
 
 const SCRIPT_FLAGS: u32 = flags::OWN_GATE | flags::DENYOOM | flags::NOSCRIPT | flags::SKIP_MONITOR;
@@ -671,7 +672,9 @@ pub struct RunSlot {
     wrote: AtomicBool,
     killed: Arc<AtomicBool>,
     kill_reason: AtomicU8,
-    started: Mutex<(Instant, String, String)>,
+    /// The running function's start, name and command (FUNCTION STATS). The name's buffer is
+    /// reused from call to call: an FCALL copies the name into it without allocating.
+    started: Mutex<(Instant, String, &'static str)>,
 }
 
 impl RunSlot {
@@ -682,7 +685,7 @@ impl RunSlot {
             wrote: AtomicBool::new(false),
             killed,
             kill_reason: AtomicU8::new(0),
-            started: Mutex::new((Instant::now(), String::new(), String::new())),
+            started: Mutex::new((Instant::now(), String::new(), "")),
         }
     }
 }
@@ -736,7 +739,7 @@ pub fn running_function() -> Option<(String, String, u64)> {
             let started = slot.started.lock();
             (
                 started.1.clone(),
-                started.2.clone(),
+                started.2.to_string(),
                 started.0.elapsed().as_millis() as u64,
             )
         })
@@ -985,7 +988,10 @@ impl Vm {
             let library_env: Function = self.hidden.raw_get("library_env")?;
             let (env, finish): (Table, Function) = library_env.call(collect)?;
             chunk.set_environment(env)?;
-            let out: MultiValue = self.pcall.call(chunk)?;
+            let out: MultiValue = {
+                let _limit = MemoryLimit::enforce(&self.lua);
+                self.pcall.call(chunk)?
+            };
             finish.call::<()>(())?;
             Ok(out)
         });
@@ -1019,6 +1025,11 @@ impl Vm {
     /// else (whatever the last script left in it or in `KEYS`/`ARGV` is gone), the sandbox
     /// behind it.
     fn fill_env(&mut self, keys: &[Bytes], argv: &[Bytes]) -> mlua::Result<()> {
+        // The instruction hook may fire in the prelude's `reset_env` below: it must see this
+        // run's kill flag and deadline, not what the last run left (a kill, or a deadline long
+        // past after the thread sat idle).
+        self.killed.store(false, Ordering::Relaxed);
+        self.deadline.set(Instant::now() + SCRIPT_TIME_LIMIT);
         // A table keeps its size when emptied: let go of one a long list has grown.
         if keys.len().max(argv.len()) > MAX_KEPT_LIST {
             self.keys = self.lua.create_table()?;
@@ -1028,6 +1039,12 @@ impl Vm {
             .call::<()>((&self.script_env, &self.keys, &self.argv))?;
         fill_list(&self.lua, &self.keys, keys)?;
         fill_list(&self.lua, &self.argv, argv)
+    }
+
+    /// Run `args` (a function and its arguments) through Lua's `pcall` under the memory limit.
+    fn call_limited(&self, args: MultiValue) -> mlua::Result<MultiValue> {
+        let _limit = MemoryLimit::enforce(&self.lua);
+        self.pcall.call::<MultiValue>(args)
     }
 
     /// Runs one script or function. `Err` only for failures of the state itself; whatever the
@@ -1061,18 +1078,19 @@ impl Vm {
         self.slot.kill_reason.store(0, Ordering::Relaxed);
         self.slot.wrote.store(false, Ordering::Relaxed);
         self.slot.function.store(inv.function, Ordering::Relaxed);
+        let now = Instant::now();
         if inv.function {
-            *self.slot.started.lock() = (
-                Instant::now(),
-                inv.name.to_string(),
-                if inv.read_only { "fcall_ro" } else { "fcall" }.to_string(),
-            );
+            let mut started = self.slot.started.lock();
+            started.0 = now;
+            started.1.clear();
+            started.1.push_str(inv.name);
+            started.2 = if inv.read_only { "fcall_ro" } else { "fcall" };
         }
         self.slot.running.store(true, Ordering::Release);
-        self.deadline.set(Instant::now() + SCRIPT_TIME_LIMIT);
+        self.deadline.set(now + SCRIPT_TIME_LIMIT);
         let result = {
             let _current = CurrentRun::set(run);
-            self.pcall.call::<MultiValue>(call_args)
+            self.call_limited(call_args)
         };
         self.slot.running.store(false, Ordering::Release);
         let mut out = result?.into_iter();
@@ -1092,6 +1110,14 @@ impl Vm {
                     "ERR Script killed: it ran longer than the script time limit".into(),
                 ),
             }
+        } else if matches!(&value, Value::String(s) if s.as_bytes() == LUA_MEMORY_ERROR.as_bytes())
+        {
+            Frame::Error(format!(
+                "ERR Script used more than the script memory limit ({} MiB): {LUA_MEMORY_ERROR} \
+                 script: {}",
+                SCRIPT_MEMORY_LIMIT >> 20,
+                inv.name
+            ))
         } else {
             script_error(&value, inv.name)
         };
@@ -1168,12 +1194,13 @@ local function readonly(t)
   return view
 end
 local redis = G.redis
+-- hidden.call returns the reply and whether it is an error reply ({err=...}).
 redis.call = function(...)
-  local reply = hidden.call(...)
-  if raw_type(reply) == 'table' and reply.err ~= nil then raw_error(reply, 0) end
+  local reply, failed = hidden.call(...)
+  if failed then raw_error(reply, 0) end
   return reply
 end
-redis.pcall = function(...) return hidden.call(...) end
+redis.pcall = function(...) return (hidden.call(...)) end
 redis.error_reply = function(msg)
   if raw_type(msg) ~= 'string' then raw_error('wrong number or type of arguments', 2) end
   return {err = msg}
@@ -1320,7 +1347,8 @@ fn new_state() -> mlua::Result<Lua> {
         StdLib::TABLE | StdLib::STRING | StdLib::MATH,
         LuaOptions::default(),
     )?;
-    let _ = lua.set_memory_limit(SCRIPT_MEMORY_LIMIT);
+    // No memory limit outside a run's Lua code (see `MemoryLimit`).
+    let _ = lua.set_memory_limit(0);
     lua.gc_set_pause(GC_PAUSE);
     let globals = lua.globals();
     for name in [
@@ -1347,6 +1375,52 @@ fn new_state() -> mlua::Result<Lua> {
     Ok(lua)
 }
 
+/// Lua's memory limit, on only while Lua code runs.
+///
+/// mlua runs each of its own operations that may allocate (`create_string`, `raw_set`,
+/// `create_table`…) inside a new C closure and a `lua_pcall` whenever the state has a memory
+/// limit, so that a failed allocation cannot unwind through Rust frames; with no limit an
+/// allocation cannot fail (it succeeds or the process aborts, as for any Rust allocation) and
+/// those operations are plain Lua API calls. A profile of `EVALSHA` showed that protection as
+/// ~7 % of the server's time. So the limit is set only around the Lua code of a run (the
+/// script, a function, a library's code: [`MemoryLimit::enforce`]) and lifted again inside
+/// `redis.call` and after the run ([`MemoryLimit::lift`]), where Rust builds Lua values: the
+/// conversions are unprotected, and a script still cannot allocate past the limit — not in
+/// one step either (`string.rep`, `..`, `table.concat` allocate through the same allocator
+/// and fail as soon as they cross it). A reply built by `redis.call` may take the state over
+/// the limit; the script's next allocation then fails.
+struct MemoryLimit<'a> {
+    lua: &'a Lua,
+    restore: usize,
+}
+
+impl<'a> MemoryLimit<'a> {
+    /// Set the limit until the guard is dropped.
+    fn enforce(lua: &'a Lua) -> MemoryLimit<'a> {
+        MemoryLimit::set(lua, SCRIPT_MEMORY_LIMIT)
+    }
+
+    /// Lift the limit until the guard is dropped (then restore what it was).
+    fn lift(lua: &'a Lua) -> MemoryLimit<'a> {
+        MemoryLimit::set(lua, 0)
+    }
+
+    fn set(lua: &'a Lua, limit: usize) -> MemoryLimit<'a> {
+        // Only an embedded module's state has no limit to set; this one always has.
+        let restore = lua.set_memory_limit(limit).unwrap_or(0);
+        MemoryLimit { lua, restore }
+    }
+}
+
+impl Drop for MemoryLimit<'_> {
+    fn drop(&mut self) {
+        let _ = self.lua.set_memory_limit(self.restore);
+    }
+}
+
+/// Lua's message for an allocation that failed (here: past [`SCRIPT_MEMORY_LIMIT`]).
+const LUA_MEMORY_ERROR: &str = "not enough memory";
+
 thread_local! {
     /// The script running on this thread (a `RefCell<ScriptRun>`), for `redis.call`; null
     /// between runs. Set only by [`CurrentRun`].
@@ -1371,29 +1445,35 @@ impl Drop for CurrentRun {
 }
 
 /// `redis.call`/`redis.pcall`: run the command for the script running on this thread and
-/// convert its reply (errors as `{err=…}` tables, which the prelude raises for `redis.call`).
+/// convert its reply (errors as `{err=…}` tables), with whether it is an error (the prelude's
+/// `redis.call` raises it; a flag, so Lua need not ask the reply's type on every call).
 fn redis_call(
     lua: &Lua,
     args: &MultiValue,
     killed: &AtomicBool,
     slot: &RunSlot,
-) -> mlua::Result<Value> {
+) -> mlua::Result<(Value, bool)> {
+    // Called from the script's Lua code, under the limit: lift it while Rust converts.
+    let _unlimited = MemoryLimit::lift(lua);
+    let frame = run_call(args, killed, slot);
+    Ok((frame_to_lua(lua, &frame)?, frame.is_error()))
+}
+
+/// [`redis_call`]'s command: its reply frame.
+fn run_call(args: &MultiValue, killed: &AtomicBool, slot: &RunSlot) -> Frame {
     let current = CURRENT_RUN.with(Cell::get) as *const RefCell<ScriptRun<'static>>;
     if current.is_null() {
-        return frame_to_lua(
-            lua,
-            &CmdError::err("redis.call is only available while a script runs").to_frame(),
-        );
+        return CmdError::err("redis.call is only available while a script runs").to_frame();
     }
     // SAFETY: `CURRENT_RUN` is non-null only while a `CurrentRun` made from a live
     // `&RefCell<ScriptRun>` exists, on this thread, and `Vm::run` keeps that borrow for the
     // whole time (the guard is dropped before the run's reference ends). The `'static` is never
     // relied on: nothing from the run outlives this call.
     let run = unsafe { &*current };
-    let frame = match command_args(args) {
+    match command_args(args) {
         Ok(args) => {
             let Ok(mut run) = run.try_borrow_mut() else {
-                return frame_to_lua(lua, &CmdError::err("redis.call re-entered").to_frame());
+                return CmdError::err("redis.call re-entered").to_frame();
             };
             let frame = run.call(args);
             // KILL must not stop a script that has written (Redis' UNKILLABLE).
@@ -1405,8 +1485,7 @@ fn redis_call(
             frame
         }
         Err(e) => e.to_frame(),
-    };
-    frame_to_lua(lua, &frame)
+    }
 }
 
 /// Fill the empty table `t` with `items` as strings (1-based).
@@ -1593,8 +1672,8 @@ mod state_reuse {
         vm.fill_env(keys, argv).unwrap();
         vm.killed.store(false, Ordering::Relaxed);
         vm.deadline.set(Instant::now() + Duration::from_millis(200));
-        let out: MultiValue = vm.pcall.call(f).unwrap();
-        let mut out = out.into_iter();
+        let out = vm.call_limited(MultiValue::from_vec(vec![Value::Function(f)]));
+        let mut out = out.unwrap().into_iter();
         let ok = matches!(out.next(), Some(Value::Boolean(true)));
         (ok, out.next().unwrap_or(Value::Nil))
     }
@@ -1750,6 +1829,53 @@ mod state_reuse {
                 Frame::Bulk("nil".into()),
             ])
         );
+    }
+
+    /// A script that allocates past the memory limit — in many steps or in one — fails with
+    /// Lua's memory error, the state runs the next script, and between runs the state has no
+    /// limit (mlua's conversions run unprotected then: see `MemoryLimit`).
+    #[test]
+    fn a_script_over_the_memory_limit_fails_and_the_next_one_runs() {
+        let mut vm = Vm::new().unwrap();
+        for hog in [
+            "local s = string.rep('x', 1024 * 1024) for i = 1, 20 do s = s .. s end return #s",
+            "local s = string.rep('y', 1024 * 1024) local t = {} \
+             for i = 1, 1e9 do t[i] = s .. i end return #t",
+            // One step: table.concat makes the whole string in one C call.
+            "local s = string.rep('z', 1024 * 1024) local t = {} \
+             for i = 1, 300 do t[i] = s end return #table.concat(t)",
+        ] {
+            let (ok, err) = eval(&mut vm, hog);
+            assert!(!ok, "{hog} succeeded");
+            assert_eq!(error_text(&err), LUA_MEMORY_ERROR, "{hog}");
+            vm.lua.gc_collect().unwrap();
+            assert!(vm.lua.used_memory() < SCRIPT_MEMORY_LIMIT / 8);
+            assert_eq!(eval_ok(&mut vm, "return 41 + 1"), Frame::Integer(42));
+            assert_eq!(
+                vm.lua.set_memory_limit(0).unwrap(),
+                0,
+                "a limit between runs"
+            );
+        }
+    }
+
+    /// Regression: the prelude's `reset_env` (Lua code) ran before the run's deadline and kill
+    /// flag were reset, so when the instruction hook fired inside it after the thread had been
+    /// idle for longer than the time limit (or after a killed script), the next script failed
+    /// with "Script killed: it ran longer than the script time limit" and the state was dropped.
+    #[test]
+    fn a_state_idle_past_the_time_limit_or_killed_runs_the_next_script() {
+        let mut vm = Vm::new().unwrap();
+        // ~11,000 instructions to clear them: the hook (every 10,000) fires in each reset.
+        let many: Vec<Bytes> = (0..1000).map(|i| Bytes::from(i.to_string())).collect();
+        for i in 0..6 {
+            let long_ago = Instant::now().checked_sub(Duration::from_secs(10));
+            vm.deadline.set(long_ago.unwrap_or_else(Instant::now));
+            vm.killed.store(i % 2 == 1, Ordering::Relaxed);
+            let (ok, v) = eval_with(&mut vm, Bytes::from_static(b"return #KEYS"), &many, &many);
+            assert!(ok, "{}", error_text(&v));
+            assert_eq!(lua_to_frame(&v, 0), Frame::Integer(1000));
+        }
     }
 
     /// SCRIPT FLUSH empties every state's compiled cache.
