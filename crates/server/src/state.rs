@@ -162,6 +162,8 @@ pub struct Shared {
     pub monitors: crate::monitor::Monitors,
     /// Replication: role, ids, offset, backlog, replicas (see `repl`).
     pub repl: crate::repl::Repl,
+    /// CLIENT PAUSE and FAILOVER's pause of writes (see `pause`).
+    pub pauses: crate::pause::Pauses,
 }
 
 impl Shared {
@@ -264,6 +266,7 @@ impl Shared {
             tracking: Default::default(),
             monitors: Default::default(),
             repl,
+            pauses: Default::default(),
             run_id: crate::repl::new_id(),
         }
     }
