@@ -186,3 +186,11 @@ def test_client_pause_write_stops_active_expiry(gradus):
     while expired_keys(admin) < before + 20 and time.time() < deadline:
         time.sleep(0.05)
     assert expired_keys(admin) == before + 20
+
+
+@pytest.mark.gradus_only
+def test_client_pause_write_holds_the_memcached_port_too(gradus, mc):
+    admin = conn(gradus)
+    assert admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE") == b"OK"
+    stored, took = timed(lambda: mc.cmd(b"set k 0 0 1\r\nv\r\n"))
+    assert stored == b"STORED" and took >= PAUSE_MS / 1000 * 0.7, took

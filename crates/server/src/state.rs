@@ -164,6 +164,8 @@ pub struct Shared {
     pub repl: crate::repl::Repl,
     /// CLIENT PAUSE and FAILOVER's pause of writes (see `pause`).
     pub pauses: crate::pause::Pauses,
+    /// FAILOVER's switchover in progress (see `repl::failover`).
+    pub failover: crate::repl::failover::Failover,
 }
 
 impl Shared {
@@ -267,6 +269,7 @@ impl Shared {
             monitors: Default::default(),
             repl,
             pauses: Default::default(),
+            failover: Default::default(),
             run_id: crate::repl::new_id(),
         }
     }

@@ -239,8 +239,14 @@ async fn session(
         let view = shared.repl.view();
         (view.replid, view.offset)
     };
-    link.send(&["PSYNC", &replid, &(offset + 1).to_string()])
-        .await?;
+    // FAILOVER: the PSYNC asks the target to take over (see `repl::failover`).
+    let failover = shared.failover.in_progress();
+    let offset_arg = (offset + 1).to_string();
+    let mut psync = vec!["PSYNC", replid.as_str(), offset_arg.as_str()];
+    if failover {
+        psync.push("FAILOVER");
+    }
+    link.send(&psync).await?;
     let reply = loop {
         // A primary may send empty lines while it prepares (Redis does); skip them.
         let line = link.line(shared).await?;
@@ -248,6 +254,13 @@ async fn session(
             break stream::parse_psync_reply(&line);
         }
     };
+    if failover {
+        if let PsyncReply::Error(e) = &reply {
+            super::failover::abort(shared, "Failover target rejected psync request");
+            return Err(format!("PSYNC FAILOVER refused: {e}"));
+        }
+        super::failover::clear(shared);
+    }
     match reply {
         PsyncReply::Full { replid, offset } => {
             shared.repl.link.lock().state = "sync";
