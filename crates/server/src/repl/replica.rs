@@ -385,17 +385,36 @@ fn snapshot_own_log(shared: &Shared) -> Result<(), String> {
     Ok(())
 }
 
-/// The replication client: applies the primary's records (admin, every keyspace).
-fn replication_client() -> ClientState {
+/// The replication client: applies the primary's records (admin, every keyspace). While the
+/// stream is followed it is in CLIENT LIST as Redis shows its master client (`flags=M`, type
+/// `master`, the primary's address), so `CLIENT KILL TYPE master` reaches it (the link then
+/// reconnects); unlisted when the returned guard drops.
+fn replication_client(shared: &Arc<Shared>, link: &Link) -> (ClientState, MasterListed) {
     let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
-    let handle = Arc::new(crate::client::ClientHandle::new(
-        0,
-        unspecified,
-        unspecified,
-    ));
+    let handle = shared.clients.register(
+        link.rd.peer_addr().unwrap_or(unspecified),
+        link.rd.local_addr().unwrap_or(unspecified),
+    );
+    handle.set_role(crate::client::ClientRole::Master);
+    let listed = MasterListed {
+        shared: shared.clone(),
+        id: handle.id,
+    };
     let mut client = ClientState::new(handle, true);
     client.from_primary = true;
-    client
+    (client, listed)
+}
+
+/// Unlists the master client (see [`replication_client`]) when dropped.
+struct MasterListed {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for MasterListed {
+    fn drop(&mut self) {
+        self.shared.clients.unregister(self.id);
+    }
 }
 
 /// Apply streamed records, feed them to this server's own backlog, acknowledge.
@@ -404,7 +423,9 @@ async fn follow_stream(
     link: &mut Link,
     current: &impl Fn() -> bool,
 ) -> Result<(), String> {
-    let mut client = replication_client();
+    let (mut client, _listed) = replication_client(shared, link);
+    // Shutdown waits for every listed client to go: the master client goes at once.
+    let mut shutdown = shared.shutdown.subscribe();
     // (offset after a record, the LSN this server's log gave it; 0: not logged here).
     let mut pending: VecDeque<(u64, u64)> = VecDeque::new();
     let mut acked = 0u64;
@@ -472,6 +493,8 @@ async fn follow_stream(
         let log = shared.persist.log.get().cloned();
         tokio::select! {
             read = link.read_more(shared) => read?,
+            _ = client.handle.killed() => return Err("the link to the primary was killed (CLIENT KILL)".into()),
+            _ = shutdown.wait_for(|down| *down) => return Ok(()),
             _ = tick.tick() => {}
             _ = async {
                 match (waiting_lsn, log) {
