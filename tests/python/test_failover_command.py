@@ -157,3 +157,25 @@ def test_failover_abort_cancels_and_unpauses(gradus_factory, tmp_path):
         assert role(primary)[0] == b"master"
     finally:
         replica.signal(signal.SIGCONT)
+
+
+def test_failover_force_switches_after_the_timeout(gradus_factory, tmp_path):
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p = client(primary)
+    p.set("before", "1")
+    wait_synced(primary, replica)
+    replica.signal(signal.SIGSTOP)
+    try:
+        p.set("unacked", "1")
+        assert p.execute_command("FAILOVER", "TO", replica.host, replica.port, "FORCE",
+                                 "TIMEOUT", 500) == b"OK"
+        # Past the timeout it follows the target anyway, waiting for its PSYNC reply.
+        wait_until(lambda: info(primary)["master_failover_state"] == "failover-in-progress",
+                   what="failover-in-progress")
+        assert role(primary)[0] == b"slave"
+    finally:
+        replica.signal(signal.SIGCONT)
+    wait_until(lambda: role(replica)[0] == b"master", what="the target promoted")
+    wait_until(lambda: info(primary).get("master_link_status") == "up", what="the old primary's link")
+    assert info(primary)["master_failover_state"] == "no-failover"
+    assert client(replica).get("before") == b"1"
