@@ -194,3 +194,17 @@ def test_client_pause_write_holds_the_memcached_port_too(gradus, mc):
     assert admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE") == b"OK"
     stored, took = timed(lambda: mc.cmd(b"set k 0 0 1\r\nv\r\n"))
     assert stored == b"STORED" and took >= PAUSE_MS / 1000 * 0.7, took
+
+
+@pytest.mark.gradus_only
+def test_client_pause_on_a_replica_holds_its_primarys_stream(gradus_factory, tmp_path):
+    # As Redis pauses a replica's master client; the primary's side is never paused.
+    from test_replication import client, start_pair, wait_synced
+
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    assert client(replica).execute_command("CLIENT", "PAUSE", 1500, "WRITE") == b"OK"
+    client(primary).set("pk", "1")
+    time.sleep(0.5)
+    assert client(replica).get("pk") is None
+    wait_synced(primary, replica)
+    assert client(replica).get("pk") == b"1"

@@ -81,7 +81,7 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     }
     // CLIENT PAUSE / FAILOVER: a paused command waits (the connection dispatches it again
     // once the pause changes), before it is queued or run, as in Redis' `processCommand`. The
-    // link from a primary is never paused.
+    // link from a primary waits out a pause in `repl::replica`, before a record is applied.
     let paused = match shared.pauses.current(now_ms).0 {
         PauseMode::Off => false,
         PauseMode::Write => may_write(shared, client, spec, row, &args),

@@ -8,8 +8,9 @@
 //! hands its arguments back to the connection (`ClientState::postponed`), which waits on
 //! [`Pauses::changed`] (a change of the pauses, or the end of the current one; no polling, no
 //! task per client) and then dispatches it again: it runs, or waits again if still paused, as
-//! Redis re-processes its postponed clients. A replica's link (the stream to it) and the
-//! replica's own link to its primary are never paused. While writes are paused, active expiry
+//! Redis re-processes its postponed clients. A replica's link (the stream to it) is never
+//! paused; a replica's own link to its primary waits out a pause of writes (as Redis pauses
+//! its master client) in `repl::replica`, not here. While writes are paused, active expiry
 //! does not run (no DEL reaches the stream), as in Redis.
 //!
 //! May import: nothing of the server (a leaf; `dispatch`, `connection`, the CLIENT command,

@@ -434,6 +434,23 @@ async fn follow_stream(
     let limits = super::primary::replica_limits(shared);
     let mut offset = shared.repl.offset();
     loop {
+        // CLIENT PAUSE on this replica holds its primary's stream too, as Redis pauses its
+        // master client (acknowledging what it has meanwhile); a primary never pauses the
+        // stream it sends.
+        while shared.pauses.writes_paused(gradus_store::now_ms()) {
+            tokio::select! {
+                _ = shared.pauses.changed() => {}
+                _ = tick.tick() => if acked > 0 {
+                    link.send(&["REPLCONF", "ACK", &acked.to_string()]).await?;
+                },
+                _ = client.handle.killed() => return Err("the link to the primary was killed (CLIENT KILL)".into()),
+                // (The guard `wait_for` gives is not Send: dropped inside.)
+                _ = async { let _ = shutdown.wait_for(|down| *down).await; } => return Ok(()),
+            }
+            if !current() {
+                return Ok(());
+            }
+        }
         while let Some((frame, len)) = stream::decode(&mut link.buf).map_err(|e| e.to_string())? {
             offset += len as u64;
             shared.repl.read_offset.store(offset, Ordering::Relaxed);
