@@ -12,7 +12,8 @@ through pymemcache's set_many in batches of 1000) and measures the server proces
   - string16/100/1000: SET s:%08d <value of 16/100/1000 bytes>       (1 M keys)
   - ... +ttl:          SET s:%08d <value> EX 86400                    (1 M keys)
   - hash:              HSET h:%07d f0 v.. f9 v.. (10 fields, 8-byte values)  (100 k keys)
-  - zset:              ZADD z:%07d 0 m0.. 9 m9.. (10 members of 8 bytes)     (100 k keys)
+  - zset:              ZADD z:%07d 0 m0.. 4 m4.. (5 members of 8 bytes)      (100 k keys)
+                       ZADD z:%07d 0 m0.. 9 m9.. (10 members of 8 bytes)     (100 k keys)
   - list:              RPUSH l:%07d with five 8-byte elements          (1 M keys)
   - set:               SADD S:%07d with five 8-byte string members     (1 M keys)
   - intset:            SADD i:%07d with five integers                  (1 M keys)
@@ -43,6 +44,7 @@ ROWS = [
     ("string 100 B + TTL", 1_000_000, "string", 100, True),
     ("string 1000 B + TTL", 1_000_000, "string", 1000, True),
     ("hash (10 fields)", 100_000, "hash", 8, False),
+    ("zset (5 members)", 100_000, "zset5", 8, False),
     ("zset (10 members)", 100_000, "zset", 8, False),
     ("list (5 elements)", 1_000_000, "list", 8, False),
     ("set (5 members)", 1_000_000, "set", 8, False),
@@ -109,8 +111,9 @@ def load_redis(r, kind, keys, size, ttl):
             pipe.set(f"s:{i:08d}", value(i, size), ex=86400 if ttl else None)
         elif kind == "hash":
             pipe.hset(f"h:{i:07d}", mapping={f"f{j}": value(i + j, size) for j in range(10)})
-        elif kind == "zset":
-            pipe.zadd(f"z:{i:07d}", {f"m{j}{i % 1000:06d}": j for j in range(10)})
+        elif kind in ("zset", "zset5"):
+            members = 5 if kind == "zset5" else 10
+            pipe.zadd(f"z:{i:07d}", {f"m{j}{i % 1000:06d}": j for j in range(members)})
         elif kind == "list":
             pipe.rpush(f"l:{i:07d}", *(f"e{j}{i % 1000:06d}" for j in range(5)))
         elif kind == "set":

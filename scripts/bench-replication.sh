@@ -36,8 +36,13 @@ GRADUS=$TARGET_DIR/release/gradus
 LOAD=$TARGET_DIR/release/write-load
 TMP=$(mktemp -d)
 PIDS=()
-stop_all() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; PIDS=(); }
-trap 'stop_all; rm -rf "$TMP"' EXIT
+# Kill every server and wait until each is gone (its port free) before the next target starts.
+stop_all() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+}
+trap 'stop_all 2>/dev/null; rm -rf "$TMP"' EXIT
 PRIMARY=7611
 
 wait_port() { for _ in $(seq 200); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "server on $1 did not start" >&2; exit 1; }
@@ -115,7 +120,8 @@ def ratio(a, b):
     per_round = sorted(float(x['ops_per_s']) / float(y['ops_per_s']) for x, y in zip(rows[a], rows[b]))
     return f"{statistics.median(per_round):.2f}× (rounds {per_round[0]:.2f}–{per_round[-1]:.2f})"
 print()
-for a, b in [('gradus:replicated:1', 'gradus:strict:1'), ('gradus:replicated:2', 'gradus:strict:2'),
+for a, b in [('gradus:replicated:1', 'gradus:strict:0'), ('gradus:replicated:2', 'gradus:strict:0'),
+             ('gradus:replicated:1', 'gradus:strict:1'), ('gradus:replicated:2', 'gradus:strict:2'),
              ('gradus:replicated:1', 'redis:always+wait:1'), ('gradus:replicated:2', 'redis:always+wait:2'),
              ('gradus:strict:0', 'redis:always:0'), ('gradus:background:0', 'redis:everysec:0'),
              ('gradus:background:1', 'redis:everysec:1')]:

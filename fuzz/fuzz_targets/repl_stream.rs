@@ -16,6 +16,7 @@ fn reencode(frame: &Frame) -> bytes::Bytes {
         Frame::Item(body) => stream::encode(stream::KIND_ITEM, body),
         Frame::End { items } => stream::end(*items),
         Frame::Ping => stream::encode(stream::KIND_PING, b""),
+        Frame::Lock(event) => stream::encode_lock(event),
     }
 }
 

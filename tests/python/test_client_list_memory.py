@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from resp import RawConnection
 
-# Gradus' fields that redis-server 7.2 does not have (`watch` is Redis 7.4's, `durability`
-# Gradus' own); the reference may be 7.0, without lib-name/lib-ver.
-EXTRA = {"watch", "durability", "lib-name", "lib-ver"}
+# Gradus' own field (`durability`); the reference may be 7.0, without lib-name/lib-ver.
+EXTRA = {"durability", "lib-name", "lib-ver"}
 
 
 def text(reply):
@@ -42,6 +41,12 @@ def snapshot(server):
            [("tracker", tracker), ("bcast", bcast), ("sub", sub)]}
     ids["multi"] = max(i for i in listing if i not in ids.values() and i != int(info["id"]))
     return info, {name: listing[i] for name, i in ids.items()}, target
+
+
+def test_client_info_has_redis_7_2s_fields_not_7_4s_watch(gradus):
+    """Regression: CLIENT LIST/INFO showed `watch=` (a Redis 7.4 field) after `multi=`."""
+    line = text(RawConnection(gradus.host, gradus.port).call("CLIENT", "INFO")).decode()
+    assert " watch=" not in line and " multi=-1 qbuf=" in line
 
 
 def test_client_info_fields_and_memory_like_redis(gradus, redis_server):

@@ -760,7 +760,8 @@ def test_large_collections_answer_like_redis(gradus, redis_server):
 
 def test_encoding_knobs_answer_like_redis(gradus, redis_server):
     """Redis' encoding knobs and their old *-ziplist-* names: CONFIG GET and CONFIG SET give the
-    same replies as redis-server, errors included (they change nothing else here)."""
+    same replies as redis-server, errors included (only the zset ones change how values are kept:
+    see test_zset_encodings.py)."""
     ours = RawConnection(gradus.host, gradus.port, timeout=10)
     theirs = RawConnection(redis_server.host, redis_server.port, timeout=10)
     knobs = ["list-max-listpack-size", "list-compress-depth", "set-max-intset-entries",

@@ -216,3 +216,43 @@ def test_own_pushes_follow_the_reply_as_in_redis_7_2(gradus):
     assert c.read_available(0.3) == (
         b"+OK\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n"
         b">3\r\n$7\r\nmessage\r\n$16\r\n__keyspace@0__:k\r\n$3\r\nset\r\n")
+
+
+def test_evicted_and_invalidated_under_maxmemory(gradus_factory, redis_server):
+    """Regression: evictions under the server-wide `maxmemory` published no `evicted` event
+    and invalidated no tracked key (only a tenant's LRU eviction did). Checked on Gradus and
+    on redis-server alike: every tracked key `evicted` names was invalidated."""
+    from resp import Push, RawConnection
+
+    for server in (gradus_factory("--durability", "none"), redis_server):
+        admin = redis_client(server, 2)
+        admin.config_set("maxmemory-policy", "allkeys-lru")
+        admin.config_set("notify-keyspace-events", "Ee")
+        tracked = [f"k:{i}" for i in range(50)]
+        for k in tracked:
+            admin.set(k, b"x" * 1000)
+        t = RawConnection(server.host, server.port)
+        t.call("HELLO", "3")
+        t.call("CLIENT", "TRACKING", "on")
+        for k in tracked:
+            t.call("GET", k)
+        p = listener(server, "__keyevent@0__:evicted")
+        used = int(admin.info("memory")["used_memory"])
+        admin.config_set("maxmemory", used + 2_000_000)
+        pipe = admin.pipeline(transaction=False)
+        for i in range(50, 8000):
+            pipe.set(f"k:{i}", b"x" * 1000)
+        pipe.execute()
+        evicted = {data for _, data in drain(p, wait=0.5)}
+        admin.config_set("maxmemory", 0)
+        invalidated = set()
+        while True:
+            try:
+                reply = t.read_reply(timeout=0.5)
+            except Exception:  # nothing more within the wait
+                break
+            assert isinstance(reply, Push) and reply.items[0] == b"invalidate", reply
+            invalidated.update(k.decode() for k in reply.items[1])
+        assert len(evicted) > 100, server
+        assert evicted & set(tracked) <= invalidated, server
+        assert not any(admin.exists(k) for k in list(evicted)[:50])

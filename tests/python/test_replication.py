@@ -9,6 +9,7 @@ writer's last write (a replica acknowledges once it has applied it and its log m
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -130,12 +131,13 @@ def replica_link_addr(primary) -> Optional[str]:
     return None
 
 
-pytestmark = pytest.mark.gradus_only
+GRADUS_ONLY = pytest.mark.gradus_only
 
 
 # --- tests -------------------------------------------------------------------
 
 
+@GRADUS_ONLY
 def test_live_writes_of_every_kind_converge(gradus_factory, tmp_path):
     primary, (replica,) = start_pair(gradus_factory, tmp_path)
     p0, p1 = client(primary, 0), client(primary, 1)
@@ -166,6 +168,7 @@ def test_live_writes_of_every_kind_converge(gradus_factory, tmp_path):
     assert client(replica, 0).dbsize() == 1
 
 
+@GRADUS_ONLY
 def test_a_mixed_multi_ships_both_keyspaces_and_logs_only_the_logged_one(gradus_factory, tmp_path):
     primary, (replica,) = start_pair(gradus_factory, tmp_path)
     p = client(primary, 0)
@@ -184,6 +187,7 @@ def test_a_mixed_multi_ships_both_keyspaces_and_logs_only_the_logged_one(gradus_
     assert client(primary, 1).get("cached") is None
 
 
+@GRADUS_ONLY
 def test_full_sync_of_a_preloaded_primary_ships_none_and_logged_keyspaces(gradus_factory, tmp_path):
     primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
     p0, p1 = client(primary, 0), client(primary, 1)
@@ -206,6 +210,7 @@ def test_full_sync_of_a_preloaded_primary_ships_none_and_logged_keyspaces(gradus
     assert stats["sync_partial_ok"] == "0"
 
 
+@GRADUS_ONLY
 def test_a_replica_refuses_writes_with_redis_text(gradus_factory, tmp_path):
     primary, (replica,) = start_pair(gradus_factory, tmp_path)
     r = client(replica)
@@ -227,6 +232,7 @@ def test_a_replica_refuses_writes_with_redis_text(gradus_factory, tmp_path):
     assert r.set("local", "1")
 
 
+@GRADUS_ONLY
 def test_replicaof_replies_like_redis(gradus_factory, tmp_path):
     primary, (replica,) = start_pair(gradus_factory, tmp_path)
     r = client(replica)
@@ -239,6 +245,7 @@ def test_replicaof_replies_like_redis(gradus_factory, tmp_path):
     assert r.execute_command("REPLICAOF", "NO", "ONE") == b"OK"
 
 
+@GRADUS_ONLY
 def test_replicaof_no_one_promotes_and_keeps_the_old_id_as_replid2(gradus_factory, tmp_path):
     primary, (replica,) = start_pair(gradus_factory, tmp_path)
     client(primary).set("before", "1")
@@ -256,6 +263,7 @@ def test_replicaof_no_one_promotes_and_keeps_the_old_id_as_replid2(gradus_factor
     assert r.execute_command("ROLE")[0] == b"master"
 
 
+@GRADUS_ONLY
 def test_a_replica_of_the_old_primary_continues_with_the_promoted_one(gradus_factory, tmp_path):
     """PSYNC2: after a failover, the other replica resyncs partially with the new primary."""
     primary, (a, b) = start_pair(gradus_factory, tmp_path, replicas=2)
@@ -273,6 +281,7 @@ def test_a_replica_of_the_old_primary_continues_with_the_promoted_one(gradus_fac
     assert stats["sync_full"] == "0", stats
 
 
+@GRADUS_ONLY
 def test_partial_resync_after_a_link_drop_sends_only_the_missing_records(gradus_factory, tmp_path):
     primary, (replica,) = start_pair(gradus_factory, tmp_path)
     p = client(primary)
@@ -294,6 +303,7 @@ def test_partial_resync_after_a_link_drop_sends_only_the_missing_records(gradus_
     assert sent >= 50 * len("missed:0")
 
 
+@GRADUS_ONLY
 def test_a_replica_killed_and_restarted_resyncs_and_converges(gradus_factory, tmp_path):
     primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
     replica = gradus_factory("--config", config(tmp_path, name="replica.toml"),
@@ -311,6 +321,7 @@ def test_a_replica_killed_and_restarted_resyncs_and_converges(gradus_factory, tm
     assert_converged(primary, replica)
 
 
+@GRADUS_ONLY
 def test_the_replicas_own_log_keeps_logged_keyspaces_and_never_none_ones(gradus_factory, tmp_path):
     primary, (replica,) = start_pair(gradus_factory, tmp_path)
     p0, p1 = client(primary, 0), client(primary, 1)
@@ -329,6 +340,7 @@ def test_the_replicas_own_log_keeps_logged_keyspaces_and_never_none_ones(gradus_
     assert r1.dbsize() == 0
 
 
+@GRADUS_ONLY
 def test_role_and_info_replication_have_redis_shapes(gradus_factory, _servers, tmp_path):
     primary, (replica,) = start_pair(gradus_factory, tmp_path)
     client(primary).set("k", "v")
@@ -344,12 +356,14 @@ def test_role_and_info_replication_have_redis_shapes(gradus_factory, _servers, t
     assert ",lag=" in pinfo["slave0"]
     assert len(pinfo["master_replid"]) == 40
     assert len(info(primary, "server")["run_id"]) == 40
-    # The same fields in the same order as a real redis-server pair (7.x).
+    # The same fields in the same order as a real redis-server pair (7.x), besides Gradus' own
+    # `gradus_` fields (each replica's lag in records, bytes and ms).
     rp = _servers.start_redis(name="redis-primary")
     rr = _servers.start_redis("--replicaof", f"127.0.0.1 {rp.port}", name="redis-replica")
     wait_link_up(rr)
     client(rp).set("k", "v")
-    assert info_keys(primary) == [k for k in info_keys(rp)]
+    assert "gradus_slave0_lag" in info_keys(primary)
+    assert [k for k in info_keys(primary) if not k.startswith("gradus_")] == info_keys(rp)
     theirs = [k for k in info_keys(rr)]
     ours = [k for k in info_keys(replica)]
     assert ours == theirs, (ours, theirs)
@@ -357,6 +371,7 @@ def test_role_and_info_replication_have_redis_shapes(gradus_factory, _servers, t
     assert [type(x) for x in client(rp).execute_command("ROLE")[:2]] == [type(x) for x in role[:2]]
 
 
+@GRADUS_ONLY
 def test_wait_counts_replicas_that_acknowledged(gradus_factory, tmp_path):
     primary, replicas = start_pair(gradus_factory, tmp_path, replicas=2)
     p = client(primary)
@@ -369,6 +384,7 @@ def test_wait_counts_replicas_that_acknowledged(gradus_factory, tmp_path):
     assert p.execute_command("WAIT", 2, 300) == 1
 
 
+@GRADUS_ONLY
 def test_wait_without_replicas_answers_zero(gradus_factory, tmp_path):
     primary = gradus_factory("--config", config(tmp_path), name="primary")
     p = client(primary)
@@ -376,6 +392,7 @@ def test_wait_without_replicas_answers_zero(gradus_factory, tmp_path):
     assert p.execute_command("WAIT", 1, 100) == 0
 
 
+@GRADUS_ONLY
 def test_min_replicas_to_write_refuses_writes_with_redis_text(gradus_factory, tmp_path):
     primary, (replica,) = start_pair(gradus_factory, tmp_path)
     p = client(primary)
@@ -392,6 +409,7 @@ def test_min_replicas_to_write_refuses_writes_with_redis_text(gradus_factory, tm
     assert p.get("refused") is None
 
 
+@GRADUS_ONLY
 def test_a_replica_with_another_layout_is_refused_with_a_clear_error(gradus_factory, tmp_path):
     primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
     replica = gradus_factory("--config", config(tmp_path, name="replica.toml"), "--databases", "4",
@@ -405,6 +423,7 @@ def test_a_replica_with_another_layout_is_refused_with_a_clear_error(gradus_fact
     assert "keyspace layout" in replica.stderr_text()
 
 
+@GRADUS_ONLY
 def test_expired_keys_reach_the_replica_as_dels_from_the_primary(gradus_factory, tmp_path):
     """A replica does not expire keys on its own clock: the primary's active expiry streams a DEL
     (its own sweep reclaims only keys expired for a minute). Logically expired keys already read
@@ -423,6 +442,7 @@ def test_expired_keys_reach_the_replica_as_dels_from_the_primary(gradus_factory,
     assert r0.get("long") == b"y"
 
 
+@GRADUS_ONLY
 def test_a_cache_eviction_on_the_primary_reaches_the_replica(gradus_factory, tmp_path):
     """Evictions from a `none` keyspace are streamed (not logged): the replica drops the key too."""
     primary, (replica,) = start_pair(gradus_factory, tmp_path)
@@ -440,6 +460,7 @@ def test_a_cache_eviction_on_the_primary_reaches_the_replica(gradus_factory, tmp
     assert p1.dbsize() < 51
 
 
+@GRADUS_ONLY
 def test_replicated_degree_replies_once_a_replica_has_the_write(gradus_factory, tmp_path):
     primary, (replica,) = start_pair(gradus_factory, tmp_path)
     p = client(primary)
@@ -451,6 +472,7 @@ def test_replicated_degree_replies_once_a_replica_has_the_write(gradus_factory, 
     assert "durability=replicated" in p.execute_command("CLIENT", "INFO").decode()
 
 
+@GRADUS_ONLY
 def test_replicated_degree_without_enough_replicas_is_refused(gradus_factory, tmp_path):
     primary = gradus_factory("--config", config(tmp_path), name="primary")
     p = client(primary)
@@ -460,6 +482,7 @@ def test_replicated_degree_without_enough_replicas_is_refused(gradus_factory, tm
     assert client(primary).get("k") is None
 
 
+@GRADUS_ONLY
 def test_a_replicated_write_whose_replica_goes_away_is_not_acknowledged(gradus_factory, tmp_path):
     """The replica is stopped (SIGSTOP) so it cannot acknowledge, then killed: the writer's
     connection is closed without a reply instead of acknowledging a write no replica has."""
@@ -493,6 +516,7 @@ def test_a_replicated_write_whose_replica_goes_away_is_not_acknowledged(gradus_f
     assert "error" in outcome, outcome
 
 
+@GRADUS_ONLY
 def test_writes_on_a_writable_replica_stay_local_and_keep_its_offset_the_primarys(gradus_factory, tmp_path):
     """Regression: a local write on a replica with replica-read-only no was fed to the replica's
     own backlog, so its offset no longer matched its primary's stream."""
@@ -512,6 +536,7 @@ def test_writes_on_a_writable_replica_stay_local_and_keep_its_offset_the_primary
     assert p.get("local-only") is None
 
 
+@GRADUS_ONLY
 def test_writes_racing_the_first_replicas_connection_all_reach_it(gradus_factory, tmp_path):
     """Regression: whether a write is streamed was decided before it took the store gate, so a
     write begun just before the first replica connected was neither in the replica's snapshot
@@ -546,6 +571,7 @@ def test_writes_racing_the_first_replicas_connection_all_reach_it(gradus_factory
     assert_converged(primary, replica)
 
 
+@GRADUS_ONLY
 def test_replicaof_sent_as_soon_as_the_server_answers_is_taken(gradus_factory, tmp_path):
     """Regression: the listeners accepted connections before the state REPLICAOF needs to start
     its link task was set, so a REPLICAOF sent right after start-up answered `replication is
@@ -557,6 +583,7 @@ def test_replicaof_sent_as_soon_as_the_server_answers_is_taken(gradus_factory, t
         wait_link_up(replica)
 
 
+@GRADUS_ONLY
 def test_a_replica_authenticates_with_masterauth(gradus_factory, tmp_path):
     primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), "--requirepass", "s3cret",
                              name="primary")
@@ -574,6 +601,7 @@ def test_a_replica_authenticates_with_masterauth(gradus_factory, tmp_path):
     assert r.get("k") == b"v"
 
 
+@GRADUS_ONLY
 def test_metrics_show_each_replicas_lag(gradus_factory, tmp_path):
     import http.client
     import shutil
@@ -603,6 +631,7 @@ def test_metrics_show_each_replicas_lag(gradus_factory, tmp_path):
         assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
 
 
+@GRADUS_ONLY
 def test_a_replica_too_slow_for_its_output_limit_is_dropped_and_fully_resyncs(gradus_factory, tmp_path):
     """The replica class of client-output-buffer-limit (not normal's) bounds a replica's link: a
     replica that stops reading is dropped once its queue passes the hard limit, and, the backlog
@@ -629,6 +658,7 @@ def test_a_replica_too_slow_for_its_output_limit_is_dropped_and_fully_resyncs(gr
     assert stats["sync_full"] == "2", stats
 
 
+@GRADUS_ONLY
 def test_replica_serve_stale_data_no_refuses_reads_while_the_link_is_down(gradus_factory, tmp_path):
     primary, (replica,) = start_pair(gradus_factory, tmp_path)
     client(primary).set("k", "v")
@@ -656,6 +686,7 @@ redis.register_function('setit', function(keys, args) return redis.call('SET', k
 """
 
 
+@GRADUS_ONLY
 def test_function_libraries_reach_replicas_live_and_in_a_full_sync(gradus_factory, tmp_path):
     primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
     p = client(primary)
@@ -677,6 +708,7 @@ def test_function_libraries_reach_replicas_live_and_in_a_full_sync(gradus_factor
         assert names == [b"setit2"], names
 
 
+@GRADUS_ONLY
 def test_a_full_sync_replaces_the_replicas_own_function_libraries(gradus_factory, tmp_path):
     """Regression: a full sync cleared the keyspaces but kept the replica's own libraries."""
     primary = gradus_factory("--config", config(tmp_path, name="primary.toml"), name="primary")
@@ -687,6 +719,7 @@ def test_a_full_sync_replaces_the_replicas_own_function_libraries(gradus_factory
     assert client(replica).execute_command("FUNCTION", "LIST") == []
 
 
+@GRADUS_ONLY
 def test_a_replica_of_a_replica_follows_the_chain(gradus_factory, tmp_path):
     """A replica streams its primary's records, as they came, to its own replicas (same offsets)."""
     primary, (middle,) = start_pair(gradus_factory, tmp_path)
@@ -705,6 +738,7 @@ def test_a_replica_of_a_replica_follows_the_chain(gradus_factory, tmp_path):
     assert client(leaf).execute_command("ROLE")[:3] == [b"slave", b"127.0.0.1", middle.port]
 
 
+@GRADUS_ONLY
 def test_a_full_sync_loads_a_value_split_over_several_items_across_load_batches(gradus_factory, tmp_path):
     """A hash of 20 MB is sent as several snapshot items (parts of at most 8 MiB); the replica
     loads the snapshot in batches as it arrives, so later parts land in a later batch."""
@@ -723,6 +757,7 @@ def test_a_full_sync_loads_a_value_split_over_several_items_across_load_batches(
     assert r.hget("big", "4999") == field.encode()
 
 
+@GRADUS_ONLY
 def test_config_get_replicaof_shows_the_role_in_force_and_config_set_refuses_it(gradus_factory, tmp_path):
     primary, (replica,) = start_pair(gradus_factory, tmp_path)
     r = client(replica)
@@ -736,6 +771,7 @@ def test_config_get_replicaof_shows_the_role_in_force_and_config_set_refuses_it(
     assert list(r.config_get("replicaof").values()) in ([""], [b""])
 
 
+@GRADUS_ONLY
 def test_tenants_replicate_into_their_own_keyspaces(gradus_factory, tmp_path):
     """With [[tenants]] on both nodes (the same layout), the replica authenticates as an admin
     user (masteruser/masterauth) and each tenant's writes land in that tenant's keyspaces."""
@@ -760,3 +796,121 @@ def test_tenants_replicate_into_their_own_keyspaces(gradus_factory, tmp_path):
     assert as_user(replica, "alpha").get("who") == b"alpha"
     assert as_user(replica, "beta").get("who") == b"beta"
     assert as_user(replica, "alpha", 1).get("cached") is None
+
+
+def test_the_replication_surface_is_the_same_on_gradus_and_redis(gradus_factory):
+    """Runs against redis-server too (GRADUS_TARGET=redis): REPLICAOF, ROLE, the READONLY text,
+    WAIT and INFO replication's fields on a primary and a replica, then a promotion."""
+    primary = gradus_factory(name="primary")
+    replica = gradus_factory(name="replica")
+    r, p = client(replica), client(primary)
+    assert r.execute_command("REPLICAOF", primary.host, primary.port) in (b"OK", True)
+    wait_link_up(replica)
+    p.set("k", "v")
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    assert r.get("k") == b"v"
+    with pytest.raises(redis.exceptions.ReadOnlyError, match="^You can't write against a read only replica.$"):
+        r.set("k", "other")
+    role = p.execute_command("ROLE")
+    assert role[0] == b"master" and isinstance(role[1], int)
+    assert role[2][0][:2] == [b"127.0.0.1", str(replica.port).encode()]
+    rrole = r.execute_command("ROLE")
+    assert rrole[:4] == [b"slave", b"127.0.0.1", primary.port, b"connected"]
+    pinfo, rinfo = info(primary), info(replica)
+    assert pinfo["role"] == "master" and pinfo["connected_slaves"] == "1"
+    assert re.fullmatch(r"ip=127\.0\.0\.1,port=%d,state=online,offset=\d+,lag=\d+" % replica.port,
+                        pinfo["slave0"]), pinfo["slave0"]
+    assert rinfo["role"] == "slave" and rinfo["master_link_status"] == "up"
+    assert rinfo["master_replid"] == pinfo["master_replid"]
+    for key in ("master_last_io_seconds_ago", "slave_repl_offset", "slave_priority", "slave_read_only",
+                "master_repl_offset", "second_repl_offset", "repl_backlog_active"):
+        assert key in rinfo, key
+    assert len(info(primary, "server")["run_id"]) == 40
+    # Replica links are not counted among the clients.
+    links = [c for c in p.client_list() if "S" in c["flags"]]
+    assert len(links) == 1
+    assert p.info("clients")["connected_clients"] == len(p.client_list()) - 1
+    assert r.execute_command("REPLICAOF", "NO", "ONE") in (b"OK", True)
+    assert r.set("k", "promoted")
+    assert info(replica)["master_replid2"] == pinfo["master_replid"]
+
+
+@GRADUS_ONLY
+def test_an_isolated_primary_refuses_writes_once_its_replica_lags(gradus_factory, tmp_path):
+    """A partition stand-in: the replica is stopped (SIGSTOP), so it stops acknowledging; past
+    min-replicas-max-lag the primary refuses writes (NOREPLICAS), and takes them again once the
+    replica is back."""
+    import signal
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p = client(primary)
+    p.config_set("min-replicas-to-write", 1)
+    p.config_set("min-replicas-max-lag", 1)
+    assert p.set("before", "1")
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        def refused():
+            try:
+                p.set("during", "1")
+                return False
+            except redis.exceptions.ResponseError as e:
+                return "Not enough good replicas to write" in str(e)
+        wait_until(refused, timeout=10, what="NOREPLICAS on the isolated primary")
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)
+    def accepted():
+        try:
+            return p.set("after", "1")
+        except redis.exceptions.ResponseError:
+            return False
+    wait_until(accepted, timeout=10, what="writes accepted again")
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    assert client(replica).get("after") == b"1"
+
+
+@GRADUS_ONLY
+def test_no_write_acknowledged_at_replicated_is_lost_when_the_primary_dies(gradus_factory, tmp_path):
+    """kill -9 of the primary under a replicated write load, then promotion of the replica:
+    every write the primary acknowledged is there."""
+    import threading
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    acknowledged = []
+    stop = threading.Event()
+
+    def writer():
+        c = client(primary)
+        c.execute_command("CLIENT", "DURABILITY", "replicated")
+        i = 0
+        while not stop.is_set():
+            try:
+                c.set(f"w{i}", i)
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                return
+            acknowledged.append(i)
+            i += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    wait_until(lambda: len(acknowledged) >= 200, what="some acknowledged writes")
+    primary.crash()
+    stop.set()
+    thread.join(15)
+    r = client(replica)
+    r.execute_command("REPLICAOF", "NO", "ONE")
+    missing = [i for i in acknowledged if r.get(f"w{i}") != str(i).encode()]
+    assert not missing, f"{len(missing)} of {len(acknowledged)} acknowledged writes lost: {missing[:10]}"
+
+
+@GRADUS_ONLY
+def test_a_primary_with_no_log_at_all_replicates(gradus_factory, tmp_path):
+    """Every degree `none`: no log exists on either side; the full sync and the stream work."""
+    primary = gradus_factory("--durability", "none", name="primary")
+    p = client(primary)
+    for i in range(500):
+        p.set(f"k{i}", i)
+    replica = gradus_factory("--durability", "none", "--replicaof", f"{primary.host} {primary.port}",
+                             name="replica")
+    wait_link_up(replica)
+    p.set("live", "1")
+    assert p.execute_command("WAIT", 1, 5000) == 1
+    assert_converged(primary, replica, dbs=(0,))
+    assert client(replica).dbsize() == 501

@@ -78,3 +78,29 @@ def test_an_isolated_primary_refuses_writes_and_loses_nothing_it_acknowledged(gr
     # The promoted replica takes writes.
     assert r.set("after", "1")
     wait_until(lambda: r.get("after") == b"1", what="a write on the promoted replica")
+
+
+def lag_of(primary):
+    from test_replication import info
+    fields = dict(kv.split("=") for kv in info(primary)["gradus_slave0_lag"].split(","))
+    return {k: int(v) for k, v in fields.items()}
+
+
+def test_a_paused_replicas_lag_shows_in_records_bytes_and_time(gradus_factory, tmp_path):
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p = client(primary)
+    p.set("warm", "1")
+    wait_until(lambda: lag_of(primary) == {"records": 0, "bytes": 0, "ms": 0}, what="no lag")
+    replica.signal(signal.SIGSTOP)
+    try:
+        for n in range(25):
+            p.set(f"k:{n}", "x" * 100)
+        time.sleep(0.3)
+        lag = lag_of(primary)
+        assert lag["records"] == 25, lag
+        assert lag["bytes"] > 25 * 100, lag
+        assert lag["ms"] >= 300, lag
+    finally:
+        replica.signal(signal.SIGCONT)
+    wait_until(lambda: lag_of(primary)["records"] == 0, what="the replica catching up")
+    assert lag_of(primary)["ms"] == 0

@@ -143,11 +143,21 @@ def test_tracking_redir_broken_push_when_the_redirect_target_is_gone(gradus, red
         t.call("GET", "c")
         r.sock.close()
         time.sleep(0.2)
+        # Broken only once a message found no target (flag `R`, `broken_redirect`).
+        before = (flags_of(t), b"broken_redirect" in t.call("CLIENT", "TRACKINGINFO"))
         redis_client(server).set("c", "1")
         got = t.read_for(0.3)
-        return got.replace(b":%d\r\n" % target, b":<id>\r\n")
+        after = (flags_of(t), b"broken_redirect" in t.call("CLIENT", "TRACKINGINFO"))
+        return got.replace(b":%d\r\n" % target, b":<id>\r\n"), before, after
 
-    assert both(gradus, redis_server, scenario) == b">2\r\n$21\r\ntracking-redir-broken\r\n:<id>\r\n"
+    got, before, after = both(gradus, redis_server, scenario)
+    assert got == b">2\r\n$21\r\ntracking-redir-broken\r\n:<id>\r\n"
+    assert before == ("t", False) and after == ("tR", True)
+
+
+def flags_of(raw):
+    info = raw.call("CLIENT", "INFO")
+    return next(f.split(b"=")[1] for f in info.split() if f.startswith(b"flags=")).decode()
 
 
 def test_reads_inside_exec_and_scripts_are_tracked(gradus, redis_server):

@@ -421,6 +421,8 @@ pub struct ClientHandle {
     pub tracking_redirect: std::sync::atomic::AtomicI64,
     /// It tracks in BCAST mode (CLIENT LIST flag `B`).
     pub tracking_bcast: AtomicBool,
+    /// An invalidation found its redirect target gone (CLIENT LIST flag `R`; see `tracking`).
+    pub tracking_broken: AtomicBool,
     /// Subscriptions to channels, patterns and shard channels (CLIENT LIST sub, psub, ssub).
     pub subs: [AtomicUsize; 3],
     /// The connection's buffers as CLIENT LIST shows them (qbuf, argv-mem …).
@@ -458,6 +460,7 @@ impl ClientHandle {
             mem: ConnectionMemory::default(),
             tracking_redirect: std::sync::atomic::AtomicI64::new(-1),
             tracking_bcast: AtomicBool::new(false),
+            tracking_broken: AtomicBool::new(false),
             role: AtomicU8::new(ClientRole::Normal as u8),
             outbox: Mutex::new(None),
             outbox_closed: AtomicBool::new(false),
@@ -537,9 +540,12 @@ impl ClientHandle {
         if self.multi_len.load(Ordering::Relaxed) >= 0 {
             flags.push('x');
         }
-        // Client-side caching: t(racking), B(CAST), as Redis shows them.
+        // Client-side caching: t(racking), R (broken redirect), B(CAST), as Redis shows them.
         if self.tracking_redirect.load(Ordering::Relaxed) >= 0 {
             flags.push('t');
+            if self.tracking_broken.load(Ordering::Relaxed) {
+                flags.push('R');
+            }
             if self.tracking_bcast.load(Ordering::Relaxed) {
                 flags.push('B');
             }
@@ -621,7 +627,7 @@ impl ClientHandle {
             + rbs
             + omem;
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} watch={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbp} obl={obl} oll={oll} omem={omem} tot-mem={tot_mem} events=r cmd={} user={} redir={redir} resp={} lib-name={} lib-ver={} durability={}",
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbp} obl={obl} oll={oll} omem={omem} tot-mem={tot_mem} events=r cmd={} user={} redir={redir} resp={} lib-name={} lib-ver={} durability={}",
             self.id,
             self.addr,
             self.laddr,
@@ -634,7 +640,6 @@ impl ClientHandle {
             subs[1],
             subs[2],
             multi,
-            self.watch_count.load(Ordering::Relaxed),
             self.last_cmd.lock(),
             self.user.lock(),
             self.resp.load(Ordering::Relaxed),

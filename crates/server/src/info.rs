@@ -118,7 +118,13 @@ fn server(shared: &Shared, out: &mut String) {
 
 fn clients(shared: &Shared, out: &mut String) {
     line!(out, "# Clients");
-    line!(out, "connected_clients:{}", shared.clients.len());
+    // As Redis: replicas' links are not counted here (INFO replication `connected_slaves`).
+    let replicas = shared.repl.replicas().len();
+    line!(
+        out,
+        "connected_clients:{}",
+        shared.clients.len().saturating_sub(replicas)
+    );
     line!(
         out,
         "maxclients:{}",
@@ -575,6 +581,17 @@ fn replication(shared: &Shared, out: &mut String) {
             r.ip.lock(),
             r.port.load(Ordering::Relaxed),
             r.ack_offset.load(Ordering::Relaxed)
+        );
+    }
+    // Gradus' own: how far each replica is behind, in records, bytes and the age of the oldest
+    // write it has not acknowledged (Sentinel reads only the `slaveN` lines above).
+    for (i, lag) in view.lags.iter().enumerate() {
+        line!(
+            out,
+            "gradus_slave{i}_lag:records={},bytes={},ms={}",
+            lag.records,
+            lag.bytes,
+            lag.ms
         );
     }
     line!(

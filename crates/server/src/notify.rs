@@ -273,17 +273,6 @@ pub fn before(
     } else {
         Vec::new()
     };
-    let saved_absent = if want_new {
-        let db = client.db;
-        let absent = keys
-            .iter()
-            .filter(|(_, live)| !live)
-            .map(|(k, _)| (db, k.clone()))
-            .collect();
-        std::mem::replace(&mut client.absent_keys, absent)
-    } else {
-        std::mem::take(&mut client.absent_keys)
-    };
     let misses = match spec.read_keys {
         Some((first, last)) if on && flags & KEY_MISS != 0 && write => {
             let db = client.db;
@@ -301,6 +290,17 @@ pub fn before(
                 .collect()
         }
         _ => Vec::new(),
+    };
+    let saved_absent = if want_new {
+        let db = client.db;
+        let absent = keys
+            .iter()
+            .filter(|(_, live)| !live)
+            .map(|(k, _)| (db, k.clone()))
+            .collect();
+        std::mem::replace(&mut client.absent_keys, absent)
+    } else {
+        std::mem::take(&mut client.absent_keys)
     };
     let saved_misses = std::mem::replace(&mut client.pending_misses, misses);
     Some(Before {

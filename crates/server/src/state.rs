@@ -74,7 +74,8 @@ pub struct LiveSettings {
     pub tls_ca_cert_file: Mutex<String>,
     pub tls_auth_clients: Mutex<String>,
     pub tls_protocols: Mutex<Vec<String>>,
-    /// Redis' encoding knobs (reported by CONFIG GET, no effect on how values are kept).
+    /// Redis' encoding knobs (reported by CONFIG GET; only the `zset-*` ones change how values are
+    /// kept: see `command::zsets::zset_limits`).
     pub list_max_listpack_size: AtomicI64,
     pub list_compress_depth: AtomicU64,
     pub set_max_intset_entries: AtomicU64,

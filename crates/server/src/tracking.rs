@@ -57,6 +57,12 @@ impl Tracker {
     /// only; a RESP2 connection is told nothing, as in Redis).
     fn route(&self, keys: Option<Vec<Bytes>>) -> Option<(Arc<Outbox>, Message)> {
         if self.options.redirect != 0 && self.target.is_closed() {
+            // Redis' CLIENT_TRACKING_BROKEN_REDIR, set when a message finds no target (CLIENT
+            // LIST flag `R`, TRACKINGINFO `broken_redirect`).
+            self.own
+                .handle
+                .tracking_broken
+                .store(true, Ordering::Relaxed);
             (self.own.resp() == ProtocolVersion::Resp3).then(|| {
                 (
                     self.own.clone(),
@@ -161,6 +167,7 @@ impl Tracking {
         own: Arc<Outbox>,
         options: Options,
     ) {
+        own.handle.tracking_broken.store(false, Ordering::Relaxed);
         let mut trackers = self.trackers.lock();
         if trackers
             .insert(
@@ -330,7 +337,7 @@ impl Tracking {
         self.trackers.lock().get(&id).map(|t| {
             (
                 t.options.clone(),
-                t.options.redirect != 0 && t.target.is_closed(),
+                t.own.handle.tracking_broken.load(Ordering::Relaxed),
             )
         })
     }

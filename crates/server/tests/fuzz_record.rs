@@ -63,6 +63,7 @@ fn value(rng: &mut StdRng) -> Value {
                 z.insert(
                     format!("m{i}").as_bytes(),
                     f64::from(rng.gen_range(-50..50)) / 4.0,
+                    gradus_store::ZSetLimits::REDIS_DEFAULT,
                 );
             }
             Value::zset(z)

@@ -539,6 +539,10 @@ impl Keyspace {
             self.shard(i)
                 .set_expired_log(on.then(|| self.expired_log.clone()));
         }
+        if !on {
+            // Not kept means not reported later either (no stale `expired` once back on).
+            self.expired_log.lock().clear();
+        }
     }
 
     /// The keys expiry reclaimed since the last call, in the order they were reclaimed. Locks

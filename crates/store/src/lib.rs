@@ -6,8 +6,8 @@
 //! - [`shard`]: a table of entries ([`table`]: one block per key, 8-byte slots) with lazy/active expiry, versions for WATCH, memory accounting;
 //! - [`snapshot`]: point-in-time copies by key-granular copy-on-write;
 //! - [`locks`]: native session locks (FIFO, fencing tokens, leases, waiter cap);
-//! - [`value`]: strings, hashes, sorted sets, lists ([`list`]: the packed list encoding) and sets
-//!   ([`set`]: intset, listpack, hashtable);
+//! - [`value`]: strings, hashes, sorted sets ([`zset`]: listpack, skiplist), lists ([`list`]: the
+//!   packed list encoding) and sets ([`set`]: intset, listpack, hashtable);
 //! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns;
 //! - [`gate`]: the slotted reader-writer lock behind `Store::shared`/`Store::exclusive`.
 //!
@@ -27,6 +27,7 @@ pub mod snapshot;
 pub mod store;
 pub mod table;
 pub mod value;
+pub mod zset;
 
 pub use keyspace::ShardGuard;
 pub use keyspace::{HeldShards, Keyspace, MultiLock, ScanPage, SHARDS};
@@ -35,7 +36,8 @@ pub use set::{Member, SetValue};
 pub use shard::{Cleared, Entry, EvictionPolicy, ItemMeta, ItemView, Shard, ValueView};
 pub use snapshot::{ShardCopyTimes, SnapshotSink};
 pub use store::Store;
-pub use value::{FieldHasher, HashValue, Score, ScoreBound, Value, ValueKind, ZSetValue};
+pub use value::{FieldHasher, HashValue, Value, ValueKind};
+pub use zset::{Score, ScoreBound, ZMember, ZSetLimits, ZSetValue};
 
 /// The current time in Unix milliseconds.
 pub fn now_ms() -> u64 {

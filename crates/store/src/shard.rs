@@ -16,7 +16,8 @@
 use crate::list::ListValue;
 use crate::set::SetValue;
 use crate::table::{alloc_class, key_of, EntryMap, Node};
-use crate::value::{HashValue, Value, ZSetValue};
+use crate::value::{HashValue, Value};
+use crate::zset::ZSetValue;
 use bytes::Bytes;
 use hashbrown::HashMap;
 use std::collections::BTreeSet;
@@ -203,9 +204,10 @@ impl ValueView<'_> {
         match self {
             ValueView::Str(b) => alloc_class(b.len()),
             ValueView::Hash(h) => h.mem_size(),
-            ValueView::ZSet(z) => std::mem::size_of::<ZSetValue>() + z.bytes,
+            // Held inline in the entry: only its buffer or its box and tables.
+            ValueView::ZSet(z) => z.mem_size(),
             ValueView::List(l) => l.mem_size(),
-            // The set's and the sorted set's own boxes (see `Value`).
+            // The set's own box (see `Value`).
             ValueView::Set(s) => std::mem::size_of::<SetValue>() + s.mem_size(),
         }
     }
@@ -664,16 +666,18 @@ impl Shard {
         self.map.get(key)
     }
 
-    /// The sorted set at `key` reports Redis' `skiplist` encoding from now on (Redis' SORT
-    /// converts the sorted set it sorts). Only how OBJECT ENCODING names it changes: no new
-    /// version, nothing to log or snapshot.
+    /// The sorted set at `key` becomes a skiplist if it is a listpack (Redis' SORT converts the
+    /// sorted set it sorts). Its members and scores do not change: no new version, nothing to log
+    /// or snapshot; only its memory is accounted anew.
     pub fn zset_to_skiplist(&mut self, key: &[u8]) {
         if let Some(Entry {
             value: Value::ZSet(z),
             ..
         }) = self.map.get_mut(key)
         {
-            z.keep_as_skiplist();
+            let before = z.mem_size();
+            z.convert_to_skiplist();
+            self.used_bytes = self.used_bytes + z.mem_size() - before;
         }
     }
 
@@ -1043,6 +1047,29 @@ mod tests {
         assert_eq!(sh.sweep_expired(45, 100), 5);
         assert_eq!(sh.len(), 5);
         assert_eq!(sh.sweep_expired(1000, 2), 2);
+        assert_eq!(sh.len(), 3);
+    }
+
+    #[test]
+    fn sweep_reports_each_key_it_removes_earliest_first() {
+        let mut sh = Shard::new();
+        for i in 0..5u64 {
+            sh.set(format!("k{i}").as_bytes(), s("v"), Some(100 - i * 10), 0);
+        }
+        sh.set(b"forever", s("v"), None, 0);
+        let mut removed = Vec::new();
+        assert_eq!(
+            sh.sweep_expired_with(85, 100, |k| removed.push(k.clone())),
+            3
+        );
+        assert_eq!(
+            removed,
+            [
+                Bytes::from_static(b"k4"),
+                Bytes::from_static(b"k3"),
+                Bytes::from_static(b"k2")
+            ]
+        );
         assert_eq!(sh.len(), 3);
     }
 

@@ -1,17 +1,15 @@
-//! The value types a key can hold: strings, hashes, sorted sets, lists (see [`crate::list`]) and
-//! sets (see [`crate::set`]).
+//! The value types a key can hold: strings, hashes, sorted sets (see [`crate::zset`]), lists (see
+//! [`crate::list`]) and sets (see [`crate::set`]).
 //!
 //! Each collection keeps a running byte count so `mem_size()` is O(1); the shard uses it to account
 //! memory on every write without walking the value. Nothing here knows about keys, expiry or locking.
 
 use crate::list::ListValue;
 use crate::set::SetValue;
+use crate::zset::ZSetValue;
 use bytes::Bytes;
 use hashbrown::HashMap;
-use imbl::OrdSet;
-use std::collections::BTreeSet;
 use std::hash::BuildHasher;
-use std::ops::Bound;
 use std::sync::Arc;
 
 /// Fixed per-item overhead used by the memory accounting (pointer-sized headers, hash slots).
@@ -20,9 +18,8 @@ pub const ITEM_OVERHEAD: usize = 32;
 
 /// Redis keeps a hash of up to this many fields in a listpack (`hash-max-listpack-entries`) ...
 pub const HASH_MAX_LISTPACK_ENTRIES: usize = 512;
-/// ... and a sorted set of up to this many members (`zset-max-listpack-entries`) ...
-pub const ZSET_MAX_LISTPACK_ENTRIES: usize = 128;
-/// ... while every field, value or member is at most this long (`*-max-listpack-value`).
+/// ... while every field or value is at most this long (`*-max-listpack-value`; for sorted sets
+/// see [`crate::zset::ZSetLimits`]).
 pub const LISTPACK_MAX_VALUE: usize = 64;
 /// Redis stores a string of up to this many bytes in one allocation with its header (`embstr`).
 pub const EMBSTR_MAX_LEN: usize = 44;
@@ -79,10 +76,11 @@ impl ValueKind {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     Str(Bytes),
-    // The collections are boxed: an entry holds a `Value` inline for every key, so the enum is
-    // as small as its string case (40 bytes instead of the sorted set's 96).
+    // A hash is boxed: an entry holds a `Value` inline for every key, so the enum is as small as
+    // its string case (40 bytes).
     Hash(Box<HashValue>),
-    ZSet(Box<ZSetValue>),
+    /// Inline: a sorted set is as small as a `Bytes` (a listpack is just its exact-sized buffer).
+    ZSet(ZSetValue),
     List(ListValue),
     /// Inline: a set is as small as a `Bytes` (an intset is just its exact-sized array).
     Set(SetValue),
@@ -94,9 +92,9 @@ impl Value {
         Value::Hash(Box::new(h))
     }
 
-    /// A sorted-set value (boxed: see the enum).
+    /// A sorted-set value (held inline: see the enum).
     pub fn zset(z: ZSetValue) -> Value {
-        Value::ZSet(Box::new(z))
+        Value::ZSet(z)
     }
 
     /// A set value (held inline: see the enum).
@@ -204,7 +202,7 @@ impl<V> Default for Parts<V> {
     }
 }
 
-fn bucket_of(field: &[u8]) -> usize {
+pub(crate) fn bucket_of(field: &[u8]) -> usize {
     (FieldHasher::default().hash_one(field) >> 58) as usize % HASH_BUCKETS
 }
 
@@ -486,284 +484,6 @@ fn shrink_if_loose(buf: &mut Vec<u8>) {
     }
 }
 
-/// A score with a total order (`f64::total_cmp`) so it can live in a BTreeSet. NaN never gets in:
-/// commands reject it before it reaches the set.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Score(pub f64);
-
-impl Eq for Score {}
-impl PartialOrd for Score {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Score {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        // -0.0 and 0.0 compare equal in Redis; normalise so total_cmp agrees.
-        let a = if self.0 == 0.0 { 0.0 } else { self.0 };
-        let b = if other.0 == 0.0 { 0.0 } else { other.0 };
-        a.total_cmp(&b)
-    }
-}
-
-/// One end of a score range (`ZCOUNT key (1 +inf`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ScoreBound {
-    pub value: f64,
-    pub exclusive: bool,
-}
-
-impl ScoreBound {
-    /// True when `score` is on the inner side of this bound used as a minimum.
-    pub fn below(&self, score: f64) -> bool {
-        if self.exclusive {
-            self.value < score
-        } else {
-            self.value <= score
-        }
-    }
-    /// True when `score` is on the inner side of this bound used as a maximum.
-    pub fn above(&self, score: f64) -> bool {
-        if self.exclusive {
-            score < self.value
-        } else {
-            score <= self.value
-        }
-    }
-}
-
-/// The (score, member) index of a sorted set: a `BTreeSet` while small, a persistent B-tree
-/// (`imbl::OrdSet`) from [`HASH_SPLIT_LEN`] members on, whose clone is O(1) and whose first change
-/// after a clone copies only the nodes on its path. The persistent tree takes about 14 % more
-/// memory per member, so small sets, which a snapshot copies in microseconds, do without it.
-#[derive(Debug, Clone)]
-enum Order {
-    Small(BTreeSet<Entry>),
-    Large(OrdSet<Entry>),
-}
-
-impl Default for Order {
-    fn default() -> Self {
-        Order::Small(BTreeSet::new())
-    }
-}
-
-impl Order {
-    fn insert(&mut self, entry: Entry) {
-        match self {
-            Order::Small(set) => {
-                set.insert(entry);
-            }
-            Order::Large(set) => {
-                set.insert(entry);
-            }
-        }
-    }
-    fn remove(&mut self, entry: &Entry) {
-        match self {
-            Order::Small(set) => {
-                set.remove(entry);
-            }
-            Order::Large(set) => {
-                set.remove(entry);
-            }
-        }
-    }
-    fn iter(
-        &self,
-    ) -> Either<impl DoubleEndedIterator<Item = &Entry>, impl DoubleEndedIterator<Item = &Entry>>
-    {
-        match self {
-            Order::Small(set) => Either::Left(set.iter()),
-            Order::Large(set) => Either::Right(set.iter()),
-        }
-    }
-    fn range(
-        &self,
-        range: (Bound<Entry>, Bound<Entry>),
-    ) -> Either<impl DoubleEndedIterator<Item = &Entry>, impl DoubleEndedIterator<Item = &Entry>>
-    {
-        match self {
-            Order::Small(set) => Either::Left(set.range(range)),
-            Order::Large(set) => Either::Right(set.range(range)),
-        }
-    }
-    /// Becomes persistent once the set reaches [`HASH_SPLIT_LEN`] members (`len`).
-    fn grew_to(&mut self, len: usize) {
-        if let Order::Small(set) = self {
-            if len >= HASH_SPLIT_LEN {
-                *self = Order::Large(std::mem::take(set).into_iter().collect());
-            }
-        }
-    }
-    fn is_large(&self) -> bool {
-        matches!(self, Order::Large(_))
-    }
-}
-
-/// An entry of a sorted set's order.
-type Entry = (Score, Bytes);
-
-/// One of two iterators over the same items.
-enum Either<L, R> {
-    Left(L),
-    Right(R),
-}
-
-impl<T, L: Iterator<Item = T>, R: Iterator<Item = T>> Iterator for Either<L, R> {
-    type Item = T;
-    fn next(&mut self) -> Option<T> {
-        match self {
-            Either::Left(l) => l.next(),
-            Either::Right(r) => r.next(),
-        }
-    }
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        match self {
-            Either::Left(l) => l.size_hint(),
-            Either::Right(r) => r.size_hint(),
-        }
-    }
-}
-
-impl<T, L: DoubleEndedIterator<Item = T>, R: DoubleEndedIterator<Item = T>> DoubleEndedIterator
-    for Either<L, R>
-{
-    fn next_back(&mut self) -> Option<T> {
-        match self {
-            Either::Left(l) => l.next_back(),
-            Either::Right(r) => r.next_back(),
-        }
-    }
-}
-
-/// A sorted set: member → score plus an ordered index of (score, member). The member map is kept
-/// like a hash's ([`Parts`]); the index of a large set is a persistent B-tree ([`Order`]), so a
-/// snapshot neither copies a large sorted set nor makes the next write to it do so.
-#[derive(Debug, Clone, Default)]
-pub struct ZSetValue {
-    scores: Parts<f64>,
-    ordered: Order,
-    len: usize,
-    pub(crate) bytes: usize,
-    /// As [`HashValue`]'s: set once the set went over the listpack limits, never cleared.
-    outgrew_listpack: bool,
-}
-
-impl PartialEq for ZSetValue {
-    fn eq(&self, other: &Self) -> bool {
-        self.len == other.len
-            && self
-                .scores
-                .iter()
-                .all(|(m, s)| other.score(m).is_some_and(|o| o.to_bits() == s.to_bits()))
-    }
-}
-
-impl ZSetValue {
-    pub fn new() -> Self {
-        Self::default()
-    }
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    pub fn score(&self, member: &[u8]) -> Option<f64> {
-        self.scores.get(member).copied()
-    }
-    /// Set `member`'s score; returns the previous score if it existed.
-    pub fn insert(&mut self, member: &[u8], score: f64) -> Option<f64> {
-        let scores = self.scores.map_of_mut(member);
-        if let Some(old) = scores.get_mut(member) {
-            let prev = *old;
-            if Score(prev) != Score(score) || prev.to_bits() != score.to_bits() {
-                *old = score;
-                let key = Bytes::copy_from_slice(member);
-                self.ordered.remove(&(Score(prev), key.clone()));
-                self.ordered.insert((Score(score), key));
-            }
-            Some(prev)
-        } else {
-            let key = Bytes::copy_from_slice(member);
-            scores.insert(key.clone(), score);
-            self.ordered.insert((Score(score), key));
-            self.bytes += 2 * member.len() + 8 + 2 * ITEM_OVERHEAD;
-            self.len += 1;
-            self.outgrew_listpack |=
-                self.len > ZSET_MAX_LISTPACK_ENTRIES || member.len() > LISTPACK_MAX_VALUE;
-            self.scores.grew_to(self.len);
-            self.ordered.grew_to(self.len);
-            None
-        }
-    }
-    pub fn remove(&mut self, member: &[u8]) -> bool {
-        match self.scores.map_of_mut(member).remove_entry(member) {
-            Some((key, score)) => {
-                self.ordered.remove(&(Score(score), key));
-                self.bytes -= 2 * member.len() + 8 + 2 * ITEM_OVERHEAD;
-                self.len -= 1;
-                true
-            }
-            None => false,
-        }
-    }
-    /// Report `skiplist` from now on, as Redis does for a sorted set once SORT has read it (SORT
-    /// converts the set it sorts). Not a change of the data.
-    pub fn keep_as_skiplist(&mut self) {
-        self.outgrew_listpack = true;
-    }
-    /// `OBJECT ENCODING`: `listpack` while the set has stayed within the listpack limits since
-    /// it was created (or loaded), else `skiplist`.
-    pub fn encoding(&self) -> &'static str {
-        if self.outgrew_listpack {
-            "skiplist"
-        } else {
-            "listpack"
-        }
-    }
-    /// Members in ascending (score, member) order.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> {
-        self.ordered.iter().map(|(s, m)| (m, s.0))
-    }
-    /// Members whose score lies within [min, max] (honouring exclusivity), ascending.
-    pub fn range_by_score(
-        &self,
-        min: ScoreBound,
-        max: ScoreBound,
-    ) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> {
-        let empty = min.value.is_nan()
-            || max.value.is_nan()
-            || min.value > max.value
-            || (min.value == max.value && (min.exclusive || max.exclusive));
-        let range = if empty {
-            None
-        } else {
-            let start = Bound::Included((Score(min.value), Bytes::new()));
-            let end = if max.value == f64::INFINITY {
-                Bound::Unbounded
-            } else {
-                Bound::Excluded((Score(max.value.next_up()), Bytes::new()))
-            };
-            Some(self.ordered.range((start, end)))
-        };
-        range
-            .into_iter()
-            .flatten()
-            .filter(move |(s, _)| min.below(s.0) && max.above(s.0))
-            .map(|(s, m)| (m, s.0))
-    }
-    /// Members and their scores, in no particular order (cheaper than [`ZSetValue::iter`]).
-    pub fn members(&self) -> impl Iterator<Item = (&Bytes, &f64)> + Clone {
-        self.scores.iter()
-    }
-    /// Whether the set is kept in shared parts and a persistent order (for tests).
-    pub fn is_split(&self) -> bool {
-        self.scores.is_split() && self.ordered.is_large()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -858,70 +578,6 @@ mod tests {
     }
 
     #[test]
-    fn a_large_sorted_set_is_shared_by_a_clone_and_keeps_its_order() {
-        let mut z = ZSetValue::new();
-        let n = HASH_SPLIT_LEN + 500;
-        let score = |i: usize| ((i * 7919) % 1000) as f64 - 500.0;
-        for i in 0..n {
-            assert_eq!(z.insert(format!("m{i}").as_bytes(), score(i)), None);
-        }
-        assert!(z.is_split());
-        let snapshot = z.clone();
-        assert_eq!(z.insert(b"m1", 10_000.0), Some(score(1)));
-        assert!(z.remove(b"m2"));
-        assert_eq!(z.insert(b"new", -10_000.0), None);
-        // The clone is what it was.
-        assert_eq!(snapshot.len(), n);
-        assert_eq!(snapshot.score(b"m1"), Some(score(1)));
-        assert_eq!(snapshot.score(b"m2"), Some(score(2)));
-        assert_eq!(snapshot.score(b"new"), None);
-        assert_ne!(snapshot, z);
-        assert_eq!(
-            shared_parts(&snapshot.scores, &z.scores),
-            HASH_BUCKETS - parts_of(&[b"m1", b"m2", b"new"]),
-            "only the written parts are copied"
-        );
-        // Both orders agree with a sorted model.
-        for (set, changed) in [(&snapshot, false), (&z, true)] {
-            let mut model: Vec<(Score, Vec<u8>)> = (0..n)
-                .filter(|&i| !(changed && i == 2))
-                .map(|i| {
-                    let s = if changed && i == 1 {
-                        10_000.0
-                    } else {
-                        score(i)
-                    };
-                    (Score(s), format!("m{i}").into_bytes())
-                })
-                .collect();
-            if changed {
-                model.push((Score(-10_000.0), b"new".to_vec()));
-            }
-            model.sort();
-            let got: Vec<(Score, Vec<u8>)> =
-                set.iter().map(|(m, s)| (Score(s), m.to_vec())).collect();
-            assert_eq!(got, model);
-            assert_eq!(set.len(), model.len());
-            let zero = ScoreBound {
-                value: 0.0,
-                exclusive: false,
-            };
-            let ten = ScoreBound {
-                value: 10.0,
-                exclusive: true,
-            };
-            let in_range = set.range_by_score(zero, ten).count();
-            assert_eq!(
-                in_range,
-                model
-                    .iter()
-                    .filter(|(s, _)| s.0 >= 0.0 && s.0 < 10.0)
-                    .count()
-            );
-        }
-    }
-
-    #[test]
     fn encodings_follow_redis_rules() {
         assert_eq!(string_encoding(b"123"), "int");
         assert_eq!(string_encoding(b"-9223372036854775808"), "int");
@@ -946,48 +602,5 @@ mod tests {
         assert_eq!(long.encoding(), "listpack");
         long.insert(b"f", &[b'v'; LISTPACK_MAX_VALUE + 1]);
         assert_eq!(Value::hash(long).encoding(), "hashtable");
-
-        let mut z = ZSetValue::new();
-        for i in 0..ZSET_MAX_LISTPACK_ENTRIES {
-            z.insert(format!("m{i}").as_bytes(), 1.0);
-        }
-        assert_eq!(z.encoding(), "listpack");
-        z.insert(b"one-more", 1.0);
-        assert_eq!(z.encoding(), "skiplist");
-        let mut z = ZSetValue::new();
-        z.insert(&[b'm'; LISTPACK_MAX_VALUE], 1.0);
-        assert_eq!(z.encoding(), "listpack");
-        z.insert(&[b'm'; LISTPACK_MAX_VALUE + 1], 1.0);
-        assert_eq!(Value::zset(z).encoding(), "skiplist");
-    }
-
-    #[test]
-    fn zset_orders_by_score_then_member() {
-        let mut z = ZSetValue::new();
-        z.insert(b"b", 1.0);
-        z.insert(b"a", 1.0);
-        z.insert(b"c", 0.5);
-        let order: Vec<_> = z.iter().map(|(m, _)| m.clone()).collect();
-        assert_eq!(order, vec!["c", "a", "b"]);
-        assert_eq!(z.insert(b"c", 2.0), Some(0.5));
-        let order: Vec<_> = z.iter().map(|(m, _)| m.clone()).collect();
-        assert_eq!(order, vec!["a", "b", "c"]);
-        let incl = ScoreBound {
-            value: 1.0,
-            exclusive: false,
-        };
-        let excl = ScoreBound {
-            value: 1.0,
-            exclusive: true,
-        };
-        let inf = ScoreBound {
-            value: f64::INFINITY,
-            exclusive: false,
-        };
-        assert_eq!(z.range_by_score(incl, inf).count(), 3);
-        assert_eq!(z.range_by_score(excl, inf).count(), 1);
-        assert!(z.remove(b"a"));
-        assert!(!z.remove(b"a"));
-        assert_eq!(z.len(), 2);
     }
 }

@@ -13,7 +13,7 @@ use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
 use gradus_proto::rdb::{self, RdbValue};
 use gradus_proto::Frame;
-use gradus_store::{HashValue, ListValue, SetValue, Value, ZSetValue};
+use gradus_store::{HashValue, ListValue, SetValue, Value, ZSetLimits, ZSetValue};
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
@@ -30,14 +30,14 @@ fn to_rdb(value: &Value) -> RdbValue {
                 .map(|(f, v)| (Bytes::copy_from_slice(f), Bytes::copy_from_slice(v)))
                 .collect(),
         ),
-        Value::ZSet(z) => RdbValue::ZSet(z.iter().map(|(m, s)| (m.clone(), s)).collect()),
+        Value::ZSet(z) => RdbValue::ZSet(z.iter().map(|(m, s)| (m.to_bytes(), s)).collect()),
         Value::List(l) => RdbValue::List(l.iter().map(Bytes::copy_from_slice).collect()),
         Value::Set(s) => RdbValue::Set(s.iter().map(|m| m.to_bytes()).collect()),
     }
 }
 
 /// A stored value from the codec's (its bytes copied, so nothing pins the request buffer).
-fn from_rdb(value: RdbValue) -> Value {
+fn from_rdb(value: RdbValue, zset_limits: ZSetLimits) -> Value {
     let own = |b: &Bytes| Bytes::copy_from_slice(b);
     match value {
         RdbValue::Str(b) => Value::Str(own(&b)),
@@ -53,10 +53,10 @@ fn from_rdb(value: RdbValue) -> Value {
             Value::set(s)
         }
         RdbValue::ZSet(pairs) => {
-            let mut z = ZSetValue::new();
-            for (m, score) in &pairs {
-                z.insert(m, *score);
-            }
+            // Packed if it fits the live limits, whichever encoding the payload had (Redis
+            // converts a restored skiplist that fits, as it does a loaded one).
+            let mut z = ZSetValue::sized_for(pairs.len(), 0, zset_limits);
+            z.extend(pairs.iter().map(|(m, s)| (&m[..], *s)), zset_limits);
             Value::zset(z)
         }
         RdbValue::Hash(pairs) => {
@@ -138,6 +138,7 @@ fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         (t, true) => Some(t as u64),
         (t, false) => Some(now.saturating_add(t as u64)),
     };
+    let zset_limits = super::zsets::zset_limits(ctx);
     let mut shard = ctx.db().lock(key);
     if expires_at.is_some_and(|at| at <= now) {
         // Already expired: Redis deletes the key (with REPLACE) and creates nothing.
@@ -148,7 +149,7 @@ fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         return Ok(Frame::ok());
     }
-    shard.set(key, from_rdb(value), expires_at, now);
+    shard.set(key, from_rdb(value, zset_limits), expires_at, now);
     if let Some(seconds) = idle {
         shard.set_idle(key, seconds.saturating_mul(1000), now);
     }
@@ -172,7 +173,7 @@ mod tests {
         let mut h = HashValue::new();
         h.insert(b"f", b"v");
         let mut z = ZSetValue::new();
-        z.insert(b"m", 1.5);
+        z.insert(b"m", 1.5, ZSetLimits::REDIS_DEFAULT);
         let mut s = SetValue::new();
         s.insert(b"7");
         s.insert(b"x");
@@ -185,7 +186,7 @@ mod tests {
         ];
         for value in values {
             let payload = rdb::dump(&to_rdb(&value)).unwrap();
-            let back = from_rdb(rdb::restore(&payload).unwrap());
+            let back = from_rdb(rdb::restore(&payload).unwrap(), ZSetLimits::REDIS_DEFAULT);
             assert_eq!(back, value);
         }
     }

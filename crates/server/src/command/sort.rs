@@ -47,7 +47,7 @@ pub struct Elements {
 pub fn elements_of(value: &Value) -> Result<Elements, CmdError> {
     match value {
         Value::ZSet(z) => Ok(Elements {
-            items: z.iter().map(|(member, _)| member.clone()).collect(),
+            items: z.iter().map(|(member, _)| member.to_bytes()).collect(),
             ordered: true,
         }),
         Value::List(l) => Ok(Elements {
@@ -457,8 +457,8 @@ mod tests {
     #[test]
     fn only_sortable_types_have_elements() {
         let mut z = gradus_store::ZSetValue::new();
-        z.insert(b"b", 1.0);
-        z.insert(b"a", 2.0);
+        z.insert(b"b", 1.0, gradus_store::ZSetLimits::REDIS_DEFAULT);
+        z.insert(b"a", 2.0, gradus_store::ZSetLimits::REDIS_DEFAULT);
         let e = elements_of(&Value::zset(z)).unwrap();
         assert_eq!(e.items, [Bytes::from("b"), Bytes::from("a")]);
         assert!(e.ordered);

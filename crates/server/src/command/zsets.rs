@@ -7,23 +7,24 @@
 //! set really changes, so no-op commands leave the entry's version (WATCH) alone, as Redis does.
 //! Scores are `f64` and replied as `Frame::Double`, which the encoder turns into a bulk string for
 //! RESP2; where the reply *shape* differs between RESP2 and RESP3 (score pairs) the handler checks
-//! the client's protocol. This module depends only on the store's values and the argument helpers.
+//! the client's protocol. A set's encoding (listpack or skiplist) is the store's business; writes
+//! pass it the live `zset-max-listpack-*` limits ([`zset_limits`]). This module depends only on the
+//! store's values, the live settings and the argument helpers.
 
 use super::hashes::{
     pairs_reply, parse_random_count, parse_scan_cursor, parse_scan_options, random_picks,
     scan_reply,
 };
-use super::{
-    arity_error, cmd, flags, CommandSpec, Ctx, KEY1, LISTPACK_MAX_ENTRIES, LISTPACK_MAX_VALUE,
-};
+use super::{arity_error, cmd, flags, CommandSpec, Ctx, KEY1};
 use crate::args::{float_arg, int_arg, is, score_bound};
 use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
 use gradus_proto::{format_double, Frame, ProtocolVersion};
 use gradus_store::glob::glob_match;
 use gradus_store::scan::{scan_position, scan_step};
-use gradus_store::{ScoreBound, Shard, Value, ZSetValue};
+use gradus_store::{ScoreBound, Shard, Value, ZMember, ZSetLimits, ZSetValue};
 use rand::Rng;
+use std::sync::atomic::Ordering;
 
 const W: u32 = flags::WRITE;
 const R: u32 = flags::READONLY;
@@ -76,13 +77,24 @@ fn lookup_zset<'s>(
     super::lookup_typed(ctx, shard, key, Value::as_zset)
 }
 
-/// Apply `f` to the sorted set at `key`, creating an empty one when `create` and absent.
+/// The live `zset-max-listpack-entries` / `zset-max-listpack-value` limits a write keeps a
+/// sorted set packed within.
+pub(crate) fn zset_limits(ctx: &Ctx<'_>) -> ZSetLimits {
+    let live = &ctx.shared.live;
+    let as_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    ZSetLimits {
+        entries: as_usize(live.zset_max_listpack_entries.load(Ordering::Relaxed)),
+        value: as_usize(live.zset_max_listpack_value.load(Ordering::Relaxed)),
+    }
+}
+
+/// Apply `f` to the sorted set at `key`, creating it as `create` when given and absent.
 /// The caller has already checked the type with [`read_zset`] under the same lock.
 fn change_zset<R: Default>(
     shard: &mut Shard,
     key: &[u8],
     now: u64,
-    create: bool,
+    create: Option<ZSetValue>,
     f: impl FnOnce(&mut ZSetValue) -> R,
 ) -> R {
     let apply = |value: &mut Value| match value {
@@ -90,10 +102,9 @@ fn change_zset<R: Default>(
         // Unreachable after read_zset.
         _ => R::default(),
     };
-    if create {
-        shard.upsert(key, now, || Value::zset(ZSetValue::new()), apply)
-    } else {
-        shard.modify(key, now, apply).unwrap_or_default()
+    match create {
+        Some(fresh) => shard.upsert(key, now, || Value::zset(fresh), apply),
+        None => shard.modify(key, now, apply).unwrap_or_default(),
     }
 }
 
@@ -102,7 +113,7 @@ fn remove_members(shard: &mut Shard, key: &[u8], now: u64, members: &[Bytes]) ->
     if members.is_empty() {
         return 0;
     }
-    change_zset(shard, key, now, false, |z| {
+    change_zset(shard, key, now, None, |z| {
         members.iter().filter(|m| z.remove(m)).count() as i64
     })
 }
@@ -124,6 +135,14 @@ fn score_arg(arg: &[u8]) -> Result<f64, CmdError> {
 
 /// Members with scores, in reply order.
 type Scored = Vec<(Bytes, f64)>;
+
+/// Members with scores as the set holds them (borrowed), in reply order.
+type ScoredRef<'z> = Vec<(ZMember<'z>, f64)>;
+
+/// Borrowed members made the reply's own (a skiplist's shared, a listpack's copied).
+fn owned(items: ScoredRef<'_>) -> Scored {
+    items.into_iter().map(|(m, s)| (m.to_bytes(), s)).collect()
+}
 
 /// A member-and-score list as a reply: members only, or with scores (flat in RESP2, pairs in RESP3).
 fn scored_reply(items: Scored, with_scores: bool, resp: ProtocolVersion) -> Frame {
@@ -247,6 +266,7 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &[Bytes], incr: bool) -> CmdResult {
 
     let key = &args[1];
     let now = ctx.now_ms;
+    let limits = zset_limits(ctx);
     let mut shard = ctx.db().lock(key);
     // Decide on the current state first: if no pair changes anything, nothing is written (and,
     // since each pair is then a no-op against the same state, that is also the sequential answer).
@@ -262,19 +282,38 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &[Bytes], incr: bool) -> CmdResult {
             (changes, Some(last))
         }
     };
+    // More pairs than a listpack holds make an existing one a skiplist first, whatever they
+    // change (Redis 7.2's zsetTypeMaybeConvert; a new key is created so, below).
+    if outcome.is_some() && pairs.len() > limits.entries {
+        shard.zset_to_skiplist(key);
+    }
     let (added, updated, last) = if changes {
-        change_zset(&mut shard, key, now, true, |z| {
+        // A new key starts as the encoding its first pairs call for (Redis' zsetTypeCreate).
+        let create = outcome
+            .is_none()
+            .then(|| ZSetValue::sized_for(pairs.len(), pairs[0].1.len(), limits));
+        // On a new key, distinct members are all added as given (NX, GT and LT only refuse
+        // updates): the set is built at once, one allocation for a listpack.
+        let all_new = create.is_some() && distinct_members(&pairs);
+        change_zset(&mut shard, key, now, create, |z| {
+            if all_new {
+                z.extend(pairs.iter().map(|&(s, m)| (&m[..], s)), limits);
+                let last = pairs
+                    .last()
+                    .map_or(AddOutcome::Nop, |&(s, _)| AddOutcome::Added(s));
+                return (pairs.len() as i64, 0, last);
+            }
             let (mut added, mut updated, mut last) = (0i64, 0i64, AddOutcome::Nop);
             for &(score, member) in &pairs {
                 // An error is impossible here: it would have been returned by the check above.
                 last = add_outcome(z.score(member), score, opts).unwrap_or(AddOutcome::Nop);
                 match last {
                     AddOutcome::Added(s) => {
-                        z.insert(member, s);
+                        z.insert(member, s, limits);
                         added += 1;
                     }
                     AddOutcome::Updated(s) => {
-                        z.insert(member, s);
+                        z.insert(member, s, limits);
                         updated += 1;
                     }
                     AddOutcome::Same(_) | AddOutcome::Nop => {}
@@ -299,6 +338,13 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &[Bytes], incr: bool) -> CmdResult {
     } else {
         Frame::Integer(if opts.ch { added + updated } else { added })
     })
+}
+
+/// Whether no member appears twice among `pairs`.
+fn distinct_members(pairs: &[(f64, &Bytes)]) -> bool {
+    let mut members: Vec<&[u8]> = pairs.iter().map(|(_, m)| &m[..]).collect();
+    members.sort_unstable();
+    members.windows(2).all(|w| w[0] != w[1])
 }
 
 fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -377,11 +423,9 @@ fn zrank_generic(ctx: &mut Ctx<'_>, args: &[Bytes], reverse: bool) -> CmdResult 
     let Some(z) = lookup_zset(ctx, &mut shard, key)? else {
         return Ok(missing);
     };
-    let Some(score) = z.score(member) else {
+    let Some((below, score)) = z.rank(member) else {
         return Ok(missing);
     };
-    // No order statistics in the index: count the members before this one.
-    let below = z.iter().take_while(|(m, _)| *m != member).count();
     let rank = if reverse { z.len() - 1 - below } else { below } as i64;
     Ok(if with_score {
         Frame::Array(vec![Frame::Integer(rank), Frame::Double(score)])
@@ -482,11 +526,21 @@ fn apply_limit<T>(items: impl Iterator<Item = T>, offset: i64, limit: i64) -> Ve
     items.skip(skip).take(take).collect()
 }
 
+/// The members `range` selects from `z`, made the reply's own (see [`select_ref`]).
+fn select(z: &ZSetValue, range: &Range, reverse: bool, offset: i64, limit: i64) -> Scored {
+    owned(select_ref(z, range, reverse, offset, limit))
+}
+
 /// The members `range` selects from `z`, in ascending order or, with `reverse`, descending
 /// (for which score and lex ranges are still given as min, max). LIMIT applies to score and lex
 /// ranges only.
-fn select(z: &ZSetValue, range: &Range, reverse: bool, offset: i64, limit: i64) -> Scored {
-    let owned = |(m, s): (&Bytes, f64)| (m.clone(), s);
+fn select_ref<'z>(
+    z: &'z ZSetValue,
+    range: &Range,
+    reverse: bool,
+    offset: i64,
+    limit: i64,
+) -> ScoredRef<'z> {
     match range {
         Range::Rank { start, stop } => {
             let len = z.len() as i64;
@@ -507,13 +561,13 @@ fn select(z: &ZSetValue, range: &Range, reverse: bool, offset: i64, limit: i64) 
             let count = (stop.min(len - 1) - start + 1) as usize;
             let start = start as usize;
             if reverse {
-                z.iter().rev().skip(start).take(count).map(owned).collect()
+                z.iter().rev().skip(start).take(count).collect()
             } else {
-                z.iter().skip(start).take(count).map(owned).collect()
+                z.iter().skip(start).take(count).collect()
             }
         }
         Range::Score { min, max } => {
-            let items = z.range_by_score(*min, *max).map(owned);
+            let items = z.range_by_score(*min, *max);
             if reverse {
                 apply_limit(items.rev(), offset, limit)
             } else {
@@ -526,15 +580,13 @@ fn select(z: &ZSetValue, range: &Range, reverse: bool, offset: i64, limit: i64) 
                     .iter()
                     .rev()
                     .skip_while(|(m, _)| !max.above(m))
-                    .take_while(|(m, _)| min.below(m))
-                    .map(owned);
+                    .take_while(|(m, _)| min.below(m));
                 apply_limit(items, offset, limit)
             } else {
                 let items = z
                     .iter()
                     .skip_while(|(m, _)| !min.below(m))
-                    .take_while(|(m, _)| max.above(m))
-                    .map(owned);
+                    .take_while(|(m, _)| max.above(m));
                 apply_limit(items, offset, limit)
             }
         }
@@ -677,31 +729,34 @@ fn zrangestore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let req = parse_range_request(args, 2, true, None, None)?;
     let (dst, src) = (&args[1], &args[2]);
     let now = ctx.now_ms;
+    let limits = zset_limits(ctx);
     let db = ctx.db();
     let mut locked = db.lock_keys([&dst[..], &src[..]]);
     let source = locked.shard(src);
     ctx.lookup(source.get(src, now).is_some());
-    let items = match read_zset(source, src, now)? {
-        None => Vec::new(),
-        Some(z) => select(z, &req.range, req.reverse, req.offset, req.limit),
+    let stored = match read_zset(source, src, now)? {
+        None => None,
+        Some(z) => {
+            let items = select_ref(z, &req.range, req.reverse, req.offset, req.limit);
+            let count = items.len();
+            let mut stored = ZSetValue::sized_for(count, 0, limits);
+            stored.extend(items.iter().map(|(m, s)| (m.as_slice(), *s)), limits);
+            Some((stored, count))
+        }
     };
     let target = locked.shard(dst);
-    if items.is_empty() {
+    let Some((z, count)) = stored.filter(|(_, count)| *count > 0) else {
         let deleted = target.remove(dst, now).is_some();
         drop(locked);
         if deleted {
             ctx.notify(crate::notify::GENERIC, "del", dst);
         }
         return Ok(Frame::Integer(0));
-    }
-    let mut z = ZSetValue::new();
-    for (member, score) in &items {
-        z.insert(member, *score);
-    }
+    };
     target.set(dst, Value::zset(z), None, now);
     drop(locked);
     ctx.notify(crate::notify::ZSET, "zrangestore", dst);
-    Ok(Frame::Integer(items.len() as i64))
+    Ok(Frame::Integer(count as i64))
 }
 
 fn zcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -721,7 +776,7 @@ fn zlexcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let zset = lookup_zset(ctx, &mut shard, key)?;
     let range = Range::Lex { min, max };
     Ok(Frame::Integer(
-        zset.map_or(0, |z| select(z, &range, false, 0, -1).len()) as i64,
+        zset.map_or(0, |z| select_ref(z, &range, false, 0, -1).len()) as i64,
     ))
 }
 
@@ -732,9 +787,9 @@ fn zremrange_generic(ctx: &mut Ctx<'_>, args: &[Bytes], range: Range) -> CmdResu
     let mut shard = ctx.db().lock(key);
     let doomed: Vec<Bytes> = match read_zset(&mut shard, key, now)? {
         None => return Ok(Frame::Integer(0)),
-        Some(z) => select(z, &range, false, 0, -1)
+        Some(z) => select_ref(z, &range, false, 0, -1)
             .into_iter()
-            .map(|(m, _)| m)
+            .map(|(m, _)| m.to_bytes())
             .collect(),
     };
     Ok(Frame::Integer(remove_members(
@@ -786,7 +841,7 @@ fn zpop_generic(ctx: &mut Ctx<'_>, args: &[Bytes], max: bool) -> CmdResult {
     let popped: Scored = match read_zset(&mut shard, key, now)? {
         None => return Ok(Frame::Array(Vec::new())),
         Some(z) => {
-            let owned = |(m, s): (&Bytes, f64)| (m.clone(), s);
+            let owned = |(m, s): (ZMember<'_>, f64)| (m.to_bytes(), s);
             if max {
                 z.iter().rev().take(wanted).map(owned).collect()
             } else {
@@ -838,13 +893,13 @@ fn zrandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             .members()
             .map(|(m, _)| m)
             .nth(index)
-            .map_or(Frame::Null, |m| Frame::Bulk(m.clone())));
+            .map_or(Frame::Null, |m| Frame::Bulk(m.to_bytes())));
     };
     let Some(z) = zset else {
         return Ok(Frame::Array(Vec::new()));
     };
     let picks = random_picks(z.members(), z.len(), count);
-    let items = picks.into_iter().map(|(m, s)| (m.clone(), *s)).collect();
+    let items = picks.into_iter().map(|(m, s)| (m.to_bytes(), s)).collect();
     Ok(scored_reply(items, with_scores, resp))
 }
 
@@ -856,27 +911,25 @@ fn zscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(scan_reply(0, Vec::new()));
     };
     let options = parse_scan_options(&args[3..], false)?;
-    let small =
-        z.len() <= LISTPACK_MAX_ENTRIES && z.members().all(|(m, _)| m.len() <= LISTPACK_MAX_VALUE);
     // A listpack-encoded set is returned whole, whatever the cursor, like Redis does.
-    let (page, next): (Vec<(&Bytes, &f64)>, u64) = if small {
+    let (page, next): (ScoredRef<'_>, u64) = if z.is_packed() {
         (z.members().collect(), 0)
     } else {
         let hasher = gradus_store::FieldHasher::default();
         let items = z
             .members()
-            .map(|(m, s)| (scan_position(&hasher, m), (m, s)));
+            .map(|(m, s)| (scan_position(&hasher, m.as_slice()), (m, s)));
         let (page, next) = scan_step(items, cursor, options.count);
         (page, next.unwrap_or(0))
     };
     let mut elements = Vec::with_capacity(page.len() * 2);
     for (member, score) in page {
-        if options.pattern.is_some_and(|p| !glob_match(p, member)) {
+        if options.pattern.is_some_and(|p| !glob_match(p, &member)) {
             continue;
         }
-        elements.push(Frame::Bulk(member.clone()));
+        elements.push(Frame::Bulk(member.to_bytes()));
         // ZSCAN scores are plain bulk strings in both protocols.
-        elements.push(Frame::Bulk(Bytes::from(format_double(*score))));
+        elements.push(Frame::Bulk(Bytes::from(format_double(score))));
     }
     Ok(scan_reply(next, elements))
 }
@@ -896,7 +949,7 @@ mod tests {
     fn sample() -> ZSetValue {
         let mut z = ZSetValue::new();
         for (m, s) in [("a", 1.0), ("b", 2.0), ("c", 3.0), ("d", 4.0)] {
-            z.insert(m.as_bytes(), s);
+            z.insert(m.as_bytes(), s, ZSetLimits::REDIS_DEFAULT);
         }
         z
     }

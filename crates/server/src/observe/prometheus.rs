@@ -163,6 +163,30 @@ fn replication(shared: &Shared, e: &mut Exposition) {
         );
     }
     e.family(
+        "gradus_replica_lag_records",
+        "gauge",
+        "Per connected replica: stream records (writes) it has not acknowledged yet.",
+    );
+    for (r, lag) in view.replicas.iter().zip(&view.lags) {
+        e.sample(
+            "gradus_replica_lag_records",
+            &[("replica", &name(r))],
+            lag.records as f64,
+        );
+    }
+    e.family(
+        "gradus_replica_lag_seconds",
+        "gauge",
+        "Per connected replica: age of the oldest write it has not acknowledged (0: none).",
+    );
+    for (r, lag) in view.replicas.iter().zip(&view.lags) {
+        e.sample(
+            "gradus_replica_lag_seconds",
+            &[("replica", &name(r))],
+            lag.ms as f64 / 1000.0,
+        );
+    }
+    e.family(
         "gradus_replica_ack_age_seconds",
         "gauge",
         "Per connected replica: seconds since its last acknowledgement (INFO lag).",

@@ -49,7 +49,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use gradus_log::format::MAX_RECORD_LEN;
 use gradus_store::{
-    End, HashValue, ItemMeta, ItemView, ListValue, SetValue, Value, ValueView, ZSetValue,
+    End, HashValue, ItemMeta, ItemView, ListValue, SetValue, Value, ValueView, ZSetLimits,
+    ZSetValue,
 };
 
 const TAG_COMMANDS: u8 = 1;
@@ -361,8 +362,8 @@ fn encode_item_parts(
             emit_counted_parts(size, h.iter(), put, kinds, part_bytes, header, emit);
         }
         ValueView::ZSet(z) => {
-            let put = |out: &mut BytesMut, (m, s): (&Bytes, f64)| {
-                put_bytes(out, m);
+            let put = |out: &mut BytesMut, (m, s): (gradus_store::ZMember<'_>, f64)| {
+                put_bytes(out, &m);
                 out.put_u64_le(s.to_bits());
             };
             let kinds = (KIND_ZSET, KIND_MORE_ZSET);
@@ -643,16 +644,24 @@ fn read_hash_into(r: &mut Reader, h: &mut HashValue) -> Result<(), RecordError> 
     Ok(())
 }
 
-/// A sorted set's elements (count, then member and score each), inserted into `z`.
+/// A sorted set's elements (count, then member and score each), inserted into `z` at once: a
+/// listpack if they fit Redis' default limits (a loaded set is a fresh key, as in Redis' RDB
+/// load; the record layer does not see the live settings).
 fn read_zset_into(r: &mut Reader, z: &mut ZSetValue) -> Result<(), RecordError> {
-    for _ in 0..r.count(12)? {
+    let count = r.count(12)?;
+    let mut pairs = Vec::with_capacity(count);
+    for _ in 0..count {
         let m = r.bytes()?;
         let s = f64::from_bits(r.u64()?);
         if s.is_nan() {
             return Err(RecordError("NaN score"));
         }
-        z.insert(&m, s);
+        pairs.push((m, s));
     }
+    z.extend(
+        pairs.iter().map(|(m, s)| (&m[..], *s)),
+        ZSetLimits::REDIS_DEFAULT,
+    );
     Ok(())
 }
 
@@ -868,7 +877,11 @@ mod tests {
         let mut set = SetValue::new();
         for i in 0..1000 {
             h.insert(format!("field{i}").as_bytes(), &[b'v'; 40]);
-            z.insert(format!("member{i}").as_bytes(), f64::from(i) / 3.0);
+            z.insert(
+                format!("member{i}").as_bytes(),
+                f64::from(i) / 3.0,
+                ZSetLimits::REDIS_DEFAULT,
+            );
             set.insert(format!("set-member-{i}").as_bytes());
         }
         let long: Bytes = (0..10_000u32).flat_map(|i| i.to_le_bytes()).collect();
@@ -1007,7 +1020,7 @@ mod tests {
         let mut h = HashValue::new();
         h.insert(b"f", b"v");
         let mut z = ZSetValue::new();
-        z.insert(b"m", -1.5);
+        z.insert(b"m", -1.5, ZSetLimits::REDIS_DEFAULT);
         let sets = set_of_each_encoding();
         shard.set(b"s", Value::Str(Bytes::from("x")), Some(99), 0);
         shard.set(b"h", Value::hash(h.clone()), None, 0);
@@ -1099,7 +1112,11 @@ mod tests {
         let mut set = SetValue::new();
         for i in 0..200 {
             h.insert(format!("field:{i}").as_bytes(), b"some session data, ");
-            z.insert(format!("member:{i}").as_bytes(), f64::from(i));
+            z.insert(
+                format!("member:{i}").as_bytes(),
+                f64::from(i),
+                ZSetLimits::REDIS_DEFAULT,
+            );
             set.insert(format!("tag:course:{i}").as_bytes());
         }
         let text = Bytes::from("a:3:{s:4:\"user\";i:42;} ".repeat(200));

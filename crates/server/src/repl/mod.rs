@@ -286,6 +286,73 @@ struct Inner {
     offset: u64,
     backlog: Option<Backlog>,
     replicas: Vec<Arc<ReplicaLink>>,
+    /// RECORD frames fed so far.
+    records: u64,
+    /// The frames fed while replicas are connected that some replica may not have acknowledged
+    /// yet (oldest first, at most [`MAX_MARKS`]): the lag in records and time.
+    marks: VecDeque<Mark>,
+}
+
+/// One frame fed while replicas are connected: where it ends in the stream, how many records
+/// were fed before it, and when (Unix ms).
+struct Mark {
+    end: u64,
+    records_before: u64,
+    at_ms: u64,
+}
+
+/// Marks kept at most: past this many unacknowledged frames a replica's lag in records and time
+/// is counted from the oldest kept (a lower bound; its lag in bytes stays exact).
+const MAX_MARKS: usize = 1 << 16;
+
+/// How far a replica is behind: stream records and bytes it has not acknowledged, and the age of
+/// the oldest of them (0 when it acknowledged everything).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lag {
+    pub records: u64,
+    pub bytes: u64,
+    pub ms: u64,
+}
+
+impl Inner {
+    /// Drop the marks every replica has acknowledged (checked every 256 marks, so a feed costs
+    /// O(1) amortised), and the oldest past [`MAX_MARKS`].
+    fn forget_acknowledged_marks(&mut self) {
+        if !self.marks.len().is_multiple_of(256) && self.marks.len() <= MAX_MARKS {
+            return;
+        }
+        let acked = self
+            .replicas
+            .iter()
+            .map(|r| r.ack_offset.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(u64::MAX);
+        while self
+            .marks
+            .front()
+            .is_some_and(|m| m.end <= acked || self.marks.len() > MAX_MARKS)
+        {
+            self.marks.pop_front();
+        }
+    }
+
+    fn lag(&self, replica: &ReplicaLink, now_ms: u64) -> Lag {
+        let acked = replica.ack_offset.load(Ordering::Relaxed);
+        let bytes = self.offset.saturating_sub(acked);
+        let first = self.marks.partition_point(|m| m.end <= acked);
+        match self.marks.get(first) {
+            Some(m) if bytes > 0 => Lag {
+                records: self.records - m.records_before,
+                bytes,
+                ms: now_ms.saturating_sub(m.at_ms),
+            },
+            _ => Lag {
+                records: 0,
+                bytes,
+                ms: 0,
+            },
+        }
+    }
 }
 
 /// A new 40-hex-character replication id (or run id).
@@ -307,6 +374,8 @@ pub struct PrimaryView {
     /// (first byte offset, histlen, size) when a backlog exists.
     pub backlog: Option<(u64, usize, usize)>,
     pub replicas: Vec<Arc<ReplicaLink>>,
+    /// Each replica's lag (same order as `replicas`).
+    pub lags: Vec<Lag>,
 }
 
 /// How a `PSYNC` is answered.
@@ -329,6 +398,8 @@ impl Repl {
                 offset: 0,
                 backlog: None,
                 replicas: Vec::new(),
+                records: 0,
+                marks: VecDeque::new(),
             }),
             settings,
             role: Mutex::new(Role::Primary),
@@ -407,11 +478,15 @@ impl Repl {
     /// Stream one committed record (the write path calls this in log order); returns the
     /// replication offset after it.
     pub fn feed_record(&self, payload: &[u8], limits: crate::pubsub::ClassLimits) -> u64 {
-        self.feed_frame(stream::encode(stream::KIND_RECORD, payload), limits)
+        self.feed(stream::encode(stream::KIND_RECORD, payload), limits, true)
     }
 
     /// Append a stream frame to the backlog and every replica's queue; returns the offset after it.
     pub fn feed_frame(&self, frame: Bytes, limits: crate::pubsub::ClassLimits) -> u64 {
+        self.feed(frame, limits, false)
+    }
+
+    fn feed(&self, frame: Bytes, limits: crate::pubsub::ClassLimits, record: bool) -> u64 {
         let mut inner = self.inner.lock();
         inner.offset += frame.len() as u64;
         if let Some(backlog) = inner.backlog.as_mut() {
@@ -419,6 +494,18 @@ impl Repl {
         }
         for replica in &inner.replicas {
             replica.push(frame.clone(), limits);
+        }
+        if !inner.replicas.is_empty() {
+            let mark = Mark {
+                end: inner.offset,
+                records_before: inner.records,
+                at_ms: gradus_store::now_ms(),
+            };
+            inner.marks.push_back(mark);
+            inner.forget_acknowledged_marks();
+        }
+        if record {
+            inner.records += 1;
         }
         inner.offset
     }
@@ -574,6 +661,10 @@ impl Repl {
                 .as_ref()
                 .map(|b| (b.first_offset(), b.histlen(), b.size())),
             replicas: inner.replicas.clone(),
+            lags: {
+                let now = gradus_store::now_ms();
+                inner.replicas.iter().map(|r| inner.lag(r, now)).collect()
+            },
         }
     }
 
