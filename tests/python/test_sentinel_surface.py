@@ -302,14 +302,18 @@ def test_failover_state_errors_with_a_replica_are_redis(gradus_factory):
 
 
 @pytest.mark.gradus_only
-def test_failover_itself_is_refused_with_a_pointer_to_sentinel(gradus_factory):
+def test_failover_hands_over_to_the_replica(gradus_factory):
+    # The switchover itself is tested in test_failover_command.py; here, what Sentinel reads.
     primary = gradus_factory()
     replica = gradus_factory()
     p = redis_client(primary, decode_responses=True)
     r = redis_client(replica, decode_responses=True)
     r.execute_command("REPLICAOF", "127.0.0.1", str(primary.port))
     wait_for(lambda: p.info("replication").get("connected_slaves") == 1, 10)
-    assert error_of(p, "FAILOVER").startswith("FAILOVER is not supported yet: use SENTINEL FAILOVER")
-    assert p.info("replication")["role"] == "master"
+    assert p.execute_command("FAILOVER") == "OK"
+    wait_for(lambda: r.info("replication")["role"] == "master", 10)
+    wait_for(lambda: p.info("replication").get("master_link_status") == "up", 10)
+    assert p.info("replication")["role"] == "slave"
+    assert p.info("replication")["master_failover_state"] == "no-failover"
     r.close()
     p.close()

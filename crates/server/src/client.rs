@@ -181,6 +181,9 @@ pub struct ClientState {
     pub replicated_offset: u64,
     /// Set by PSYNC/SYNC: the connection becomes a replica's link once this reply is sent.
     pub repl_takeover: Option<crate::repl::primary::PsyncRequest>,
+    /// A command held back by a client pause (see `pause`): the connection waits for the pause
+    /// to change, then dispatches it again.
+    pub postponed: Option<Vec<Bytes>>,
     /// What the replica said with REPLCONF listening-port / ip-address.
     pub repl_listening_port: u64,
     pub repl_announced_ip: Option<String>,
@@ -225,6 +228,7 @@ impl ClientState {
             repl_offset: 0,
             replicated_offset: 0,
             repl_takeover: None,
+            postponed: None,
             repl_listening_port: 0,
             repl_announced_ip: None,
         }

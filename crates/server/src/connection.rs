@@ -16,7 +16,7 @@
 //!
 //! Plain and TLS connections run the same loop: it is generic over [`ClientStream`].
 //!
-//! May import: `dispatch`, `client`, `state`, `tls` (the stream type), `repl::primary` (a
+//! May import: `dispatch`, `client`, `state`, `pause` (waiting out a client pause), `tls` (the stream type), `repl::primary` (a
 //! connection that sent PSYNC becomes a replica's link), `gradus-proto`. Must not import command modules: a
 //! deferred reply is a future the command made (`client::Deferred`).
 
@@ -68,7 +68,22 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                     // is pushed while it runs (its own keyspace events, messages it published
                     // to itself) after it, as Redis 7.2 postpones them (`afterCommand`).
                     client.take_pushes(&mut wbuf);
-                    let reply = dispatch(&shared, &mut client, args, now_ms);
+                    let mut reply = dispatch(&shared, &mut client, args, now_ms);
+                    while let Some(args) = client.postponed.take() {
+                        // Held by a client pause: the replies before it go out, then it waits
+                        // for the pause to change and is dispatched again (see `pause`).
+                        if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
+                            break 'conn;
+                        }
+                        tokio::select! {
+                            _ = shared.pauses.changed() => {}
+                            _ = handle.killed() => break 'conn,
+                            _ = shutdown.changed() => break 'conn,
+                            _ = peer_closed(stream.tcp()) => break 'conn,
+                        }
+                        now_ms = gradus_store::now_ms();
+                        reply = dispatch(&shared, &mut client, args, now_ms);
+                    }
                     if let Some(request) = client.repl_takeover.take() {
                         // PSYNC/SYNC: the connection becomes a replica's link.
                         client.reply_queued = false;

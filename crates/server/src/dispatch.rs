@@ -7,12 +7,14 @@
 //! failure here is a reply, never a dropped connection.
 //!
 //! May import: `command` (the table and handlers), `persist::write`, `tenancy` (the rights check),
-//! `client`, `state`, `observe` (timing each command), `repl` (a replica's refusals).
+//! `client`, `state`, `observe` (timing each command), `repl` (a replica's refusals), `pause`
+//! (CLIENT PAUSE: a paused command is handed back to the connection).
 
 use crate::client::ClientState;
 use crate::command::{arity_error, flags, table, CommandSpec, Ctx, Named};
 use crate::error::CmdError;
 use crate::observe::Outcome;
+use crate::pause::PauseMode;
 use crate::persist::write::{Scope, WriteTxn};
 use crate::state::Shared;
 use bytes::Bytes;
@@ -76,6 +78,18 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         ) {
             return reject(client, e);
         }
+    }
+    // CLIENT PAUSE / FAILOVER: a paused command waits (the connection dispatches it again
+    // once the pause changes), before it is queued or run, as in Redis' `processCommand`. The
+    // link from a primary waits out a pause in `repl::replica`, before a record is applied.
+    let paused = match shared.pauses.current(now_ms).0 {
+        PauseMode::Off => false,
+        PauseMode::Write => may_write(shared, client, spec, row, &args),
+        PauseMode::All => true,
+    };
+    if paused && !client.from_primary {
+        client.postponed = Some(args);
+        return Frame::Null;
     }
     // CLIENT LIST `cmd`/`idle`: the last command, a queued one included (as Redis).
     client.handle.touch(row.name, now_ms);
@@ -142,6 +156,39 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         crate::blocking::serve(shared, std::mem::take(&mut client.ready_keys));
     }
     reply
+}
+
+/// Whether a command is held back by CLIENT PAUSE WRITE (Redis' `is_may_replicate_command`): a
+/// write (session locks included: their grants are streamed), a read that may change the value
+/// (PFCOUNT), PUBLISH, a script that does not declare `no-writes`, and EXEC when one of its
+/// queued commands is any of those. Only asked while a pause is set.
+fn may_write(
+    shared: &Shared,
+    client: &ClientState,
+    spec: &'static CommandSpec,
+    row: &'static CommandSpec,
+    args: &[Bytes],
+) -> bool {
+    if spec.has(flags::RUNS_QUEUED) {
+        return client.multi.as_ref().is_some_and(|m| {
+            m.queued
+                .iter()
+                .any(|(spec, queued)| row_may_write(shared, client, spec.resolve(queued), queued))
+        });
+    }
+    row_may_write(shared, client, row, args)
+}
+
+/// [`may_write`] for one command that is not EXEC.
+fn row_may_write(
+    shared: &Shared,
+    client: &ClientState,
+    row: &'static CommandSpec,
+    args: &[Bytes],
+) -> bool {
+    row.has(flags::WRITE | flags::MAY_REPLICATE | flags::TAKES_LOCKS)
+        || (row.has(flags::REPLICATES)
+            && crate::command::scripting::may_write(shared, client.db, row, args))
 }
 
 /// MONITOR shows what runs, as Redis does: every command but the admin ones (CONFIG,

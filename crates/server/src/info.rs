@@ -594,7 +594,11 @@ fn replication(shared: &Shared, out: &mut String) {
             lag.ms
         );
     }
-    line!(out, "master_failover_state:no-failover");
+    line!(
+        out,
+        "master_failover_state:{}",
+        shared.failover.state_name()
+    );
     line!(out, "master_replid:{}", view.replid);
     line!(out, "master_replid2:{}", view.replid2);
     line!(out, "master_repl_offset:{}", view.offset);

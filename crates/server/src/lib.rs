@@ -16,6 +16,7 @@
 //! - [`pubsub`]: channel subscriptions by tenant, and each connection's bounded outbox of pushed
 //!   messages (pub/sub, keyspace notifications, invalidations);
 //! - [`monitor`]: MONITOR's connections and lines;
+//! - [`pause`]: CLIENT PAUSE and FAILOVER's pause: which commands wait, and their wake-up;
 //! - [`notify`]: keyspace notifications (`notify-keyspace-events`);
 //! - [`quota`]: memory limits per keyspace and tenant: LRU eviction for caches, OOM for the rest;
 //! - [`persist`]: durability degrees and the strict wait; `persist::write`: the one write path;
@@ -58,6 +59,7 @@ pub mod memcache;
 pub mod monitor;
 pub mod notify;
 pub mod observe;
+pub mod pause;
 pub mod persist;
 pub mod pubsub;
 pub mod quota;

@@ -383,6 +383,11 @@ async fn expiry_loop(shared: Arc<Shared>) {
             shared.store.set_expired_log(wanted);
             logging_expired = wanted;
         }
+        // While writes are paused (CLIENT PAUSE WRITE, FAILOVER), no key expires actively: no
+        // DEL may reach the stream (reads already see expired keys as missing), as in Redis.
+        if shared.pauses.writes_paused(gradus_store::now_ms()) {
+            continue;
+        }
         let sweeper = shared.clone();
         // The sweep takes shard locks; keep it off the async workers' fast path.
         let removed = tokio::task::spawn_blocking(move || {

@@ -163,6 +163,10 @@ pub struct Shared {
     pub monitors: crate::monitor::Monitors,
     /// Replication: role, ids, offset, backlog, replicas (see `repl`).
     pub repl: crate::repl::Repl,
+    /// CLIENT PAUSE and FAILOVER's pause of writes (see `pause`).
+    pub pauses: crate::pause::Pauses,
+    /// FAILOVER's switchover in progress (see `repl::failover`).
+    pub failover: crate::repl::failover::Failover,
 }
 
 impl Shared {
@@ -265,6 +269,8 @@ impl Shared {
             tracking: Default::default(),
             monitors: Default::default(),
             repl,
+            pauses: Default::default(),
+            failover: Default::default(),
             run_id: crate::repl::new_id(),
         }
     }

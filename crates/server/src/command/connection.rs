@@ -4,12 +4,13 @@
 //! and, for CLIENT LIST/KILL, on the registry of other connections. They never touch keys.
 //!
 //! May import: `args`, `client`, `tenancy` (AUTH), `command::acl` (ACL users at AUTH), `blocking`
-//! (CLIENT UNBLOCK), `pubsub` (RESET and AUTH drop subscriptions), `state`.
+//! (CLIENT UNBLOCK), `pubsub` (RESET and AUTH drop subscriptions), `pause` (CLIENT PAUSE), `state`.
 
 use super::{cmd, flags, sub, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, parse_i64, show};
 use crate::client::ClientType;
 use crate::error::{CmdError, CmdResult};
+use crate::pause::{PauseMode, PausePurpose};
 use bytes::Bytes;
 use gradus_proto::{Frame, ProtocolVersion};
 use std::sync::atomic::Ordering;
@@ -40,6 +41,8 @@ pub const COMMANDS: &[CommandSpec] = &[
         sub("client|caching", 3, flags::LOADING | flags::NOSCRIPT, "Instructs the server whether to track the keys in the next request."),
         sub("client|getredir", 2, flags::LOADING | flags::NOSCRIPT, "Returns the client ID to which the connection's tracking notifications are redirected."),
         sub("client|trackinginfo", 2, flags::LOADING | flags::NOSCRIPT, "Returns information about server-assisted client-side caching for the connection."),
+        sub("client|pause", -3, flags::ADMIN | flags::LOADING | flags::NOSCRIPT, "Suspends commands processing."),
+        sub("client|unpause", 2, flags::ADMIN | flags::LOADING | flags::NOSCRIPT, "Resumes processing commands from paused clients."),
         sub("client|help", 2, flags::LOADING | flags::NOSCRIPT, "Returns helpful text about the different subcommands."),
         sub("client|durability", -2, flags::LOADING | flags::NOSCRIPT, "Sets the connection's durability degree (none, lazy, background, strict, default) or returns it."),
     ]),
@@ -306,6 +309,10 @@ const CLIENT_HELP: &[&str] = &[
     "    Kill connections. Options are: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>, TYPE (NORMAL|MASTER|REPLICA|PUBSUB), USER <username>, MAXAGE <maxage>, SKIPME (YES|NO).",
     "UNBLOCK <clientid> [TIMEOUT|ERROR]",
     "    Unblock the specified blocked client.",
+    "UNPAUSE",
+    "    Stop the current client pause, resuming traffic.",
+    "PAUSE <timeout> [WRITE|ALL]",
+    "    Suspend all, or just write, clients for <timeout> milliseconds.",
     "DURABILITY (NONE|LAZY|BACKGROUND|STRICT|DEFAULT)",
     "    Set the durability degree of this connection's writes (DEFAULT: the database's own).",
     "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
@@ -424,6 +431,11 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             Some(o) => o.redirect as i64,
         })),
         "trackinginfo" if argc == 2 => Ok(tracking_info(ctx)),
+        "pause" if argc == 3 || argc == 4 => client_pause(ctx, &args[2..]),
+        "unpause" if argc == 2 => {
+            ctx.shared.pauses.unpause(PausePurpose::ClientCommand);
+            Ok(Frame::ok())
+        }
         "help" if argc == 2 => Ok(Frame::Array(
             CLIENT_HELP
                 .iter()
@@ -432,12 +444,40 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         )),
         "id" | "getname" | "setname" | "setinfo" | "info" | "kill" | "no-evict" | "no-touch"
         | "help" | "durability" | "unblock" | "tracking" | "caching" | "getredir"
-        | "trackinginfo" => Err(wrong()),
+        | "trackinginfo" | "unpause" => Err(wrong()),
         _ => Err(CmdError::UnknownSubcommand {
             cmd: "CLIENT".into(),
             sub: show(&args[1]),
         }),
     }
+}
+
+/// CLIENT PAUSE timeout [WRITE|ALL], with Redis' checks in its order (the mode, then the
+/// timeout): commands of ordinary clients wait until `timeout` ms from now, or CLIENT UNPAUSE
+/// (see `pause`). A pause already in force is extended: the stricter mode, the later end.
+fn client_pause(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let mode = match args.get(1) {
+        None => PauseMode::All,
+        Some(a) if is(a, "write") => PauseMode::Write,
+        Some(a) if is(a, "all") => PauseMode::All,
+        Some(_) => return Err(CmdError::err("CLIENT PAUSE mode must be WRITE or ALL")),
+    };
+    let timeout = parse_i64(&args[0])
+        .ok_or_else(|| CmdError::err("timeout is not an integer or out of range"))?;
+    if timeout < 0 {
+        return Err(CmdError::err("timeout is negative"));
+    }
+    let now = gradus_store::now_ms();
+    // Redis: a zero timeout is an end time of 0, already past.
+    let end = if timeout == 0 {
+        0
+    } else {
+        now.saturating_add(timeout as u64)
+    };
+    ctx.shared
+        .pauses
+        .pause(PausePurpose::ClientCommand, mode, end, now);
+    Ok(Frame::ok())
 }
 
 /// CLIENT TRACKING on|off [REDIRECT id] [PREFIX p]... [BCAST] [OPTIN] [OPTOUT] [NOLOOP], with

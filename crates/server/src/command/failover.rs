@@ -1,20 +1,22 @@
 //! FAILOVER (Redis 6.2): a planned switchover from this primary to one of its replicas.
 //!
 //! The arguments are read and refused exactly as Redis 7.2's `failoverCommand` does, in its order
-//! (syntax, then the server's state: a replica refuses, replicas must be connected, FORCE's
-//! requirements). The coordinated switchover itself (pause writes, wait for the target to catch
-//! up, swap roles) is not implemented: a well-formed FAILOVER that passes those checks is
-//! refused with a pointer to `SENTINEL FAILOVER`; ABORT answers `No failover in progress.`.
-//! Replica connections are found by their client role ([`crate::client::ClientRole`]), which
-//! the replication link sets.
+//! (syntax, then the server's state: a failover already running, a replica refuses, replicas
+//! must be connected, FORCE's requirements, the target must be an online replica). Then the
+//! switchover starts and FAILOVER answers OK at once, as Redis: `repl::failover` pauses writes,
+//! waits for the target to acknowledge everything, and hands over (INFO
+//! `master_failover_state` follows it). ABORT cancels it. Replica connections are found by
+//! their client role ([`crate::client::ClientRole`]), which the replication link sets.
 //!
-//! May import: `args`, `client`, `error`, `repl` (the role).
+//! May import: `args`, `client`, `error`, `repl` (the role, `repl::failover`).
 
 use super::{cmd, flags, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, parse_i64};
 use crate::client::ClientType;
 use crate::error::{CmdError, CmdResult};
+use crate::repl::failover;
 use bytes::Bytes;
+use gradus_proto::Frame;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
@@ -71,9 +73,18 @@ pub fn parse(args: &[Bytes]) -> Result<FailoverRequest, CmdError> {
 
 fn failover(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let args = match parse(&args[1..])? {
-        FailoverRequest::Abort => return Err(CmdError::err("No failover in progress.")),
+        FailoverRequest::Abort => {
+            return if failover::abort(ctx.shared, "Failover manually aborted") {
+                Ok(Frame::ok())
+            } else {
+                Err(CmdError::err("No failover in progress."))
+            };
+        }
         FailoverRequest::Start(args) => args,
     };
+    if ctx.shared.failover.phase() != failover::Phase::None {
+        return Err(CmdError::err("FAILOVER already in progress."));
+    }
     if ctx.shared.repl.is_replica() {
         return Err(CmdError::err(
             "FAILOVER is not valid when server is a replica.",
@@ -94,9 +105,28 @@ fn failover(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             "FAILOVER with force option requires both a timeout and target HOST and IP.",
         ));
     }
-    Err(CmdError::err(
-        "FAILOVER is not supported yet: use SENTINEL FAILOVER, or REPLICAOF NO ONE on the replica",
-    ))
+    let target = match &args.target {
+        Some((host, port)) => {
+            let host = String::from_utf8_lossy(host).into_owned();
+            // A port no replica can have is not a replica's (Redis compares it as a number).
+            let port = u16::try_from(*port)
+                .map_err(|_| CmdError::err("FAILOVER target HOST and PORT is not a replica."))?;
+            failover::check_target(ctx.shared, &host, port).map_err(CmdError::err)?;
+            Some((host, port))
+        }
+        None => None,
+    };
+    let Some(shared) = ctx.shared.repl.shared.get().and_then(|w| w.upgrade()) else {
+        return Err(CmdError::err(
+            "replication is not available in this process",
+        ));
+    };
+    match &target {
+        Some((host, port)) => tracing::info!(host, port, "FAILOVER requested"),
+        None => tracing::info!("FAILOVER requested to any replica"),
+    }
+    failover::start(&shared, target, args.timeout_ms as u64, args.force);
+    Ok(Frame::ok())
 }
 
 #[cfg(test)]

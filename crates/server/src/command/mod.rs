@@ -111,6 +111,12 @@ pub mod flags {
     /// Redis' `skip_monitor` (EVAL, FCALL …): MONITOR shows it before it runs, so the
     /// commands of the script follow it; any other command is shown once it has run.
     pub const SKIP_MONITOR: u32 = 1 << 26;
+    /// Not a write, but may propagate to replicas (Redis' `may_replicate` on PUBLISH and on
+    /// scripts, unless a script declares `no-writes`): held back by CLIENT PAUSE WRITE.
+    pub const REPLICATES: u32 = 1 << 27;
+    /// Runs the connection's queued commands (EXEC): held back by CLIENT PAUSE WRITE when one
+    /// of them would be.
+    pub const RUNS_QUEUED: u32 = 1 << 28;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),

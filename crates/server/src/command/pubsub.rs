@@ -20,7 +20,7 @@ use gradus_proto::Frame;
 
 /// Allowed while a RESP2 connection is subscribed, and Redis' `pubsub` flag.
 const SUBS: u32 = flags::PUBSUB | flags::SUBSCRIBED_OK | flags::NOSCRIPT | flags::LOADING;
-const PUBLISHES: u32 = flags::PUBSUB | flags::LOADING | flags::FAST;
+const PUBLISHES: u32 = flags::PUBSUB | flags::LOADING | flags::FAST | flags::REPLICATES;
 const INTROSPECT: u32 = flags::PUBSUB | flags::LOADING;
 
 #[rustfmt::skip]

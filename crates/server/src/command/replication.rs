@@ -27,6 +27,9 @@ pub const COMMANDS: &[CommandSpec] = &[
 /// REPLICAOF host port | REPLICAOF NO ONE (Redis 7.2's replies).
 fn replicaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let repl = &ctx.shared.repl;
+    if ctx.shared.failover.phase() != crate::repl::failover::Phase::None {
+        return Err(CmdError::err("REPLICAOF not allowed while failing over."));
+    }
     if is(&args[1], "no") && is(&args[2], "one") {
         if repl.is_replica() {
             crate::repl::replica::promote(ctx.shared);
@@ -148,6 +151,7 @@ fn replconf(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 /// PSYNC replid offset: the connection becomes the replica's link (see `repl::primary`).
 fn psync(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    crate::repl::failover::on_psync(ctx.shared, &ctx.client.handle.addr.to_string(), args)?;
     if ctx.shared.repl.is_replica() && ctx.shared.repl.link.lock().state != "connected" {
         return Err(CmdError::Other(
             "NOMASTERLINK Can't SYNC while not connected with my master".into(),

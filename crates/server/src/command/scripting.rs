@@ -74,7 +74,8 @@ const GC_PAUSE: i32 = 400;
 /// [`MemoryLimit`]); past it the allocation fails and the script stops with an error.
 const SCRIPT_MEMORY_LIMIT: usize = 256 * 1024 * 1024;
 
-const SCRIPT_FLAGS: u32 = flags::OWN_GATE | flags::DENYOOM | flags::NOSCRIPT | flags::SKIP_MONITOR;
+const SCRIPT_FLAGS: u32 =
+    flags::OWN_GATE | flags::DENYOOM | flags::NOSCRIPT | flags::SKIP_MONITOR | flags::REPLICATES;
 const SCRIPT_RO_FLAGS: u32 = flags::OWN_GATE | flags::NOSCRIPT | flags::SKIP_MONITOR;
 
 #[rustfmt::skip]
@@ -176,6 +177,29 @@ fn parse_shebang(body: &[u8]) -> Result<Shebang, String> {
         flags: Some(flags),
         skip: end,
     })
+}
+
+/// Whether an EVAL, EVALSHA or FCALL (`row`) may write, for CLIENT PAUSE WRITE (Redis'
+/// `evalGetCommandFlags` / `fcallGetCommandFlags`): a script or function that declares
+/// `no-writes` does not; one without flags (or unknown yet, or unreadable) may.
+pub fn may_write(shared: &Shared, db: usize, row: &CommandSpec, args: &[Bytes]) -> bool {
+    let Some(arg) = args.get(1) else {
+        return true;
+    };
+    let declared = match row.name {
+        "fcall" => shared
+            .functions
+            .get(shared.tenancy.tenant_of(db).unwrap_or(0))
+            .function(&String::from_utf8_lossy(arg))
+            .map(|(_, f)| f.flags),
+        "evalsha" => {
+            let sha = String::from_utf8_lossy(arg).to_ascii_lowercase();
+            let cached = cache().lock().get(&sha).cloned();
+            cached.and_then(|s| s.shebang.as_ref().ok().and_then(|b| b.flags))
+        }
+        _ => parse_shebang(arg).ok().and_then(|b| b.flags),
+    };
+    !declared.is_some_and(|f| f.contains(ScriptFlags::NO_WRITES))
 }
 
 fn eval(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {

@@ -19,7 +19,7 @@
 //! over [`ClientStream`].
 //!
 //! May import: `memcache::session`, `memcache::stats`, `connection::flush` (the strict wait before
-//! replies), `client`, `state`, `tenancy`, `tls` (the stream type). Must not import RESP command modules.
+//! replies), `client`, `state`, `tenancy`, `pause` (waiting out a client pause), `tls` (the stream type). Must not import RESP command modules.
 
 use super::session::{Flow, Session};
 use super::stats::LocalCounters;
@@ -74,7 +74,7 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
         .fetch_add(1, Ordering::Relaxed);
 
     'conn: loop {
-        let now_ms = gradus_store::now_ms();
+        let mut now_ms = gradus_store::now_ms();
         let mut touched = false;
         loop {
             let decoded = match decoder.decode(&mut rbuf) {
@@ -149,6 +149,22 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                     }
                 }
                 Decoded::Command(command) => {
+                    // CLIENT PAUSE / FAILOVER: a memcached command waits out any pause, reads
+                    // too (a get may touch or lease), so no write reaches the stream meanwhile.
+                    if shared.pauses.current(now_ms).0 != crate::pause::PauseMode::Off {
+                        if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
+                            break 'conn;
+                        }
+                        while shared.pauses.current(gradus_store::now_ms()).0
+                            != crate::pause::PauseMode::Off
+                        {
+                            tokio::select! {
+                                _ = shared.pauses.changed() => {}
+                                _ = client.handle.killed() => break 'conn,
+                            }
+                        }
+                        now_ms = gradus_store::now_ms();
+                    }
                     if !touched {
                         // Once per batch: CLIENT LIST's idle time and last command.
                         client.handle.touch("memcached", now_ms);

@@ -25,6 +25,7 @@
 //! `pubsub` (the output limits), `gradus-store`, `gradus-log`, `gradus-proto`.
 
 pub mod backlog;
+pub mod failover;
 pub mod primary;
 pub mod replica;
 pub mod stream;

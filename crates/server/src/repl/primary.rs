@@ -42,7 +42,9 @@ pub async fn ping_task(shared: Arc<Shared>) {
             _ = shutdown.wait_for(|down| *down) => return,
         }
         let repl = &shared.repl;
-        if repl.is_active() && !repl.is_replica() && !repl.replicas().is_empty() {
+        // Not while a FAILOVER waits for its target to acknowledge the whole stream.
+        let failing_over = shared.failover.phase() != super::failover::Phase::None;
+        if repl.is_active() && !repl.is_replica() && !repl.replicas().is_empty() && !failing_over {
             repl.feed_frame(stream::encode(KIND_PING, b""), replica_limits(&shared));
         }
     }

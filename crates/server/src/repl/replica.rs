@@ -239,8 +239,14 @@ async fn session(
         let view = shared.repl.view();
         (view.replid, view.offset)
     };
-    link.send(&["PSYNC", &replid, &(offset + 1).to_string()])
-        .await?;
+    // FAILOVER: the PSYNC asks the target to take over (see `repl::failover`).
+    let failover = shared.failover.in_progress();
+    let offset_arg = (offset + 1).to_string();
+    let mut psync = vec!["PSYNC", replid.as_str(), offset_arg.as_str()];
+    if failover {
+        psync.push("FAILOVER");
+    }
+    link.send(&psync).await?;
     let reply = loop {
         // A primary may send empty lines while it prepares (Redis does); skip them.
         let line = link.line(shared).await?;
@@ -248,6 +254,13 @@ async fn session(
             break stream::parse_psync_reply(&line);
         }
     };
+    if failover {
+        if let PsyncReply::Error(e) = &reply {
+            super::failover::abort(shared, "Failover target rejected psync request");
+            return Err(format!("PSYNC FAILOVER refused: {e}"));
+        }
+        super::failover::clear(shared);
+    }
     match reply {
         PsyncReply::Full { replid, offset } => {
             shared.repl.link.lock().state = "sync";
@@ -372,17 +385,36 @@ fn snapshot_own_log(shared: &Shared) -> Result<(), String> {
     Ok(())
 }
 
-/// The replication client: applies the primary's records (admin, every keyspace).
-fn replication_client() -> ClientState {
+/// The replication client: applies the primary's records (admin, every keyspace). While the
+/// stream is followed it is in CLIENT LIST as Redis shows its master client (`flags=M`, type
+/// `master`, the primary's address), so `CLIENT KILL TYPE master` reaches it (the link then
+/// reconnects); unlisted when the returned guard drops.
+fn replication_client(shared: &Arc<Shared>, link: &Link) -> (ClientState, MasterListed) {
     let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
-    let handle = Arc::new(crate::client::ClientHandle::new(
-        0,
-        unspecified,
-        unspecified,
-    ));
+    let handle = shared.clients.register(
+        link.rd.peer_addr().unwrap_or(unspecified),
+        link.rd.local_addr().unwrap_or(unspecified),
+    );
+    handle.set_role(crate::client::ClientRole::Master);
+    let listed = MasterListed {
+        shared: shared.clone(),
+        id: handle.id,
+    };
     let mut client = ClientState::new(handle, true);
     client.from_primary = true;
-    client
+    (client, listed)
+}
+
+/// Unlists the master client (see [`replication_client`]) when dropped.
+struct MasterListed {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for MasterListed {
+    fn drop(&mut self) {
+        self.shared.clients.unregister(self.id);
+    }
 }
 
 /// Apply streamed records, feed them to this server's own backlog, acknowledge.
@@ -391,7 +423,9 @@ async fn follow_stream(
     link: &mut Link,
     current: &impl Fn() -> bool,
 ) -> Result<(), String> {
-    let mut client = replication_client();
+    let (mut client, _listed) = replication_client(shared, link);
+    // Shutdown waits for every listed client to go: the master client goes at once.
+    let mut shutdown = shared.shutdown.subscribe();
     // (offset after a record, the LSN this server's log gave it; 0: not logged here).
     let mut pending: VecDeque<(u64, u64)> = VecDeque::new();
     let mut acked = 0u64;
@@ -400,6 +434,23 @@ async fn follow_stream(
     let limits = super::primary::replica_limits(shared);
     let mut offset = shared.repl.offset();
     loop {
+        // CLIENT PAUSE on this replica holds its primary's stream too, as Redis pauses its
+        // master client (acknowledging what it has meanwhile); a primary never pauses the
+        // stream it sends.
+        while shared.pauses.writes_paused(gradus_store::now_ms()) {
+            tokio::select! {
+                _ = shared.pauses.changed() => {}
+                _ = tick.tick() => if acked > 0 {
+                    link.send(&["REPLCONF", "ACK", &acked.to_string()]).await?;
+                },
+                _ = client.handle.killed() => return Err("the link to the primary was killed (CLIENT KILL)".into()),
+                // (The guard `wait_for` gives is not Send: dropped inside.)
+                _ = async { let _ = shutdown.wait_for(|down| *down).await; } => return Ok(()),
+            }
+            if !current() {
+                return Ok(());
+            }
+        }
         while let Some((frame, len)) = stream::decode(&mut link.buf).map_err(|e| e.to_string())? {
             offset += len as u64;
             shared.repl.read_offset.store(offset, Ordering::Relaxed);
@@ -459,6 +510,8 @@ async fn follow_stream(
         let log = shared.persist.log.get().cloned();
         tokio::select! {
             read = link.read_more(shared) => read?,
+            _ = client.handle.killed() => return Err("the link to the primary was killed (CLIENT KILL)".into()),
+            _ = shutdown.wait_for(|down| *down) => return Ok(()),
             _ = tick.tick() => {}
             _ = async {
                 match (waiting_lsn, log) {
