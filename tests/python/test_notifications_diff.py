@@ -170,6 +170,13 @@ ZSETOPS = [
     "ZMPOP 2 nz u1 MIN", "ZMPOP 1 u1 MAX COUNT 5", "ZMPOP 1 u1 MAX", "ZMPOP 1 str MIN",
 ]
 
+GEO = [
+    "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania",
+    "GEOADD g 13.361389 38.115556 Palermo", "GEOADD g XX 1 1 nothere", "GEOADD g NX CH 1 1 new",
+    "GEOADD g 200 1 bad", "GEOADD str2 1 1 x", "GEODIST g Palermo Catania", "GEOHASH nokey a",
+    "GEODIST nokey a b", "SET str v", "GEOADD str 1 1 x",
+]
+
 HASHES = [
     "HSET h f v g w", "HSET h f v2", "HMSET h a 1 b 2", "HSETNX h f x", "HSETNX h n x",
     "HSETNX nh f x", "HDEL h nothere", "HDEL h f g", "HDEL nh f",
@@ -208,6 +215,7 @@ CASES = {
     "sets": SETS,
     "zsets": ZSETS,
     "zsetops": ZSETOPS,
+    "geo": GEO,
     "hashes": HASHES,
     "bits": BITS,
     "hll": HLL,

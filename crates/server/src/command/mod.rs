@@ -14,6 +14,7 @@ pub mod diagnostics;
 pub mod dump;
 pub mod failover;
 pub mod functions;
+pub mod geo;
 pub mod hashes;
 pub mod hyperloglog;
 pub mod keys;
@@ -493,6 +494,7 @@ pub fn table() -> &'static CommandTable {
             dump::COMMANDS,
             hashes::COMMANDS,
             zsets::COMMANDS,
+            geo::COMMANDS,
             lists::COMMANDS,
             blocking::COMMANDS,
             sets::COMMANDS,

@@ -129,7 +129,7 @@ fn remove_members(shard: &mut Shard, key: &[u8], now: u64, members: &[Bytes]) ->
 
 /// A score argument, parsed like Redis' `string2d`: besides what `float_arg` rejects, `strtod`
 /// range errors (overflow to infinity, underflow to zero) are rejected too.
-fn score_arg(arg: &[u8]) -> Result<f64, CmdError> {
+pub(crate) fn score_arg(arg: &[u8]) -> Result<f64, CmdError> {
     let value = float_arg(arg)?;
     let mantissa = arg.split(|&c| c == b'e' || c == b'E').next().unwrap_or(arg);
     let spelled_infinity = arg
