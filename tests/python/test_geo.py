@@ -1,5 +1,6 @@
-"""GEOADD, GEOHASH and GEODIST against a real redis-server: the scores GEOADD stores (read
-back with ZSCORE and ZRANGE), NX/XX/CH, the geohash strings, distances in every unit, missing
+"""GEOADD, GEOHASH, GEOPOS and GEODIST against a real redis-server: the scores GEOADD stores (read
+back with ZSCORE and ZRANGE), NX/XX/CH, the geohash strings, the positions (Redis 7.2's
+long-double text), distances in every unit, missing
 keys and members, and the error texts (bad floats, positions out of range, units, syntax,
 WRONGTYPE, arity), in RESP2 and RESP3.
 """
@@ -27,6 +28,10 @@ SCRIPT = [
     ["GEOHASH", "Sicily", "Palermo", "Catania", "nope"],
     ["GEOHASH", "nokey", "a", "b"],
     ["GEOHASH", "Sicily"],
+    ["GEOPOS", "Sicily", "Palermo", "nope", "Catania"],
+    ["GEOPOS", "edge", "ne", "sw", "zero"],
+    ["GEOPOS", "nokey", "a"],
+    ["GEOPOS", "Sicily"],
     ["GEODIST", "Sicily", "Palermo", "Catania"],
     ["GEODIST", "Sicily", "Palermo", "Catania", "km"],
     ["GEODIST", "Sicily", "Palermo", "Catania", "MI"],
@@ -55,6 +60,7 @@ SCRIPT = [
     ["GEOADD", "str", "10", "10", "x"],
     ["GEOHASH", "str", "x"],
     ["GEODIST", "str", "a", "b"],
+    ["GEOPOS", "str", "a"],
     ["GEODIST", "Sicily", "a"],
 ]
 
@@ -83,6 +89,7 @@ def test_geo_random_positions_match_redis(gradus, redis_server):
         script.append(["GEOADD", "g", lon, lat, f"m{n}"])
     script.append(["ZRANGE", "g", "0", "-1", "WITHSCORES"])
     script.append(["GEOHASH", "g"] + [f"m{n}" for n in range(200)])
+    script.append(["GEOPOS", "g"] + [f"m{n}" for n in range(200)])
     script += [["GEODIST", "g", f"m{n}", f"m{n + 1}", "km"] for n in range(199)]
     ours, theirs = run(gradus, 2, script), run(redis_server, 2, script)
     for cmd, a, b in zip(script, ours, theirs):
@@ -93,6 +100,6 @@ def test_geo_command_info_matches_redis(gradus, redis_server):
     def info(server):
         conn = RawConnection(server.host, server.port, timeout=10)
         return [[e[:2], sorted(map(str, e[2])), e[3:6], sorted(map(str, e[6]))]
-                for e in conn.call("COMMAND", "INFO", "geoadd", "geohash", "geodist")]
+                for e in conn.call("COMMAND", "INFO", "geoadd", "geohash", "geopos", "geodist")]
 
     assert info(gradus) == info(redis_server)

@@ -1,4 +1,4 @@
-//! Geo commands on sorted sets: GEOADD, GEOHASH and GEODIST. A position is kept as its member's
+//! Geo commands on sorted sets: GEOADD, GEOHASH, GEOPOS and GEODIST. A position is kept as its member's
 //! score, a 52-bit geohash (26 bits of longitude and 26 of latitude, interleaved, over Redis'
 //! latitude range ±85.05112878°), so GEOADD is a ZADD of those scores and runs ZADD itself
 //! through the write path (logged and notified as the ZADD it is, as Redis propagates it).
@@ -18,6 +18,7 @@ use gradus_store::Value;
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("geoadd", -5, flags::WRITE | flags::DENYOOM | flags::SELF_LOGGED, KEY1, "geo", "Adds one or more members to a geospatial index. The key is created if it doesn't exist.", geoadd),
     cmd("geohash", -2, flags::READONLY, KEY1, "geo", "Returns members from a geospatial index as geohash strings.", geohash),
+    cmd("geopos", -2, flags::READONLY, KEY1, "geo", "Returns the longitude and latitude of members from a geospatial index.", geopos),
     cmd("geodist", -4, flags::READONLY, KEY1, "geo", "Returns the distance between two members of a geospatial index.", geodist),
 ];
 
@@ -182,6 +183,24 @@ fn geohash(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                         })
                         .collect();
                     Frame::Bulk(Bytes::from(text))
+                }
+            })
+            .collect(),
+    ))
+}
+
+/// GEOPOS key member …: each member's cell centre as [longitude, latitude], written as Redis 7.2
+/// writes long doubles; a null array for a missing member.
+fn geopos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let scores = scores_of(ctx, &args[1], &args[2..])?;
+    Ok(Frame::Array(
+        scores
+            .into_iter()
+            .map(|score| match score {
+                None => Frame::NullArray,
+                Some(score) => {
+                    let (lon, lat) = decode(score);
+                    Frame::Array(vec![Frame::HumanDouble(lon), Frame::HumanDouble(lat)])
                 }
             })
             .collect(),
