@@ -166,7 +166,8 @@ ZSETOPS = [
     "ZINTERSTORE d 2 u1 u2", "ZINTERSTORE d 2 u1 nz", "ZINTERSTORE d 2 u1 nz",
     "ZDIFFSTORE d 2 u1 u2", "ZDIFFSTORE d 2 u1 u1", "ZUNIONSTORE d 2 nz nz2",
     "ZUNIONSTORE d 2 u1 str", "ZUNIONSTORE d 0 u1", "ZINTERSTORE str 1 u2",
-    "ZUNION 2 u1 nz", "ZINTER 2 u1 u2", "ZDIFF 2 nz u1", "ZINTERCARD 2 u1 nz",
+    "ZUNION 2 u1 nz", "ZUNION 2 nz u1 WEIGHTS x y", "ZUNIONSTORE d 2 nz u1 AGGREGATE AVG",
+    "ZINTERCARD 2 nz u1 LIMIT -1", "LCS nz u1", "LCS nz str", "LCS nz nz2", "ZINTER 2 u1 u2", "ZDIFF 2 nz u1", "ZINTERCARD 2 u1 nz",
     "ZMPOP 2 nz u1 MIN", "ZMPOP 1 u1 MAX COUNT 5", "ZMPOP 1 u1 MAX", "ZMPOP 1 str MIN",
 ]
 

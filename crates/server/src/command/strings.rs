@@ -693,10 +693,21 @@ fn lcs(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let (a, b) = (read(k1), read(k2));
         match (a, b) {
             (Ok(a), Ok(b)) => (a.unwrap_or_default(), b.unwrap_or_default()),
-            _ => {
+            (a, b) => {
+                // Both keys were looked up: a missing one is still a `keymiss` (the
+                // dispatcher publishes none for an error reply).
+                let missing: Vec<&Bytes> = [(k1, a), (k2, b)]
+                    .into_iter()
+                    .filter(|(_, v)| matches!(v, Ok(None)))
+                    .map(|(k, _)| k)
+                    .collect();
+                drop(locked);
+                for key in missing {
+                    ctx.notify(crate::notify::KEY_MISS, "keymiss", key);
+                }
                 return Err(CmdError::err(
                     "The specified keys must contain string values",
-                ))
+                ));
             }
         }
     };

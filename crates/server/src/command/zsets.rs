@@ -1210,6 +1210,10 @@ fn sorted(mut items: Vec<(Bytes, f64)>) -> Vec<(Bytes, f64)> {
     items
 }
 
+/// A set operation's error, with the keys it had found absent: an option error comes after
+/// Redis has looked every key up, so those lookups still publish `keymiss` (see [`failed`]).
+type SetOpError = (CmdError, Vec<Bytes>);
+
 /// Parse and run a set operation whose `numkeys` is at `args[at]`, with the inputs read under
 /// `locked` (which holds every key of the command).
 fn setop_result(
@@ -1220,15 +1224,37 @@ fn setop_result(
     op: SetOp,
     store: bool,
     card: bool,
-) -> Result<(Vec<(Bytes, f64)>, bool), CmdError> {
-    let (keys, options_at) = setop_keys(args, at)?;
-    let mut sources = read_sources(ctx, locked, keys)?;
+) -> Result<(Vec<(Bytes, f64)>, bool), SetOpError> {
+    let (keys, options_at) = setop_keys(args, at).map_err(|e| (e, Vec::new()))?;
+    let mut sources = read_sources(ctx, locked, keys).map_err(|e| (e, Vec::new()))?;
     let (weights, aggregate, with_scores, limit) =
-        setop_options(args, options_at, keys.len(), op, store, card)?;
+        match setop_options(args, options_at, keys.len(), op, store, card) {
+            Ok(options) => options,
+            Err(e) => {
+                let missing = sources
+                    .into_iter()
+                    .filter(|s| s.members.is_none())
+                    .map(|s| s.key)
+                    .collect();
+                return Err((e, missing));
+            }
+        };
     for (src, w) in sources.iter_mut().zip(weights) {
         src.weight = w;
     }
     Ok((run_setop(sources, op, aggregate, limit), with_scores))
+}
+
+/// The error of a set operation, after publishing the `keymiss` events of its lookups (the
+/// command's own events are published only for a reply that is not an error).
+fn failed(ctx: &mut Ctx<'_>, (err, missing): SetOpError) -> CmdError {
+    // A *STORE's pending misses (its row's `reads`) are these same lookups: published here
+    // once, in order, rather than by the first event.
+    ctx.client.pending_misses.clear();
+    for key in &missing {
+        ctx.notify(crate::notify::KEY_MISS, "keymiss", key);
+    }
+    err
 }
 
 /// The keys a set operation names, for locking: `args[at]` is numkeys (checked by
@@ -1243,8 +1269,9 @@ fn zsetop_reply(ctx: &mut Ctx<'_>, args: &[Bytes], op: SetOp) -> CmdResult {
     let resp = ctx.client.resp;
     let db = ctx.db();
     let mut locked = db.lock_keys(keys.iter().map(|k| &k[..]));
-    let (items, with_scores) = setop_result(ctx, &mut locked, args, 1, op, false, false)?;
+    let result = setop_result(ctx, &mut locked, args, 1, op, false, false);
     drop(locked);
+    let (items, with_scores) = result.map_err(|e| failed(ctx, e))?;
     Ok(scored_reply(sorted(items), with_scores, resp))
 }
 
@@ -1258,8 +1285,13 @@ fn zsetop_store(ctx: &mut Ctx<'_>, args: &[Bytes], op: SetOp, event: &str) -> Cm
     let limits = zset_limits(ctx);
     let db = ctx.db();
     let mut locked = db.lock_keys(keys.iter().map(|k| &k[..]));
-    let (items, _) = setop_result(ctx, &mut locked, args, 2, op, true, false)?;
-    let items = sorted(items);
+    let items = match setop_result(ctx, &mut locked, args, 2, op, true, false) {
+        Ok((items, _)) => sorted(items),
+        Err(e) => {
+            drop(locked);
+            return Err(failed(ctx, e));
+        }
+    };
     let target = locked.shard(dst);
     if items.is_empty() {
         let deleted = target.remove(dst, now).is_some();
@@ -1308,7 +1340,9 @@ fn zintercard(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let keys = setop_lock_keys(args, 1)?;
     let db = ctx.db();
     let mut locked = db.lock_keys(keys.iter().map(|k| &k[..]));
-    let (items, _) = setop_result(ctx, &mut locked, args, 1, SetOp::Inter, false, true)?;
+    let result = setop_result(ctx, &mut locked, args, 1, SetOp::Inter, false, true);
+    drop(locked);
+    let (items, _) = result.map_err(|e| failed(ctx, e))?;
     Ok(Frame::Integer(items.len() as i64))
 }
 
