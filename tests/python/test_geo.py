@@ -103,3 +103,17 @@ def test_geo_command_info_matches_redis(gradus, redis_server):
                 for e in conn.call("COMMAND", "INFO", "geoadd", "geohash", "geopos", "geodist")]
 
     assert info(gradus) == info(redis_server)
+
+
+def test_geoadd_and_zmpop_from_scripts_match_redis(gradus, redis_server):
+    script = ("redis.call('geoadd', KEYS[1], 13.361389, 38.115556, 'Palermo'); "
+              "local pos = redis.call('geopos', KEYS[1], 'Palermo'); "
+              "local popped = redis.call('zmpop', 1, KEYS[1], 'MIN'); "
+              "return {pos, popped, redis.call('exists', KEYS[1])}")
+
+    def run_script(server):
+        conn = RawConnection(server.host, server.port, timeout=10)
+        conn.call("FLUSHALL")
+        return conn.call("EVAL", script, "1", "g")
+
+    assert run_script(gradus) == run_script(redis_server)
