@@ -1492,3 +1492,26 @@ def test_strict_group_commit(gradus_factory):
     hist = after["gradus_log_group_commit_histogram"]
     assert any(int(size) > 1 for size in hist), hist
     r.close()
+
+
+def test_zset_algebra_zmpop_and_geoadd_survive_a_crash(gradus_factory):
+    """ZUNIONSTORE/ZINTERSTORE/ZDIFFSTORE replay from the log (their keys follow numkeys),
+    ZMPOP replays as the pop it did and GEOADD as its ZADD."""
+    server = gradus_factory("--durability", "strict")
+    r = client(server)
+    r.zadd("a", {"x": 1, "y": 2, "z": 3})
+    r.zadd("b", {"y": 10, "w": 20})
+    r.sadd("s", "x", "w")
+    r.execute_command("ZUNIONSTORE", "u", "3", "a", "b", "s", "WEIGHTS", "1", "2", "3")
+    r.execute_command("ZINTERSTORE", "i", "2", "a", "b", "AGGREGATE", "MAX")
+    r.execute_command("ZDIFFSTORE", "d", "2", "a", "b")
+    r.execute_command("ZMPOP", "2", "nokey", "a", "MAX", "COUNT", "2")
+    r.execute_command("GEOADD", "g", "13.361389", "38.115556", "Palermo")
+    before = {k: r.zrange(k, 0, -1, withscores=True) for k in ("a", "b", "u", "i", "d", "g")}
+    r.close()
+    server.crash_restart()
+    r = client(server)
+    after = {k: r.zrange(k, 0, -1, withscores=True) for k in ("a", "b", "u", "i", "d", "g")}
+    assert after == before
+    assert before["a"] == [(b"x", 1.0)] and before["g"] == [(b"Palermo", 3479099956230698.0)]
+    r.close()

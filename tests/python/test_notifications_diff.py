@@ -160,6 +160,24 @@ ZSETS = [
     "ZRANGESTORE d3 nz 0 -1", "ZSCORE u1 a", "ZRANGE u1 0 -1", "ZCARD nz",
 ]
 
+ZSETOPS = [
+    "ZADD u1 1 a 2 b", "ZADD u2 3 b 4 c", "SADD st a x", "SET str v",
+    "ZUNIONSTORE d 2 u1 u2", "ZUNIONSTORE d 2 u1 st WEIGHTS 2 1 AGGREGATE MAX",
+    "ZINTERSTORE d 2 u1 u2", "ZINTERSTORE d 2 u1 nz", "ZINTERSTORE d 2 u1 nz",
+    "ZDIFFSTORE d 2 u1 u2", "ZDIFFSTORE d 2 u1 u1", "ZUNIONSTORE d 2 nz nz2",
+    "ZUNIONSTORE d 2 u1 str", "ZUNIONSTORE d 0 u1", "ZINTERSTORE str 1 u2",
+    "ZUNION 2 u1 nz", "ZUNION 2 nz u1 WEIGHTS x y", "ZUNIONSTORE d 2 nz u1 AGGREGATE AVG",
+    "ZINTERCARD 2 nz u1 LIMIT -1", "LCS nz u1", "LCS nz str", "LCS nz nz2", "ZINTER 2 u1 u2", "ZDIFF 2 nz u1", "ZINTERCARD 2 u1 nz",
+    "ZMPOP 2 nz u1 MIN", "ZMPOP 1 u1 MAX COUNT 5", "ZMPOP 1 u1 MAX", "ZMPOP 1 str MIN",
+]
+
+GEO = [
+    "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania",
+    "GEOADD g 13.361389 38.115556 Palermo", "GEOADD g XX 1 1 nothere", "GEOADD g NX CH 1 1 new",
+    "GEOADD g 200 1 bad", "GEOADD str2 1 1 x", "GEODIST g Palermo Catania", "GEOHASH nokey a",
+    "GEODIST nokey a b", "SET str v", "GEOADD str 1 1 x",
+]
+
 HASHES = [
     "HSET h f v g w", "HSET h f v2", "HMSET h a 1 b 2", "HSETNX h f x", "HSETNX h n x",
     "HSETNX nh f x", "HDEL h nothere", "HDEL h f g", "HDEL nh f",
@@ -197,6 +215,8 @@ CASES = {
     "lists": LISTS,
     "sets": SETS,
     "zsets": ZSETS,
+    "zsetops": ZSETOPS,
+    "geo": GEO,
     "hashes": HASHES,
     "bits": BITS,
     "hll": HLL,

@@ -44,6 +44,9 @@ pub enum Frame {
     Set(Vec<Frame>),
     /// RESP3 `,` double; RESP2: bulk string. Text as [`format_double`].
     Double(f64),
+    /// A double written the "human" way of Redis' long doubles (`%.17Lf`, trailing zeros cut:
+    /// GEOPOS's coordinates): RESP3 `,`; RESP2: bulk string. Text as [`format_fixed17`].
+    HumanDouble(f64),
     /// RESP3 `#t`/`#f`; RESP2: `:1`/`:0`.
     Boolean(bool),
     /// RESP3 `=` verbatim string with a 3-byte format such as `txt` or `mkd`; RESP2: bulk of
@@ -153,6 +156,18 @@ pub fn encode(frame: &Frame, version: ProtocolVersion, out: &mut BytesMut) {
             }
         }
         Frame::Double(v) => encode_double(*v, version, out),
+        Frame::HumanDouble(v) => {
+            let text = format_fixed17(*v);
+            match version {
+                ProtocolVersion::Resp2 => encode_bulk(text.as_bytes(), out),
+                ProtocolVersion::Resp3 => {
+                    out.reserve(text.len() + 3);
+                    out.put_u8(b',');
+                    out.put_slice(text.as_bytes());
+                    out.put_slice(b"\r\n");
+                }
+            }
+        }
         Frame::Boolean(b) => encode_bool(*b, version, out),
         Frame::Verbatim { format, text } => encode_verbatim(format, text, version, out),
         Frame::BigNumber(digits) => encode_big_number(digits, version, out),
@@ -381,10 +396,33 @@ pub fn format_double_human(v: f64) -> String {
     format_human(v)
 }
 
+/// A double as Redis' `ld2string(LD_STR_HUMAN)` writes a long double holding it exactly: 17
+/// fractional digits of its exact value, correctly rounded, then trailing zeros (and a bare
+/// point) cut, as GEOPOS replies (`13.36138933897018433`).
+pub fn format_fixed17(v: f64) -> String {
+    if !v.is_finite() {
+        return format_human(v);
+    }
+    let mut text = format!("{v:.17}");
+    if text.contains('.') {
+        let kept = text.trim_end_matches('0').trim_end_matches('.').len();
+        text.truncate(kept);
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use ProtocolVersion::{Resp2, Resp3};
+
+    #[test]
+    fn fixed17_doubles_are_written_as_redis_writes_geopos() {
+        assert_eq!(format_fixed17(13.361389338970184), "13.36138933897018433");
+        assert_eq!(format_fixed17(22.842654883207274), "22.842654883207274");
+        assert_eq!(format_fixed17(180.0), "180");
+        both(Frame::HumanDouble(0.5), "$3\r\n0.5\r\n", ",0.5\r\n");
+    }
 
     fn enc(f: &Frame, v: ProtocolVersion) -> String {
         String::from_utf8(f.to_bytes(v).to_vec()).unwrap()

@@ -282,9 +282,12 @@ pub fn before(
                 (last as usize + 1).min(args.len())
             };
             let keyspace = shared.store.db(db)?;
-            args.get(first..end)
-                .unwrap_or(&[])
-                .iter()
+            // After a `numkeys` argument only the keys it counts are read (ZUNIONSTORE's
+            // options follow them).
+            let counted = (spec.numkeys_at > 0).then(|| spec.key_indexes(args));
+            (first..end.max(first))
+                .filter(|i| counted.as_ref().is_none_or(|keys| keys.contains(i)))
+                .filter_map(|i| args.get(i))
                 .filter(|key| !keyspace.lock(key).is_live(key, now_ms))
                 .map(|key| (db, key.clone()))
                 .collect()

@@ -1,4 +1,5 @@
-//! The blocking pops: BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP BZPOPMIN BZPOPMAX BZMPOP.
+//! The blocking pops: BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP BZPOPMIN BZPOPMAX BZMPOP, and ZMPOP
+//! (BZMPOP that never waits).
 //!
 //! Each first tries its keys in order; the first that exists has its non-blocking operation run
 //! (LPOP, LMOVE, ZPOPMIN …) as a write that joins this command's write transaction, so what is
@@ -32,6 +33,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("blmpop", -5, B, NO_KEYS, "list", "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", blmpop).with_numkeys(2),
     cmd("bzpopmin", -3, BN | flags::FAST, KEYS_THEN_TIMEOUT, "sorted-set", "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzpopmin),
     cmd("bzpopmax", -3, BN | flags::FAST, KEYS_THEN_TIMEOUT, "sorted-set", "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise. Deletes the sorted set if the last element was popped.", bzpopmax),
+    cmd("zmpop", -4, flags::WRITE | flags::SELF_LOGGED, NO_KEYS, "sorted-set", "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them. Deletes the sorted set if the last member was popped.", zmpop).with_numkeys(1),
     cmd("bzmpop", -5, B, NO_KEYS, "sorted-set", "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzmpop).with_numkeys(2),
 ];
 
@@ -54,6 +56,34 @@ fn timeout(arg: &[u8]) -> Result<Option<std::time::Duration>, CmdError> {
     Ok((millis > 0.0).then(|| std::time::Duration::from_secs_f64(secs)))
 }
 
+/// Run `op` on the first of `keys` that holds something: its reply, or None when none does.
+fn try_keys(ctx: &mut Ctx<'_>, keys: &[Bytes], op: &Op) -> Result<Option<Frame>, CmdError> {
+    for key in keys {
+        let exists = ctx.db().lock(key).contains_live(key, ctx.now_ms);
+        if !exists {
+            continue;
+        }
+        let args = op.command(key);
+        let spec = table().get(&args[0]).ok_or_else(|| {
+            CmdError::err(format!(
+                "{} is not available",
+                String::from_utf8_lossy(&args[0])
+            ))
+        })?;
+        let resp = ctx.client.resp;
+        ctx.client.resp = op.run_as(resp);
+        let done = crate::dispatch::run_write(ctx.shared, ctx.client, spec, args, ctx.now_ms);
+        ctx.client.resp = resp;
+        if let Frame::Error(e) = &done {
+            return Err(CmdError::Other(e.clone()));
+        }
+        if let Some(reply) = op.reply(key, done) {
+            return Ok(Some(reply));
+        }
+    }
+    Ok(None)
+}
+
 /// Run `op` on the first of `keys` that holds something, or block on them all.
 fn block_on(
     ctx: &mut Ctx<'_>,
@@ -62,28 +92,8 @@ fn block_on(
     op: Op,
 ) -> CmdResult {
     loop {
-        for key in &keys {
-            let exists = ctx.db().lock(key).contains_live(key, ctx.now_ms);
-            if !exists {
-                continue;
-            }
-            let args = op.command(key);
-            let spec = table().get(&args[0]).ok_or_else(|| {
-                CmdError::err(format!(
-                    "{} is not available",
-                    String::from_utf8_lossy(&args[0])
-                ))
-            })?;
-            let resp = ctx.client.resp;
-            ctx.client.resp = op.run_as(resp);
-            let done = crate::dispatch::run_write(ctx.shared, ctx.client, spec, args, ctx.now_ms);
-            ctx.client.resp = resp;
-            if let Frame::Error(e) = &done {
-                return Err(CmdError::Other(e.clone()));
-            }
-            if let Some(reply) = op.reply(key, done) {
-                return Ok(reply);
-            }
+        if let Some(reply) = try_keys(ctx, &keys, &op)? {
+            return Ok(reply);
         }
         if ctx.client.in_transaction() {
             return Ok(match op {
@@ -180,12 +190,22 @@ fn mpop_args<T>(
     which: impl Fn(&[u8]) -> Option<T>,
 ) -> Result<(Vec<Bytes>, Option<std::time::Duration>, T, usize), CmdError> {
     let wait = timeout(&args[1])?;
-    let numkeys = crate::args::parse_i64(&args[2]).ok_or(CmdError::NotInteger)?;
-    if numkeys <= 0 {
-        return Err(CmdError::err("numkeys should be greater than 0"));
-    }
-    let numkeys = numkeys as usize;
-    let rest = args.get(3..).unwrap_or_default();
+    let (keys, where_, count) = mpop_keys(args, 2, which)?;
+    Ok((keys, wait, where_, count))
+}
+
+/// `numkeys key… WHERE [COUNT n]` from `args[at]` on (ZMPOP's, BZMPOP's after its timeout).
+fn mpop_keys<T>(
+    args: &[Bytes],
+    at: usize,
+    which: impl Fn(&[u8]) -> Option<T>,
+) -> Result<(Vec<Bytes>, T, usize), CmdError> {
+    // Redis checks numkeys as a range (1 and up), one text for a non-number too.
+    let numkeys = match crate::args::parse_i64(&args[at]) {
+        Some(n) if n > 0 => n as usize,
+        _ => return Err(CmdError::err("numkeys should be greater than 0")),
+    };
+    let rest = args.get(at + 1..).unwrap_or_default();
     if rest.len() <= numkeys {
         return Err(CmdError::Syntax);
     }
@@ -199,7 +219,7 @@ fn mpop_args<T>(
         },
         _ => return Err(CmdError::Syntax),
     };
-    Ok((keys.to_vec(), wait, where_, count))
+    Ok((keys.to_vec(), where_, count))
 }
 
 fn blmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -207,18 +227,28 @@ fn blmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     block_on(ctx, keys, wait, Op::MPop { left, count })
 }
 
+/// MIN or MAX of ZMPOP and BZMPOP: whether the highest scores are popped.
+fn min_or_max(a: &[u8]) -> Option<bool> {
+    if is(a, "min") {
+        Some(false)
+    } else if is(a, "max") {
+        Some(true)
+    } else {
+        None
+    }
+}
+
 fn bzmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let which = |a: &[u8]| {
-        if is(a, "min") {
-            Some(false)
-        } else if is(a, "max") {
-            Some(true)
-        } else {
-            None
-        }
-    };
-    let (keys, wait, max, count) = mpop_args(args, which)?;
+    let (keys, wait, max, count) = mpop_args(args, min_or_max)?;
     block_on(ctx, keys, wait, Op::ZMPop { max, count })
+}
+
+/// ZMPOP numkeys key… MIN|MAX [COUNT n]: BZMPOP that never waits (null when every set is
+/// empty).
+fn zmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let (keys, max, count) = mpop_keys(args, 1, min_or_max)?;
+    let op = Op::ZMPop { max, count };
+    Ok(try_keys(ctx, &keys, &op)?.unwrap_or(Frame::NullArray))
 }
 
 #[cfg(test)]
@@ -240,6 +270,16 @@ mod tests {
             "ERR timeout is negative",
             "as Redis' overflow reports it"
         );
+    }
+
+    #[test]
+    fn mpop_numkeys_not_a_number_is_a_numkeys_error() {
+        let args: Vec<Bytes> = ["bzmpop", "0", "x", "a", "MIN"]
+            .iter()
+            .map(|w| Bytes::from(w.to_string()))
+            .collect();
+        let err = mpop_args(&args, min_or_max).unwrap_err().to_string();
+        assert_eq!(err, "ERR numkeys should be greater than 0");
     }
 
     #[test]

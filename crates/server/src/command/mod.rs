@@ -14,6 +14,7 @@ pub mod diagnostics;
 pub mod dump;
 pub mod failover;
 pub mod functions;
+pub mod geo;
 pub mod hashes;
 pub mod hyperloglog;
 pub mod keys;
@@ -157,7 +158,8 @@ pub struct CommandSpec {
     /// flags and summary; the container's handler runs them.
     pub subcommands: &'static [CommandSpec],
     /// For a command flagged `movablekeys`: the index of its `numkeys` argument, which the keys
-    /// follow (LMPOP numkeys key [key ...]); 0 otherwise.
+    /// follow (LMPOP numkeys key [key ...]); 0 otherwise. Keys at `first_key..=last_key` come
+    /// before it (ZUNIONSTORE dst numkeys key [key ...]).
     pub numkeys_at: usize,
     /// Other keyspaces of the caller's tenant the command writes, named by SELECT number in
     /// its arguments (MOVE, COPY … DB, SWAPDB): the write path's scope and replay follow them.
@@ -387,9 +389,11 @@ impl CommandSpec {
         let argc = args.len();
         if self.numkeys_at > 0 {
             let at = self.numkeys_at;
+            // Keys at fixed positions before `numkeys` (ZUNIONSTORE's destination) come first.
+            let fixed = (self.first_key.max(1)..=self.last_key.max(0)).map(|i| i as usize);
             return match args.get(at).and_then(|n| crate::args::parse_i64(n)) {
                 Some(n) if n > 0 && (n as u64) < (argc - at) as u64 => {
-                    (at + 1..=at + n as usize).collect()
+                    fixed.chain(at + 1..=at + n as usize).collect()
                 }
                 _ => Vec::new(),
             };
@@ -496,6 +500,7 @@ pub fn table() -> &'static CommandTable {
             dump::COMMANDS,
             hashes::COMMANDS,
             zsets::COMMANDS,
+            geo::COMMANDS,
             lists::COMMANDS,
             blocking::COMMANDS,
             sets::COMMANDS,

@@ -1563,6 +1563,9 @@ fn frame_to_lua(lua: &Lua, frame: &Frame) -> mlua::Result<Value> {
         Frame::Verbatim { text, .. } => Value::String(lua.create_string(text.as_ref())?),
         Frame::BigNumber(s) => Value::String(lua.create_string(s)?),
         Frame::Double(d) => Value::String(lua.create_string(gradus_proto::format_double(*d))?),
+        Frame::HumanDouble(d) => {
+            Value::String(lua.create_string(gradus_proto::format_fixed17(*d))?)
+        }
         Frame::Boolean(b) => Value::Integer(*b as i64),
         Frame::Null | Frame::NullArray => Value::Boolean(false),
         Frame::Simple(s) => {

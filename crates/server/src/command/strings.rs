@@ -1,4 +1,5 @@
-//! String commands: GET/SET and friends, counters, ranges, multi-key MGET/MSET.
+//! String commands: GET/SET and friends, counters, ranges, multi-key MGET/MSET, and LCS (the
+//! longest common subsequence of two strings, with Redis 7.2's LEN/IDX replies).
 //!
 //! Values are copied out of the request buffer when stored (so a stored value never pins a whole
 //! read buffer). Every handler locks only the shard(s) of its key(s); multi-key commands use
@@ -38,6 +39,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("incrby", 3, W | F, KEY1, "string", "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist.", incrby).notifies(&[(crate::notify::STRING, "incrby")]),
     cmd("decr", 2, W | F, KEY1, "string", "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", decr).notifies(&[(crate::notify::STRING, "incrby")]),
     cmd("decrby", 3, W | F, KEY1, "string", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", decrby).notifies(&[(crate::notify::STRING, "incrby")]),
+    cmd("lcs", -3, R, (1, 2, 1), "string", "Finds the longest common substring.", lcs),
     cmd("incrbyfloat", 3, W | F, KEY1, "string", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", incrbyfloat).notifies(&[(crate::notify::STRING, "incrbyfloat")]),
 ];
 
@@ -562,4 +564,213 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let text = next.to_human_string();
     shard.set(key, str_value(text.as_bytes()), ttl, now);
     Ok(Frame::Bulk(Bytes::from(text)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// LCS
+
+/// LCS's options.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct LcsOptions {
+    len: bool,
+    idx: bool,
+    with_match_len: bool,
+    min_match_len: i64,
+}
+
+/// Parse `args[3..]` as Redis' `lcsCommand` does (later words win; a negative MINMATCHLEN is 0).
+fn lcs_options(args: &[Bytes]) -> Result<LcsOptions, CmdError> {
+    let mut opts = LcsOptions::default();
+    let mut j = 3;
+    while j < args.len() {
+        let arg = &args[j];
+        if is(arg, "idx") {
+            opts.idx = true;
+        } else if is(arg, "len") {
+            opts.len = true;
+        } else if is(arg, "withmatchlen") {
+            opts.with_match_len = true;
+        } else if is(arg, "minmatchlen") && j + 1 < args.len() {
+            opts.min_match_len = int_arg(&args[j + 1])?.max(0);
+            j += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        j += 1;
+    }
+    if opts.len && opts.idx {
+        return Err(CmdError::err(
+            "If you want both the length and indexes, please just use IDX.",
+        ));
+    }
+    Ok(opts)
+}
+
+/// One matching run found walking the table back: its ranges in `a` and in `b` (inclusive).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct LcsMatch {
+    a: (usize, usize),
+    b: (usize, usize),
+}
+
+impl LcsMatch {
+    fn len(&self) -> usize {
+        self.a.1 - self.a.0 + 1
+    }
+}
+
+/// The longest common subsequence of `a` and `b` and its matching runs, last first (the order
+/// Redis walks its dynamic-programming table back in).
+fn lcs_of(a: &[u8], b: &[u8]) -> (Vec<u8>, Vec<LcsMatch>) {
+    let width = b.len() + 1;
+    // table[i * width + j]: the LCS length of a[..i] and b[..j].
+    let mut table = vec![0u32; (a.len() + 1) * width];
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            table[i * width + j] = if a[i - 1] == b[j - 1] {
+                table[(i - 1) * width + j - 1] + 1
+            } else {
+                table[(i - 1) * width + j].max(table[i * width + j - 1])
+            };
+        }
+    }
+    let total = table[a.len() * width + b.len()] as usize;
+    let mut common = vec![0u8; total];
+    let mut matches = Vec::new();
+    let mut current: Option<LcsMatch> = None;
+    let (mut i, mut j, mut k) = (a.len(), b.len(), total);
+    while i > 0 && j > 0 {
+        let mut emit = false;
+        if a[i - 1] == b[j - 1] {
+            common[k - 1] = a[i - 1];
+            match current.as_mut() {
+                None => {
+                    current = Some(LcsMatch {
+                        a: (i - 1, i - 1),
+                        b: (j - 1, j - 1),
+                    })
+                }
+                // Contiguous with the run so far: extend it backwards.
+                Some(run) if run.a.0 == i && run.b.0 == j => {
+                    run.a.0 -= 1;
+                    run.b.0 -= 1;
+                }
+                Some(_) => emit = true,
+            }
+            if current.is_some_and(|run| run.a.0 == 0 || run.b.0 == 0) {
+                emit = true;
+            }
+            (i, j, k) = (i - 1, j - 1, k - 1);
+        } else {
+            if table[(i - 1) * width + j] > table[i * width + j - 1] {
+                i -= 1;
+            } else {
+                j -= 1;
+            }
+            emit = current.is_some();
+        }
+        if emit {
+            if let Some(run) = current.take() {
+                matches.push(run);
+            }
+        }
+    }
+    (common, matches)
+}
+
+/// LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN].
+fn lcs(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let (k1, k2) = (&args[1], &args[2]);
+    let now = ctx.now_ms;
+    let (a, b) = {
+        let db = ctx.db();
+        let mut locked = db.lock_keys([&k1[..], &k2[..]]);
+        let mut read = |key: &Bytes| -> Result<Option<Bytes>, CmdError> {
+            let shard = locked.shard(key);
+            ctx.lookup(shard.get(key, now).is_some());
+            read_string(shard, key, now)
+        };
+        let (a, b) = (read(k1), read(k2));
+        match (a, b) {
+            (Ok(a), Ok(b)) => (a.unwrap_or_default(), b.unwrap_or_default()),
+            (a, b) => {
+                // Both keys were looked up: a missing one is still a `keymiss` (the
+                // dispatcher publishes none for an error reply).
+                let missing: Vec<&Bytes> = [(k1, a), (k2, b)]
+                    .into_iter()
+                    .filter(|(_, v)| matches!(v, Ok(None)))
+                    .map(|(k, _)| k)
+                    .collect();
+                drop(locked);
+                for key in missing {
+                    ctx.notify(crate::notify::KEY_MISS, "keymiss", key);
+                }
+                return Err(CmdError::err(
+                    "The specified keys must contain string values",
+                ));
+            }
+        }
+    };
+    let opts = lcs_options(args)?;
+    let table_bytes = (a.len() as u128 + 1) * (b.len() as u128 + 1) * 4;
+    if table_bytes > max_string(ctx) as u128 {
+        return Err(CmdError::err(
+            "Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len",
+        ));
+    }
+    let (common, matches) = lcs_of(&a, &b);
+    if opts.len {
+        return Ok(Frame::Integer(common.len() as i64));
+    }
+    if !opts.idx {
+        return Ok(Frame::Bulk(Bytes::from(common)));
+    }
+    let pair = |(from, to): (usize, usize)| {
+        Frame::Array(vec![Frame::Integer(from as i64), Frame::Integer(to as i64)])
+    };
+    let shown = matches
+        .iter()
+        .filter(|run| opts.min_match_len == 0 || run.len() as i64 >= opts.min_match_len)
+        .map(|run| {
+            let mut entry = vec![pair(run.a), pair(run.b)];
+            if opts.with_match_len {
+                entry.push(Frame::Integer(run.len() as i64));
+            }
+            Frame::Array(entry)
+        })
+        .collect();
+    let text = |s: &'static str| Frame::Bulk(Bytes::from_static(s.as_bytes()));
+    Ok(Frame::Map(vec![
+        (text("matches"), Frame::Array(shown)),
+        (text("len"), Frame::Integer(common.len() as i64)),
+    ]))
+}
+
+#[cfg(test)]
+mod lcs_tests {
+    use super::*;
+
+    #[test]
+    fn lcs_finds_redis_documented_example() {
+        let (common, matches) = lcs_of(b"ohmytext", b"mynewtext");
+        assert_eq!(common, b"mytext");
+        assert_eq!(
+            matches,
+            vec![
+                LcsMatch {
+                    a: (4, 7),
+                    b: (5, 8)
+                },
+                LcsMatch {
+                    a: (2, 3),
+                    b: (0, 1)
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn lcs_of_empty_strings_is_empty() {
+        assert_eq!(lcs_of(b"", b"abc"), (Vec::new(), Vec::new()));
+    }
 }

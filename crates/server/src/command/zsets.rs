@@ -1,10 +1,12 @@
 //! Sorted-set commands: ZADD/ZINCRBY, ZREM, score and rank lookups, the ZRANGE family (by rank,
 //! score or lex, forward or reverse, with LIMIT, WITHSCORES and ZRANGESTORE), counts, range
-//! removals, ZPOPMIN/ZPOPMAX, ZRANDMEMBER and ZSCAN, with Redis 7.2's replies and error texts.
+//! removals, ZPOPMIN/ZPOPMAX, ZRANDMEMBER, ZSCAN, and the set algebra (ZUNION, ZINTER, ZDIFF, their
+//! *STORE forms and ZINTERCARD; plain sets are inputs too), with Redis 7.2's replies and error texts.
 //!
-//! Every handler locks only the shard of its key (ZRANGESTORE locks its two keys together with
-//! `lock_keys`). Writes decide on a read-only view first and call `modify`/`upsert` only when the
-//! set really changes, so no-op commands leave the entry's version (WATCH) alone, as Redis does.
+//! Every handler locks only the shard of its key (ZRANGESTORE and the set algebra lock all their
+//! keys together with `lock_keys`). Writes decide on a read-only view first and call
+//! `modify`/`upsert` only when the set really changes, so no-op commands leave the entry's
+//! version (WATCH) alone, as Redis does.
 //! Scores are `f64` and replied as `Frame::Double`, which the encoder turns into a bulk string for
 //! RESP2; where the reply *shape* differs between RESP2 and RESP3 (score pairs) the handler checks
 //! the client's protocol. A set's encoding (listpack or skiplist) is the store's business; writes
@@ -15,14 +17,14 @@ use super::hashes::{
     pairs_reply, parse_random_count, parse_scan_cursor, parse_scan_options, random_picks,
     scan_reply,
 };
-use super::{arity_error, cmd, flags, CommandSpec, Ctx, KEY1};
-use crate::args::{float_arg, int_arg, is, score_bound};
+use super::{arity_error, cmd, flags, CommandSpec, Ctx, KEY1, NO_KEYS};
+use crate::args::{float_arg, int_arg, is, parse_i64, score_bound};
 use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
 use gradus_proto::{format_double, Frame, ProtocolVersion};
 use gradus_store::glob::glob_match;
 use gradus_store::scan::{scan_position, scan_step};
-use gradus_store::{ScoreBound, Shard, Value, ZMember, ZSetLimits, ZSetValue};
+use gradus_store::{MultiLock, ScoreBound, Shard, Value, ZMember, ZSetLimits, ZSetValue};
 use rand::Rng;
 use std::sync::atomic::Ordering;
 
@@ -57,6 +59,13 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("zpopmax", -2, W | F, KEY1, "sorted-set", "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.", zpopmax),
     cmd("zrandmember", -2, R, KEY1, "sorted-set", "Returns one or more random members from a sorted set.", zrandmember),
     cmd("zscan", -3, R, KEY1, "sorted-set", "Iterates over members and scores of a sorted set.", zscan),
+    cmd("zunion", -3, R, NO_KEYS, "sorted-set", "Returns the union of multiple sorted sets.", zunion).with_numkeys(1),
+    cmd("zinter", -3, R, NO_KEYS, "sorted-set", "Returns the intersect of multiple sorted sets.", zinter).with_numkeys(1),
+    cmd("zdiff", -3, R, NO_KEYS, "sorted-set", "Returns the difference between multiple sorted sets.", zdiff).with_numkeys(1),
+    cmd("zunionstore", -4, W | D, KEY1, "sorted-set", "Stores the union of multiple sorted sets in a key.", zunionstore).with_numkeys(2).reads(3, -1),
+    cmd("zinterstore", -4, W | D, KEY1, "sorted-set", "Stores the intersect of multiple sorted sets in a key.", zinterstore).with_numkeys(2).reads(3, -1),
+    cmd("zdiffstore", -4, W | D, KEY1, "sorted-set", "Stores the difference of multiple sorted sets in a key.", zdiffstore).with_numkeys(2).reads(3, -1),
+    cmd("zintercard", -3, R, NO_KEYS, "sorted-set", "Returns the number of members of the intersect of multiple sorted sets.", zintercard).with_numkeys(1),
 ];
 
 /// The sorted set at `key` for reading: Ok(None) when absent, WRONGTYPE for another type.
@@ -120,7 +129,7 @@ fn remove_members(shard: &mut Shard, key: &[u8], now: u64, members: &[Bytes]) ->
 
 /// A score argument, parsed like Redis' `string2d`: besides what `float_arg` rejects, `strtod`
 /// range errors (overflow to infinity, underflow to zero) are rejected too.
-fn score_arg(arg: &[u8]) -> Result<f64, CmdError> {
+pub(crate) fn score_arg(arg: &[u8]) -> Result<f64, CmdError> {
     let value = float_arg(arg)?;
     let mantissa = arg.split(|&c| c == b'e' || c == b'E').next().unwrap_or(arg);
     let spelled_infinity = arg
@@ -932,6 +941,409 @@ fn zscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         elements.push(Frame::Bulk(Bytes::from(format_double(score))));
     }
     Ok(scan_reply(next, elements))
+}
+
+// ---------------------------------------------------------------------------------------------
+// ZUNION / ZINTER / ZDIFF, their *STORE forms and ZINTERCARD
+
+/// Which set operation a command does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum SetOp {
+    Union,
+    Inter,
+    Diff,
+}
+
+/// How the scores of a member found in several inputs combine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Aggregate {
+    Sum,
+    Min,
+    Max,
+}
+
+impl Aggregate {
+    /// Redis' `zunionInterAggregate`: a sum of opposite infinities is 0.
+    fn fold(self, target: &mut f64, value: f64) {
+        match self {
+            Aggregate::Sum => {
+                *target += value;
+                if target.is_nan() {
+                    *target = 0.0;
+                }
+            }
+            Aggregate::Min => {
+                if value < *target {
+                    *target = value;
+                }
+            }
+            Aggregate::Max => {
+                if value > *target {
+                    *target = value;
+                }
+            }
+        }
+    }
+}
+
+/// One input of a set operation, read under the keys' locks: its members with their scores
+/// (a plain set's members score 1), or None when the key is absent.
+struct SetOpSource {
+    key: Bytes,
+    members: Option<Vec<(Bytes, f64)>>,
+    weight: f64,
+}
+
+impl SetOpSource {
+    fn len(&self) -> usize {
+        self.members.as_ref().map_or(0, Vec::len)
+    }
+}
+
+/// `numkeys key… [options]` from `args[at]` on, in Redis' `zunionInterDiffGenericCommand` order:
+/// numkeys first, then the keys' types (see [`read_sources`]), then the options. This part
+/// checks numkeys and returns the keys and where the options start.
+fn setop_keys(args: &[Bytes], at: usize) -> Result<(&[Bytes], usize), CmdError> {
+    let numkeys = int_arg(&args[at])?;
+    if numkeys < 1 {
+        return Err(CmdError::err(format!(
+            "at least 1 input key is needed for '{}' command",
+            String::from_utf8_lossy(&args[0]).to_lowercase()
+        )));
+    }
+    let available = (args.len() - at - 1) as u64;
+    if numkeys as u64 > available {
+        return Err(CmdError::Syntax);
+    }
+    let end = at + 1 + numkeys as usize;
+    Ok((&args[at + 1..end], end))
+}
+
+/// The options after the keys: WEIGHTS and AGGREGATE (not for ZDIFF nor ZINTERCARD),
+/// WITHSCORES (replying forms only), LIMIT (ZINTERCARD only).
+fn setop_options(
+    args: &[Bytes],
+    from: usize,
+    numkeys: usize,
+    op: SetOp,
+    store: bool,
+    card: bool,
+) -> Result<(Vec<f64>, Aggregate, bool, usize), CmdError> {
+    let mut weights = vec![1.0; numkeys];
+    let (mut aggregate, mut with_scores, mut limit) = (Aggregate::Sum, false, 0usize);
+    let mut j = from;
+    while j < args.len() {
+        let remaining = args.len() - j;
+        let arg = &args[j];
+        let weighs = op != SetOp::Diff && !card;
+        if weighs && remaining > numkeys && is(arg, "weights") {
+            for (i, w) in weights.iter_mut().enumerate() {
+                *w = score_arg(&args[j + 1 + i])
+                    .map_err(|_| CmdError::err("weight value is not a float"))?;
+            }
+            j += 1 + numkeys;
+        } else if weighs && remaining >= 2 && is(arg, "aggregate") {
+            let how = &args[j + 1];
+            aggregate = if is(how, "sum") {
+                Aggregate::Sum
+            } else if is(how, "min") {
+                Aggregate::Min
+            } else if is(how, "max") {
+                Aggregate::Max
+            } else {
+                return Err(CmdError::Syntax);
+            };
+            j += 2;
+        } else if !store && !card && is(arg, "withscores") {
+            with_scores = true;
+            j += 1;
+        } else if card && remaining >= 2 && is(arg, "limit") {
+            limit = match parse_i64(&args[j + 1]) {
+                Some(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX),
+                _ => return Err(CmdError::err("LIMIT can't be negative")),
+            };
+            j += 2;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    Ok((weights, aggregate, with_scores, limit))
+}
+
+/// Read every input (sorted sets, or sets whose members score 1) in order; WRONGTYPE at the
+/// first key of another type, as Redis' lookups stop there.
+fn read_sources(
+    ctx: &Ctx<'_>,
+    locked: &mut MultiLock<'_>,
+    keys: &[Bytes],
+) -> Result<Vec<SetOpSource>, CmdError> {
+    let now = ctx.now_ms;
+    let mut sources = Vec::with_capacity(keys.len());
+    for key in keys {
+        let shard = locked.shard(key);
+        let members = match shard.get(key, now) {
+            None => {
+                ctx.lookup(false);
+                None
+            }
+            Some(entry) => {
+                ctx.lookup(true);
+                match &entry.value {
+                    Value::ZSet(z) => Some(z.members().map(|(m, s)| (m.to_bytes(), s)).collect()),
+                    Value::Set(s) => Some(s.iter().map(|m| (m.to_bytes(), 1.0)).collect()),
+                    _ => return Err(CmdError::WrongType),
+                }
+            }
+        };
+        sources.push(SetOpSource {
+            key: key.clone(),
+            members,
+            weight: 1.0,
+        });
+    }
+    Ok(sources)
+}
+
+/// Redis' weighted score: NaN (0 × ±inf) counts as 0.
+fn weighted(score: f64, weight: f64) -> f64 {
+    let v = score * weight;
+    if v.is_nan() {
+        0.0
+    } else {
+        v
+    }
+}
+
+/// Run `op` over `sources`, stopping an intersection at `limit` members (0: no limit); the
+/// result is in no particular order.
+fn run_setop(
+    mut sources: Vec<SetOpSource>,
+    op: SetOp,
+    aggregate: Aggregate,
+    limit: usize,
+) -> Vec<(Bytes, f64)> {
+    use std::collections::HashMap;
+    if op != SetOp::Diff {
+        // Smallest first, as Redis sorts its inputs by size.
+        sources.sort_by_key(SetOpSource::len);
+    }
+    match op {
+        SetOp::Union => {
+            let mut scores: HashMap<Bytes, f64> = HashMap::new();
+            let mut order: Vec<Bytes> = Vec::new();
+            for src in &sources {
+                for (m, s) in src.members.iter().flatten() {
+                    let score = weighted(*s, src.weight);
+                    match scores.get_mut(m) {
+                        Some(total) => aggregate.fold(total, score),
+                        None => {
+                            scores.insert(m.clone(), score);
+                            order.push(m.clone());
+                        }
+                    }
+                }
+            }
+            order
+                .into_iter()
+                .map(|m| {
+                    let s = scores[&m];
+                    (m, s)
+                })
+                .collect()
+        }
+        SetOp::Inter => {
+            if sources.first().is_none_or(|s| s.len() == 0) {
+                return Vec::new();
+            }
+            let others: Vec<(HashMap<&Bytes, f64>, f64)> = sources[1..]
+                .iter()
+                .map(|src| {
+                    let map = src.members.iter().flatten().map(|(m, s)| (m, *s)).collect();
+                    (map, src.weight)
+                })
+                .collect();
+            let mut out = Vec::new();
+            for (m, s) in sources[0].members.iter().flatten() {
+                let mut score = weighted(*s, sources[0].weight);
+                let mut everywhere = true;
+                for (map, weight) in &others {
+                    match map.get(m) {
+                        Some(v) => aggregate.fold(&mut score, *v * weight),
+                        None => {
+                            everywhere = false;
+                            break;
+                        }
+                    }
+                }
+                if everywhere {
+                    out.push((m.clone(), score));
+                    if limit > 0 && out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            out
+        }
+        SetOp::Diff => {
+            let first = &sources[0];
+            if first.len() == 0 || sources[1..].iter().any(|s| s.key == first.key) {
+                return Vec::new();
+            }
+            let others: Vec<std::collections::HashSet<&Bytes>> = sources[1..]
+                .iter()
+                .map(|src| src.members.iter().flatten().map(|(m, _)| m).collect())
+                .collect();
+            first
+                .members
+                .iter()
+                .flatten()
+                .filter(|(m, _)| !others.iter().any(|o| o.contains(m)))
+                .cloned()
+                .collect()
+        }
+    }
+}
+
+/// A result in sorted-set order: by score, then member.
+fn sorted(mut items: Vec<(Bytes, f64)>) -> Vec<(Bytes, f64)> {
+    items.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    items
+}
+
+/// A set operation's error, with the keys it had found absent: an option error comes after
+/// Redis has looked every key up, so those lookups still publish `keymiss` (see [`failed`]).
+type SetOpError = (CmdError, Vec<Bytes>);
+
+/// Parse and run a set operation whose `numkeys` is at `args[at]`, with the inputs read under
+/// `locked` (which holds every key of the command).
+fn setop_result(
+    ctx: &Ctx<'_>,
+    locked: &mut MultiLock<'_>,
+    args: &[Bytes],
+    at: usize,
+    op: SetOp,
+    store: bool,
+    card: bool,
+) -> Result<(Vec<(Bytes, f64)>, bool), SetOpError> {
+    let (keys, options_at) = setop_keys(args, at).map_err(|e| (e, Vec::new()))?;
+    let mut sources = read_sources(ctx, locked, keys).map_err(|e| (e, Vec::new()))?;
+    let (weights, aggregate, with_scores, limit) =
+        match setop_options(args, options_at, keys.len(), op, store, card) {
+            Ok(options) => options,
+            Err(e) => {
+                let missing = sources
+                    .into_iter()
+                    .filter(|s| s.members.is_none())
+                    .map(|s| s.key)
+                    .collect();
+                return Err((e, missing));
+            }
+        };
+    for (src, w) in sources.iter_mut().zip(weights) {
+        src.weight = w;
+    }
+    Ok((run_setop(sources, op, aggregate, limit), with_scores))
+}
+
+/// The error of a set operation, after publishing the `keymiss` events of its lookups (the
+/// command's own events are published only for a reply that is not an error).
+fn failed(ctx: &mut Ctx<'_>, (err, missing): SetOpError) -> CmdError {
+    // A *STORE's pending misses (its row's `reads`) are these same lookups: published here
+    // once, in order, rather than by the first event.
+    ctx.client.pending_misses.clear();
+    for key in &missing {
+        ctx.notify(crate::notify::KEY_MISS, "keymiss", key);
+    }
+    err
+}
+
+/// The keys a set operation names, for locking: `args[at]` is numkeys (checked by
+/// [`setop_keys`] before anything is locked).
+fn setop_lock_keys(args: &[Bytes], at: usize) -> Result<Vec<Bytes>, CmdError> {
+    Ok(setop_keys(args, at)?.0.to_vec())
+}
+
+/// ZUNION/ZINTER/ZDIFF numkeys key… [WEIGHTS …] [AGGREGATE …] [WITHSCORES].
+fn zsetop_reply(ctx: &mut Ctx<'_>, args: &[Bytes], op: SetOp) -> CmdResult {
+    let keys = setop_lock_keys(args, 1)?;
+    let resp = ctx.client.resp;
+    let db = ctx.db();
+    let mut locked = db.lock_keys(keys.iter().map(|k| &k[..]));
+    let result = setop_result(ctx, &mut locked, args, 1, op, false, false);
+    drop(locked);
+    let (items, with_scores) = result.map_err(|e| failed(ctx, e))?;
+    Ok(scored_reply(sorted(items), with_scores, resp))
+}
+
+/// ZUNIONSTORE/ZINTERSTORE/ZDIFFSTORE dst numkeys key… [WEIGHTS …] [AGGREGATE …]: the result
+/// replaces `dst` (TTL included), or deletes it when empty.
+fn zsetop_store(ctx: &mut Ctx<'_>, args: &[Bytes], op: SetOp, event: &str) -> CmdResult {
+    let mut keys = setop_lock_keys(args, 2)?;
+    keys.push(args[1].clone());
+    let dst = &args[1];
+    let now = ctx.now_ms;
+    let limits = zset_limits(ctx);
+    let db = ctx.db();
+    let mut locked = db.lock_keys(keys.iter().map(|k| &k[..]));
+    let items = match setop_result(ctx, &mut locked, args, 2, op, true, false) {
+        Ok((items, _)) => sorted(items),
+        Err(e) => {
+            drop(locked);
+            return Err(failed(ctx, e));
+        }
+    };
+    let target = locked.shard(dst);
+    if items.is_empty() {
+        let deleted = target.remove(dst, now).is_some();
+        drop(locked);
+        if deleted {
+            ctx.notify(crate::notify::GENERIC, "del", dst);
+        }
+        return Ok(Frame::Integer(0));
+    }
+    let count = items.len();
+    let longest = items.iter().map(|(m, _)| m.len()).max().unwrap_or(0);
+    let mut z = ZSetValue::sized_for(count, longest, limits);
+    z.extend(items.iter().map(|(m, s)| (&m[..], *s)), limits);
+    target.set(dst, Value::zset(z), None, now);
+    drop(locked);
+    ctx.notify(crate::notify::ZSET, event, dst);
+    Ok(Frame::Integer(count as i64))
+}
+
+fn zunion(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    zsetop_reply(ctx, args, SetOp::Union)
+}
+
+fn zinter(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    zsetop_reply(ctx, args, SetOp::Inter)
+}
+
+fn zdiff(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    zsetop_reply(ctx, args, SetOp::Diff)
+}
+
+fn zunionstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    zsetop_store(ctx, args, SetOp::Union, "zunionstore")
+}
+
+fn zinterstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    zsetop_store(ctx, args, SetOp::Inter, "zinterstore")
+}
+
+fn zdiffstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    zsetop_store(ctx, args, SetOp::Diff, "zdiffstore")
+}
+
+/// ZINTERCARD numkeys key… [LIMIT limit].
+fn zintercard(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let keys = setop_lock_keys(args, 1)?;
+    let db = ctx.db();
+    let mut locked = db.lock_keys(keys.iter().map(|k| &k[..]));
+    let result = setop_result(ctx, &mut locked, args, 1, SetOp::Inter, false, true);
+    drop(locked);
+    let (items, _) = result.map_err(|e| failed(ctx, e))?;
+    Ok(Frame::Integer(items.len() as i64))
 }
 
 #[cfg(test)]
