@@ -310,8 +310,10 @@ def test_failover_hands_over_to_the_replica(gradus_factory):
     r = redis_client(replica, decode_responses=True)
     r.execute_command("REPLICAOF", "127.0.0.1", str(primary.port))
     wait_for(lambda: p.info("replication").get("connected_slaves") == 1, 10)
+    # Once the replica is online (its first full sync done), as Sentinel would see it.
+    wait_for(lambda: r.info("replication").get("master_link_status") == "up", 10)
     assert p.execute_command("FAILOVER") == "OK"
-    wait_for(lambda: r.info("replication")["role"] == "master", 10)
+    wait_for(lambda: r.info("replication")["role"] == "master", 20)
     wait_for(lambda: p.info("replication").get("master_link_status") == "up", 10)
     assert p.info("replication")["role"] == "slave"
     assert p.info("replication")["master_failover_state"] == "no-failover"

@@ -433,6 +433,11 @@ async fn follow_stream(
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     let limits = super::primary::replica_limits(shared);
     let mut offset = shared.repl.offset();
+    // Where this link starts: everything up to it is applied and durable here (a full sync
+    // snapshots this server's log before the stream starts), so it is acknowledged at once, not
+    // only when the next frame arrives — a primary that stopped feeding (FAILOVER pauses writes
+    // and its PINGs) waits for exactly this acknowledgement.
+    let start = offset;
     loop {
         // CLIENT PAUSE on this replica holds its primary's stream too, as Redis pauses its
         // master client (acknowledging what it has meanwhile); a primary never pauses the
@@ -491,7 +496,7 @@ async fn follow_stream(
             .log
             .get()
             .map_or(u64::MAX, |log| log.durable_lsn());
-        let mut ackable = acked;
+        let mut ackable = acked.max(start);
         while let Some(&(off, lsn)) = pending.front() {
             if lsn > durable {
                 break;
