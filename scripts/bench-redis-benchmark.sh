@@ -8,6 +8,8 @@
 #   GRADUS_BIN=path/to/gradus benchmarks that release binary instead of building one.
 #   GRADUS_BASELINE=path/to/gradus adds a third target, an earlier build, to every round (to show
 #   that a change did not make the request path slower, as a same-run ratio).
+#   GRADUS_BASELINE_THREADS=N sets the baseline's --threads (default: GRADUS_THREADS); with
+#   GRADUS_BASELINE=$GRADUS_BIN it compares two thread counts of one build in one run.
 #
 # Both servers run on loopback, one at a time, with the same redis-benchmark command lines:
 #   redis-benchmark -t set,get,incr,hset -c 50 -d 1024 -n N            (no pipelining)
@@ -35,11 +37,12 @@ run_bench() { # port pipeline → lines "TEST,rps"
     | tail -n +2 | tr -d '"' | cut -d, -f1,2
 }
 
+BASELINE_THREADS=${GRADUS_BASELINE_THREADS:-${GRADUS_THREADS:-}}
 TARGETS="redis gradus${GRADUS_BASELINE:+ baseline}"
 for round in $(seq "$ROUNDS"); do
   for target in $TARGETS; do
     if [ "$target" = baseline ]; then
-      "$GRADUS_BASELINE" --port 7302 --memcached-port 0 --dir "$TMP/bdata" --durability none ${GRADUS_THREADS:+--threads $GRADUS_THREADS} --loglevel warn >"$TMP/baseline.log" 2>&1 &
+      "$GRADUS_BASELINE" --port 7302 --memcached-port 0 --dir "$TMP/bdata" --durability none ${BASELINE_THREADS:+--threads $BASELINE_THREADS} --loglevel warn >"$TMP/baseline.log" 2>&1 &
       echo $! >"$TMP/gradus.pid"
       port=7302
     elif [ "$target" = redis ]; then

@@ -481,7 +481,26 @@ fn parse_degree(s: &str) -> Result<gradus_log::Durability, ServerError> {
     })
 }
 
+/// Worker threads for `threads = n` on a machine with `cores` CPUs: `n` itself, or for 0 one per core
+/// minus one, at least one. The spare core is the kernel's network work, the log writer and the
+/// clients that share small machines: on 2 cores, one worker matched or beat two on every
+/// pipelined line and on TLS, and tied unpipelined (`docs/benchmarks/threads.md`).
+pub fn worker_threads(configured: usize, cores: usize) -> usize {
+    match configured {
+        0 => cores.saturating_sub(1).max(1),
+        n => n,
+    }
+}
+
 impl Config {
+    /// Worker threads this configuration runs with on this machine (see [`worker_threads`]).
+    pub fn effective_threads(&self) -> usize {
+        worker_threads(
+            self.threads,
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        )
+    }
+
     /// The default degree of every database not listed in `durability.databases`.
     pub fn default_degree(&self) -> Result<gradus_log::Durability, ServerError> {
         parse_degree(&self.durability.default)
@@ -533,6 +552,14 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_threads_leave_one_core_and_keep_at_least_one_worker() {
+        assert_eq!(worker_threads(0, 1), 1);
+        assert_eq!(worker_threads(0, 2), 1);
+        assert_eq!(worker_threads(0, 16), 15);
+        assert_eq!(worker_threads(3, 2), 3);
+    }
 
     #[test]
     fn embedded_default_is_loopback_6379() {

@@ -45,9 +45,7 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if config.threads > 0 {
-        runtime.worker_threads(config.threads);
-    }
+    runtime.worker_threads(config.effective_threads());
     let runtime = match runtime.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

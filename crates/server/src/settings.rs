@@ -572,7 +572,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Active expiry cycles per second." },
     Setting { name: "threads", section: Section::Top, key: "threads", kind: Kind::Int { min: 0, max: 4096 }, default: "0",
         flag: flag("N"), live: None, field: field!(threads),
-        doc: "Worker threads for the network and command handling; 0: one per CPU core." },
+        doc: "Worker threads for the network and command handling; 0: one per CPU core minus one, at least one (1 on 2 cores)." },
     Setting { name: "loglevel", section: Section::Top, key: "loglevel", kind: Kind::Text, default: "info",
         flag: flag("FILTER"), live: None, field: field!(loglevel),
         doc: "Log filter: error, warn, info, debug, trace, or a tracing env-filter expression (logs go to stderr)." },

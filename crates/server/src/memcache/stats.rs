@@ -149,11 +149,7 @@ pub fn write_stats(
             stat(out, "total_items", items);
             stat(out, "bytes", bytes);
             stat(out, "limit_maxbytes", 0);
-            let threads = match shared.config.threads {
-                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-                n => n,
-            };
-            stat(out, "threads", threads);
+            stat(out, "threads", shared.config.effective_threads());
             // Keys the keyspace's `memory-limit` evicted (an `lru` keyspace; 0 otherwise).
             stat(out, "evictions", ks.evictions());
             stat(out, "gradus_db", db);
