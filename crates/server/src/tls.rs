@@ -476,3 +476,63 @@ impl TlsState {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls_pki_types::ServerName;
+
+    #[test]
+    fn a_replica_names_its_primary_by_host_name_only_when_it_has_one() {
+        // rustls sends SNI for a DNS name, never for an address: Redis' rule.
+        assert!(matches!(
+            server_name("127.0.0.1"),
+            Ok(ServerName::IpAddress(_))
+        ));
+        assert!(matches!(server_name("::1"), Ok(ServerName::IpAddress(_))));
+        assert!(matches!(
+            server_name("primary.example"),
+            Ok(ServerName::DnsName(_))
+        ));
+        assert!(server_name("not a host").is_err());
+    }
+
+    #[test]
+    fn the_client_side_needs_a_ca_and_a_certificate_to_present() {
+        let mut files = TlsFiles {
+            cert_file: String::new(),
+            key_file: String::new(),
+            client_cert_file: String::new(),
+            client_key_file: String::new(),
+            ca_cert_file: String::new(),
+            auth_clients: "yes".into(),
+            protocols: vec!["TLSv1.2".into(), "TLSv1.3".into()],
+        };
+        let err = build_client(&files).unwrap_err();
+        assert!(err.starts_with("tls-ca-cert-file must be set"), "{err}");
+        files.ca_cert_file = "/nonexistent/ca.crt".into();
+        let err = build_client(&files).unwrap_err();
+        assert!(
+            err.starts_with("tls-ca-cert-file /nonexistent/ca.crt: cannot read it"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_refused_certificate_is_named_in_the_link_error() {
+        let refused = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::AlertReceived(rustls::AlertDescription::UnknownCA),
+        );
+        let text = link_error("read from the primary", &refused);
+        assert!(
+            text.starts_with("read from the primary: the primary refused this replica's TLS certificate (alert UnknownCA"),
+            "{text}"
+        );
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(
+            link_error("read from the primary", &reset),
+            format!("read from the primary: {reset}")
+        );
+    }
+}
