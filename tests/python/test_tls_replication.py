@@ -153,6 +153,38 @@ def test_the_replica_presents_tls_cert_file_and_announces_its_tls_port(gradus_fa
     assert f"port={replica_tls_port}," in info(primary)["slave0"]
 
 
+def test_failover_between_tls_nodes_links_the_old_primary_over_tls(gradus_factory, pki, tmp_path):
+    # Both nodes replicate over TLS only: each announces its tls-port, so FAILOVER's old primary
+    # follows the promoted replica at its TLS port.
+    nodes = []
+    for name in ("a", "b"):
+        tls_port = free_port()
+        path = tmp_path / f"{name}.toml"
+        path.write_text(
+            f'tls-replication = true\ntls-port = {tls_port}\ntls-auth-clients = "yes"\n'
+            f'tls-ca-cert-file = "{pki["ca.crt"]}"\n'
+            f'tls-cert-file = "{pki["node.crt"]}"\ntls-key-file = "{pki["node.key"]}"\n')
+        node = gradus_factory("--config", str(path), name=name)
+        node.tls_port = tls_port
+        nodes.append(node)
+    a, b = nodes
+    assert redis_client(b).execute_command("REPLICAOF", HOST, a.tls_port) == b"OK"
+    wait_link_up(b)
+    assert f"port={b.tls_port}," in info(a)["slave0"]
+    pa = redis_client(a)
+    pa.set("before", "1")
+    assert pa.execute_command("WAIT", 1, 5000) == 1
+    assert pa.execute_command("FAILOVER") == b"OK"
+    wait_until(lambda: info(b).get("role") == "master", what="the replica promoted")
+    wait_until(lambda: info(a).get("master_port") == str(b.tls_port)
+               and info(a).get("master_link_status") == "up", what="the old primary's TLS link")
+    pb = redis_client(b)
+    pb.set("after", "2")
+    assert pb.execute_command("WAIT", 1, 5000) == 1
+    assert redis_client(a).get("after") == b"2"
+    assert redis_client(a).get("before") == b"1"
+
+
 def test_a_replica_with_the_wrong_ca_never_links_and_says_why(gradus_factory, pki, tmp_path):
     primary = primary_server(gradus_factory, pki)
     replica = gradus_factory("--config", replica_config(tmp_path, pki, primary, ca="otherca"),
