@@ -6,12 +6,15 @@ tls-client-cert-file (else tls-cert-file) to a primary that requires client cert
 Each primary here has `tls-auth-clients yes`; its plain port serves the test's own clients only
 (the harness needs one to see it is up), never the replica. The certificates are test_tls.py's,
 plus a "node" certificate for both server and client authentication whose only name is
-node.example (so a replica reaching it at 127.0.0.1 shows the host name is not checked)."""
+node.example (so a replica reaching it at 127.0.0.1 shows the host name is not checked).
+FAILOVER and a real Redis Sentinel (`tls-replication yes` on the Sentinel: it reaches the nodes over
+TLS) switch roles between nodes that replicate over TLS only."""
 import shutil
 import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from servers import free_port, redis_client
 from test_tls import Pki, tls_args
@@ -259,3 +262,74 @@ def test_tls_replication_without_a_ca_refuses_to_start(gradus_factory, pki, tmp_
     code, err = server.run_to_exit(["--config", str(path)])
     assert code not in (0, None), err
     assert "tls-ca-cert-file must be set when tls-replication is yes" in err, err
+
+
+def test_a_sentinel_over_tls_fails_over_tls_replicating_nodes(gradus_factory, pki, tmp_path):
+    """One real Redis Sentinel with `tls-replication yes` (Sentinel then reaches every node over
+    TLS) monitors a primary by its tls-port; it finds the replica by the TLS port the replica
+    announces, and SENTINEL FAILOVER promotes it and points the old primary at its TLS port."""
+    from sentinel_harness import sentinel_argv
+    from servers import ServerProcess
+
+    nodes = []
+    for name in ("a", "b"):
+        tls_port = free_port()
+        path = tmp_path / f"{name}.toml"
+        path.write_text(
+            f'tls-replication = true\ntls-port = {tls_port}\ntls-auth-clients = "yes"\n'
+            f'tls-ca-cert-file = "{pki["ca.crt"]}"\n'
+            f'tls-cert-file = "{pki["node.crt"]}"\ntls-key-file = "{pki["node.key"]}"\n')
+        node = gradus_factory("--config", str(path), name=name)
+        node.tls_port = tls_port
+        nodes.append(node)
+    a, b = nodes
+    assert redis_client(b).execute_command("REPLICAOF", HOST, a.tls_port) == b"OK"
+    wait_link_up(b)
+
+    sentinel_dir = tmp_path / "sentinel"
+    sentinel_dir.mkdir()
+    port = free_port()
+    conf = sentinel_dir / "sentinel.conf"
+    conf.write_text("\n".join([
+        f"bind {HOST}", f"port {port}", f"dir {sentinel_dir}",
+        "tls-replication yes", f"tls-ca-cert-file {pki['ca.crt']}",
+        f"tls-cert-file {pki['node.crt']}", f"tls-key-file {pki['node.key']}",
+        "sentinel resolve-hostnames no",
+        f"sentinel monitor mymaster {HOST} {a.tls_port} 1",
+        "sentinel down-after-milliseconds mymaster 1000",
+        "sentinel failover-timeout mymaster 5000",
+    ]) + "\n")
+    argv = sentinel_argv(conf)
+    if argv is None:
+        pytest.skip("redis-sentinel is not installed")
+    sentinel = ServerProcess("sentinel", argv, HOST, port, sentinel_dir)
+    try:
+        sentinel.start()
+        s = redis_client(sentinel)
+        # The harness' short periods (so the replica's INFO is fresh enough to promote it).
+        s.execute_command("SENTINEL", "DEBUG", "info-period", 250, "publish-period", 250,
+                          "ask-period", 250)
+        wait_until(lambda: any(int(r["port"]) == b.tls_port and r["flags"] == "slave"
+                               and r.get("master-link-status") == "ok"
+                               for r in s.sentinel_slaves("mymaster")),
+                   what="the sentinel finding the replica at its TLS port")
+
+        def failover_started():
+            try:
+                return s.execute_command("SENTINEL", "FAILOVER", "mymaster")
+            except redis.ResponseError as e:
+                assert "NOGOODSLAVE" in str(e), e
+                return False
+        wait_until(failover_started, what="SENTINEL FAILOVER accepted")
+        wait_until(lambda: (s.sentinel_get_master_addr_by_name("mymaster") or (0, 0))[1] == b.tls_port,
+                   what="the sentinel switching to the replica")
+        wait_until(lambda: info(b).get("role") == "master", what="the replica promoted")
+        wait_until(lambda: info(a).get("master_port") == str(b.tls_port)
+                   and info(a).get("master_link_status") == "up",
+                   what="the old primary following the new one over TLS")
+        pb = redis_client(b)
+        pb.set("after-failover", "1")
+        assert pb.execute_command("WAIT", 1, 5000) == 1
+        assert redis_client(a).get("after-failover") == b"1"
+    finally:
+        sentinel.stop()
