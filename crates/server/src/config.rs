@@ -47,11 +47,14 @@ pub struct Config {
     pub memcached_tls_port: u16,
     pub tls_cert_file: String,
     pub tls_key_file: String,
+    /// What a replica presents to its primary with `tls-replication` (see [`crate::tls`]).
+    pub tls_client_cert_file: String,
+    pub tls_client_key_file: String,
     pub tls_ca_cert_file: String,
     /// `yes`, `optional` or `no`.
     pub tls_auth_clients: String,
     pub tls_protocols: Vec<String>,
-    /// For the replication link (accepted and reported; no replication link uses it yet).
+    /// A replica's link to its primary is a TLS connection (see [`crate::tls::build_client`]).
     pub tls_replication: bool,
     /// Redis' users file (ACL users, `ACL SAVE`/`ACL LOAD`); empty: none.
     pub aclfile: String,
@@ -292,6 +295,8 @@ impl Config {
             memcached_tls_port: 0,
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
+            tls_client_cert_file: String::new(),
+            tls_client_key_file: String::new(),
             tls_ca_cert_file: String::new(),
             tls_auth_clients: String::new(),
             tls_protocols: Vec::new(),

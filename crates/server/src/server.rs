@@ -54,6 +54,11 @@ impl Server {
         } else {
             None
         };
+        // So does `tls-replication` with settings a replica's link could not use (as Redis).
+        if config.tls_replication {
+            crate::tls::build_client(&crate::tls::TlsFiles::of_config(&config))
+                .map_err(ServerError::Config)?;
+        }
         let mut listeners = Vec::new();
         let mut port = config.port;
         for addr in &config.bind {

@@ -71,9 +71,13 @@ pub struct LiveSettings {
     /// What the TLS configuration is built from (see [`crate::tls`]).
     pub tls_cert_file: Mutex<String>,
     pub tls_key_file: Mutex<String>,
+    pub tls_client_cert_file: Mutex<String>,
+    pub tls_client_key_file: Mutex<String>,
     pub tls_ca_cert_file: Mutex<String>,
     pub tls_auth_clients: Mutex<String>,
     pub tls_protocols: Mutex<Vec<String>>,
+    /// `tls-replication`: the next link to a primary is a TLS connection.
+    pub tls_replication: std::sync::atomic::AtomicBool,
     /// Redis' encoding knobs (reported by CONFIG GET; only the `zset-*` ones change how values are
     /// kept: see `command::zsets::zset_limits`).
     pub list_max_listpack_size: AtomicI64,
@@ -187,9 +191,12 @@ impl Shared {
             hll_sparse_max_bytes: AtomicUsize::new(0),
             tls_cert_file: Mutex::new(String::new()),
             tls_key_file: Mutex::new(String::new()),
+            tls_client_cert_file: Mutex::new(String::new()),
+            tls_client_key_file: Mutex::new(String::new()),
             tls_ca_cert_file: Mutex::new(String::new()),
             tls_auth_clients: Mutex::new(String::new()),
             tls_protocols: Mutex::new(Vec::new()),
+            tls_replication: std::sync::atomic::AtomicBool::new(false),
             list_max_listpack_size: AtomicI64::new(0),
             list_compress_depth: AtomicU64::new(0),
             set_max_intset_entries: AtomicU64::new(0),

@@ -22,7 +22,8 @@
 //!
 //! May import: `state`, `client`, `persist` (records, snapshots, the write path), `dispatch` and
 //! `command` (the replica applies records as commands; ROLE/INFO read this), `settings`, `error`,
-//! `pubsub` (the output limits), `gradus-store`, `gradus-log`, `gradus-proto`.
+//! `tls` (the link's stream, plain or TLS), `pubsub` (the output limits), `gradus-store`,
+//! `gradus-log`, `gradus-proto`.
 
 pub mod backlog;
 pub mod failover;

@@ -16,19 +16,26 @@
 //! made the applied records durable (the log's durable LSN), never before: the `replicated`
 //! degree and WAIT count on it. A dropped link is retried every second with a partial resync.
 //!
+//! With `tls-replication` the connection is a TLS client connection (see
+//! [`crate::tls::build_client`], built anew for each attempt from the settings in force), and
+//! the listening port it announces is this server's `tls-port` when it has one (as Redis); the
+//! session above runs unchanged over either stream. A failed handshake is a failed attempt like
+//! any other: logged, shown in `master_sync_last_error`, retried a second later.
+//!
 //! May import: `repl`, `state`, `client`, `dispatch` (the write path for commands), `command`
-//! (the table), `persist` (records, loading items, snapshots), `gradus-store`, `gradus-log`.
+//! (the table), `persist` (records, loading items, snapshots), `tls` (the client side),
+//! `gradus-store`, `gradus-log`.
 
 use super::stream::{self, Frame, PsyncReply};
 use super::Role;
 use crate::client::ClientState;
 use crate::state::Shared;
+use crate::tls::ClientStream;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 /// How long a replica waits before it tries its primary again.
 const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -111,23 +118,22 @@ async fn run(shared: Arc<Shared>, host: String, port: u16, epoch: u64) {
     }
 }
 
-/// The connection to the primary, read through a buffer.
+/// The connection to the primary (plain or TLS), read through a buffer.
 struct Link {
-    rd: OwnedReadHalf,
-    wr: OwnedWriteHalf,
+    stream: Box<dyn ClientStream>,
     buf: BytesMut,
 }
 
 impl Link {
     async fn read_more(&mut self, shared: &Shared) -> Result<(), String> {
-        match tokio::time::timeout(LINK_TIMEOUT, self.rd.read_buf(&mut self.buf)).await {
+        match tokio::time::timeout(LINK_TIMEOUT, self.stream.read_buf(&mut self.buf)).await {
             Err(_) => Err("timeout: nothing read from the primary for 60 seconds".into()),
             Ok(Ok(0)) => Err("the primary closed the connection".into()),
             Ok(Ok(_)) => {
                 shared.repl.link.lock().last_io_ms = gradus_store::now_ms();
                 Ok(())
             }
-            Ok(Err(e)) => Err(format!("read from the primary: {e}")),
+            Ok(Err(e)) => Err(crate::tls::link_error("read from the primary", &e)),
         }
     }
 
@@ -150,10 +156,14 @@ impl Link {
         for a in args {
             out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
         }
-        self.wr
-            .write_all(out.as_bytes())
+        // The flush pushes a TLS record out at once (a no-op on a plain socket).
+        let written = async {
+            self.stream.write_all(out.as_bytes()).await?;
+            self.stream.flush().await
+        };
+        written
             .await
-            .map_err(|e| format!("write to the primary: {e}"))
+            .map_err(|e| crate::tls::link_error("write to the primary", &e))
     }
 
     /// Send a command and read its one-line reply; an error reply is an Err with its text.
@@ -182,14 +192,20 @@ async fn session(
     port: u16,
     current: &impl Fn() -> bool,
 ) -> Result<(), String> {
-    let stream = tokio::net::TcpStream::connect((host, port))
-        .await
-        .map_err(|e| format!("connect to {host}:{port}: {e}"))?;
-    let _ = stream.set_nodelay(true);
-    let (rd, wr) = stream.into_split();
+    let tls = shared.live.tls_replication.load(Ordering::Relaxed);
+    let stream: Box<dyn ClientStream> = if tls {
+        let files = crate::tls::TlsFiles::of_live(&shared.live);
+        let config = crate::tls::build_client(&files)?;
+        Box::new(crate::tls::connect(config, host, port).await?)
+    } else {
+        let stream = tokio::net::TcpStream::connect((host, port))
+            .await
+            .map_err(|e| format!("connect to {host}:{port}: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        Box::new(stream)
+    };
     let mut link = Link {
-        rd,
-        wr,
+        stream,
         buf: BytesMut::with_capacity(64 * 1024),
     };
     let settings = &shared.repl.settings;
@@ -204,7 +220,9 @@ async fn session(
             link.call(shared, &["AUTH", &user, &pass]).await?;
         }
     }
+    // As Redis: replica-announce-port, else the TLS port over a TLS link, else the plain one.
     let announced_port = match settings.announce_port.load(Ordering::Relaxed) {
+        0 if tls && shared.config.tls_port != 0 => u64::from(shared.config.tls_port),
         0 => shared.port.load(Ordering::Relaxed) as u64,
         p => p,
     };
@@ -392,8 +410,8 @@ fn snapshot_own_log(shared: &Shared) -> Result<(), String> {
 fn replication_client(shared: &Arc<Shared>, link: &Link) -> (ClientState, MasterListed) {
     let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
     let handle = shared.clients.register(
-        link.rd.peer_addr().unwrap_or(unspecified),
-        link.rd.local_addr().unwrap_or(unspecified),
+        link.stream.tcp().peer_addr().unwrap_or(unspecified),
+        link.stream.tcp().local_addr().unwrap_or(unspecified),
     );
     handle.set_role(crate::client::ClientRole::Master);
     let listed = MasterListed {
