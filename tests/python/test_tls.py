@@ -6,6 +6,7 @@ the file; CONFIG SET tls-cert-file/tls-key-file puts a new certificate in force 
 
 Every certificate is made here with the openssl CLI (EC P-256 keys; an expired one with `openssl ca`,
 which can back-date a certificate)."""
+import os
 import shutil
 import socket
 import ssl
@@ -335,3 +336,51 @@ def test_tls_protocols_limits_the_versions_offered(gradus_factory, pki):
     with pytest.raises(ssl.SSLError):
         handshake(ssl.TLSVersion.TLSv1_2)
     assert redis_client(server).config_get("tls-protocols") == {"tls-protocols": "TLSv1.3"}
+
+
+def listening_ports(pid: int) -> set:
+    """The TCP ports process `pid` listens on (its socket inodes matched in /proc/net/tcp{,6})."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
+                    ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+@pytest.mark.gradus_only
+def test_port_0_beside_a_tls_port_is_tls_only(pki, tmp_path):
+    """Redis' TLS-only setup (`port 0` + `tls-port`) opens no plain RESP listener; before, port 0
+    asked the OS for a port, so such a config also served plaintext on a random port."""
+    from servers import gradus_binary
+
+    tls_port = free_port()
+    proc = subprocess.Popen(
+        [str(gradus_binary()), "--bind", HOST, "--port", "0", "--memcached-port", "0",
+         "--dir", str(tmp_path / "data"), *tls_args(pki, tls_port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            out = redis_cli(type("S", (), {"tls_port": tls_port}), pki, "PING")
+            if out.stdout.strip() == "PONG":
+                break
+            assert time.monotonic() < deadline, out.stderr
+            time.sleep(0.1)
+        assert listening_ports(proc.pid) == {tls_port}
+        assert redis_cli(type("S", (), {"tls_port": tls_port}), pki,
+                         "CONFIG", "GET", "port").stdout.split() == ["port", "0"]
+    finally:
+        proc.kill()
+        proc.wait(10)

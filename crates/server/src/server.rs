@@ -61,7 +61,14 @@ impl Server {
         }
         let mut listeners = Vec::new();
         let mut port = config.port;
-        for addr in &config.bind {
+        // `port 0` beside a `tls-port` is Redis' TLS-only setup: no plain RESP listener. Without
+        // a TLS port, 0 asks the OS for a port (CONFIG GET port then shows it).
+        let plain_binds: &[String] = if port == 0 && config.tls_port != 0 {
+            &[]
+        } else {
+            &config.bind
+        };
+        for addr in plain_binds {
             let listener = bind_one(addr, port).await?;
             // With port 0, bind every further address on the port the first one got.
             port = listener.local_addr()?.port();

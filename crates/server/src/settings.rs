@@ -530,7 +530,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Addresses to listen on (IPv4 or IPv6 literals; the flag may be repeated); loopback only by default." },
     Setting { name: "port", section: Section::Top, key: "port", kind: PORT, default: "6379",
         flag: Some(Flag { short: Some('p'), value_name: "PORT" }), live: None, field: field!(port),
-        doc: "TCP port for the RESP (Redis protocol) listener; 0: the OS picks one and it is logged." },
+        doc: "TCP port for the RESP (Redis protocol) listener; 0: none when `tls-port` is set (TLS only, as Redis), else the OS picks one and it is logged." },
     Setting { name: "dir", section: Section::Top, key: "dir", kind: Kind::Text, default: "./gradus-data",
         flag: flag("DIR"), live: None, field: field!(dir),
         doc: "Data directory: log segments and snapshots (created if missing)." },
