@@ -431,3 +431,27 @@ def test_shutdown_last(gradus_factory):
     assert code == 0, f"exit status {code}\n" + server.stderr_tail()
     with pytest.raises(OSError):
         socket.create_connection((server.host, server.port), timeout=1).close()
+
+
+@pytest.mark.gradus_only
+def test_shutdown_closes_idle_connections_at_once(gradus_factory):
+    """Connections waiting for their next request see SHUTDOWN at once: they close and the
+    server exits well within its 5 s grace for connections (each idle connection waits on one
+    waker, which shutdown wakes)."""
+    server = gradus_factory(name="shutdown-idle")
+    idle = [RawConnection(server.host, server.port) for _ in range(3)]
+    try:
+        for conn in idle:
+            assert conn.call("PING") == Simple(b"PONG")
+        started = time.monotonic()
+        with RawConnection(server.host, server.port) as conn:
+            conn.send(encode_command("SHUTDOWN"))
+            conn.wait_closed(timeout=10)
+        for conn in idle:
+            assert conn.wait_closed(timeout=3) == b""
+        code = server.wait(timeout=10)
+        assert code == 0, f"exit status {code}\n" + server.stderr_tail()
+        assert time.monotonic() - started < 3, "shutdown waited for idle connections"
+    finally:
+        for conn in idle:
+            conn.close()

@@ -8,6 +8,7 @@
 //! receive), `persist::write` (the open record); no command handlers.
 
 use crate::command::CommandSpec;
+use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use gradus_proto::ProtocolVersion;
 use parking_lot::Mutex;
@@ -92,7 +93,8 @@ impl std::fmt::Debug for Deferred {
 
 /// Counters a connection keeps locally and adds to the shared ones once per batch, so the hot
 /// path never does an atomic read-modify-write on a cache line shared by every core.
-/// (Atomics only so `&ClientState` is `Sync`; each is touched by its own connection alone.)
+/// (Atomics only so `&ClientState` is `Sync`; each is written by its own connection alone, so
+/// a plain load and store does, without a locked read-modify-write.)
 #[derive(Default)]
 pub struct LocalCounters {
     pub commands: AtomicU64,
@@ -102,7 +104,16 @@ pub struct LocalCounters {
 
 impl LocalCounters {
     pub fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// What `counter` counted since it was last taken; it starts again at 0.
+    pub fn take(counter: &AtomicU64) -> u64 {
+        let n = counter.load(Ordering::Relaxed);
+        if n > 0 {
+            counter.store(0, Ordering::Relaxed);
+        }
+        n
     }
 }
 
@@ -435,6 +446,9 @@ pub struct ClientHandle {
     outbox_closed: AtomicBool,
     killed: AtomicBool,
     kill_notify: Notify,
+    /// The connection's task while it waits between batches (see [`ClientHandle::attention`]):
+    /// woken by a kill, a message pushed to it, and the server shutting down.
+    attention: AtomicWaker,
 }
 
 impl ClientHandle {
@@ -466,6 +480,7 @@ impl ClientHandle {
             outbox_closed: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             kill_notify: Notify::new(),
+            attention: AtomicWaker::new(),
         }
     }
 
@@ -560,6 +575,30 @@ impl ClientHandle {
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Release);
         self.kill_notify.notify_one();
+        self.attention.wake();
+    }
+
+    /// Wake the connection if it waits between batches ([`ClientHandle::attention`]) so that
+    /// it looks again at what it waits for (a pushed message, the server shutting down).
+    pub fn wake(&self) {
+        self.attention.wake();
+    }
+
+    /// Resolves once `ready()` is true, looked at when first polled and after each
+    /// [`ClientHandle::wake`] or [`ClientHandle::kill`]. The connection waits on this beside
+    /// its socket between batches: registering costs no lock and no waiter list, where a
+    /// `Notify` for each cause (a kill, a push, shutdown) cost a locked registration and
+    /// removal each per request.
+    pub fn attention<'a>(&'a self, ready: impl Fn() -> bool + 'a) -> impl Future<Output = ()> + 'a {
+        std::future::poll_fn(move |cx| {
+            // Registered before looking, so a wake after the look is not lost.
+            self.attention.register(cx.waker());
+            if ready() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
     }
 
     pub fn is_killed(&self) -> bool {
@@ -693,5 +732,52 @@ impl ClientRegistry {
 
     pub fn get(&self, id: u64) -> Option<Arc<ClientHandle>> {
         self.clients.lock().get(&id).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn handle() -> Arc<ClientHandle> {
+        let addr: SocketAddr = "127.0.0.1:1".parse().expect("address");
+        Arc::new(ClientHandle::new(1, addr, addr))
+    }
+
+    /// A connection waiting between batches is woken by a kill, and by `wake` once what it
+    /// waits for holds (a pushed message, shutdown); a wake with nothing to see leaves it
+    /// waiting.
+    #[tokio::test]
+    async fn attention_is_woken_by_kill_and_wake() {
+        let h = handle();
+        let waiter = {
+            let h = h.clone();
+            tokio::spawn(async move { h.attention(|| h.is_killed()).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        h.kill();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("a kill wakes the waiting connection")
+            .expect("task");
+
+        let h = handle();
+        let flag = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (h, flag) = (h.clone(), flag.clone());
+            tokio::spawn(async move { h.attention(|| flag.load(Ordering::Acquire)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        h.wake();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "a wake with nothing to see");
+        flag.store(true, Ordering::Release);
+        h.wake();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("a wake after the condition holds wakes it")
+            .expect("task");
     }
 }

@@ -197,13 +197,20 @@ pub(crate) async fn between_batches<S: ClientStream>(
     shared
         .stats
         .absorb(&client.counters, &shared.tenancy.tenants[client.tenant].ops);
-    if !flush(shared, stream, wbuf, client).await || *shutdown.borrow() {
+    if !flush(shared, stream, wbuf, client).await || shutting_down(shutdown) {
         return false;
     }
     if rbuf.capacity() - rbuf.len() < 4096 {
         rbuf.reserve(READ_BUFFER);
     }
+    // Besides the socket, one waker for the rest (see `ClientHandle::attention`): a kill, the
+    // server shutting down (`Shared::request_shutdown` wakes every connection), or messages
+    // pushed by others, which the next flush writes.
+    let handle = &client.handle;
+    let outbox = client.outbox.as_deref();
+    let ends = || handle.is_killed() || shutting_down(shutdown);
     tokio::select! {
+        biased;
         read = stream.read_buf(rbuf) => match read {
             Ok(0) | Err(_) => false,
             Ok(n) => {
@@ -211,20 +218,13 @@ pub(crate) async fn between_batches<S: ClientStream>(
                 true
             }
         },
-        _ = client.handle.killed() => false,
-        _ = shutdown.changed() => false,
-        // Messages pushed by others: the next flush writes them.
-        _ = pushed(client.outbox.as_deref()) => true,
+        _ = handle.attention(|| ends() || outbox.is_some_and(|o| o.has_queued())) => !ends(),
     }
 }
 
-/// Resolves when another connection has pushed something to this one (never if it has no
-/// outbox).
-async fn pushed(outbox: Option<&crate::pubsub::Outbox>) {
-    match outbox {
-        Some(outbox) => outbox.ready().await,
-        None => std::future::pending().await,
-    }
+/// Whether the server is shutting down.
+fn shutting_down(shutdown: &tokio::sync::watch::Receiver<bool>) -> bool {
+    *shutdown.borrow()
 }
 
 /// The end of a connection (its socket shut), the same for both front ends: its counters are
@@ -345,6 +345,9 @@ pub(crate) async fn flush<S: ClientStream>(
     // limit) stops writing at once. A TLS stream may keep part of the records it made in its
     // buffer until flushed (a no-op for a plain socket).
     let written = tokio::select! {
+        // The write first: one that completes at once (the usual case) never registers for
+        // the kill.
+        biased;
         written = async {
             stream.write_all(wbuf).await?;
             stream.flush().await

@@ -134,7 +134,7 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
         if spec.has(flags::OWN_GATE) || row.has(flags::OWN_GATE) {
             run(shared, client, spec, args, now_ms)
         } else if row.runs_as_write() {
-            run_write(shared, client, row, std::mem::take(args), now_ms)
+            run_write_in(shared, client, row, args, now_ms)
         } else {
             let _gate = shared.store.shared(client.id);
             run(shared, client, spec, args, now_ms)
@@ -238,8 +238,9 @@ pub fn feed_monitors(
 }
 
 /// Run a command through `body`, timing it for the command statistics, the slow log and the
-/// latency monitor (`observe`). A write's arguments go to the write path, so they are kept for
-/// the slow log only while it is on (`Bytes` clones: reference counts, not copies).
+/// latency monitor (`observe`). A write that joins an open record (in EXEC, under the exclusive
+/// gate) gives its arguments to it, so they are kept for the slow log only then and while the
+/// slow log is on (`Bytes` clones: reference counts, not copies); a lone write leaves them.
 pub fn run_observed(
     shared: &Shared,
     client: &mut ClientState,
@@ -250,6 +251,7 @@ pub fn run_observed(
     let row = spec.resolve(&args);
     let kept = (spec.runs_as_write()
         && !spec.has(flags::OWN_GATE)
+        && (client.record.is_some() || spec.has(flags::EXCLUSIVE) || row.has(flags::EXCLUSIVE))
         && crate::observe::slowlog_on(&shared.live))
     .then(|| args.clone());
     let started = Instant::now();
@@ -331,14 +333,26 @@ pub fn run_write(
     shared: &Shared,
     client: &mut ClientState,
     spec: &CommandSpec,
-    args: Vec<Bytes>,
+    mut args: Vec<Bytes>,
+    now_ms: u64,
+) -> Frame {
+    run_write_in(shared, client, spec, &mut args, now_ms)
+}
+
+/// [`run_write`] with the arguments left in `args` unless the write joins an open record (see
+/// `WriteTxn::apply_command`).
+pub fn run_write_in(
+    shared: &Shared,
+    client: &mut ClientState,
+    spec: &CommandSpec,
+    args: &mut Vec<Bytes>,
     now_ms: u64,
 ) -> Frame {
     // Client-side caching: the keys it wrote are invalidated for whoever may cache them, and
     // a flush invalidates everything (see `tracking`).
     if shared.tracking.is_active() {
         let keys: Vec<Bytes> = spec
-            .key_indexes(&args)
+            .key_indexes(args)
             .into_iter()
             .filter_map(|i| args.get(i).cloned())
             .collect();
@@ -364,7 +378,7 @@ fn run_write_logged(
     shared: &Shared,
     client: &mut ClientState,
     spec: &CommandSpec,
-    args: Vec<Bytes>,
+    args: &mut Vec<Bytes>,
     now_ms: u64,
 ) -> Frame {
     let db = client.db;
@@ -374,7 +388,7 @@ fn run_write_logged(
             Ok(txn) => txn,
             Err(e) => return CmdError::from(e).to_frame(),
         };
-        let reply = run_write(shared, outer.client(), spec, args, now_ms);
+        let reply = run_write_in(shared, outer.client(), spec, args, now_ms);
         return match outer.commit() {
             Ok(()) => reply,
             Err(e) => CmdError::from(e).to_frame(),
@@ -383,7 +397,7 @@ fn run_write_logged(
     let scope = if spec.has(flags::TENANT_WIDE) {
         Scope::Tenant(db)
     } else {
-        match spec.named_keyspaces(&shared.tenancy, db, &args) {
+        match spec.named_keyspaces(&shared.tenancy, db, args) {
             Named::Selected => Scope::Keyspace(db),
             Named::Target { from, to } => Scope::Across { from, to },
             Named::Swap(a, b) => Scope::Swap(a, b),
@@ -395,8 +409,8 @@ fn run_write_logged(
     };
     let reply = if spec.has(flags::SELF_LOGGED) {
         txn.apply(|client| {
-            let reply = run(shared, client, spec, &args, now_ms);
-            note_ready_keys(shared, client, spec, db, &args);
+            let reply = run(shared, client, spec, args, now_ms);
+            note_ready_keys(shared, client, spec, db, args);
             reply
         })
     } else {

@@ -27,7 +27,6 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::sync::Notify;
 
 /// Redis' client classes for `client-output-buffer-limit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,7 +152,6 @@ impl OutputLimits {
 pub struct Outbox {
     pub handle: Arc<ClientHandle>,
     queue: Mutex<VecDeque<Bytes>>,
-    notify: Notify,
     /// Bytes queued or taken for writing and not yet written (what the limits bound).
     pending: AtomicUsize,
     /// Unix ms since which `pending` has been over the soft limit; 0 = it is not.
@@ -170,7 +168,6 @@ impl Outbox {
         Self {
             handle,
             queue: Mutex::new(VecDeque::new()),
-            notify: Notify::new(),
             pending: AtomicUsize::new(0),
             soft_since_ms: AtomicU64::new(0),
             class: AtomicU8::new(LimitClass::Normal as u8),
@@ -240,7 +237,7 @@ impl Outbox {
         }
         self.queue.lock().push_back(msg);
         self.queued.store(true, Ordering::Release);
-        self.notify.notify_one();
+        self.handle.wake();
         true
     }
 
@@ -256,7 +253,7 @@ impl Outbox {
 
     /// Wake the connection (after [`Outbox::push_own`] from another connection).
     pub fn wake(&self) {
-        self.notify.notify_one();
+        self.handle.wake();
     }
 
     /// Queue the connection's own reply (a subscription confirmation): it counts towards the
@@ -319,17 +316,6 @@ impl Outbox {
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
                     Some(p.saturating_sub(n))
                 });
-        }
-    }
-
-    /// Resolves when something is queued (at once if something already is).
-    pub async fn ready(&self) {
-        loop {
-            let notified = self.notify.notified();
-            if self.has_queued() {
-                return;
-            }
-            notified.await;
         }
     }
 }

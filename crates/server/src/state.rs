@@ -47,7 +47,7 @@ impl Stats {
             (&self.keyspace_hits, &local.hits),
             (&self.keyspace_misses, &local.misses),
         ] {
-            let n = local.swap(0, Ordering::Relaxed);
+            let n = crate::client::LocalCounters::take(local);
             if n > 0 {
                 shared.fetch_add(n, Ordering::Relaxed);
             }
@@ -290,5 +290,9 @@ impl Shared {
     /// Begin a graceful shutdown (SIGINT, SIGTERM, SHUTDOWN).
     pub fn request_shutdown(&self) {
         self.shutdown.send_replace(true);
+        // Connections between batches wait on their own waker, not on this signal.
+        for handle in self.clients.all() {
+            handle.wake();
+        }
     }
 }

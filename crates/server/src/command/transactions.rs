@@ -136,7 +136,7 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
             args,
             |shared, client, args| {
                 if spec.runs_as_write() {
-                    dispatch::run_write(shared, client, spec, std::mem::take(args), now)
+                    dispatch::run_write_in(shared, client, spec, args, now)
                 } else {
                     dispatch::run(shared, client, spec, args, now)
                 }

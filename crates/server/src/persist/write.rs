@@ -502,11 +502,13 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
 
     /// Apply a command that is logged as itself (`args`, in keyspace `db`) when `apply` succeeds
     /// (`ok` says whether it did). The record-size check comes first; a lone write is encoded
-    /// before the write-order lock is taken, to keep that critical section short.
+    /// before the write-order lock is taken, to keep that critical section short. `args` are
+    /// taken only when the command joins an open record (EXEC, a script); a lone write leaves
+    /// them to the caller (the slow log's, without a copy).
     pub fn apply_command<R>(
         &mut self,
         db: usize,
-        args: Vec<Bytes>,
+        args: &mut Vec<Bytes>,
         apply: impl FnOnce(&mut ClientState, &[Bytes]) -> R,
         ok: impl FnOnce(&R) -> bool,
     ) -> Result<R, WriteError> {
@@ -515,15 +517,15 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
         // Whether it will be recorded, as far as can be told before the lock (see `lock`).
         let expected = logged || self.record().replicate;
         if expected {
-            self.check_and_encode(db, &args, lone)?;
+            self.check_and_encode(db, args, lone)?;
         }
         self.lock();
         let recorded = logged || self.record().replicate;
         if recorded && !expected {
             // The first replica connected in between: encode it now, under the lock.
-            self.check_and_encode(db, &args, lone)?;
+            self.check_and_encode(db, args, lone)?;
         }
-        let result = apply(self.client, &args);
+        let result = apply(self.client, args);
         let record = self.record();
         if recorded && ok(&result) {
             if lone {
@@ -531,7 +533,7 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
                     record.degree = record.degree.max(record.current);
                 }
             } else {
-                record.push(db, args);
+                record.push(db, std::mem::take(args));
             }
         } else if lone {
             record.encoded = None;
@@ -873,7 +875,7 @@ mod tests {
     fn set(f: &mut Fixture, command: &str, succeeds: bool) -> Result<(), WriteError> {
         let db = f.client.db;
         let mut txn = WriteTxn::begin(&f.shared, &mut f.client, Scope::Keyspace(db), NOW, false)?;
-        txn.apply_command(db, args(command), |_, _| succeeds, |ok| *ok)?;
+        txn.apply_command(db, &mut args(command), |_, _| succeeds, |ok| *ok)?;
         txn.commit()
     }
 
@@ -906,7 +908,7 @@ mod tests {
         {
             let client = exec.client();
             let mut txn = WriteTxn::begin(shared, client, Scope::Keyspace(0), NOW, false).unwrap();
-            txn.apply_command(0, args("SET s x"), |_, _| true, |ok| *ok)
+            txn.apply_command(0, &mut args("SET s x"), |_, _| true, |ok| *ok)
                 .unwrap();
             txn.commit().unwrap();
             // A command that logs its effects (SESSION.CLOSE) joins the same record, after it.
@@ -923,7 +925,7 @@ mod tests {
             let script = WriteTxn::begin_exclusive(shared, client, NOW, false).unwrap();
             script.commit().unwrap();
             let mut txn = WriteTxn::begin(shared, client, Scope::Keyspace(0), NOW, false).unwrap();
-            txn.apply_command(0, args("DEL t"), |_, _| true, |ok| *ok)
+            txn.apply_command(0, &mut args("DEL t"), |_, _| true, |ok| *ok)
                 .unwrap();
             txn.commit().unwrap();
         }
@@ -970,7 +972,7 @@ mod tests {
                 let inner = txn.client();
                 let mut w =
                     WriteTxn::begin(&shared, inner, Scope::Keyspace(0), NOW, false).unwrap();
-                w.apply_command(0, args("SET a 1"), |_, _| true, |ok| *ok)
+                w.apply_command(0, &mut args("SET a 1"), |_, _| true, |ok| *ok)
                     .unwrap();
                 w.commit().unwrap();
                 // The shard is held: locking it here borrows the hold.
@@ -1066,7 +1068,7 @@ mod tests {
                 client.db = db;
                 let mut txn =
                     WriteTxn::begin(shared, client, Scope::Keyspace(db), NOW, false).unwrap();
-                txn.apply_command(db, args(words), |_, _| true, |ok| *ok)
+                txn.apply_command(db, &mut args(words), |_, _| true, |ok| *ok)
                     .unwrap();
                 txn.commit().unwrap();
             }
@@ -1166,7 +1168,7 @@ mod tests {
         assert!(f.client.record.is_none());
         let mut txn =
             WriteTxn::begin(&f.shared, &mut f.client, Scope::Swap(0, 2), NOW, false).unwrap();
-        txn.apply_command(0, args("SWAPDB 0 2"), |_, _| true, |ok| *ok)
+        txn.apply_command(0, &mut args("SWAPDB 0 2"), |_, _| true, |ok| *ok)
             .unwrap();
         txn.commit().unwrap();
         assert_eq!(f.records(), [["0:SWAPDB 0 2"]]);
