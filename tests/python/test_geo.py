@@ -18,7 +18,7 @@ import random
 
 import pytest
 
-from resp import RawConnection
+from resp import Err, RawConnection
 
 SCRIPT = [
     ["GEOADD", "Sicily", "13.361389", "38.115556", "Palermo", "15.087269", "37.502669", "Catania"],
@@ -373,6 +373,11 @@ def test_geo_random_searches_match_redis(gradus, redis_server):
             script.append(["GEORADIUS", "g", centre[1], centre[2], size[0], unit] + order + count + ["WITHDIST"])
         script.append(["GEOSEARCHSTORE", "d", "g"] + centre + shape + order + count + ["STOREDIST"])
         script.append(["ZRANGE", "d", "0", "-1", "WITHSCORES"])
+        script.append(["OBJECT", "ENCODING", "d"])
+    # A store of more than 128 members is a skiplist, as Redis converts it.
+    script.append(["GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "0", "0", "BYRADIUS", "20000", "km"])
+    script.append(["ZCARD", "d"])
+    script.append(["OBJECT", "ENCODING", "d"])
     compare(gradus, redis_server, 2, script)
 
 
@@ -404,6 +409,36 @@ def test_geo_search_command_info_and_keys_match_redis(gradus, redis_server):
         return [conn.call("COMMAND", "GETKEYS", *cmd) for cmd in getkeys]
 
     assert keys(gradus) == keys(redis_server)
+
+
+def test_acl_key_rules_cover_the_store_keys(gradus, redis_server):
+    """A user whose keys are `src*` may search `src` but not store outside its keys, through
+    the first STORE or STOREDIST key (Redis 7's key specs)."""
+    script = [
+        ["GEOADD", "src", "13.361389", "38.115556", "Palermo"],
+        ["ACL", "SETUSER", "geo", "on", ">pw", "~src*", "+@all"],
+        ["AUTH", "geo", "pw"],
+        ["GEORADIUS", "src", "13", "38", "100", "km"],
+        ["GEORADIUS", "src", "13", "38", "100", "km", "STORE", "src2"],
+        ["GEORADIUS", "src", "13", "38", "100", "km", "STORE", "other"],
+        ["GEORADIUS", "src", "13", "38", "100", "km", "STOREDIST", "other"],
+        ["GEORADIUSBYMEMBER", "src", "Palermo", "1", "km", "STORE", "other"],
+        ["GEOSEARCHSTORE", "other", "src", "FROMMEMBER", "Palermo", "BYRADIUS", "1", "km"],
+        ["GEOSEARCHSTORE", "src3", "src", "FROMMEMBER", "Palermo", "BYRADIUS", "1", "km"],
+        ["GEOSEARCH", "other", "FROMLONLAT", "0", "0", "BYRADIUS", "1", "km"],
+        ["EXISTS", "src2", "src3"],
+    ]
+
+    def outcome(reply):
+        # Redis 7.0 and 7.2 word the NOPERM error differently: compare its class only.
+        if isinstance(reply, Err) and reply.message.startswith(b"NOPERM"):
+            return "NOPERM"
+        return reply
+
+    ours, theirs = run(gradus, 2, script), run(redis_server, 2, script)
+    for cmd, a, b in zip(script, ours, theirs):
+        assert outcome(a) == outcome(b), f"{cmd}: gradus {a!r}, redis {b!r}"
+    assert [outcome(r) for r in ours[5:9]] == ["NOPERM"] * 4
 
 
 def test_geo_searches_in_transactions_and_scripts_match_redis(gradus, redis_server):
