@@ -136,9 +136,28 @@ SEARCH_SETUP = [
      "179.99", "85.05", "ne_corner", "-179.99", "-85.05", "sw_corner", "0", "0", "origin",
      "0.0001", "0.0001", "near_origin", "-0.5", "0.3", "west_origin"],
     ["SET", "str", "v"],
+    # Members at the same distance: a full sort keeps the order found (glibc's merge sort), a
+    # COUNT below the number found takes Redis' partial quicksort's order.
+    ["GEOADD", "ties"] + [x for i in range(12) for x in (str(10 + (i % 3) * 0.001), "10", f"m{i}")],
+    ["GEOADD", "manyties"] + [x for i in range(90) for x in (str(20 + (i % 4) * 0.01), "20", f"t{i}")],
 ]
 
-SEARCHES = [
+TIES = [
+    ["GEOSEARCH", "ties", "FROMLONLAT", "10", "10", "BYRADIUS", "500", "km", "ASC"],
+    ["GEOSEARCH", "ties", "FROMLONLAT", "10", "10", "BYRADIUS", "500", "km", "DESC"],
+    ["GEOSEARCH", "ties", "FROMLONLAT", "10", "10", "BYRADIUS", "500", "km", "COUNT", "7"],
+] + [
+    ["GEOSEARCH", key, "FROMLONLAT", lon, lon, "BYRADIUS", "500", "km", order, "COUNT", str(count)]
+    for key, lon, total in (("ties", "10", 12), ("manyties", "20", 90))
+    for order in ("ASC", "DESC")
+    for count in (1, 2, 5, 6, 7, 8, 11, 12, 13, 41, 60, 89, 90, 91) if count <= total + 1
+] + [
+    ["GEORADIUS", "manyties", "20.005", "20", "500", "km", "COUNT", "30", "STORE", "tiestore"],
+    ["ZRANGE", "tiestore", "0", "-1"],
+    ["GEORADIUS", "manyties", "20.005", "20", "500", "km", "COUNT", "45", "DESC", "WITHDIST"],
+]
+
+SEARCHES = TIES + [
     # GEORADIUS: options, orders, units.
     ["GEORADIUS", "Sicily", "15", "37", "200", "km"],
     ["GEORADIUS", "Sicily", "15", "37", "200", "km", "WITHDIST", "WITHCOORD", "ASC"],

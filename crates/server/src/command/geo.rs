@@ -21,6 +21,7 @@ use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
 use gradus_proto::Frame;
 use gradus_store::{ScoreBound, Value, ZSetValue};
+use std::cmp::Ordering;
 
 /// GEORADIUS and GEORADIUSBYMEMBER: a write only with STORE/STOREDIST, which they log themselves.
 const RADIUS_WRITE: u32 = flags::WRITE | flags::DENYOOM | flags::SELF_LOGGED;
@@ -820,6 +821,9 @@ fn parse_query(args: &[Bytes], search: Form, zset: Option<&ZSetValue>) -> Result
     })
 }
 
+/// An order of found members (by distance, ascending or descending).
+type FoundOrder<'a> = dyn Fn(&Found, &Found) -> Ordering + 'a;
+
 /// The members `query` finds in `zset`, sorted as asked and cut to COUNT, distances in the
 /// query's unit.
 fn run_query(zset: &ZSetValue, query: &Query) -> Vec<Found> {
@@ -830,11 +834,22 @@ fn run_query(zset: &ZSetValue, query: &Query) -> Vec<Found> {
     }
     let limit = if query.any { query.count } else { 0 };
     let mut found = members_in(zset, &query.shape, limit);
-    // A stable sort: members at the same distance stay in the order they were found.
-    match sort {
-        Sort::None => {}
-        Sort::Asc => found.sort_by(|a, b| a.dist.total_cmp(&b.dist)),
-        Sort::Desc => found.sort_by(|a, b| b.dist.total_cmp(&a.dist)),
+    let asc = |a: &Found, b: &Found| a.dist.partial_cmp(&b.dist).unwrap_or(Ordering::Equal);
+    let desc = |a: &Found, b: &Found| asc(b, a);
+    let cmp: Option<&FoundOrder<'_>> = match sort {
+        Sort::None => None,
+        Sort::Asc => Some(&asc),
+        Sort::Desc => Some(&desc),
+    };
+    if let Some(cmp) = cmp {
+        if query.count != 0 && query.count < found.len() {
+            // Only the first COUNT need be in order: Redis' partial quicksort, whose order of
+            // members at the same distance is its own.
+            pqsort(&mut found, cmp, 0, query.count - 1);
+        } else {
+            // glibc's qsort is a merge sort: members at the same distance keep the order found.
+            found.sort_by(cmp);
+        }
     }
     if query.count != 0 {
         found.truncate(query.count);
@@ -843,6 +858,127 @@ fn run_query(zset: &ZSetValue, query: &Query) -> Vec<Found> {
         f.dist /= query.shape.conversion;
     }
     found
+}
+
+/// Redis' `pqsort` (NetBSD's quicksort that recurses only into the parts overlapping elements
+/// `lrange..=rrange`), element for element, so members at the same distance come out in the
+/// order Redis gives them.
+fn pqsort<T>(v: &mut [T], cmp: &dyn Fn(&T, &T) -> Ordering, lrange: usize, rrange: usize) {
+    let len = v.len();
+    pqsort_part(v, 0, len, cmp, (lrange, rrange));
+}
+
+/// `_pqsort` over the `n` elements from `a`.
+fn pqsort_part<T>(
+    v: &mut [T],
+    mut a: usize,
+    mut n: usize,
+    cmp: &dyn Fn(&T, &T) -> Ordering,
+    range: (usize, usize),
+) {
+    use Ordering::{Equal, Greater, Less};
+    // Whether elements `start..start + count` overlap the range to sort.
+    let overlaps = |start: usize, count: usize| {
+        let end = start + count;
+        !((range.0 < start && range.1 < start) || (range.0 >= end && range.1 >= end))
+    };
+    let med3 = |v: &[T], a: usize, b: usize, c: usize| {
+        if cmp(&v[a], &v[b]) == Less {
+            if cmp(&v[b], &v[c]) == Less {
+                b
+            } else if cmp(&v[a], &v[c]) == Less {
+                c
+            } else {
+                a
+            }
+        } else if cmp(&v[b], &v[c]) == Greater {
+            b
+        } else if cmp(&v[a], &v[c]) == Less {
+            a
+        } else {
+            c
+        }
+    };
+    let vecswap = |v: &mut [T], i: usize, j: usize, k: usize| {
+        for t in 0..k {
+            v.swap(i + t, j + t);
+        }
+    };
+    loop {
+        if n < 7 {
+            for pm in a + 1..a + n {
+                let mut pl = pm;
+                while pl > a && cmp(&v[pl - 1], &v[pl]) == Greater {
+                    v.swap(pl, pl - 1);
+                    pl -= 1;
+                }
+            }
+            return;
+        }
+        let mut pm = a + n / 2;
+        if n > 7 {
+            let mut pl = a;
+            let mut pn = a + n - 1;
+            if n > 40 {
+                let d = n / 8;
+                pl = med3(v, pl, pl + d, pl + 2 * d);
+                pm = med3(v, pm - d, pm, pm + d);
+                pn = med3(v, pn - 2 * d, pn - d, pn);
+            }
+            pm = med3(v, pl, pm, pn);
+        }
+        v.swap(a, pm);
+        let (mut pa, mut pb) = (a + 1, a + 1);
+        let (mut pc, mut pd) = (a + n - 1, a + n - 1);
+        loop {
+            while pb <= pc {
+                match cmp(&v[pb], &v[a]) {
+                    Greater => break,
+                    Equal => {
+                        v.swap(pa, pb);
+                        pa += 1;
+                    }
+                    Less => {}
+                }
+                pb += 1;
+            }
+            while pb <= pc {
+                match cmp(&v[pc], &v[a]) {
+                    Less => break,
+                    Equal => {
+                        v.swap(pc, pd);
+                        pd -= 1;
+                    }
+                    Greater => {}
+                }
+                pc -= 1;
+            }
+            if pb > pc {
+                break;
+            }
+            v.swap(pb, pc);
+            pb += 1;
+            pc -= 1;
+        }
+        let pn = a + n;
+        let r = (pa - a).min(pb - pa);
+        vecswap(v, a, pb - r, r);
+        let r = (pd - pc).min(pn - pd - 1);
+        vecswap(v, pb, pn - r, r);
+        let left = pb - pa;
+        if left > 1 && overlaps(a, left) {
+            pqsort_part(v, a, left, cmp, range);
+        }
+        let right = pd - pc;
+        if right > 1 {
+            a = pn - right;
+            n = right;
+            if overlaps(a, n) {
+                continue;
+            }
+        }
+        return;
+    }
 }
 
 /// The reply of a search that does not store.
@@ -1038,6 +1174,35 @@ mod tests {
         assert_eq!(estimate_steps(200_000.0, 70.0), 5);
         assert_eq!(estimate_steps(200_000.0, -85.0), 4);
         assert_eq!(estimate_steps(1e12, 0.0), 1);
+    }
+
+    #[test]
+    fn partial_sort_orders_the_first_elements_as_redis_pqsort_does() {
+        // Twelve members found in score order at three distances, four at each (m0 m3 m6 m9,
+        // m1 m10 m4 m7, m11 m2 m5 m8): Redis 7 answers m3 m6 m0 m9 m4 to ASC COUNT 5.
+        let dists = [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0];
+        let mut v: Vec<(usize, f64)> = dists.iter().copied().enumerate().collect();
+        let asc = |a: &(usize, f64), b: &(usize, f64)| a.1.partial_cmp(&b.1).unwrap();
+        pqsort(&mut v, &asc, 0, 4);
+        let first: Vec<usize> = v[..5].iter().map(|e| e.0).collect();
+        assert_eq!(first, vec![1, 2, 0, 3, 6]);
+        // Sorted for any range, on random input.
+        let mut seed = 7u64;
+        for len in [0usize, 1, 6, 7, 8, 40, 41, 200] {
+            let mut v: Vec<u64> = (0..len)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    (seed >> 33) % 50
+                })
+                .collect();
+            let mut sorted = v.clone();
+            sorted.sort();
+            let k = len / 3;
+            if len > 0 {
+                pqsort(&mut v, &|a: &u64, b: &u64| a.cmp(b), 0, k);
+                assert_eq!(v[..=k], sorted[..=k], "len {len}");
+            }
+        }
     }
 
     #[test]
