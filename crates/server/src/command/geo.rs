@@ -7,13 +7,14 @@
 //!
 //! A search is Redis' `georadiusGeneric`, step for step, so its replies are Redis' to the member
 //! and the order: the area is covered by a geohash cell at a precision estimated from the radius
-//! and its eight neighbours (`areas_for`), each cell is a score range read in score order, and
-//! each member in it is kept when it lies within the circle or box. The searches that store
+//! and its eight neighbours (`Shape::areas`), each cell is a score range read in score order,
+//! and each member in it is kept when it lies within the circle or box; sorted as Redis sorts
+//! (a stable sort, or its partial quicksort under COUNT). The searches that store
 //! (GEOSEARCHSTORE; GEORADIUS … STORE) read the source and write the destination under both
 //! keys' locks; GEORADIUS is flagged `write` as in Redis but logs itself only when it stores.
 //!
-//! May import: the sorted-set module (its score parsing and reads), `crate::dispatch` (to run
-//! the ZADD), the store's values.
+//! May import: the sorted-set module (its score parsing, reads and limits), `crate::dispatch`
+//! (to run the ZADD), the store's values and key locks.
 
 use super::{cmd, flags, table, CommandSpec, Ctx, KEY1};
 use crate::args::{int_arg, is};
