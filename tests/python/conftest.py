@@ -89,8 +89,6 @@ def _redis_emulation_argv(binary: str, port: int, dir: Path, extra: List[str]) -
     argv = [
         binary, "--bind", HOST, "--port", str(port), "--dir", str(dir),
         "--save", "", "--appendonly", "no",
-        # Gradus' default value limit is 4 MiB; Redis' is 512 MB. Emulate Gradus.
-        "--proto-max-bulk-len", "4mb",
     ]
     i = 0
     while i < len(extra):

@@ -4,8 +4,8 @@ random sequences go to both servers and every reply must be identical (type-exac
 included). After each sequence every key's raw bytes (GET) are compared too, so the HyperLogLog
 encodings (sparse and dense, cached cardinality) must match Redis byte for byte.
 
-Both servers run with the same proto-max-bulk-len (4 MiB, Gradus' default), which bounds bit
-offsets. Seeds: GRADUS_DIFF_SEEDS (default 5), commands per seed GRADUS_DIFF_COMMANDS (default
+Both servers run with the same proto-max-bulk-len (4 MiB, set on both: the default, 512 MB, would
+let a random offset make half-gigabyte strings), which bounds bit offsets. Seeds: GRADUS_DIFF_SEEDS (default 5), commands per seed GRADUS_DIFF_COMMANDS (default
 400); even seeds speak RESP2, odd seeds RESP3.
 
 The crash test at the end writes with every new write command at `--durability strict`, kills
@@ -141,7 +141,9 @@ class Generator:
 
 def _pair(_servers, gradus):
     redis_server = _servers.start_redis("--proto-max-bulk-len", "4mb")
-    return RawConnection(gradus.host, gradus.port, timeout=10), RawConnection(redis_server.host, redis_server.port, timeout=10)
+    ours = RawConnection(gradus.host, gradus.port, timeout=10)
+    assert ours.call("CONFIG", "SET", "proto-max-bulk-len", "4mb") is not None
+    return ours, RawConnection(redis_server.host, redis_server.port, timeout=10)
 
 
 def _compare_keys(ours, theirs, keys):

@@ -176,6 +176,19 @@ GEO = [
     "GEOADD g 13.361389 38.115556 Palermo", "GEOADD g XX 1 1 nothere", "GEOADD g NX CH 1 1 new",
     "GEOADD g 200 1 bad", "GEOADD str2 1 1 x", "GEODIST g Palermo Catania", "GEOHASH nokey a",
     "GEODIST nokey a b", "SET str v", "GEOADD str 1 1 x",
+    # The searches that store: `georadiusstore` / `geosearchstore` on the destination (`new`
+    # first when it is created), `del` when nothing is found over an existing destination,
+    # nothing when there was none; the plain searches publish nothing.
+    "GEORADIUS g 15 37 200 km STORE d1", "GEORADIUS g 15 37 200 km STOREDIST d1",
+    "GEORADIUS g 15 37 1 m STORE d1", "GEORADIUS g 15 37 1 m STORE d1",
+    "GEORADIUSBYMEMBER g Palermo 500 km STORE d2", "GEORADIUSBYMEMBER g Palermo 500 km STOREDIST d2",
+    "GEORADIUS nokey 15 37 200 km STORE d2", "GEORADIUS nokey 15 37 200 km STORE d2",
+    "GEOSEARCHSTORE d3 g FROMLONLAT 15 37 BYRADIUS 200 km", "GEOSEARCHSTORE d3 g FROMMEMBER Palermo BYBOX 10 10 m",
+    "GEOSEARCHSTORE d3 g FROMLONLAT 15 37 BYBOX 400 400 km STOREDIST COUNT 1",
+    "GEOSEARCHSTORE str g FROMLONLAT 15 37 BYRADIUS 200 km", "GEOSEARCHSTORE g g FROMLONLAT 15 37 BYRADIUS 200 km COUNT 1",
+    "GEOSEARCHSTORE d4 nokey FROMLONLAT 15 37 BYRADIUS 200 km", "GEOSEARCHSTORE d4 g FROMLONLAT 15 37 BYRADIUS 200 km WITHDIST",
+    "GEORADIUS g 15 37 200 km", "GEORADIUS_RO g 15 37 200 km", "GEOSEARCH g FROMLONLAT 15 37 BYRADIUS 200 km",
+    "GEORADIUSBYMEMBER_RO g Palermo 10 km", "GEORADIUS str2 15 37 200 km STORE d5",
 ]
 
 HASHES = [
@@ -273,7 +286,10 @@ def test_key_miss_class_on_reads(gradus, redis_server):
              "BITFIELD_RO nokey GET u8 0", "TOUCH nokey a", "EXISTS nokey a nokey2", "SMISMEMBER ns a",
              "ZMSCORE nz a", "PTTL nokey", "EXPIRETIME nokey", "SORT_RO nl", "SINTERCARD 2 ns a", "ZSCAN nz 0", "HSCAN nh 0",
              "SSCAN ns 0", "LLEN nl", "HGET a f", "GETBIT a 0", "MEMORY USAGE nokey",
-             "OBJECT FREQ nokey", "OBJECT IDLETIME nokey", "ZREVRANGE nz 0 -1", "ZLEXCOUNT nz - +"])
+             "OBJECT FREQ nokey", "OBJECT IDLETIME nokey", "ZREVRANGE nz 0 -1", "ZLEXCOUNT nz - +",
+             "GEOSEARCH nz FROMLONLAT 0 0 BYRADIUS 1 km", "GEORADIUS_RO nz 0 0 1 km", "GEORADIUS nz 0 0 1 km",
+             "GEORADIUSBYMEMBER nz m 1 km", "GEORADIUS nz 0 0 1 km STORE gd", "GEOSEARCHSTORE gd nz FROMLONLAT 0 0 BYRADIUS 1 km",
+             "GEOPOS nz m"])
 
 
 def test_dump_restore_events(gradus, redis_server):

@@ -349,10 +349,11 @@ def test_random_garbage_never_kills_server(gradus):
     assert_alive(gradus)
 
 
-# --- size limits (Gradus default: values up to 4 MiB) ----------------------------
+# --- size limits (proto-max-bulk-len, here set to 4 MiB; the default is Redis' 512 MB) -----
 
 
 def test_value_of_4_mib_is_accepted(raw):
+    assert raw.call("CONFIG", "SET", "proto-max-bulk-len", "4mb") == Simple(b"OK")
     value = b"v" * (4 * MiB)
     assert raw.call("SET", "big", value, timeout=30) == Simple(b"OK")
     assert raw.call("STRLEN", "big") == 4 * MiB
@@ -364,6 +365,7 @@ def test_value_of_5_mib_is_refused(raw, gradus):
     # bulk length" as soon as it reads the length, then closes.  Gradus may
     # instead read and drop the payload and keep the connection; both are fine
     # as long as it is an error and nothing is stored.
+    assert raw.call("CONFIG", "SET", "proto-max-bulk-len", "4mb") == Simple(b"OK")
     value = b"v" * (5 * MiB)
     try:
         raw.send(encode_command("SET", "huge", value))
@@ -383,6 +385,7 @@ def test_value_of_5_mib_is_refused(raw, gradus):
 def test_append_beyond_limit_is_refused(raw):
     # Growing a value past the limit through APPEND/SETRANGE is refused too
     # (Redis: "string exceeds maximum allowed size (proto-max-bulk-len)").
+    assert raw.call("CONFIG", "SET", "proto-max-bulk-len", "4mb") == Simple(b"OK")
     chunk = b"a" * (3 * MiB)
     assert raw.call("SET", "grow", chunk, timeout=30) == Simple(b"OK")
     reply = raw.call("APPEND", "grow", chunk, timeout=30)

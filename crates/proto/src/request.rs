@@ -24,19 +24,29 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 4 MiB bulks, 1 Mi arguments, 64 KiB inline lines.
+    /// 512 MB bulks (Redis' `proto-max-bulk-len`), 1 Mi arguments, 64 KiB inline lines.
     fn default() -> Self {
         Limits {
-            max_bulk_len: 4 * 1024 * 1024,
+            max_bulk_len: 512 * 1024 * 1024,
             max_array_len: 1024 * 1024,
             max_inline_len: 64 * 1024,
         }
     }
 }
 
-/// Bulk arguments at least this long get their whole payload reserved up front in the caller's
-/// buffer (Redis' `PROTO_MBULK_BIG_ARG`), so one allocation serves the whole read.
+/// Bulk arguments at least this long get room reserved for their payload in the caller's buffer
+/// ahead of the reads (Redis' `PROTO_MBULK_BIG_ARG`), in steps bounded by what has arrived (see
+/// [`payload_room`]), so a large value costs few reallocations.
 const BIG_ARG: usize = 32 * 1024;
+
+/// The buffer capacity to hold for a bulk of `len` bytes (`want` = `len` + CRLF) when `have` bytes
+/// of it (and of its CRLF) are buffered: at most twice what has arrived plus [`BIG_ARG`] more,
+/// never more than `want`. A declared length is a promise, not bytes: a client that announces
+/// `$536870912` and sends nothing makes the server hold 32 KiB, not 512 MB; one that sends the
+/// whole payload gets it in O(log n) doublings, each copying what has arrived.
+pub fn payload_room(want: usize, have: usize) -> usize {
+    want.min(have.saturating_mul(2).saturating_add(BIG_ARG))
+}
 
 /// At most this many argument slots are pre-allocated from an announced `*N` count; the vector
 /// grows as arguments really arrive.
@@ -53,8 +63,9 @@ const MAX_PREALLOC_ARGS: usize = 1024;
 /// off the buffer, and a header line is never re-scanned, so a 1M-argument command or a 4 MiB
 /// bulk arriving one byte at a time costs O(total bytes).
 ///
-/// Memory: the decoder never reserves from an announced length beyond `max_bulk_len + 2` bytes
-/// in the buffer, and never pre-allocates more than 1024 argument slots. The arguments of the
+/// Memory: the decoder never reserves from an announced length more than twice the payload bytes
+/// that have arrived plus 32 KiB (and never beyond `max_bulk_len + 2`), and never pre-allocates
+/// more than 1024 argument slots. The arguments of the
 /// unfinished command are held by the decoder; [`RequestDecoder::pending_bytes`] reports their
 /// size so the server can enforce an overall query-buffer limit if it wants one.
 #[derive(Debug, Default)]
@@ -233,7 +244,8 @@ impl RequestDecoder {
 
     /// The payload of a bulk of `len` bytes, preceded by `hdr` header bytes, is not complete:
     /// consumes the header, remembers `len`, rejects a wrong terminator as soon as its first byte
-    /// is visible, and reserves room for a big payload (bounded by `max_bulk_len + 2`).
+    /// is visible, and reserves room for a big payload in steps bounded by what has arrived
+    /// ([`payload_room`]).
     #[cold]
     fn wait_for_payload(
         &mut self,
@@ -250,10 +262,11 @@ impl RequestDecoder {
             return Err(ProtoError::MissingBulkTerminator);
         }
         if len >= BIG_ARG {
-            // Make room for the whole payload (+ CRLF) at once, as Redis does for big args.
-            let want = len + 2;
-            if buf.len() < want {
-                buf.reserve(want - buf.len());
+            // Room ahead of the reads, as Redis makes for big args, but only as far as the bytes
+            // that have arrived warrant (Redis reserves the declared length at once).
+            let room = payload_room(len + 2, buf.len());
+            if buf.capacity() < room {
+                buf.reserve(room - buf.len());
             }
         }
         Ok(())
@@ -698,7 +711,7 @@ mod tests {
         assert_eq!(one(b"*1\r\n$-1\r\n"), Err(ProtoError::InvalidBulkLength));
         assert_eq!(one(b"*1\r\n$-5\r\n"), Err(ProtoError::InvalidBulkLength));
         assert_eq!(
-            one(b"*1\r\n$4194305\r\n"),
+            one(b"*1\r\n$536870913\r\n"),
             Err(ProtoError::InvalidBulkLength)
         );
         assert_eq!(
@@ -709,12 +722,47 @@ mod tests {
             one(b"*1\r\n$18446744073709551616\r\n"),
             Err(ProtoError::InvalidBulkLength)
         );
-        // The largest accepted bulk reserves its payload, and no more than that.
-        let mut d = RequestDecoder::new(Limits::default());
-        let mut buf = BytesMut::from(&b"*1\r\n$4194304\r\n"[..]);
+    }
+
+    #[test]
+    fn declared_bulk_length_is_not_reserved_up_front() {
+        // A client announcing the largest accepted bulk and sending nothing of it gets a buffer
+        // sized by what arrived, not by what it announced.
+        let limits = Limits {
+            max_bulk_len: 512 * 1024 * 1024,
+            ..Limits::default()
+        };
+        let mut d = RequestDecoder::new(limits);
+        let mut buf = BytesMut::from(&b"*1\r\n$536870912\r\nabc"[..]);
         assert_eq!(d.decode(&mut buf), Ok(None));
-        assert!(buf.capacity() >= 4 * 1024 * 1024 + 2);
-        assert!(buf.capacity() <= 2 * (4 * 1024 * 1024 + 2));
+        assert!(buf.capacity() <= 2 * BIG_ARG, "{}", buf.capacity());
+        // As the payload arrives the room grows with it, never past the payload and its CRLF.
+        let len = 1024 * 1024;
+        let mut d = RequestDecoder::new(limits);
+        let mut buf = BytesMut::from(format!("*1\r\n${len}\r\n").as_bytes());
+        let mut sent = 0;
+        while sent < len {
+            let chunk = (len - sent).min(100_000);
+            buf.extend_from_slice(&vec![b'x'; chunk]);
+            sent += chunk;
+            assert_eq!(d.decode(&mut buf), Ok(None));
+            assert!(
+                buf.capacity() <= 2 * (2 * buf.len() + BIG_ARG),
+                "{}",
+                buf.capacity()
+            );
+        }
+        buf.extend_from_slice(b"\r\n");
+        let args = d.decode(&mut buf).unwrap().unwrap();
+        assert_eq!(args[0].len(), len);
+    }
+
+    #[test]
+    fn payload_room_grows_with_what_arrived() {
+        assert_eq!(payload_room(536_870_914, 0), BIG_ARG);
+        assert_eq!(payload_room(536_870_914, 100), 200 + BIG_ARG);
+        assert_eq!(payload_room(40_002, 30_000), 40_002);
+        assert_eq!(payload_room(usize::MAX, usize::MAX), usize::MAX);
     }
 
     #[test]

@@ -177,7 +177,8 @@ fn run_decoder(rng: &mut Rng, input: &[u8], limits: Limits, whole: bool) -> Outc
     let mut buf = BytesMut::new();
     let mut out = Vec::new();
     let mut pos = 0;
-    let cap_bound = 2 * (input.len() + limits.max_bulk_len + 2) + (128 << 10);
+    // Room is reserved from what arrived, never from a declared length (`payload_room`).
+    let cap_bound = 4 * (input.len() + 2) + (128 << 10);
     while pos < input.len() {
         let n = if whole {
             input.len()

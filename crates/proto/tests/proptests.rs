@@ -57,7 +57,8 @@ fn feed(input: &[u8], chunks: &[usize], limits: Limits) -> (Vec<Vec<Bytes>>, Opt
             assert!(d.pending_args() <= limits.max_array_len);
             assert!(d.pending_bytes() <= limits.max_array_len * limits.max_bulk_len);
             assert!(
-                buf.capacity() <= 2 * (input.len() + limits.max_bulk_len + 2) + (128 << 10),
+                // From what arrived, never from a declared length (`payload_room`).
+                buf.capacity() <= 4 * (input.len() + 2) + (128 << 10),
                 "capacity {} for input of {}",
                 buf.capacity(),
                 input.len()

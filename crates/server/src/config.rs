@@ -34,6 +34,7 @@ pub struct Config {
     pub proto_max_bulk_len: usize,
     pub max_multibulk_len: usize,
     pub max_inline_len: usize,
+    pub client_query_buffer_limit: usize,
     pub hz: u32,
     pub threads: usize,
     pub loglevel: String,
@@ -284,6 +285,7 @@ impl Config {
             proto_max_bulk_len: 0,
             max_multibulk_len: 0,
             max_inline_len: 0,
+            client_query_buffer_limit: 0,
             hz: 0,
             threads: 0,
             loglevel: String::new(),
@@ -571,7 +573,8 @@ mod tests {
         let c = Config::embedded();
         assert_eq!(c.bind, vec!["127.0.0.1".to_string()]);
         assert_eq!(c.port, 6379);
-        assert_eq!(c.proto_max_bulk_len, 4 * 1024 * 1024);
+        assert_eq!(c.proto_max_bulk_len, 512 * 1024 * 1024);
+        assert_eq!(c.client_query_buffer_limit, 1024 * 1024 * 1024);
         c.validate().unwrap();
     }
 

@@ -136,6 +136,9 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                     handle
                         .mem
                         .note_buffers((rbuf.len(), rbuf.capacity()), (0, wbuf.capacity()));
+                    if query_buffer_over_limit(&shared, &client, &rbuf, &decoder) {
+                        break 'conn;
+                    }
                     break;
                 }
                 Err(e) => {
@@ -286,6 +289,34 @@ async fn peer_closed(stream: &tokio::net::TcpStream) {
         Ok(0) | Err(_) => {}
         Ok(_) => std::future::pending().await,
     }
+}
+
+/// Whether the request still arriving holds more than `client-query-buffer-limit` bytes (its
+/// unparsed input and the arguments already decoded): the connection is then closed, as Redis
+/// closes a client whose query buffer grows past the limit, and logged in Redis' words.
+fn query_buffer_over_limit(
+    shared: &Shared,
+    client: &ClientState,
+    rbuf: &BytesMut,
+    decoder: &RequestDecoder,
+) -> bool {
+    let limit = shared
+        .live
+        .client_query_buffer_limit
+        .load(Ordering::Relaxed);
+    let held = rbuf.len().saturating_add(decoder.pending_bytes());
+    if held <= limit {
+        return false;
+    }
+    let head = &rbuf[..rbuf.len().min(64)];
+    tracing::warn!(
+        client = client.id,
+        peer = %client.handle.addr,
+        held,
+        "Closing client that reached max query buffer length (qbuf initial bytes: {:?})",
+        String::from_utf8_lossy(head)
+    );
+    true
 }
 
 /// Before AUTH, a client may send only small requests (Redis: 10 elements, 16 KiB bulks), so an

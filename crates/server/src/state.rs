@@ -66,6 +66,9 @@ pub struct LiveSettings {
     pub proto_max_bulk_len: AtomicUsize,
     pub max_multibulk_len: AtomicUsize,
     pub max_inline_len: AtomicUsize,
+    /// Most bytes one connection may hold of a request not yet complete (its unparsed input and
+    /// the arguments already decoded); past it the connection is closed.
+    pub client_query_buffer_limit: AtomicUsize,
     pub requirepass: Mutex<String>,
     pub hll_sparse_max_bytes: AtomicUsize,
     /// What the TLS configuration is built from (see [`crate::tls`]).
@@ -187,6 +190,7 @@ impl Shared {
             proto_max_bulk_len: AtomicUsize::new(0),
             max_multibulk_len: AtomicUsize::new(0),
             max_inline_len: AtomicUsize::new(0),
+            client_query_buffer_limit: AtomicUsize::new(0),
             requirepass: Mutex::new(String::new()),
             hll_sparse_max_bytes: AtomicUsize::new(0),
             tls_cert_file: Mutex::new(String::new()),

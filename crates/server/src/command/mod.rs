@@ -161,6 +161,10 @@ pub struct CommandSpec {
     /// follow (LMPOP numkeys key [key ...]); 0 otherwise. Keys at `first_key..=last_key` come
     /// before it (ZUNIONSTORE dst numkeys key [key ...]).
     pub numkeys_at: usize,
+    /// For a command flagged `movablekeys` whose destination follows a `STORE` or `STOREDIST`
+    /// word (GEORADIUS … STORE key): the first argument index searched for those words (Redis'
+    /// keyword key specs' `startfrom`); 0 otherwise. See [`store_keyword_keys`].
+    pub store_keyword_from: usize,
     /// Other keyspaces of the caller's tenant the command writes, named by SELECT number in
     /// its arguments (MOVE, COPY … DB, SWAPDB): the write path's scope and replay follow them.
     pub other_keyspaces: Option<OtherKeyspaces>,
@@ -383,9 +387,26 @@ impl CommandSpec {
         self
     }
 
+    /// The same row with a destination key after a `STORE`/`STOREDIST` word searched for from
+    /// argument `from` on (table rows: `cmd(...).with_store_keyword(5)`); flags it `movablekeys`.
+    pub const fn with_store_keyword(mut self, from: usize) -> CommandSpec {
+        self.store_keyword_from = from;
+        self.flags |= flags::MOVABLE_KEYS;
+        self
+    }
+
     /// Indexes of the key arguments in `args` (the command name first). For a `numkeys`
     /// command, none when its `numkeys` is not a count of arguments that are there.
     pub fn key_indexes(&self, args: &[Bytes]) -> Vec<usize> {
+        let mut keys = self.fixed_key_indexes(args);
+        if self.store_keyword_from > 0 {
+            keys.extend(store_keyword_keys(args, self.store_keyword_from));
+        }
+        keys
+    }
+
+    /// [`CommandSpec::key_indexes`] without a `STORE` word's key.
+    fn fixed_key_indexes(&self, args: &[Bytes]) -> Vec<usize> {
         let argc = args.len();
         if self.numkeys_at > 0 {
             let at = self.numkeys_at;
@@ -436,12 +457,28 @@ pub const fn cmd(
         handler,
         subcommands: &[],
         numkeys_at: 0,
+        store_keyword_from: 0,
         other_keyspaces: None,
         acl_categories: 0,
         channels: None,
         notify: None,
         read_keys: None,
     }
+}
+
+/// The keys after a `STORE` and after a `STOREDIST` word, as Redis 7's keyword key specs find
+/// them: the first of each word from argument `from` on that has an argument after it, `STORE`'s
+/// key first.
+pub fn store_keyword_keys(args: &[Bytes], from: usize) -> Vec<usize> {
+    let first_after = |word: &str| {
+        (from..args.len().saturating_sub(1))
+            .find(|&i| crate::args::is(&args[i], word))
+            .map(|i| i + 1)
+    };
+    first_after("store")
+        .into_iter()
+        .chain(first_after("storedist"))
+        .collect()
 }
 
 /// A subcommand row (`full_name` is `container|sub`): the container's handler runs it, so the
@@ -703,6 +740,27 @@ pub fn arity_error(name: &[u8]) -> CmdError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn store_keys_are_found_as_redis_key_specs_find_them() {
+        let args = |s: &str| -> Vec<Bytes> {
+            s.split(' ')
+                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+                .collect()
+        };
+        let georadius = table().get(b"georadius").expect("row");
+        assert!(georadius.has(flags::MOVABLE_KEYS));
+        let keys = |s: &str| georadius.key_indexes(&args(s));
+        assert_eq!(keys("georadius k 0 0 1 km"), vec![1]);
+        assert_eq!(keys("georadius k 0 0 1 km store d"), vec![1, 7]);
+        assert_eq!(
+            keys("georadius k 0 0 1 km storedist d store e"),
+            vec![1, 9, 7]
+        );
+        assert_eq!(keys("georadius k 0 0 1 km store a store b"), vec![1, 7]);
+        assert_eq!(keys("georadius k 0 0 1 km withdist store"), vec![1]);
+        assert_eq!(keys("georadius k 0 0 1 store x"), vec![1]);
+    }
     use crate::tenancy::{required_perms, Perms};
 
     /// The same row under another name: what the table says of a command, without its name.
