@@ -683,6 +683,10 @@ pub fn libraries_changed() {
     LIBRARY_GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
+/// Longest `KEYS`/`ARGV` whose tables a state keeps for the next script (a table keeps its
+/// size when emptied).
+const MAX_KEPT_LIST: usize = 1024;
+
 /// Compiled scripts a state keeps (EVAL of ever-new bodies would grow it without bound); past
 /// this many the cache is emptied and refilled as scripts run again. Libraries likewise.
 const MAX_COMPILED: usize = 1000;
@@ -828,11 +832,13 @@ struct Vm {
     hidden: Table,
     /// Lua's own `pcall`, to run a library's code and catch what it raises.
     pcall: Function,
-    /// The environment every EVAL script runs in (each compiled script's, set once): emptied
-    /// and given fresh `KEYS` and `ARGV` tables for each run ([`lua_run`]). No script can keep
-    /// a reference to it past its run (it has nowhere to store one), so reusing it shows no
-    /// script anything of another.
+    /// The environment every EVAL script runs in (each compiled script's, set once), and its
+    /// `KEYS` and `ARGV`: emptied and refilled for each run ([`lua_run`]) rather than made
+    /// anew. No script can keep a reference to them past its run (it has nowhere to store
+    /// one), so reusing them shows no script anything of another.
     script_env: Table,
+    keys: Table,
+    argv: Table,
     /// [`lua_run`]: runs a script or function.
     entry: Function,
     /// Set by the time-limit hook or a KILL; read by the `pcall`/`xpcall` wrappers so a script
@@ -894,6 +900,8 @@ impl Vm {
         script_env.set_metatable(Some(env_mt.clone()));
         // SAFETY: follows `lua_stack`'s contract (see `lua_run`).
         let entry = unsafe { lua.create_c_function(lua_run)? };
+        let keys = lua.create_table()?;
+        let argv = lua.create_table()?;
         running_slots().lock().push(slot.clone());
         Ok(Vm {
             lua,
@@ -904,6 +912,8 @@ impl Vm {
             hidden,
             pcall,
             script_env,
+            keys,
+            argv,
             entry,
             killed,
             deadline,
@@ -1067,7 +1077,8 @@ impl Vm {
                 reply: &mut reply,
             });
             if script_env {
-                self.entry.call::<MultiValue>((func, &self.script_env))
+                self.entry
+                    .call::<MultiValue>((func, &self.script_env, &self.keys, &self.argv))
             } else {
                 self.entry.call::<MultiValue>((func, Value::Nil))
             }
@@ -1080,6 +1091,16 @@ impl Vm {
         }
     }
 
+    /// Before a script gets `keys`/`argv`: let go of `KEYS`/`ARGV` tables that a long list
+    /// would grow (or has grown) past [`MAX_KEPT_LIST`].
+    fn size_lists(&mut self, keys: &[Bytes], argv: &[Bytes]) -> mlua::Result<()> {
+        if keys.len().max(argv.len()) > MAX_KEPT_LIST {
+            self.keys = self.lua.create_table()?;
+            self.argv = self.lua.create_table()?;
+        }
+        Ok(())
+    }
+
     /// Runs one script or function. `Err` only for failures of the state itself; whatever the
     /// script does (errors, kills, compile errors) comes back as the reply frame.
     fn run(&mut self, run: &RefCell<ScriptRun<'_>>, inv: &Invocation<'_>) -> mlua::Result<Frame> {
@@ -1088,6 +1109,7 @@ impl Vm {
                 if let Err(reply) = self.compile(sha, code) {
                     return Ok(reply);
                 }
+                self.size_lists(inv.keys, inv.argv)?;
             }
             Target::Function { library, .. } => {
                 if let Err(reply) = self.load(library) {
@@ -1470,10 +1492,12 @@ impl Drop for CurrentRun {
 }
 
 /// Runs a script or function; mlua calls it (protected) with the function and, for an EVAL
-/// script, the scripts' environment (else nil), with no memory limit:
-/// 1. an EVAL script's environment is emptied (whatever the last script `rawset` in it) and
-///    given fresh `KEYS` and `ARGV` tables and `_G` (itself); a function gets fresh `keys` and
-///    `args` tables as its arguments (as Redis does, sized for their items);
+/// script, the scripts' environment and its `KEYS` and `ARGV` tables (else nothing), with no
+/// memory limit:
+/// 1. an EVAL script's environment, `KEYS` and `ARGV` are emptied (whatever the last script
+///    put in them), the lists refilled and the environment given `KEYS`, `ARGV` and `_G`
+///    (itself); a function gets fresh `keys` and `args` tables as its arguments (as Redis
+///    does, sized for their items: a library may keep them);
 /// 2. the function runs under Lua's `pcall`, with the memory limit on (see [`MemoryLimit`]);
 /// 3. it returns `true` and leaves the reply (Redis' conversion of the first value the
 ///    script returned) in the context's `reply`, or returns `false` and the error value.
@@ -1484,28 +1508,22 @@ unsafe extern "C-unwind" fn lua_run(state: *mut ffi::lua_State) -> c_int {
     let Some(context) = CALL_CONTEXT.with(Cell::get) else {
         return 0;
     };
-    ffi::lua_settop(state, 2);
-    ffi::lua_pushvalue(state, 1);
+    ffi::lua_settop(state, 4);
     let (keys, argv) = (&*context.keys, &*context.argv);
     let nargs = if ffi::lua_type(state, 2) == ffi::LUA_TTABLE {
-        // Empty the environment: setting a field to nil while `lua_next` walks the table is
-        // allowed.
-        ffi::lua_pushnil(state);
-        while ffi::lua_next(state, 2) != 0 {
-            ffi::lua_pop(state, 1);
-            ffi::lua_pushvalue(state, -1);
-            ffi::lua_pushnil(state);
-            ffi::lua_rawset(state, 2);
+        // [function, env, KEYS, ARGV]
+        for table in 2..=4 {
+            lua_stack::clear_table(state, table);
         }
-        lua_stack::push_field(state, 2, b"KEYS", |state| {
-            lua_stack::push_string_list(state, keys)
-        });
-        lua_stack::push_field(state, 2, b"ARGV", |state| {
-            lua_stack::push_string_list(state, argv)
-        });
+        lua_stack::fill_string_list(state, 3, keys);
+        lua_stack::fill_string_list(state, 4, argv);
+        lua_stack::push_field(state, 2, b"KEYS", |state| ffi::lua_pushvalue(state, 3));
+        lua_stack::push_field(state, 2, b"ARGV", |state| ffi::lua_pushvalue(state, 4));
         lua_stack::push_field(state, 2, b"_G", |state| ffi::lua_pushvalue(state, 2));
+        ffi::lua_pushvalue(state, 1);
         0
     } else {
+        ffi::lua_pushvalue(state, 1);
         lua_stack::push_string_list(state, keys);
         lua_stack::push_string_list(state, argv);
         2
@@ -1515,7 +1533,7 @@ unsafe extern "C-unwind" fn lua_run(state: *mut ffi::lua_State) -> c_int {
         ffi::lua_pcall(state, nargs, 1, 0)
     };
     if status != 0 {
-        // [function, env, error] → false, error
+        // [..., error] → false, error
         ffi::lua_pushboolean(state, 0);
         ffi::lua_insert(state, -2);
         return 2;
@@ -1700,6 +1718,7 @@ mod state_reuse {
     fn eval_with(vm: &mut Vm, body: Bytes, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Value> {
         let sha = sha1_hex(&body);
         vm.compile(&sha, &body).unwrap();
+        vm.size_lists(keys, argv).unwrap();
         vm.time_limit = Duration::from_millis(200);
         vm.call(&vm.compiled[&sha], true, keys, argv, std::ptr::null())
             .unwrap()

@@ -1,6 +1,6 @@
 //! Script values ↔ RESP frames through Lua's C API (`mlua::ffi`), for the per-call path of a
 //! script run: `redis.call`'s arguments read from the Lua stack, its reply pushed onto it, a
-//! script's `KEYS`/`ARGV` (or a function's `keys`/`args`) pushed as fresh tables, and the
+//! script's `KEYS`/`ARGV` filled (a function's `keys`/`args` pushed as fresh tables), and the
 //! value a script returns read as a reply.
 //!
 //! Why not mlua's `Value`: mlua moves every string it hands to Rust onto its reference thread
@@ -147,6 +147,32 @@ pub(super) unsafe fn push_string_list(state: *mut ffi::lua_State, items: &[Bytes
     for (i, item) in items.iter().enumerate() {
         push_bytes(state, item);
         ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
+    }
+}
+
+/// Empty the table at `table` (an absolute index): every field set to nil (raw), walking it
+/// with `lua_next` (which allows setting a field it has returned to nil).
+///
+/// # Safety
+/// No memory limit (see the module docs); room for 3 more slots.
+pub(super) unsafe fn clear_table(state: *mut ffi::lua_State, table: c_int) {
+    ffi::lua_pushnil(state);
+    while ffi::lua_next(state, table) != 0 {
+        ffi::lua_pop(state, 1);
+        ffi::lua_pushvalue(state, -1);
+        ffi::lua_pushnil(state);
+        ffi::lua_rawset(state, table);
+    }
+}
+
+/// Set `items` as strings (1-based) in the table at `table` (an absolute index).
+///
+/// # Safety
+/// No memory limit (see the module docs); room for 1 more slot.
+pub(super) unsafe fn fill_string_list(state: *mut ffi::lua_State, table: c_int, items: &[Bytes]) {
+    for (i, item) in items.iter().enumerate() {
+        push_bytes(state, item);
+        ffi::lua_rawseti(state, table, i as ffi::lua_Integer + 1);
     }
 }
 
