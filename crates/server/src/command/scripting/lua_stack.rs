@@ -1,0 +1,256 @@
+//! Script values ↔ RESP frames through Lua's C API (`mlua::ffi`), for the per-call path of a
+//! script run: `redis.call`'s arguments read from the Lua stack, its reply pushed onto it, a
+//! script's `KEYS`/`ARGV` filled (a function's `keys`/`args` pushed as fresh tables), and the
+//! value a script returns read as a reply.
+//!
+//! Why not mlua's `Value`: mlua moves every string it hands to Rust onto its reference thread
+//! (and back to push it), keeps a slot for it there, and wraps each call in its own error
+//! handling; for a script that runs a few commands that bookkeeping was a large share of the
+//! server's time per call. Here a string is read in place (`lua_tolstring`) and pushed once
+//! (`lua_pushlstring`).
+//!
+//! Contract of every function here: it runs on a state with NO memory limit (mlua's allocator
+//! then never fails: it succeeds or the process aborts, as any Rust allocation does), so none
+//! of these Lua API calls can raise a Lua error and unwind (longjmp) through Rust frames; and
+//! it keeps the stack balanced as documented. May import: `gradus_proto::Frame`, `bytes`,
+//! `mlua::ffi`; nothing of the server.
+
+use bytes::Bytes;
+use gradus_proto::Frame;
+use mlua::ffi;
+use std::os::raw::c_int;
+
+/// Why `redis.call`'s arguments cannot be a command (Redis' texts, without `ERR `).
+pub(super) const NO_ARGUMENTS: &str =
+    "Please specify at least one argument for this redis lib call";
+pub(super) const BAD_ARGUMENT: &str = "Lua redis lib command arguments must be strings or integers";
+
+/// The bytes of the string at `idx`. The slice lives as long as the value stays on the stack.
+///
+/// # Safety
+/// `idx` is a valid index of a string (not a number: `lua_tolstring` would convert it in place).
+unsafe fn string_at<'a>(state: *mut ffi::lua_State, idx: c_int) -> &'a [u8] {
+    let mut len = 0usize;
+    let ptr = ffi::lua_tolstring(state, idx, &mut len);
+    if ptr.is_null() {
+        return &[];
+    }
+    std::slice::from_raw_parts(ptr as *const u8, len)
+}
+
+/// A number given to `redis.call`, as the command sees it: an integral value as an integer,
+/// anything else as Rust formats the double. (mlua's rule, which this replaces: a number
+/// within `EPSILON` of its truncation is an integer.)
+pub(super) fn number_arg(n: f64) -> Bytes {
+    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&n) {
+        let i = n as i64;
+        if (n - i as f64).abs() < f64::EPSILON {
+            return Bytes::from(i.to_string());
+        }
+    }
+    if n.fract() == 0.0 && n.abs() < 1e17 {
+        Bytes::from((n as i64).to_string())
+    } else {
+        Bytes::from(format!("{n}"))
+    }
+}
+
+/// The arguments of a `redis.call` (stack slots `1..=top`), copied: strings as they are,
+/// numbers formatted ([`number_arg`]).
+///
+/// # Safety
+/// `state` is the state of a C function call; the stack is not changed.
+pub(super) unsafe fn command_args(state: *mut ffi::lua_State) -> Result<Vec<Bytes>, &'static str> {
+    let top = ffi::lua_gettop(state);
+    if top < 1 {
+        return Err(NO_ARGUMENTS);
+    }
+    let mut args = Vec::with_capacity(top as usize);
+    for idx in 1..=top {
+        match ffi::lua_type(state, idx) {
+            ffi::LUA_TSTRING => args.push(Bytes::copy_from_slice(string_at(state, idx))),
+            ffi::LUA_TNUMBER => args.push(number_arg(ffi::lua_tonumber(state, idx))),
+            _ => return Err(BAD_ARGUMENT),
+        }
+    }
+    Ok(args)
+}
+
+/// Push `bytes` as a Lua string.
+unsafe fn push_bytes(state: *mut ffi::lua_State, bytes: &[u8]) {
+    ffi::lua_pushlstring(state, bytes.as_ptr() as *const _, bytes.len());
+}
+
+/// Push a table `{field = text}` (`{ok=…}` or `{err=…}`).
+unsafe fn push_field_table(state: *mut ffi::lua_State, field: &[u8], text: &[u8]) {
+    ffi::lua_createtable(state, 0, 1);
+    push_bytes(state, field);
+    push_bytes(state, text);
+    ffi::lua_rawset(state, -3);
+}
+
+/// Push a command's reply as Redis gives it to a script (RESP2 conversions, also for RESP3
+/// connections): one value more on the stack.
+///
+/// # Safety
+/// No memory limit (see the module docs); the state has room for at least 3 more slots (a C
+/// function always has: `LUA_MINSTACK`); deeper nesting asks for its own room.
+pub(super) unsafe fn push_frame(state: *mut ffi::lua_State, frame: &Frame) {
+    match frame {
+        Frame::Integer(n) => ffi::lua_pushinteger(state, *n as ffi::lua_Integer),
+        Frame::Bulk(b) => push_bytes(state, b),
+        Frame::Verbatim { text, .. } => push_bytes(state, text),
+        Frame::BigNumber(s) => push_bytes(state, s.as_bytes()),
+        Frame::Double(d) => push_bytes(state, gradus_proto::format_double(*d).as_bytes()),
+        Frame::HumanDouble(d) => push_bytes(state, gradus_proto::format_fixed17(*d).as_bytes()),
+        Frame::Boolean(b) => ffi::lua_pushinteger(state, *b as ffi::lua_Integer),
+        Frame::Null | Frame::NullArray => ffi::lua_pushboolean(state, 0),
+        Frame::Simple(s) => push_field_table(state, b"ok", s),
+        Frame::Error(e) => push_field_table(state, b"err", e.as_bytes()),
+        Frame::Array(items) | Frame::Set(items) | Frame::Push(items) => {
+            if ffi::lua_checkstack(state, 3) == 0 {
+                ffi::lua_pushboolean(state, 0);
+                return;
+            }
+            ffi::lua_createtable(state, items.len().min(c_int::MAX as usize) as c_int, 0);
+            for (i, item) in items.iter().enumerate() {
+                push_frame(state, item);
+                ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
+            }
+        }
+        Frame::Map(pairs) => {
+            if ffi::lua_checkstack(state, 3) == 0 {
+                ffi::lua_pushboolean(state, 0);
+                return;
+            }
+            ffi::lua_createtable(
+                state,
+                (pairs.len() * 2).min(c_int::MAX as usize) as c_int,
+                0,
+            );
+            for (i, (k, v)) in pairs.iter().enumerate() {
+                push_frame(state, k);
+                ffi::lua_rawseti(state, -2, 2 * i as ffi::lua_Integer + 1);
+                push_frame(state, v);
+                ffi::lua_rawseti(state, -2, 2 * i as ffi::lua_Integer + 2);
+            }
+        }
+    }
+}
+
+/// Push a new table holding `items` as strings (1-based), sized for them.
+///
+/// # Safety
+/// No memory limit (see the module docs); room for 2 more slots.
+pub(super) unsafe fn push_string_list(state: *mut ffi::lua_State, items: &[Bytes]) {
+    ffi::lua_createtable(state, items.len().min(c_int::MAX as usize) as c_int, 0);
+    for (i, item) in items.iter().enumerate() {
+        push_bytes(state, item);
+        ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
+    }
+}
+
+/// Empty the table at `table` (an absolute index): every field set to nil (raw), walking it
+/// with `lua_next` (which allows setting a field it has returned to nil).
+///
+/// # Safety
+/// No memory limit (see the module docs); room for 3 more slots.
+pub(super) unsafe fn clear_table(state: *mut ffi::lua_State, table: c_int) {
+    ffi::lua_pushnil(state);
+    while ffi::lua_next(state, table) != 0 {
+        ffi::lua_pop(state, 1);
+        ffi::lua_pushvalue(state, -1);
+        ffi::lua_pushnil(state);
+        ffi::lua_rawset(state, table);
+    }
+}
+
+/// Set `items` as strings (1-based) in the table at `table` (an absolute index).
+///
+/// # Safety
+/// No memory limit (see the module docs); room for 1 more slot.
+pub(super) unsafe fn fill_string_list(state: *mut ffi::lua_State, table: c_int, items: &[Bytes]) {
+    for (i, item) in items.iter().enumerate() {
+        push_bytes(state, item);
+        ffi::lua_rawseti(state, table, i as ffi::lua_Integer + 1);
+    }
+}
+
+/// Deepest table nesting converted into a reply (deeper levels become nil).
+pub(super) const MAX_REPLY_DEPTH: usize = 64;
+
+/// The first line of `text`, carriage returns as spaces (how error texts reach a reply).
+pub(super) fn one_line(text: &str) -> String {
+    let first = text.lines().next().unwrap_or("");
+    first.replace('\r', " ")
+}
+
+/// The string field `field` of the table at `idx` (raw access), if it is a string.
+unsafe fn string_field<'a>(
+    state: *mut ffi::lua_State,
+    idx: c_int,
+    field: &[u8],
+) -> Option<&'a [u8]> {
+    push_bytes(state, field);
+    ffi::lua_rawget(state, idx);
+    // A string in a table stays alive while the table does (it is on the stack below).
+    let s = (ffi::lua_type(state, -1) == ffi::LUA_TSTRING).then(|| string_at(state, -1));
+    ffi::lua_pop(state, 1);
+    s
+}
+
+/// The value at `idx` (an absolute index) as a reply, Redis' rules: a string is a bulk string,
+/// a number an integer (truncated toward zero), true 1, false and nil a null; a table with a
+/// string `err` field an error, with a string `ok` field a status, otherwise an array of its
+/// items from 1 to the first nil; anything else (and tables nested past
+/// [`MAX_REPLY_DEPTH`]) a null. The stack is left as it was.
+///
+/// # Safety
+/// No memory limit (see the module docs); `idx` is a valid absolute index.
+pub(super) unsafe fn to_frame(state: *mut ffi::lua_State, idx: c_int, depth: usize) -> Frame {
+    match ffi::lua_type(state, idx) {
+        ffi::LUA_TSTRING => Frame::Bulk(Bytes::copy_from_slice(string_at(state, idx))),
+        ffi::LUA_TNUMBER => Frame::Integer(ffi::lua_tonumber(state, idx) as i64),
+        ffi::LUA_TBOOLEAN if ffi::lua_toboolean(state, idx) != 0 => Frame::Integer(1),
+        ffi::LUA_TTABLE if depth < MAX_REPLY_DEPTH => {
+            if ffi::lua_checkstack(state, 3) == 0 {
+                return Frame::Null;
+            }
+            if let Some(e) = string_field(state, idx, b"err") {
+                return Frame::Error(one_line(&String::from_utf8_lossy(e)));
+            }
+            if let Some(s) = string_field(state, idx, b"ok") {
+                return Frame::Simple(Bytes::copy_from_slice(s));
+            }
+            let mut items = Vec::new();
+            for i in 1.. {
+                ffi::lua_rawgeti(state, idx, i);
+                if ffi::lua_type(state, -1) == ffi::LUA_TNIL {
+                    ffi::lua_pop(state, 1);
+                    break;
+                }
+                let top = ffi::lua_gettop(state);
+                items.push(to_frame(state, top, depth + 1));
+                ffi::lua_pop(state, 1);
+            }
+            Frame::Array(items)
+        }
+        _ => Frame::Null,
+    }
+}
+
+/// Set the field `name` of the table at `table` (an absolute index) to the value `push`
+/// pushes (raw: no metamethod).
+///
+/// # Safety
+/// No memory limit (see the module docs); room for 2 more slots besides what `push` needs.
+pub(super) unsafe fn push_field(
+    state: *mut ffi::lua_State,
+    table: c_int,
+    name: &[u8],
+    push: impl FnOnce(*mut ffi::lua_State),
+) {
+    push_bytes(state, name);
+    push(state);
+    ffi::lua_rawset(state, table);
+}
