@@ -128,7 +128,7 @@ mod tests {
     fn put(store: &Store, key: &str, value: &str) {
         store.db(0).unwrap().lock(key.as_bytes()).set(
             key.as_bytes(),
-            Value::Str(Bytes::copy_from_slice(value.as_bytes())),
+            Value::string_copy(value.as_bytes()),
             None,
             0,
         );
@@ -163,7 +163,7 @@ mod tests {
     /// A value as the snapshot saw it, owned.
     fn owned(v: ValueView<'_>) -> Value {
         match v {
-            ValueView::Str(b) => Value::Str(Bytes::copy_from_slice(b)),
+            ValueView::Str(b) => Value::string_copy(b),
             ValueView::Hash(h) => Value::hash(h.clone()),
             ValueView::ZSet(z) => Value::zset(z.clone()),
             ValueView::List(l) => Value::List(l.clone()),
@@ -192,7 +192,7 @@ mod tests {
     }
 
     fn s(v: &str) -> Value {
-        Value::Str(Bytes::copy_from_slice(v.as_bytes()))
+        Value::string_copy(v.as_bytes())
     }
 
     #[test]
@@ -322,7 +322,7 @@ mod tests {
             let key = format!("k{i}");
             db.lock(key.as_bytes()).set(
                 key.as_bytes(),
-                Value::Str(Bytes::from(tagged(i, "old", LEN))),
+                Value::string(Bytes::from(tagged(i, "old", LEN))),
                 Some(10_000),
                 0,
             );
@@ -352,7 +352,7 @@ mod tests {
                     1 => {
                         for (n, key) in keys_of(shard).enumerate() {
                             let mut guard = db.lock(key.as_bytes());
-                            let value = Value::Str(Bytes::from(vec![b'n'; LEN]));
+                            let value = Value::string(Bytes::from(vec![b'n'; LEN]));
                             guard.set(key.as_bytes(), value, None, 0);
                             if n % 2 == 0 {
                                 guard.remove(key.as_bytes(), 0);
