@@ -203,7 +203,8 @@ struct Table {
 }
 
 /// A set of byte strings (see the module docs for its encodings). As small as a `Bytes`, so a
-/// key's value holds it inline: an intset costs its value slot and its integer array only.
+/// key's value holds it inline: a small intset costs its value slot only, a larger one its
+/// value slot and its integer array.
 #[derive(Debug, Clone)]
 pub struct SetValue {
     encoding: Encoding,

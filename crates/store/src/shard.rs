@@ -493,9 +493,10 @@ impl Shard {
 
     /// If a snapshot waits for this shard, copy the shard's entries as they were when it was
     /// armed into `out` (empty), and keep every string buffer they refer to alive and unchanged
-    /// until [`Shard::release_snapshot_copy`]. No data is copied: strings are borrowed
-    /// (pointers, no reference count touched: the lock is held for a walk of the table and
-    /// little more), collections and the entries kept for the snapshot are cloned. Copies
+    /// until [`Shard::release_snapshot_copy`]. Long strings are borrowed (pointers, no
+    /// reference count touched: the lock is held for a walk of the table and little more),
+    /// short ones (held inline in their blocks, which a change rewrites) copied, collections
+    /// and the entries kept for the snapshot cloned. Copies
     /// nothing if no snapshot waits (none armed, or a flush handed the contents over already).
     pub(crate) fn copy_for_snapshot(&mut self, out: &mut ShardCopy) {
         let Some(pending) = self.pending_snapshot.as_deref_mut() else {
