@@ -16,7 +16,7 @@ use libfuzzer_sys::fuzz_target;
 
 fn empty_values() -> [Value; 5] {
     [
-        Value::Str(Bytes::new()),
+        Value::Str(Default::default()),
         Value::hash(HashValue::new()),
         Value::zset(ZSetValue::new()),
         Value::List(ListValue::new()),

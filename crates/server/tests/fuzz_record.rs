@@ -32,7 +32,7 @@ fn value(rng: &mut StdRng) -> Value {
         }
     };
     match rng.gen_range(0..5) {
-        0 => Value::Str(piece(rng).into()),
+        0 => Value::string(piece(rng)),
         3 => Value::List(ListValue::from_items(
             (0..rng.gen_range(1..40)).map(|_| piece(rng)),
         )),
@@ -129,7 +129,7 @@ fn payload(rng: &mut StdRng) -> (Bytes, Record) {
 /// An empty string, hash, sorted set, list and set: what later parts are added to.
 fn empty_values() -> [Value; 5] {
     [
-        Value::Str(Bytes::new()),
+        Value::string(Bytes::new()),
         Value::hash(HashValue::new()),
         Value::zset(ZSetValue::new()),
         Value::List(ListValue::new()),

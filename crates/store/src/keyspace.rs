@@ -578,7 +578,7 @@ mod tests {
     fn put(ks: &Keyspace, key: &str) {
         ks.lock(key.as_bytes()).set(
             key.as_bytes(),
-            Value::Str(Bytes::from_static(b"v")),
+            Value::string(Bytes::from_static(b"v")),
             None,
             0,
         );
@@ -594,7 +594,7 @@ mod tests {
         assert!(ks.holds(b"a"));
         // Borrowed on this thread: read and write through the usual lock.
         ks.lock(b"a")
-            .set(b"a", Value::Str(Bytes::from_static(b"w")), None, 0);
+            .set(b"a", Value::string(Bytes::from_static(b"w")), None, 0);
         drop(ks.lock_keys([&b"a"[..]]));
         let busy = {
             let ks = ks.clone();
@@ -659,12 +659,12 @@ mod tests {
         let (a, b) = (Keyspace::new(), Keyspace::with_index(1));
         a.lock(b"x").set(
             b"x",
-            Value::Str(Bytes::from_static(b"1")),
+            Value::string(Bytes::from_static(b"1")),
             Some(5_000),
             1_000,
         );
         a.lock(b"gone")
-            .set(b"gone", Value::Str(Bytes::new()), Some(1_500), 1_000);
+            .set(b"gone", Value::string(Bytes::new()), Some(1_500), 1_000);
         put(&b, "y");
         let watched = b.lock(b"x").version_of(b"x", 2_000);
         let taken = a.take_all(2_000);
@@ -694,7 +694,7 @@ mod tests {
         }
         for (key, at) in [("soon", 5_000), ("later", 9_000)] {
             ks.lock(key.as_bytes())
-                .set(key.as_bytes(), Value::Str(Bytes::new()), Some(at), 0);
+                .set(key.as_bytes(), Value::string(Bytes::new()), Some(at), 0);
         }
         let mut evicted: Vec<Bytes> = [EvictionPolicy::VolatileTtl, EvictionPolicy::VolatileRandom]
             .into_iter()
@@ -704,9 +704,9 @@ mod tests {
         assert_eq!(evicted, [&b"later"[..], &b"soon"[..]]);
         // Within one shard, volatile-ttl ranks the nearest expiry first.
         let mut shard = Shard::new();
-        shard.set(b"later", Value::Str(Bytes::new()), Some(9_000), 0);
-        shard.set(b"soon", Value::Str(Bytes::new()), Some(5_000), 0);
-        shard.set(b"never", Value::Str(Bytes::new()), None, 0);
+        shard.set(b"later", Value::string(Bytes::new()), Some(9_000), 0);
+        shard.set(b"soon", Value::string(Bytes::new()), Some(5_000), 0);
+        shard.set(b"never", Value::string(Bytes::new()), None, 0);
         let victim = shard.sample_victim(64, |e| EvictionPolicy::VolatileTtl.rank(e, 1_000));
         assert_eq!(victim.as_deref(), Some(&b"soon"[..]));
         assert_eq!(ks.evict_one_by(EvictionPolicy::VolatileLru, 5, 1_000), None);
@@ -723,7 +723,7 @@ mod tests {
         let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("k{i}").into_bytes()).collect();
         let mut lock = ks.lock_keys(keys.iter().map(|k| k.as_slice()));
         for k in &keys {
-            lock.shard(k).set(k, Value::Str(Bytes::new()), None, 0);
+            lock.shard(k).set(k, Value::string(Bytes::new()), None, 0);
         }
         drop(lock);
         assert_eq!(ks.len(), 40);

@@ -6,7 +6,7 @@
 //! - [`shard`]: a table of entries ([`table`]: one block per key, 8-byte slots) with lazy/active expiry, versions for WATCH, memory accounting;
 //! - [`snapshot`]: point-in-time copies by key-granular copy-on-write;
 //! - [`locks`]: native session locks (FIFO, fencing tokens, leases, waiter cap);
-//! - [`value`]: strings, hashes, sorted sets ([`zset`]: listpack, skiplist), lists ([`list`]: the
+//! - [`value`]: strings ([`string`]: short ones inline), hashes, sorted sets ([`zset`]: listpack, skiplist), lists ([`list`]: the
 //!   packed list encoding) and sets ([`set`]: intset, listpack, hashtable);
 //! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns;
 //! - [`gate`]: the slotted reader-writer lock behind `Store::shared`/`Store::exclusive`.
@@ -25,6 +25,7 @@ pub mod set;
 pub mod shard;
 pub mod snapshot;
 pub mod store;
+pub mod string;
 pub mod table;
 pub mod value;
 pub mod zset;
@@ -36,6 +37,7 @@ pub use set::{Member, SetValue};
 pub use shard::{Cleared, Entry, EvictionPolicy, ItemMeta, ItemView, Shard, ValueView};
 pub use snapshot::{ShardCopyTimes, SnapshotSink};
 pub use store::Store;
+pub use string::StrValue;
 pub use value::{FieldHasher, HashValue, Value, ValueKind};
 pub use zset::{Score, ScoreBound, ZMember, ZSetLimits, ZSetValue};
 

@@ -170,10 +170,21 @@ fn member_bytes(len: usize) -> usize {
     len.next_multiple_of(8)
 }
 
+/// Bytes of integers an intset keeps inline in the value (7 of 32 bits, 14 of 16 bits):
+/// what fits beside the width, the length and the encoding's tag in the set's 32 bytes.
+const INTS_INLINE: usize = 28;
+
 #[derive(Debug, Clone)]
 enum Encoding {
-    /// Sorted integers of `width` bytes each, little-endian, in an exact-sized array (Redis'
-    /// intset): the value holds the array's pointer and length itself, with no header block.
+    /// Sorted integers of `width` bytes each, little-endian (Redis' intset), while they take at
+    /// most [`INTS_INLINE`] bytes: inline in the value, no allocation.
+    SmallInts {
+        width: u8,
+        len: u8,
+        buf: [u8; INTS_INLINE],
+    },
+    /// A larger intset: an exact-sized array whose pointer and length the value holds itself,
+    /// with no header block.
     Ints { width: u8, buf: Box<[u8]> },
     /// `len` members in insertion order, each a length byte and its bytes.
     Packed { len: u32, buf: Vec<u8> },
@@ -192,7 +203,8 @@ struct Table {
 }
 
 /// A set of byte strings (see the module docs for its encodings). As small as a `Bytes`, so a
-/// key's value holds it inline: an intset costs its value slot and its integer array only.
+/// key's value holds it inline: a small intset costs its value slot only, a larger one its
+/// value slot and its integer array.
 #[derive(Debug, Clone)]
 pub struct SetValue {
     encoding: Encoding,
@@ -212,7 +224,7 @@ impl PartialEq for SetValue {
 
 /// `buf` (sorted integers of `width` bytes) with `v` inserted at index `at`, widened to `wanted`
 /// bytes per integer (`wanted >= width`), in an exact-sized array.
-fn ints_with(buf: &[u8], width: u8, at: usize, v: i64, wanted: u8) -> Box<[u8]> {
+fn ints_with(buf: &[u8], width: u8, at: usize, v: i64, wanted: u8) -> Vec<u8> {
     let n = buf.len() / usize::from(width);
     let mut out = Vec::with_capacity((n + 1) * usize::from(wanted));
     if wanted == width {
@@ -231,17 +243,41 @@ fn ints_with(buf: &[u8], width: u8, at: usize, v: i64, wanted: u8) -> Box<[u8]> 
             put_int(&mut out, wanted, v);
         }
     }
-    out.into_boxed_slice()
+    out
+}
+
+/// The intset encoding of `buf` (sorted integers of `width` bytes): inline if it fits.
+fn ints_encoding(width: u8, buf: Vec<u8>) -> Encoding {
+    if buf.len() <= INTS_INLINE {
+        let mut inline = [0; INTS_INLINE];
+        inline[..buf.len()].copy_from_slice(&buf);
+        Encoding::SmallInts {
+            width,
+            len: buf.len() as u8,
+            buf: inline,
+        }
+    } else {
+        Encoding::Ints {
+            width,
+            buf: buf.into_boxed_slice(),
+        }
+    }
 }
 
 impl SetValue {
+    /// An intset's width and array, if the set is one.
+    fn ints(&self) -> Option<(u8, &[u8])> {
+        match &self.encoding {
+            Encoding::SmallInts { width, len, buf } => Some((*width, &buf[..usize::from(*len)])),
+            Encoding::Ints { width, buf } => Some((*width, buf)),
+            _ => None,
+        }
+    }
+
     /// An empty set: an intset until a member that is not an integer arrives.
     pub fn new() -> Self {
         SetValue {
-            encoding: Encoding::Ints {
-                width: 2,
-                buf: Box::default(),
-            },
+            encoding: ints_encoding(2, Vec::new()),
         }
     }
 
@@ -268,7 +304,9 @@ impl SetValue {
     /// hashtable now (Redis' `setTypeMaybeConvert`).
     pub fn expect(&mut self, size_hint: usize) {
         let too_many = match &self.encoding {
-            Encoding::Ints { .. } => size_hint > SET_MAX_INTSET_ENTRIES,
+            Encoding::SmallInts { .. } | Encoding::Ints { .. } => {
+                size_hint > SET_MAX_INTSET_ENTRIES
+            }
             Encoding::Packed { .. } => size_hint > SET_MAX_LISTPACK_ENTRIES,
             Encoding::Table(_) => false,
         };
@@ -278,8 +316,11 @@ impl SetValue {
     }
 
     pub fn len(&self) -> usize {
+        if let Some((width, buf)) = self.ints() {
+            return buf.len() / usize::from(width);
+        }
         match &self.encoding {
-            Encoding::Ints { width, buf } => buf.len() / usize::from(*width),
+            Encoding::SmallInts { .. } | Encoding::Ints { .. } => unreachable!("an intset"),
             Encoding::Packed { len, .. } => *len as usize,
             Encoding::Table(table) => table.len,
         }
@@ -292,7 +333,7 @@ impl SetValue {
     /// The encoding's name as Redis' `OBJECT ENCODING` gives it.
     pub fn encoding(&self) -> &'static str {
         match self.encoding {
-            Encoding::Ints { .. } => "intset",
+            Encoding::SmallInts { .. } | Encoding::Ints { .. } => "intset",
             Encoding::Packed { .. } => "listpack",
             Encoding::Table(_) => "hashtable",
         }
@@ -312,6 +353,7 @@ impl SetValue {
     /// Heap bytes the set holds beyond its own (inline) bytes. O(1).
     pub fn mem_size(&self) -> usize {
         match &self.encoding {
+            Encoding::SmallInts { .. } => 0,
             Encoding::Ints { buf, .. } => buf.len(),
             Encoding::Packed { buf, .. } => buf.capacity(),
             Encoding::Table(table) => std::mem::size_of::<Table>() + table.bytes,
@@ -319,10 +361,11 @@ impl SetValue {
     }
 
     pub fn contains(&self, member: &[u8]) -> bool {
+        if let Some((width, buf)) = self.ints() {
+            return member_as_int(member).is_some_and(|v| int_search(buf, width, v).is_ok());
+        }
         match &self.encoding {
-            Encoding::Ints { width, buf } => {
-                member_as_int(member).is_some_and(|v| int_search(buf, *width, v).is_ok())
-            }
+            Encoding::SmallInts { .. } | Encoding::Ints { .. } => unreachable!("an intset"),
             Encoding::Packed { buf, .. } => packed_find(buf, member).is_some(),
             Encoding::Table(table) => table.parts.map_of(member).contains_key(member),
         }
@@ -331,29 +374,29 @@ impl SetValue {
     /// Add `member`; true when it is new.
     pub fn insert(&mut self, member: &[u8]) -> bool {
         let len = self.len();
-        match &mut self.encoding {
-            Encoding::Ints { width, buf } => {
-                let Some(v) = member_as_int(member) else {
-                    // Redis' test: room for one more in a listpack, and a short enough member
-                    // (an integer's text never passes the value limit).
-                    if len < SET_MAX_LISTPACK_ENTRIES && member.len() <= SET_MAX_LISTPACK_VALUE {
-                        self.convert_to_packed();
-                    } else {
-                        self.convert_to_table(len + 1);
-                    }
-                    return self.insert(member);
-                };
-                let Err(at) = int_search(buf, *width, v) else {
-                    return false;
-                };
-                let wanted = width_of(v).max(*width);
-                *buf = ints_with(buf, *width, at, v, wanted);
-                *width = wanted;
-                if len + 1 > SET_MAX_INTSET_ENTRIES {
+        if let Some((width, buf)) = self.ints() {
+            let Some(v) = member_as_int(member) else {
+                // Redis' test: room for one more in a listpack, and a short enough member
+                // (an integer's text never passes the value limit).
+                if len < SET_MAX_LISTPACK_ENTRIES && member.len() <= SET_MAX_LISTPACK_VALUE {
+                    self.convert_to_packed();
+                } else {
                     self.convert_to_table(len + 1);
                 }
-                true
+                return self.insert(member);
+            };
+            let Err(at) = int_search(buf, width, v) else {
+                return false;
+            };
+            let wanted = width_of(v).max(width);
+            self.encoding = ints_encoding(wanted, ints_with(buf, width, at, v, wanted));
+            if len + 1 > SET_MAX_INTSET_ENTRIES {
+                self.convert_to_table(len + 1);
             }
+            return true;
+        }
+        match &mut self.encoding {
+            Encoding::SmallInts { .. } | Encoding::Ints { .. } => unreachable!("an intset"),
             Encoding::Packed { len: count, buf } => {
                 if packed_find(buf, member).is_some() {
                     return false;
@@ -390,17 +433,19 @@ impl SetValue {
 
     /// Remove `member`; true when it was there.
     pub fn remove(&mut self, member: &[u8]) -> bool {
+        if let Some((width, buf)) = self.ints() {
+            let Some(Ok(at)) = member_as_int(member).map(|v| int_search(buf, width, v)) else {
+                return false;
+            };
+            let w = usize::from(width);
+            let mut out = Vec::with_capacity(buf.len() - w);
+            out.extend_from_slice(&buf[..at * w]);
+            out.extend_from_slice(&buf[(at + 1) * w..]);
+            self.encoding = ints_encoding(width, out);
+            return true;
+        }
         match &mut self.encoding {
-            Encoding::Ints { width, buf } => {
-                let Some(Ok(at)) = member_as_int(member).map(|v| int_search(buf, *width, v)) else {
-                    return false;
-                };
-                let w = usize::from(*width);
-                let mut out = Vec::with_capacity(buf.len() - w);
-                out.extend_from_slice(&buf[..at * w]);
-                out.extend_from_slice(&buf[(at + 1) * w..]);
-                *buf = out.into_boxed_slice();
-            }
+            Encoding::SmallInts { .. } | Encoding::Ints { .. } => unreachable!("an intset"),
             Encoding::Packed { len, buf } => {
                 let Some(at) = packed_find(buf, member) else {
                     return false;
@@ -424,7 +469,7 @@ impl SetValue {
     /// hashtable's in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = Member<'_>> + Clone {
         let (ints, pack, table) = match &self.encoding {
-            Encoding::Ints { width, buf } => (Some((*width, &buf[..])), None, None),
+            Encoding::SmallInts { .. } | Encoding::Ints { .. } => (self.ints(), None, None),
             Encoding::Packed { buf, .. } => (None, Some(&buf[..]), None),
             Encoding::Table(table) => (None, None, Some(&table.parts)),
         };
@@ -443,9 +488,10 @@ impl SetValue {
     /// intset, O(n) for a listpack, O(parts + one part) for a hashtable.
     pub fn member_at(&self, index: usize) -> Option<Member<'_>> {
         match &self.encoding {
-            Encoding::Ints { width, buf } => {
-                (index < self.len()).then(|| Member::Int(int_at(buf, *width, index)))
-            }
+            Encoding::SmallInts { .. } | Encoding::Ints { .. } => self
+                .ints()
+                .filter(|_| index < self.len())
+                .map(|(width, buf)| Member::Int(int_at(buf, width, index))),
             Encoding::Packed { buf, .. } => packed(buf).nth(index).map(Member::Packed),
             Encoding::Table(table) => table.parts.nth(index).map(|(m, ())| Member::Shared(m)),
         }
@@ -454,12 +500,12 @@ impl SetValue {
     /// Intset → listpack: every integer written out as text.
     fn convert_to_packed(&mut self) {
         let len = self.len();
-        let Encoding::Ints { width, buf } = &self.encoding else {
+        let Some((width, buf)) = self.ints() else {
             return;
         };
         let mut out = Vec::new();
         let texts: Vec<IntText> = (0..len)
-            .map(|i| IntText::new(int_at(buf, *width, i)))
+            .map(|i| IntText::new(int_at(buf, width, i)))
             .collect();
         out.reserve_exact(texts.iter().map(|t| 1 + t.as_bytes().len()).sum());
         for t in &texts {
@@ -557,19 +603,30 @@ mod tests {
         assert_eq!(s.encoding(), "intset");
         assert_eq!(s.len(), 4);
         assert_eq!(members(&s), [&b"-3"[..], b"0", b"5", b"100"]);
-        assert_eq!(s.mem_size(), 8, "four 16-bit integers");
+        assert_eq!(s.mem_size(), 0, "four 16-bit integers, inline");
         assert!(s.insert(b"70000"));
         assert!(s.insert(b"-5000000000"));
         assert_eq!(s.encoding(), "intset");
-        assert_eq!(s.mem_size(), 6 * 8, "widened to 64 bits");
+        assert_eq!(
+            s.mem_size(),
+            6 * 8,
+            "widened to 64 bits, too many to keep inline"
+        );
         assert_eq!(
             members(&s),
             [&b"-5000000000"[..], b"-3", b"0", b"5", b"100", b"70000"]
         );
         assert!(s.contains(b"70000") && !s.contains(b"070000") && !s.contains(b"7"));
         assert!(s.remove(b"0") && !s.remove(b"0") && !s.remove(b"x"));
-        assert_eq!(s.len(), 5);
+        assert_eq!((s.len(), s.mem_size()), (5, 40));
         assert_eq!(s.member_at(0), Some(Member::Int(-5_000_000_000)));
+        assert!(s.remove(b"5") && s.remove(b"100"));
+        assert_eq!(
+            (s.len(), s.mem_size()),
+            (3, 0),
+            "three 64-bit integers: inline again"
+        );
+        assert_eq!(members(&s), [&b"-5000000000"[..], b"-3", b"70000"]);
         assert_eq!(s.member_at(5), None);
     }
 
@@ -687,33 +744,42 @@ mod tests {
         assert_eq!(s.iter().count(), n);
     }
 
-    /// A set is as small as a `Bytes`, so a value holds it inline; an intset is its value slot and
-    /// an exact-sized array of its integers, nothing else.
+    /// A set is as small as a `Bytes`, so a value holds it inline; a small intset is held
+    /// inline in it, a larger one is the value slot and an exact-sized array of its integers.
     #[test]
-    fn an_intset_is_inline_and_its_array_exact() {
+    fn an_intset_is_inline_while_small_and_its_array_exact_after() {
         assert!(std::mem::size_of::<SetValue>() <= std::mem::size_of::<Bytes>());
         let mut s = SetValue::new();
         assert_eq!(s.mem_size(), 0, "an empty intset allocates nothing");
         for v in ["1", "2", "3", "4", "5"] {
             assert!(s.insert(v.as_bytes()));
         }
-        let Encoding::Ints { width, buf } = &s.encoding else {
+        let Some((width, buf)) = s.ints() else {
             panic!("not an intset")
         };
-        assert_eq!((*width, buf.len(), s.mem_size()), (2, 10, 10));
+        assert_eq!((width, buf.len(), s.mem_size()), (2, 10, 0), "inline");
         assert!(s.insert(b"100000"));
+        assert_eq!((s.len(), s.mem_size()), (6, 0), "widened, still inline");
+        assert!(s.insert(b"100001"));
+        assert_eq!((s.len(), s.mem_size()), (7, 0), "28 bytes: still inline");
+        assert!(s.insert(b"100002"));
         assert_eq!(
             (s.len(), s.mem_size()),
-            (6, 24),
-            "widened to 32 bits, exactly"
+            (8, 32),
+            "32 bits each, in an exact-sized array"
         );
         assert!(s.remove(b"100000"));
         assert_eq!(
             (s.len(), s.mem_size()),
-            (5, 20),
-            "stays 32 bits, as Redis' intset does"
+            (7, 0),
+            "stays 32 bits, as Redis' intset does, and inline again"
         );
-        assert!(s.contains(b"3") && !s.contains(b"100000"));
+        assert!(s.contains(b"3") && !s.contains(b"100000") && s.contains(b"100002"));
+        let members: Vec<Bytes> = s.iter().map(|m| m.to_bytes()).collect();
+        assert_eq!(
+            members,
+            ["1", "2", "3", "4", "5", "100001", "100002"].map(|m| Bytes::from_static(m.as_bytes()))
+        );
     }
 
     /// Every key's entry holds a `Value` inline: the collections are boxed so it stays the

@@ -15,6 +15,7 @@
 
 use crate::list::ListValue;
 use crate::set::SetValue;
+use crate::string::StrValue;
 use crate::table::{alloc_class, key_of, EntryMap, Node};
 use crate::value::{HashValue, Value};
 use crate::zset::ZSetValue;
@@ -202,7 +203,7 @@ impl ValueView<'_> {
     /// Approximate heap bytes held by the value. O(1).
     pub fn mem_size(&self) -> usize {
         match self {
-            ValueView::Str(b) => alloc_class(b.len()),
+            ValueView::Str(b) => crate::string::string_heap_bytes(b.len()),
             ValueView::Hash(h) => h.mem_size(),
             // Held inline in the entry: only its buffer or its box and tables.
             ValueView::ZSet(z) => z.mem_size(),
@@ -245,12 +246,18 @@ pub(crate) struct ShardCopy {
     changed: hashbrown::HashSet<(usize, usize)>,
 }
 
+/// A string of a [`BorrowedStr`]: a long one's shared buffer, borrowed; a short one copied
+/// (it lives inside the key's block, which a change rewrites in place).
+enum BorrowedValue {
+    Shared { ptr: *const u8, len: usize },
+    Inline(StrValue),
+}
+
 /// See [`ShardCopy::borrowed`].
 struct BorrowedStr {
     key: *const u8,
     key_len: usize,
-    value: *const u8,
-    value_len: usize,
+    value: BorrowedValue,
     expires_at: Option<u64>,
     meta: ItemMeta,
 }
@@ -290,7 +297,12 @@ impl ShardCopy {
             (
                 std::slice::from_raw_parts(b.key, b.key_len),
                 ItemView {
-                    value: ValueView::Str(std::slice::from_raw_parts(b.value, b.value_len)),
+                    value: ValueView::Str(match &b.value {
+                        BorrowedValue::Shared { ptr, len } => {
+                            std::slice::from_raw_parts(*ptr, *len)
+                        }
+                        BorrowedValue::Inline(s) => s,
+                    }),
                     expires_at: b.expires_at,
                     meta: b.meta,
                 },
@@ -481,9 +493,10 @@ impl Shard {
 
     /// If a snapshot waits for this shard, copy the shard's entries as they were when it was
     /// armed into `out` (empty), and keep every string buffer they refer to alive and unchanged
-    /// until [`Shard::release_snapshot_copy`]. No data is copied: strings are borrowed
-    /// (pointers, no reference count touched: the lock is held for a walk of the table and
-    /// little more), collections and the entries kept for the snapshot are cloned. Copies
+    /// until [`Shard::release_snapshot_copy`]. Long strings are borrowed (pointers, no
+    /// reference count touched: the lock is held for a walk of the table and little more),
+    /// short ones (held inline in their blocks, which a change rewrites) copied, collections
+    /// and the entries kept for the snapshot cloned. Copies
     /// nothing if no snapshot waits (none armed, or a flush handed the contents over already).
     pub(crate) fn copy_for_snapshot(&mut self, out: &mut ShardCopy) {
         let Some(pending) = self.pending_snapshot.as_deref_mut() else {
@@ -522,8 +535,15 @@ impl Shard {
                 Value::Str(v) => out.borrowed.push(BorrowedStr {
                     key: k.as_ptr(),
                     key_len: k.len(),
-                    value: v.as_ptr(),
-                    value_len: v.len(),
+                    // A short string lives in the block, which a change rewrites: copied.
+                    value: if v.is_inline() {
+                        BorrowedValue::Inline(v.clone())
+                    } else {
+                        BorrowedValue::Shared {
+                            ptr: v.as_ptr(),
+                            len: v.len(),
+                        }
+                    },
                     expires_at: e.expires_at(),
                     meta: e.meta,
                 }),
@@ -637,7 +657,7 @@ impl Shard {
             // put in `before`).
             Some(pending) if pending.copied => {
                 let mut node = node;
-                let emptied = Entry::new(Value::Str(Bytes::new()), None, 0, 0);
+                let emptied = Entry::new(Value::Str(StrValue::new()), None, 0, 0);
                 let entry = std::mem::replace(node.entry_mut(), emptied);
                 pending.retired_nodes.push(node);
                 Some(entry)
@@ -1022,7 +1042,7 @@ mod tests {
     use super::*;
 
     fn s(v: &str) -> Value {
-        Value::Str(Bytes::copy_from_slice(v.as_bytes()))
+        Value::Str(StrValue::from(v))
     }
 
     #[test]

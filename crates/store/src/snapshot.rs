@@ -128,7 +128,7 @@ mod tests {
     fn put(store: &Store, key: &str, value: &str) {
         store.db(0).unwrap().lock(key.as_bytes()).set(
             key.as_bytes(),
-            Value::Str(Bytes::copy_from_slice(value.as_bytes())),
+            Value::string_copy(value.as_bytes()),
             None,
             0,
         );
@@ -163,7 +163,7 @@ mod tests {
     /// A value as the snapshot saw it, owned.
     fn owned(v: ValueView<'_>) -> Value {
         match v {
-            ValueView::Str(b) => Value::Str(Bytes::copy_from_slice(b)),
+            ValueView::Str(b) => Value::string_copy(b),
             ValueView::Hash(h) => Value::hash(h.clone()),
             ValueView::ZSet(z) => Value::zset(z.clone()),
             ValueView::List(l) => Value::List(l.clone()),
@@ -192,7 +192,7 @@ mod tests {
     }
 
     fn s(v: &str) -> Value {
-        Value::Str(Bytes::copy_from_slice(v.as_bytes()))
+        Value::string_copy(v.as_bytes())
     }
 
     #[test]
@@ -314,15 +314,26 @@ mod tests {
     /// memory show.
     #[test]
     fn changes_while_the_writer_reads_a_shard_leave_its_bytes_as_armed() {
+        changes_while_the_writer_reads(100);
+    }
+
+    /// The same with strings short enough to be held inline in the keys' blocks, which a change
+    /// rewrites in place (the copy takes their bytes, not a pointer).
+    #[test]
+    fn changes_while_the_writer_reads_a_shard_leave_inline_strings_as_armed() {
+        const { assert!(16 <= crate::string::INLINE_MAX) };
+        changes_while_the_writer_reads(16);
+    }
+
+    fn changes_while_the_writer_reads(len: usize) {
         const N: usize = 3000;
-        const LEN: usize = 100;
         let store = Store::new(1);
         let db = store.db(0).unwrap();
         for i in 0..N {
             let key = format!("k{i}");
             db.lock(key.as_bytes()).set(
                 key.as_bytes(),
-                Value::Str(Bytes::from(tagged(i, "old", LEN))),
+                Value::string(Bytes::from(tagged(i, "old", len))),
                 Some(10_000),
                 0,
             );
@@ -352,7 +363,7 @@ mod tests {
                     1 => {
                         for (n, key) in keys_of(shard).enumerate() {
                             let mut guard = db.lock(key.as_bytes());
-                            let value = Value::Str(Bytes::from(vec![b'n'; LEN]));
+                            let value = Value::string(Bytes::from(vec![b'n'; len]));
                             guard.set(key.as_bytes(), value, None, 0);
                             if n % 2 == 0 {
                                 guard.remove(key.as_bytes(), 0);
@@ -375,13 +386,13 @@ mod tests {
                     }
                     _ => {}
                 }
-                garbage.extend((0..N).map(|_| vec![b'X'; LEN]));
+                garbage.extend((0..N).map(|_| vec![b'X'; len]));
             }
             let i: usize = std::str::from_utf8(&key[1..]).unwrap().parse().unwrap();
             let ValueView::Str(bytes) = item.value else {
                 panic!("k{i} is not a string")
             };
-            assert_eq!(bytes, &tagged(i, "old", LEN)[..], "k{i} in shard {shard}");
+            assert_eq!(bytes, &tagged(i, "old", len)[..], "k{i} in shard {shard}");
             assert_eq!(item.expires_at, Some(10_000));
         });
         assert_eq!(seen, N);

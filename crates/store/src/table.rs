@@ -303,7 +303,7 @@ mod tests {
     use bytes::Bytes;
 
     fn entry(v: &'static [u8]) -> Entry {
-        Entry::new(Value::Str(Bytes::from_static(v)), None, 1, 0)
+        Entry::new(Value::string(Bytes::from_static(v)), None, 1, 0)
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 use crate::list::ListValue;
 use crate::set::SetValue;
+use crate::string::StrValue;
 use crate::zset::ZSetValue;
 use bytes::Bytes;
 use hashbrown::HashMap;
@@ -75,7 +76,8 @@ impl ValueKind {
 /// A stored value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
-    Str(Bytes),
+    /// Short strings inline, long ones shared (see [`crate::string`]).
+    Str(StrValue),
     // A hash is boxed: an entry holds a `Value` inline for every key, so the enum is as small as
     // its string case (40 bytes).
     Hash(Box<HashValue>),
@@ -87,6 +89,16 @@ pub enum Value {
 }
 
 impl Value {
+    /// A string value: inline when short (see [`crate::string`]).
+    pub fn string(s: impl Into<StrValue>) -> Value {
+        Value::Str(s.into())
+    }
+
+    /// A string value holding a copy of `bytes` (no intermediate buffer for a short one).
+    pub fn string_copy(bytes: &[u8]) -> Value {
+        Value::Str(StrValue::copy_from_slice(bytes))
+    }
+
     /// A hash value (boxed: see the enum).
     pub fn hash(h: HashValue) -> Value {
         Value::Hash(Box::new(h))

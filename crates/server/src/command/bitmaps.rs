@@ -64,17 +64,17 @@ fn modify_string<R>(
     shard.upsert(
         key,
         now,
-        || Value::Str(Bytes::new()),
+        || Value::string(Bytes::new()),
         |value| {
             let Value::Str(bytes) = value else {
                 unreachable!("modify_string: the caller checked the type")
             };
-            let mut buf = BytesMut::from(std::mem::take(bytes));
+            let mut buf = BytesMut::from(std::mem::take(bytes).into_bytes());
             if buf.len() < min_len {
                 buf.resize(min_len, 0);
             }
             let result = f(&mut buf);
-            *bytes = buf.freeze();
+            *bytes = buf.freeze().into();
             result
         },
     )
@@ -370,7 +370,7 @@ fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         out.push(acc);
     }
     lock.shard(dest)
-        .set(dest, Value::Str(Bytes::from(out)), None, now);
+        .set(dest, Value::string(Bytes::from(out)), None, now);
     drop(lock);
     ctx.notify(crate::notify::STRING, "set", dest);
     Ok(Frame::Integer(maxlen as i64))

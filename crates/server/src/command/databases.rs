@@ -302,7 +302,7 @@ mod tests {
 
     #[test]
     fn small_integers_are_shared_as_in_redis() {
-        let s = |v: &'static str| gradus_store::Value::Str(Bytes::from_static(v.as_bytes()));
+        let s = |v: &'static str| gradus_store::Value::string(Bytes::from_static(v.as_bytes()));
         assert_eq!(refcount(&s("0")), SHARED_REFCOUNT);
         assert_eq!(refcount(&s("9999")), SHARED_REFCOUNT);
         assert_eq!(refcount(&s("10000")), 1);

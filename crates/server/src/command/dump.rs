@@ -24,7 +24,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 /// The value in the codec's terms.
 fn to_rdb(value: &Value) -> RdbValue {
     match value {
-        Value::Str(b) => RdbValue::Str(b.clone()),
+        Value::Str(b) => RdbValue::Str(b.to_bytes()),
         Value::Hash(h) => RdbValue::Hash(
             h.iter()
                 .map(|(f, v)| (Bytes::copy_from_slice(f), Bytes::copy_from_slice(v)))
@@ -40,7 +40,7 @@ fn to_rdb(value: &Value) -> RdbValue {
 fn from_rdb(value: RdbValue, zset_limits: ZSetLimits) -> Value {
     let own = |b: &Bytes| Bytes::copy_from_slice(b);
     match value {
-        RdbValue::Str(b) => Value::Str(own(&b)),
+        RdbValue::Str(b) => Value::string(own(&b)),
         RdbValue::List(items) => Value::List(ListValue::from_items(items.iter())),
         RdbValue::Set(members) => {
             let mut s = match members.first() {
@@ -178,7 +178,7 @@ mod tests {
         s.insert(b"7");
         s.insert(b"x");
         let values = [
-            Value::Str(Bytes::from_static(b"12345")),
+            Value::string(Bytes::from_static(b"12345")),
             Value::hash(h),
             Value::zset(z),
             Value::List(ListValue::from_items(["a", "b", ""])),

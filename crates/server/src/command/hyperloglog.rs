@@ -40,7 +40,7 @@ fn read_hll(shard: &mut Shard, key: &[u8], now: u64) -> Result<Option<Bytes>, Cm
     match shard.get(key, now) {
         None => Ok(None),
         Some(e) => match &e.value {
-            Value::Str(b) if hll::is_valid(b) => Ok(Some(b.clone())),
+            Value::Str(b) if hll::is_valid(b) => Ok(Some(b.to_bytes())),
             Value::Str(_) => Err(not_hll()),
             _ => Err(CmdError::WrongType),
         },
@@ -49,7 +49,7 @@ fn read_hll(shard: &mut Shard, key: &[u8], now: u64) -> Result<Option<Bytes>, Cm
 
 /// Replace the value of the live `key` with `bytes`, keeping its TTL and metadata.
 fn replace(shard: &mut Shard, key: &[u8], now: u64, bytes: Vec<u8>) {
-    shard.modify(key, now, |v| *v = Value::Str(Bytes::from(bytes)));
+    shard.modify(key, now, |v| *v = Value::string(Bytes::from(bytes)));
 }
 
 fn pfadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -70,7 +70,7 @@ fn pfadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         if existing.is_some() {
             replace(&mut shard, key, now, h);
         } else {
-            shard.set(key, Value::Str(Bytes::from(h)), None, now);
+            shard.set(key, Value::string(Bytes::from(h)), None, now);
         }
     }
     Ok(Frame::Integer(updated as i64))
@@ -142,7 +142,7 @@ fn pfmerge(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if exists {
         replace(shard, dest, now, h);
     } else {
-        shard.set(dest, Value::Str(Bytes::from(h)), None, now);
+        shard.set(dest, Value::string(Bytes::from(h)), None, now);
     }
     Ok(Frame::ok())
 }

@@ -614,7 +614,7 @@ mod tests {
         assert_eq!(pop(&mut shard, b"l", End::Left, 1, 0).unwrap(), None);
         assert_eq!(shard.len(), 0, "the emptied list is deleted");
         assert_eq!(shard.used_bytes(), 0);
-        shard.set(b"s", Value::Str(b("x")), None, 0);
+        shard.set(b"s", Value::string(b("x")), None, 0);
         assert!(matches!(
             push(&mut shard, b"s", End::Left, &items(&["a"]), false, 0),
             Err(CmdError::WrongType)
@@ -628,7 +628,7 @@ mod tests {
     #[test]
     fn move_element_rotates_and_moves_between_shards() {
         let db = Keyspace::new();
-        db.lock(b"s").set(b"s", Value::Str(b("x")), None, 0);
+        db.lock(b"s").set(b"s", Value::string(b("x")), None, 0);
         push(
             &mut db.lock(b"a"),
             b"a",

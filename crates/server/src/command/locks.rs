@@ -271,7 +271,7 @@ fn session_open_reply(
                 .get(sid, gradus_store::now_ms())
                 .map(|e| &e.value)
             {
-                Some(Value::Str(b)) => Some(b.clone()),
+                Some(Value::Str(b)) => Some(b.to_bytes()),
                 _ => None,
             }
         })
@@ -323,7 +323,7 @@ fn session_close(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             (Some(d), _) => {
                 let keep = shard.get(&sid, now).and_then(|e| e.expires_at());
                 let at = expires_at.or(keep);
-                shard.set(&sid, Value::Str(Bytes::copy_from_slice(d)), at, now);
+                shard.set(&sid, Value::string_copy(d), at, now);
                 let mut set = vec![Bytes::from_static(b"SET"), sid.clone(), d.clone()];
                 if let Some(t) = at {
                     set.push(Bytes::from_static(b"PXAT"));

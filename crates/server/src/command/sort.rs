@@ -123,7 +123,7 @@ impl Pattern {
         };
         let entry = lock.shard(&key).get(&key, now)?;
         match (self, &entry.value) {
-            (Pattern::Key { field: None, .. }, Value::Str(s)) => Some(s.clone()),
+            (Pattern::Key { field: None, .. }, Value::Str(s)) => Some(s.to_bytes()),
             (Pattern::Key { field: Some(f), .. }, Value::Hash(h)) => {
                 h.get(f).map(Bytes::copy_from_slice)
             }
@@ -467,7 +467,7 @@ mod tests {
             Err(CmdError::WrongType)
         ));
         assert!(matches!(
-            elements_of(&Value::Str(Bytes::new())),
+            elements_of(&Value::string(Bytes::new())),
             Err(CmdError::WrongType)
         ));
     }

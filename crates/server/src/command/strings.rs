@@ -44,7 +44,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 fn str_value(v: &[u8]) -> Value {
-    Value::Str(Bytes::copy_from_slice(v))
+    Value::string_copy(v)
 }
 
 /// The string at `key`: Ok(None) when absent, WRONGTYPE when another type.
@@ -56,7 +56,7 @@ pub(crate) fn read_string(
     match shard.get(key, now) {
         None => Ok(None),
         Some(e) => match &e.value {
-            Value::Str(b) => Ok(Some(b.clone())),
+            Value::Str(b) => Ok(Some(b.to_bytes())),
             _ => Err(CmdError::WrongType),
         },
     }
@@ -167,7 +167,7 @@ fn set_generic(
         None => (false, None, None),
         Some(e) => {
             let old = match (&e.value, want_old) {
-                (Value::Str(b), true) => Some(b.clone()),
+                (Value::Str(b), true) => Some(b.to_bytes()),
                 (_, true) => return Err(CmdError::WrongType),
                 _ => None,
             };
@@ -359,7 +359,7 @@ fn mget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     for key in keys {
         let v = match lock.shard(key).get(key, ctx.now_ms) {
             Some(e) => match &e.value {
-                Value::Str(b) => Some(b.clone()),
+                Value::Str(b) => Some(b.to_bytes()),
                 _ => None,
             },
             None => None,
@@ -410,7 +410,7 @@ fn append(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let (old, ttl) = match shard.get(key, now) {
         None => (Bytes::new(), None),
         Some(e) => match &e.value {
-            Value::Str(b) => (b.clone(), e.expires_at()),
+            Value::Str(b) => (b.to_bytes(), e.expires_at()),
             _ => return Err(CmdError::WrongType),
         },
     };
@@ -422,7 +422,7 @@ fn append(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     joined.extend_from_slice(&old);
     joined.extend_from_slice(&args[2]);
     drop(old);
-    shard.set(key, Value::Str(Bytes::from(joined)), ttl, now);
+    shard.set(key, Value::string(Bytes::from(joined)), ttl, now);
     Ok(Frame::Integer(new_len as i64))
 }
 
@@ -468,7 +468,7 @@ fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let (old, ttl) = match shard.get(key, now) {
         None => (None, None),
         Some(e) => match &e.value {
-            Value::Str(b) => (Some(b.clone()), e.expires_at()),
+            Value::Str(b) => (Some(b.to_bytes()), e.expires_at()),
             _ => return Err(CmdError::WrongType),
         },
     };
@@ -486,7 +486,7 @@ fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     buf[offset..needed].copy_from_slice(piece);
     let new_len = buf.len();
-    shard.set(key, Value::Str(Bytes::from(buf)), ttl, now);
+    shard.set(key, Value::string(Bytes::from(buf)), ttl, now);
     Ok(Frame::Integer(new_len as i64))
 }
 

@@ -67,7 +67,7 @@ fn getlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let Value::Str(value) = &entry.value else {
             return Err(CmdError::WrongType);
         };
-        let (value, version) = (value.clone(), entry.version());
+        let (value, version) = (value.to_bytes(), entry.version());
         let stale = before.has(ItemMeta::STALE);
         let lease_out = before.has(ItemMeta::WIN_SENT);
         ctx.lookup(true);
@@ -93,7 +93,7 @@ fn getlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         bits: ItemMeta::WIN_SENT,
         ..ItemMeta::default()
     };
-    shard.set_with_meta(&key, Value::Str(Bytes::new()), expires_at, meta, now);
+    shard.set_with_meta(&key, Value::string(Bytes::new()), expires_at, meta, now);
     let token = shard.version_of(&key, now);
     drop(shard);
     ctx.log_effect(mcstore_args(&key, Bytes::new(), meta, expires_at));
@@ -133,7 +133,7 @@ fn setlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         last_access_s: (now / 1000) as u32,
         ..ItemMeta::default()
     };
-    shard.set_with_meta(&key, Value::Str(value.clone()), expires_at, meta, now);
+    shard.set_with_meta(&key, Value::string(value.clone()), expires_at, meta, now);
     drop(shard);
     ctx.log_effect(mcstore_args(&key, value, meta, expires_at));
     Ok(Frame::ok())

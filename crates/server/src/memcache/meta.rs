@@ -57,7 +57,7 @@ impl<'a> Session<'a> {
                         bits: ItemMeta::WIN_SENT,
                         ..ItemMeta::default()
                     };
-                    shard.set_with_meta(key, Value::Str(Bytes::new()), expires_at, meta, now);
+                    shard.set_with_meta(key, Value::string(Bytes::new()), expires_at, meta, now);
                     let cas = match f.new_cas {
                         Some(_) => shard.renew_version(key, f.new_cas, now).unwrap_or(0),
                         None => shard.last_version(),
@@ -249,7 +249,7 @@ impl<'a> Session<'a> {
                     expires_at = t.expires_at(now);
                 }
             }
-            shard.set_with_meta(key, Value::Str(value.clone()), expires_at, meta, now);
+            shard.set_with_meta(key, Value::string(value.clone()), expires_at, meta, now);
             if f.new_cas.is_some() {
                 shard.renew_version(key, f.new_cas, now);
             }

@@ -46,7 +46,7 @@ fn mcstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     ctx.db().lock(&args[1]).set_with_meta(
         &args[1],
         // Copied: a stored value must not pin the request or log buffer it arrived in.
-        Value::Str(Bytes::copy_from_slice(&args[2])),
+        Value::string_copy(&args[2]),
         expires_at,
         meta,
         now,

@@ -92,7 +92,7 @@ pub(super) fn fetch(shard: &mut Shard, key: &[u8], now_ms: u64, bump: bool) -> O
     let (entry, before) = shard.fetch(key, now_ms, bump)?;
     match &entry.value {
         Value::Str(v) => Some(Item {
-            value: v.clone(),
+            value: v.to_bytes(),
             cas: entry.version(),
             expires_at: entry.expires_at(),
             meta: before,
@@ -370,7 +370,7 @@ impl<'a> Session<'a> {
                         last_access_s: (now / 1000) as u32,
                         bits,
                     };
-                    shard.set_with_meta(key, Value::Str(value.clone()), expires_at, meta, now);
+                    shard.set_with_meta(key, Value::string(value.clone()), expires_at, meta, now);
                     let cas = if req.new_cas.is_some() {
                         shard.renew_version(key, req.new_cas, now).unwrap_or(0)
                     } else {
@@ -418,7 +418,7 @@ impl<'a> Session<'a> {
                     last_access_s: (now / 1000) as u32,
                     ..ItemMeta::default()
                 };
-                shard.set_with_meta(key, Value::Str(value.clone()), expires_at, meta, now);
+                shard.set_with_meta(key, Value::string(value.clone()), expires_at, meta, now);
                 let cas = shard.last_version();
                 return (
                     ArithResult::Done {
@@ -450,7 +450,7 @@ impl<'a> Session<'a> {
                 last_access_s: (now / 1000) as u32,
                 ..item.meta
             };
-            shard.set_with_meta(key, Value::Str(text.clone()), expires_at, meta, now);
+            shard.set_with_meta(key, Value::string(text.clone()), expires_at, meta, now);
             let cas = shard.last_version();
             (
                 ArithResult::Done {

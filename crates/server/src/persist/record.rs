@@ -266,7 +266,7 @@ pub fn later_part_added_to_empty(
         return None;
     };
     let mut added = match value {
-        Value::Str(_) => Value::Str(Bytes::new()),
+        Value::Str(_) => Value::string(Bytes::new()),
         Value::Hash(_) => Value::hash(HashValue::new()),
         Value::ZSet(_) => Value::zset(ZSetValue::new()),
         Value::List(_) => Value::List(ListValue::new()),
@@ -604,11 +604,11 @@ fn read_item_value<T>(
 /// A snapshot item's value of `kind` (uncompressed), and its memcached state into `meta`.
 fn read_value(kind: u8, r: &mut Reader, meta: &mut ItemMeta) -> Result<Value, RecordError> {
     Ok(match kind {
-        KIND_STR | KIND_MORE_STR => Value::Str(r.owned()?),
+        KIND_STR | KIND_MORE_STR => Value::string(r.owned()?),
         KIND_STR_META => {
             meta.client_flags = r.u32()?;
             meta.bits = r.u8()? & ItemMeta::PERSISTED_BITS;
-            Value::Str(r.owned()?)
+            Value::string(r.owned()?)
         }
         KIND_HASH | KIND_MORE_HASH => {
             let mut h = HashValue::new();
@@ -738,7 +738,7 @@ pub fn add_parts(
             strings
                 .iter()
                 .for_each(|more| joined.extend_from_slice(more));
-            *s = joined.freeze();
+            *s = joined.freeze().into();
         }
     }
     Ok(())
@@ -892,13 +892,13 @@ mod tests {
             bits: ItemMeta::STALE,
         };
         let mut shard = Shard::new();
-        shard.set_with_meta(b"s", Value::Str(long.clone()), Some(123), meta, 0);
+        shard.set_with_meta(b"s", Value::string(long.clone()), Some(123), meta, 0);
         shard.set(b"h", Value::hash(h.clone()), Some(456), 0);
         shard.set(b"z", Value::zset(z.clone()), None, 0);
         shard.set(b"l", Value::List(l.clone()), Some(789), 0);
         shard.set(b"t", Value::set(set.clone()), Some(789), 0);
         for (key, whole) in [
-            ("s", Value::Str(long)),
+            ("s", Value::string(long)),
             ("h", Value::hash(h)),
             ("z", Value::zset(z)),
             ("l", Value::List(l)),
@@ -961,7 +961,7 @@ mod tests {
             let mut wrong_type = if key == "s" {
                 Value::hash(HashValue::new())
             } else {
-                Value::Str(Bytes::from_static(b"x"))
+                Value::string(Bytes::from_static(b"x"))
             };
             assert!(add_parts(&mut wrong_type, 3, key.as_bytes(), &items[1..2]).is_err());
         }
@@ -1022,7 +1022,7 @@ mod tests {
         let mut z = ZSetValue::new();
         z.insert(b"m", -1.5, ZSetLimits::REDIS_DEFAULT);
         let sets = set_of_each_encoding();
-        shard.set(b"s", Value::Str(Bytes::from("x")), Some(99), 0);
+        shard.set(b"s", Value::string(Bytes::from("x")), Some(99), 0);
         shard.set(b"h", Value::hash(h.clone()), None, 0);
         shard.set(b"z", Value::zset(z.clone()), None, 0);
         // A small list and one kept in several packs, with an empty and a long element.
@@ -1035,7 +1035,7 @@ mod tests {
             shard.set(key.as_bytes(), Value::set(set.clone()), Some(7), 0);
         }
         let mut cases = vec![
-            ("s", Value::Str(Bytes::from("x")), Some(99)),
+            ("s", Value::string(Bytes::from("x")), Some(99)),
             ("h", Value::hash(h), None),
             ("z", Value::zset(z), None),
             ("l", Value::List(small), Some(12)),
@@ -1067,7 +1067,7 @@ mod tests {
             last_access_s: 0,
             bits: ItemMeta::STALE,
         };
-        shard.set_with_meta(b"m", Value::Str(Bytes::from("v")), Some(5), meta, 0);
+        shard.set_with_meta(b"m", Value::string(Bytes::from("v")), Some(5), meta, 0);
         let payload = one_item(1, b"m", shard.get(b"m", 0).unwrap());
         assert_eq!(payload[1 + 2 + 4 + 1 + 8], 3, "kind 3 is used");
         match decode(&payload).unwrap() {
@@ -1076,7 +1076,7 @@ mod tests {
             } => {
                 assert_eq!(got.client_flags, 0xdead_beef);
                 assert!(got.has(ItemMeta::STALE));
-                assert_eq!(value, Value::Str(Bytes::from("v")));
+                assert_eq!(value, Value::string(Bytes::from("v")));
             }
             other => panic!("{other:?}"),
         }
@@ -1093,7 +1093,7 @@ mod tests {
                 db: 2,
                 key: Bytes::from("k"),
                 expires_at: None,
-                value: Value::Str(Bytes::from("v")),
+                value: Value::string(Bytes::from("v")),
                 meta: ItemMeta::default(),
                 more: false,
             }
@@ -1132,19 +1132,19 @@ mod tests {
             bits: ItemMeta::STALE,
         };
         let mut shard = Shard::new();
-        shard.set(b"s", Value::Str(text.clone()), Some(77), 0);
-        shard.set_with_meta(b"m", Value::Str(text.clone()), None, meta, 0);
+        shard.set(b"s", Value::string(text.clone()), Some(77), 0);
+        shard.set_with_meta(b"m", Value::string(text.clone()), None, meta, 0);
         shard.set(b"h", Value::hash(h.clone()), None, 0);
         shard.set(b"z", Value::zset(z.clone()), Some(5), 0);
-        shard.set(b"n", Value::Str(noise.clone()), None, 0);
+        shard.set(b"n", Value::string(noise.clone()), None, 0);
         shard.set(b"t", Value::set(set.clone()), None, 0);
         let values = vec![
             ("t", Value::set(set), true),
-            ("s", Value::Str(text.clone()), true),
-            ("m", Value::Str(text), true),
+            ("s", Value::string(text.clone()), true),
+            ("m", Value::string(text), true),
             ("h", Value::hash(h), true),
             ("z", Value::zset(z), true),
-            ("n", Value::Str(noise), false),
+            ("n", Value::string(noise), false),
         ];
         (shard, values)
     }
