@@ -322,3 +322,12 @@ def redis_client(server: "ServerProcess", protocol: int = 2, **kwargs):
     kwargs.setdefault("decode_responses", False)
     kwargs.setdefault("retry", Retry(NoBackoff(), 0))
     return redis.Redis(host=server.host, port=server.port, protocol=protocol, **kwargs)
+
+
+def rss(server) -> int:
+    """Resident set size of a started server's process, in bytes (VmRSS)."""
+    with open(f"/proc/{server.proc.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")

@@ -13,18 +13,10 @@ import time
 
 import pytest
 
-from resp import ConnectionClosed, Err, RawConnection, Simple, encode_command
-from servers import redis_client
+from resp import ConnectionClosed, Err, RawConnection, Simple
+from servers import redis_client, rss
 
 MiB = 1024 * 1024
-
-
-def rss(server) -> int:
-    with open(f"/proc/{server.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 @pytest.mark.parametrize("size_mib", [8, 40])

@@ -10,17 +10,9 @@ import pytest
 import redis
 
 from conftest import target_is_redis
-from servers import gradus_binary, redis_client
+from servers import gradus_binary, redis_client, rss
 
 gradus_only = pytest.mark.skipif(target_is_redis(), reason="Gradus' keyspace limits and accounting")
-
-
-def rss(server) -> int:
-    with open(f"/proc/{server.proc.pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 def test_memory_help_usage_and_errors_match_redis(gradus):

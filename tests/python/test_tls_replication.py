@@ -101,6 +101,26 @@ def assert_never_links(replica, seconds=3.0):
         time.sleep(0.2)
 
 
+def linked_tls_nodes(gradus_factory, pki, tmp_path):
+    """Two nodes that replicate over TLS only (each with `tls-replication yes` and a certificate
+    good for both ends), `b` a replica of `a` at `a`'s TLS port, its link up."""
+    nodes = []
+    for name in ("a", "b"):
+        tls_port = free_port()
+        path = tmp_path / f"{name}.toml"
+        path.write_text(
+            f'tls-replication = true\ntls-port = {tls_port}\ntls-auth-clients = "yes"\n'
+            f'tls-ca-cert-file = "{pki["ca.crt"]}"\n'
+            f'tls-cert-file = "{pki["node.crt"]}"\ntls-key-file = "{pki["node.key"]}"\n')
+        node = gradus_factory("--config", str(path), name=name)
+        node.tls_port = tls_port
+        nodes.append(node)
+    a, b = nodes
+    assert redis_client(b).execute_command("REPLICAOF", HOST, a.tls_port) == b"OK"
+    wait_link_up(b)
+    return a, b
+
+
 def test_writes_replicate_over_tls_and_a_restarted_replica_resyncs(gradus_factory, pki, tmp_path):
     primary = primary_server(gradus_factory, pki)
     replica = gradus_factory("--config", replica_config(tmp_path, pki, primary), name="replica")
@@ -159,20 +179,7 @@ def test_the_replica_presents_tls_cert_file_and_announces_its_tls_port(gradus_fa
 def test_failover_between_tls_nodes_links_the_old_primary_over_tls(gradus_factory, pki, tmp_path):
     # Both nodes replicate over TLS only: each announces its tls-port, so FAILOVER's old primary
     # follows the promoted replica at its TLS port.
-    nodes = []
-    for name in ("a", "b"):
-        tls_port = free_port()
-        path = tmp_path / f"{name}.toml"
-        path.write_text(
-            f'tls-replication = true\ntls-port = {tls_port}\ntls-auth-clients = "yes"\n'
-            f'tls-ca-cert-file = "{pki["ca.crt"]}"\n'
-            f'tls-cert-file = "{pki["node.crt"]}"\ntls-key-file = "{pki["node.key"]}"\n')
-        node = gradus_factory("--config", str(path), name=name)
-        node.tls_port = tls_port
-        nodes.append(node)
-    a, b = nodes
-    assert redis_client(b).execute_command("REPLICAOF", HOST, a.tls_port) == b"OK"
-    wait_link_up(b)
+    a, b = linked_tls_nodes(gradus_factory, pki, tmp_path)
     assert f"port={b.tls_port}," in info(a)["slave0"]
     pa = redis_client(a)
     pa.set("before", "1")
@@ -271,20 +278,7 @@ def test_a_sentinel_over_tls_fails_over_tls_replicating_nodes(gradus_factory, pk
     from sentinel_harness import sentinel_argv
     from servers import ServerProcess
 
-    nodes = []
-    for name in ("a", "b"):
-        tls_port = free_port()
-        path = tmp_path / f"{name}.toml"
-        path.write_text(
-            f'tls-replication = true\ntls-port = {tls_port}\ntls-auth-clients = "yes"\n'
-            f'tls-ca-cert-file = "{pki["ca.crt"]}"\n'
-            f'tls-cert-file = "{pki["node.crt"]}"\ntls-key-file = "{pki["node.key"]}"\n')
-        node = gradus_factory("--config", str(path), name=name)
-        node.tls_port = tls_port
-        nodes.append(node)
-    a, b = nodes
-    assert redis_client(b).execute_command("REPLICAOF", HOST, a.tls_port) == b"OK"
-    wait_link_up(b)
+    a, b = linked_tls_nodes(gradus_factory, pki, tmp_path)
 
     sentinel_dir = tmp_path / "sentinel"
     sentinel_dir.mkdir()
