@@ -137,6 +137,28 @@ def test_commandstats_latencystats_and_resetstat(gradus):
     assert "cmdstat_set:" not in after
 
 
+def test_commands_run_by_scripts_count_in_commandstats(gradus):
+    """As Redis' call(): a command a script runs is counted under its own name, an error reply
+    (caught by pcall) as a failed call; the script itself counts once. Before, only EVAL was
+    counted."""
+    r = redis_client(gradus, 2, single_connection_client=True)
+    r.execute_command("CONFIG", "RESETSTAT")
+    assert r.eval("redis.call('set','sc','1'); redis.call('get','sc'); "
+                  "return redis.pcall('incr','sc')", 0) == 2
+    with pytest.raises(Exception):
+        r.eval("return redis.pcall('hget','sc','x')", 0)
+    stats = info_text(r, "commandstats")
+    lines = {l.split(":", 1)[0]: l.split(":", 1)[1] for l in stats.split("\r\n")[1:] if l}
+
+    def counts(name):
+        fields = dict(kv.split("=") for kv in lines[f"cmdstat_{name}"].split(","))
+        return int(fields["calls"]), int(fields["failed_calls"])
+
+    assert counts("set") == (1, 0) and counts("get") == (1, 0) and counts("incr") == (1, 0)
+    assert counts("hget") == (1, 1)
+    assert counts("eval") == (2, 1)
+
+
 def test_latency_monitor_shapes(gradus):
     r = redis_client(gradus, 2, single_connection_client=True)
     r.execute_command("CONFIG", "SET", "latency-monitor-threshold", "0")

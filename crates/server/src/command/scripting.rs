@@ -496,12 +496,26 @@ impl ScriptRun<'_> {
             }
         }
         dispatch::feed_monitors(self.shared, self.client, spec, &args, true);
-        if spec.runs_as_write() {
+        let row = spec.resolve(&args);
+        let started = Instant::now();
+        let reply = if spec.runs_as_write() {
             self.wrote = true;
             dispatch::run_write(self.shared, self.client, spec, args, self.now_ms)
         } else {
             dispatch::run(self.shared, self.client, spec, &args, self.now_ms)
-        }
+        };
+        // As Redis' `call()`: a command a script runs counts in INFO commandstats and
+        // latencystats under its own name (an error reply as a failed call).
+        let outcome = if reply.is_error() {
+            crate::observe::Outcome::Failed
+        } else {
+            crate::observe::Outcome::Ok
+        };
+        self.shared
+            .observer
+            .commands
+            .record(row, started.elapsed(), outcome);
+        reply
     }
 
     /// A key-locked script touched what it did not declare: stop it (see the module docs).
