@@ -43,7 +43,9 @@ run_bench() { # port pipeline server-pid → lines "TEST,rps,cpu µs per request
     line=$(redis-benchmark -p "$1" -t "$test" -c 50 -d "${DATA:-1024}" -n "$REQUESTS" -P "$2" --csv 2>/dev/null \
       | tail -n +2 | tr -d '"' | cut -d, -f1,2)
     after=$(ticks "$3")
-    echo "$line,$(awk -v t=$((after - before)) -v hz="$HZ" -v n="$REQUESTS" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')"
+    cpu=$(awk -v t=$((after - before)) -v hz="$HZ" -v n="$REQUESTS" 'BEGIN { printf "%.2f", t / hz * 1e6 / n }')
+    # LRANGE tests print their LPUSH fill line too: each line gets the run's CPU figure.
+    echo "$line" | sed "s/\$/,$cpu/"
   done
 }
 
