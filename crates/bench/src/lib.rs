@@ -83,6 +83,7 @@ pub mod server;
 pub mod stats;
 pub mod svg;
 pub mod target;
+pub mod tool;
 pub mod wire;
 pub mod workload;
 

@@ -17,6 +17,20 @@ use crate::wire::{Counted, WireCounter};
 /// even against a misbehaving server).
 const MAX_REPLY_BYTES: usize = 64 << 20;
 
+/// Appends one request, a multibulk array of `args`, to `out` (what every client here sends).
+pub fn encode_command(out: &mut impl BufMut, args: &[&[u8]]) {
+    out.put_u8(b'*');
+    out.put_slice(itoa::Buffer::new().format(args.len()).as_bytes());
+    out.put_slice(b"\r\n");
+    for a in args {
+        out.put_u8(b'$');
+        out.put_slice(itoa::Buffer::new().format(a.len()).as_bytes());
+        out.put_slice(b"\r\n");
+        out.put_slice(a);
+        out.put_slice(b"\r\n");
+    }
+}
+
 /// Opens a TCP connection to `addr` within `timeout`, with Nagle's algorithm off.
 pub async fn connect(addr: &str, timeout: Duration) -> Result<TcpStream> {
     let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
@@ -65,17 +79,7 @@ impl RespConn {
 
     /// Appends one request (a multibulk array of `args`) to the output buffer without sending it.
     pub fn queue(&mut self, args: &[&[u8]]) {
-        let out = &mut self.write_buf;
-        out.put_u8(b'*');
-        out.extend_from_slice(itoa::Buffer::new().format(args.len()).as_bytes());
-        out.extend_from_slice(b"\r\n");
-        for a in args {
-            out.put_u8(b'$');
-            out.extend_from_slice(itoa::Buffer::new().format(a.len()).as_bytes());
-            out.extend_from_slice(b"\r\n");
-            out.extend_from_slice(a);
-            out.extend_from_slice(b"\r\n");
-        }
+        encode_command(&mut self.write_buf, args);
     }
 
     /// Sends everything queued, then reads `n` replies, all within the timeout plus `extra`.

@@ -875,6 +875,14 @@ mod tests {
     use std::sync::Arc;
 
     const DEFAULT: ZSetLimits = ZSetLimits::REDIS_DEFAULT;
+    /// Redis' limits (a small set stays packed) and none (every set is a skiplist).
+    const BOTH_FORMS: [ZSetLimits; 2] = [
+        DEFAULT,
+        ZSetLimits {
+            entries: 0,
+            value: 0,
+        },
+    ];
 
     fn skiplist(z: &ZSetValue) -> &SkipList {
         match &z.repr {
@@ -977,13 +985,7 @@ mod tests {
 
     #[test]
     fn zset_orders_by_score_then_member() {
-        for limits in [
-            DEFAULT,
-            ZSetLimits {
-                entries: 0,
-                value: 0,
-            },
-        ] {
+        for limits in BOTH_FORMS {
             let mut z = ZSetValue::new();
             z.insert(b"b", 1.0, limits);
             z.insert(b"a", 1.0, limits);
@@ -1125,13 +1127,7 @@ mod tests {
 
     #[test]
     fn zero_and_negative_zero_are_one_score_and_only_a_skiplist_keeps_the_sign() {
-        for limits in [
-            DEFAULT,
-            ZSetLimits {
-                entries: 0,
-                value: 0,
-            },
-        ] {
+        for limits in BOTH_FORMS {
             let mut z = ZSetValue::new();
             z.insert(b"b", 0.0, limits);
             z.insert(b"a", -0.0, limits);

@@ -11,6 +11,7 @@
 //! before the next batch (flow control: a server cannot be flooded past what it acknowledges).
 //! One warm-up second is not counted. Output: one line `delivered_per_s=… publishes_per_s=…`.
 
+use gradus_bench::resp::encode_command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,12 +56,8 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn command(parts: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", parts.len()).into_bytes();
-    for p in parts {
-        out.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
-        out.extend_from_slice(p);
-        out.extend_from_slice(b"\r\n");
-    }
+    let mut out = Vec::new();
+    encode_command(&mut out, parts);
     out
 }
 
@@ -180,19 +177,5 @@ async fn run(args: Args) -> std::io::Result<()> {
 }
 
 fn main() {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("pubsub-fanout: {e}");
-            std::process::exit(2);
-        }
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    if let Err(e) = rt.block_on(run(args)) {
-        eprintln!("pubsub-fanout: {e}");
-        std::process::exit(1);
-    }
+    gradus_bench::tool::main("pubsub-fanout", parse_args, run);
 }

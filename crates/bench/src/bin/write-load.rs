@@ -14,6 +14,7 @@
 //! counted and printed, never hidden. One warm-up second is not counted. Output: one line
 //! `ops_per_s=… p50_us=… p99_us=… errors=… short_waits=…`.
 
+use gradus_bench::resp::encode_command;
 use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -62,15 +63,6 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     Ok(args)
-}
-
-fn command(out: &mut Vec<u8>, parts: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", parts.len()).as_bytes());
-    for p in parts {
-        out.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
-        out.extend_from_slice(p);
-        out.extend_from_slice(b"\r\n");
-    }
 }
 
 /// What the connections measured, shared on the one client thread.
@@ -127,9 +119,9 @@ async fn connection(
     while Instant::now() < until {
         out.clear();
         let key = format!("key:{:012}", rng.gen_range(0..args.keys));
-        command(&mut out, &[b"SET", key.as_bytes(), &value]);
+        encode_command(&mut out, &[b"SET", key.as_bytes(), &value]);
         if let Some(n) = &wait {
-            command(&mut out, &[b"WAIT", n.as_bytes(), b"0"]);
+            encode_command(&mut out, &[b"WAIT", n.as_bytes(), b"0"]);
         }
         let sent = Instant::now();
         s.write_all(&out).await?;
@@ -205,19 +197,5 @@ async fn run(args: Args) -> std::io::Result<()> {
 }
 
 fn main() {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("write-load: {e}");
-            std::process::exit(2);
-        }
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    if let Err(e) = rt.block_on(run(args)) {
-        eprintln!("write-load: {e}");
-        std::process::exit(1);
-    }
+    gradus_bench::tool::main("write-load", parse_args, run);
 }
