@@ -10,7 +10,11 @@
 //! The binary installs [`CountingAlloc`] as the global allocator; a library test that does not
 //! reads 0 from [`allocated_bytes`] (callers fall back to the store's own estimate).
 //!
-//! May import: `gradus_store::table::alloc_class`, `libmimalloc_sys`. Nothing else.
+//! It also owns the process' transparent-huge-page switch ([`disable_thp`], Redis'
+//! `disable-thp`): mimalloc asks for huge pages on its arenas, and on a kernel whose THP mode is
+//! `madvise` that makes every first touch of a 2 MiB region zero all of it.
+//!
+//! May import: `gradus_store::table::alloc_class`, `libmimalloc_sys`, `libc`. Nothing else.
 
 use gradus_store::table::alloc_class;
 use std::alloc::{GlobalAlloc, Layout};
@@ -143,6 +147,28 @@ pub fn process_memory() -> ProcessMemory {
         );
     }
     out
+}
+
+/// Turns transparent huge pages off for the whole process (`prctl(PR_SET_THP_DISABLE)`, as
+/// redis-server does with `disable-thp yes`); the kernel applies it to every mapping at its next
+/// fault, mimalloc's arenas included. With THP, memory mimalloc purged and reuses is faulted in
+/// again 2 MiB at a time (LPUSH of 1 KiB elements spent half its time zeroing pages) and a
+/// partly used huge page is resident whole (a hash of 10 fields: 360 instead of 310 bytes per
+/// key); see `docs/benchmarks/memory.md`. Returns the OS error if the kernel refused.
+pub fn disable_thp() -> std::io::Result<()> {
+    // SAFETY: PR_SET_THP_DISABLE takes integer arguments only.
+    let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Whether transparent huge pages are off for this process (`PR_GET_THP_DISABLE`).
+pub fn thp_disabled() -> bool {
+    // SAFETY: PR_GET_THP_DISABLE takes integer arguments only.
+    unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1 }
 }
 
 /// Give memory that mimalloc keeps for reuse back to the system (MEMORY PURGE).

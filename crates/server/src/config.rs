@@ -37,6 +37,9 @@ pub struct Config {
     pub client_query_buffer_limit: usize,
     pub hz: u32,
     pub threads: usize,
+    /// Transparent huge pages off for the process (Redis' `disable-thp`; see
+    /// [`crate::alloc::disable_thp`]).
+    pub disable_thp: bool,
     pub loglevel: String,
     pub memcached_port: u16,
     pub memcached_db: usize,
@@ -288,6 +291,7 @@ impl Config {
             client_query_buffer_limit: 0,
             hz: 0,
             threads: 0,
+            disable_thp: false,
             loglevel: String::new(),
             memcached_port: 0,
             memcached_db: 0,

@@ -44,6 +44,13 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    if config.disable_thp {
+        if let Err(e) = gradus_server::alloc::disable_thp() {
+            tracing::warn!(
+                "disable-thp: the kernel refused to turn transparent huge pages off: {e}"
+            );
+        }
+    }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     runtime.worker_threads(config.effective_threads());
     let runtime = match runtime.enable_all().build() {

@@ -450,24 +450,53 @@ fn entry_len(len: usize) -> usize {
     2 * varint_len(len) + len
 }
 
-fn write_entry(out: &mut Vec<u8>, item: &[u8]) {
+/// `item`'s length as LEB128 (at most 10 bytes) and how many bytes of it are used.
+fn varint(mut n: usize) -> ([u8; 10], usize) {
     let mut head = [0u8; 10];
-    let mut n = item.len();
     let mut k = 0;
     loop {
         let byte = (n & 0x7f) as u8;
         n >>= 7;
         if n == 0 {
             head[k] = byte;
-            k += 1;
-            break;
+            return (head, k + 1);
         }
         head[k] = byte | 0x80;
         k += 1;
     }
+}
+
+fn write_entry(out: &mut Vec<u8>, item: &[u8]) {
+    let (head, k) = varint(item.len());
     out.extend_from_slice(&head[..k]);
     out.extend_from_slice(item);
     out.extend(head[..k].iter().rev());
+}
+
+/// Replaces the bytes `at` of `buf` by `item`'s entry, moving what follows with one `memmove`
+/// (no temporary entry, no byte-by-byte fill: LPUSH of 1 KiB elements spent a sixth of its time
+/// in `Vec::splice` doing that). Grows the buffer by exactly what it needs, as a listpack does.
+fn put_entry(buf: &mut Vec<u8>, at: std::ops::Range<usize>, item: &[u8]) {
+    let (head, k) = varint(item.len());
+    let n = 2 * k + item.len();
+    let old = buf.len();
+    if n > at.len() {
+        buf.reserve_exact(n - at.len());
+        buf.resize(old + n - at.len(), 0);
+    }
+    buf.copy_within(at.end..old, at.start + n);
+    if n < at.len() {
+        buf.truncate(old - (at.len() - n));
+    }
+    let entry = &mut buf[at.start..at.start + n];
+    entry[..k].copy_from_slice(&head[..k]);
+    entry[k..k + item.len()].copy_from_slice(item);
+    for (dst, src) in entry[k + item.len()..]
+        .iter_mut()
+        .zip(head[..k].iter().rev())
+    {
+        *dst = *src;
+    }
 }
 
 /// The entry starting at `pos`: (data start, data end, next entry's start).
@@ -533,15 +562,12 @@ impl Pack {
     }
 
     fn push(&mut self, end: End, item: &[u8]) {
-        let n = entry_len(item.len());
-        self.buf.reserve_exact(n);
         match end {
-            End::Right => write_entry(&mut self.buf, item),
-            End::Left => {
-                let mut entry = Vec::with_capacity(n);
-                write_entry(&mut entry, item);
-                self.buf.splice(0..0, entry);
+            End::Right => {
+                self.buf.reserve_exact(entry_len(item.len()));
+                write_entry(&mut self.buf, item);
             }
+            End::Left => put_entry(&mut self.buf, 0..0, item),
         }
         self.count += 1;
         self.lp = add_lp(self.lp, item);
@@ -607,18 +633,13 @@ impl Pack {
         let pos = self.offset(at);
         let (start, end, next) = read_forward(&self.buf, pos);
         self.lp = add_lp(sub_lp(self.lp, &self.buf[start..end]), item);
-        let mut entry = Vec::with_capacity(entry_len(item.len()));
-        write_entry(&mut entry, item);
-        self.buf.splice(pos..next, entry);
+        put_entry(&mut self.buf, pos..next, item);
         self.fit();
     }
 
     fn insert(&mut self, at: usize, item: &[u8]) {
         let pos = self.offset(at);
-        let mut entry = Vec::with_capacity(entry_len(item.len()));
-        write_entry(&mut entry, item);
-        self.buf.reserve_exact(entry.len());
-        self.buf.splice(pos..pos, entry);
+        put_entry(&mut self.buf, pos..pos, item);
         self.count += 1;
         self.lp = add_lp(self.lp, item);
     }
@@ -939,6 +960,34 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use std::collections::VecDeque;
+
+    #[test]
+    fn put_entry_replaces_an_entry_by_one_of_any_length() {
+        let sizes = [0usize, 1, 127, 128, 300, 20_000];
+        for &before in &sizes {
+            for &after in &sizes {
+                let (a, b, c) = (vec![b'a'; 5], vec![b'b'; before], vec![b'c'; 130]);
+                let mut buf = Vec::new();
+                for item in [&a, &b, &c] {
+                    write_entry(&mut buf, item);
+                }
+                let start = entry_len(a.len());
+                let new = vec![b'n'; after];
+                put_entry(&mut buf, start..start + entry_len(before), &new);
+                let mut expected = Vec::new();
+                for item in [&a, &new, &c] {
+                    write_entry(&mut expected, item);
+                }
+                assert_eq!(buf, expected, "{before} -> {after}");
+                // An insertion at the front, as LPUSH makes.
+                put_entry(&mut buf, 0..0, &b);
+                let mut front = Vec::new();
+                write_entry(&mut front, &b);
+                front.extend_from_slice(&expected);
+                assert_eq!(buf, front, "push of {before} bytes before {after}");
+            }
+        }
+    }
 
     fn items(list: &ListValue) -> Vec<Vec<u8>> {
         list.iter().map(<[u8]>::to_vec).collect()
