@@ -384,3 +384,16 @@ def test_port_0_beside_a_tls_port_is_tls_only(pki, tmp_path):
     finally:
         proc.kill()
         proc.wait(10)
+
+
+@pytest.mark.gradus_only
+def test_port_0_without_a_tls_port_refuses_to_start(tmp_path):
+    """As redis-server: with `port 0` and no TLS port nothing would be reachable, so the server
+    exits saying so. Before, port 0 asked the OS for a port: a server nobody knew the port of."""
+    from servers import gradus_binary
+
+    proc = subprocess.run(
+        [str(gradus_binary()), "--bind", HOST, "--port", "0", "--dir", str(tmp_path / "data")],
+        stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
+    assert proc.returncode != 0
+    assert b"Configured to not listen anywhere, exiting." in proc.stderr, proc.stderr

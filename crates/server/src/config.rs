@@ -374,6 +374,17 @@ impl Config {
         }
         config.apply_cli(cli)?;
         config.validate()?;
+        // redis-server's rule: `port 0` opens no plain listener, so with no TLS port either the
+        // server would be unreachable (Gradus used to ask the OS for a random port instead).
+        // Only the binary's configuration is held to it: in-process servers bind port 0 to get
+        // a free port (see `Server::bind`).
+        if config.port == 0 && config.tls_port == 0 {
+            return Err(ServerError::Config(
+                "Configured to not listen anywhere, exiting. (port 0 opens no RESP listener: \
+                 set port or tls-port)"
+                    .into(),
+            ));
+        }
         Ok(config)
     }
 

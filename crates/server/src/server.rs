@@ -62,7 +62,8 @@ impl Server {
         let mut listeners = Vec::new();
         let mut port = config.port;
         // `port 0` beside a `tls-port` is Redis' TLS-only setup: no plain RESP listener. Without
-        // a TLS port, 0 asks the OS for a port (CONFIG GET port then shows it).
+        // a TLS port, 0 asks the OS for a port (CONFIG GET port then shows it): only in-process
+        // servers get here so, as the binary refuses that configuration (`Config::load`).
         let plain_binds: &[String] = if port == 0 && config.tls_port != 0 {
             &[]
         } else {
