@@ -1183,6 +1183,26 @@ def test_command_count_info_docs(r):
     assert fields[b"group"] == b"string"
 
 
+def test_command_list_names_subcommands_and_filters(r):
+    # Redis 7 lists each subcommand as `container|sub` after its container (this listed only
+    # the containers, and ignored FILTERBY).
+    names = {n.decode() for n in call(r, "COMMAND", "LIST")}
+    assert {"get", "config", "config|get", "acl|setuser", "client|kill"} <= names
+    def listed(*filterby):
+        return sorted(n.decode() for n in call(r, "COMMAND", "LIST", "FILTERBY", *filterby))
+    assert listed("PATTERN", "config|*") == [
+        "config|get", "config|help", "config|resetstat", "config|rewrite", "config|set"]
+    assert listed("pattern", "CONFIG|G*") == ["config|get"]
+    assert listed("ACLCAT", "geo") == [
+        "geoadd", "geodist", "geohash", "geopos", "georadius", "georadius_ro",
+        "georadiusbymember", "georadiusbymember_ro", "geosearch", "geosearchstore"]
+    assert listed("ACLCAT", "no-such-category") == []
+    assert listed("MODULE", "nosuchmodule") == []
+    assert error_of(r, "COMMAND", "LIST", "FILTERBY", "NAME", "x") == "syntax error"
+    assert error_of(r, "COMMAND", "LIST", "FILTERBY", "PATTERN") == "syntax error"
+    assert error_of(r, "COMMAND", "LIST", "x") == "syntax error"
+
+
 def test_unknown_command_error(r):
     assert error_of(r, "FOO", "a", "b") == "unknown command 'FOO', with args beginning with: 'a' 'b' "
     assert error_of(r, "foo") == "unknown command 'foo', with args beginning with: "

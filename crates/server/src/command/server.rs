@@ -635,6 +635,57 @@ fn command_docs(spec: &CommandSpec) -> Frame {
     Frame::Map(doc)
 }
 
+/// COMMAND LIST [FILTERBY MODULE name|ACLCAT category|PATTERN pattern], as Redis 7 answers it:
+/// every command's name and, after it, its subcommands' `container|sub` names; the pattern
+/// matched without case against those names; no modules exist, so FILTERBY MODULE lists none.
+fn command_list(options: &[Bytes]) -> CmdResult {
+    enum Filter {
+        None,
+        Module,
+        Category(u32),
+        Pattern(Vec<u8>),
+    }
+    let filter = match options {
+        [] => Filter::None,
+        [by, kind, arg] if is(by, "filterby") => {
+            if is(kind, "module") {
+                Filter::Module
+            } else if is(kind, "aclcat") {
+                let name = String::from_utf8_lossy(arg).to_ascii_lowercase();
+                let bit = category::NAMES
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or(0, |(_, bit)| *bit);
+                Filter::Category(bit)
+            } else if is(kind, "pattern") {
+                Filter::Pattern(arg.to_ascii_lowercase())
+            } else {
+                return Err(CmdError::Syntax);
+            }
+        }
+        _ => return Err(CmdError::Syntax),
+    };
+    let mut names = Vec::new();
+    for &spec in table().all() {
+        // A subcommand row's name is already its full `container|sub` name.
+        for row in std::iter::once(spec).chain(spec.subcommands.iter()) {
+            let name = row.name;
+            let listed = match &filter {
+                Filter::None => true,
+                Filter::Module => false,
+                Filter::Category(bit) => {
+                    *bit != 0 && crate::tenancy::acl::categories(row, spec) & bit != 0
+                }
+                Filter::Pattern(p) => glob_match(p, name.as_bytes()),
+            };
+            if listed {
+                names.push(bulk(name));
+            }
+        }
+    }
+    Ok(Frame::Array(names))
+}
+
 fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let _ = ctx;
     let t = table();
@@ -646,7 +697,7 @@ fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_lowercase();
     match sub.as_str() {
         "count" if args.len() == 2 => Ok(Frame::Integer(t.len() as i64)),
-        "list" => Ok(Frame::Array(t.all().iter().map(|s| bulk(s.name)).collect())),
+        "list" => command_list(&args[2..]),
         "info" => {
             if args.len() == 2 {
                 return Ok(Frame::Array(
