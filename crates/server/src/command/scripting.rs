@@ -251,7 +251,7 @@ fn eval_cached(
     script: &CachedScript,
     read_only: bool,
 ) -> CmdResult {
-    let (keys, argv) = split_keys(args, CmdError::NotInteger)?;
+    let (keys, argv) = split_keys(args, || CmdError::NotInteger)?;
     let shebang = script.shebang.clone().map_err(CmdError::err)?;
     let flags = shebang.flags.unwrap_or_default();
     if read_only && shebang.flags.is_some() && !flags.contains(ScriptFlags::NO_WRITES) {
@@ -293,7 +293,7 @@ fn fcall_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResul
     let Some((library, function)) = libraries.function(&name) else {
         return Err(CmdError::err("Function not found"));
     };
-    let (keys, argv) = split_keys(args, CmdError::err("Bad number of keys provided"))?;
+    let (keys, argv) = split_keys(args, || CmdError::err("Bad number of keys provided"))?;
     if read_only && !function.flags.contains(ScriptFlags::NO_WRITES) {
         return Err(CmdError::err(
             "Can not execute a script with write flag using *_ro command.",
@@ -318,10 +318,13 @@ fn fcall_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResul
 }
 
 /// `args` = [EVAL, script, numkeys, key..., arg...] → (keys, args), with Redis' errors
-/// (`not_integer`: EVAL's and FCALL's differ).
-fn split_keys(args: &[Bytes], not_integer: CmdError) -> Result<(&[Bytes], &[Bytes]), CmdError> {
+/// (`not_integer`: EVAL's and FCALL's differ; made only when needed, not on every call).
+fn split_keys(
+    args: &[Bytes],
+    not_integer: fn() -> CmdError,
+) -> Result<(&[Bytes], &[Bytes]), CmdError> {
     let Some(numkeys) = crate::args::parse_i64(&args[2]) else {
-        return Err(not_integer);
+        return Err(not_integer());
     };
     let rest = &args[3..];
     if numkeys as i128 > rest.len() as i128 {
