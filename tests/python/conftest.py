@@ -6,7 +6,8 @@
 - `r2` / `r3`: redis-py clients to `gradus` speaking RESP2 / RESP3 (decode_responses=False).
 - `r`: a redis-py client speaking the test module's PROTOCOL (2 or 3); `protocol` is that number.
 - `raw`: raw-socket RESP client to `gradus` (see resp.RawClient).
-- `redis_server`: a real redis-server (no persistence) for differential tests.
+- `redis_server`: a real redis-server (no persistence) for differential tests; differential.py
+  runs the same commands or scenario on `gradus` and on it and compares the results.
 - `mc`: raw-socket memcached client to `gradus`'s memcached port (see memcache_raw.McRaw);
   every gradus started here listens for memcached on its own free port (`.memcached_port`).
 
@@ -34,7 +35,7 @@ from typing import Callable, List, Optional
 import pytest
 
 # Plain asserts in these shared helper modules get pytest's detailed messages.
-pytest.register_assert_rewrite("redispy_cases", "resp")
+pytest.register_assert_rewrite("differential", "redispy_cases", "resp")
 
 import redis  # noqa: E402
 

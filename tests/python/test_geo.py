@@ -18,6 +18,7 @@ import random
 
 import pytest
 
+from differential import assert_same, assert_same_replies
 from resp import Err, RawConnection
 
 SCRIPT = [
@@ -72,19 +73,9 @@ SCRIPT = [
 ]
 
 
-def run(server, protocol, script):
-    conn = RawConnection(server.host, server.port, timeout=10)
-    if protocol == 3:
-        conn.call("HELLO", "3")
-    conn.call("FLUSHALL")
-    return [conn.call(*cmd) for cmd in script]
-
-
 @pytest.mark.parametrize("protocol", [2, 3])
 def test_geo_matches_redis(gradus, redis_server, protocol):
-    ours, theirs = run(gradus, protocol, SCRIPT), run(redis_server, protocol, SCRIPT)
-    for cmd, a, b in zip(SCRIPT, ours, theirs):
-        assert a == b, f"{cmd}: gradus {a!r}, redis {b!r}"
+    assert_same_replies(gradus, redis_server, SCRIPT, protocol)
 
 
 def test_geo_random_positions_match_redis(gradus, redis_server):
@@ -98,9 +89,7 @@ def test_geo_random_positions_match_redis(gradus, redis_server):
     script.append(["GEOHASH", "g"] + [f"m{n}" for n in range(200)])
     script.append(["GEOPOS", "g"] + [f"m{n}" for n in range(200)])
     script += [["GEODIST", "g", f"m{n}", f"m{n + 1}", "km"] for n in range(199)]
-    ours, theirs = run(gradus, 2, script), run(redis_server, 2, script)
-    for cmd, a, b in zip(script, ours, theirs):
-        assert a == b, f"{cmd}: gradus {a!r}, redis {b!r}"
+    assert_same_replies(gradus, redis_server, script, 2)
 
 
 def test_geo_command_info_matches_redis(gradus, redis_server):
@@ -109,7 +98,7 @@ def test_geo_command_info_matches_redis(gradus, redis_server):
         return [[e[:2], sorted(map(str, e[2])), e[3:6], sorted(map(str, e[6]))]
                 for e in conn.call("COMMAND", "INFO", "geoadd", "geohash", "geopos", "geodist")]
 
-    assert info(gradus) == info(redis_server)
+    assert_same(gradus, redis_server, info)
 
 
 def test_geoadd_and_zmpop_from_scripts_match_redis(gradus, redis_server):
@@ -123,7 +112,7 @@ def test_geoadd_and_zmpop_from_scripts_match_redis(gradus, redis_server):
         conn.call("FLUSHALL")
         return conn.call("EVAL", script, "1", "g")
 
-    assert run_script(gradus) == run_script(redis_server)
+    assert_same(gradus, redis_server, run_script)
 
 
 SEARCH_SETUP = [
@@ -347,16 +336,10 @@ def scores_as_floats(cmd, reply):
     return reply
 
 
-def compare(gradus, redis_server, protocol, script):
-    ours, theirs = run(gradus, protocol, script), run(redis_server, protocol, script)
-    for cmd, a, b in zip(script, ours, theirs):
-        a, b = scores_as_floats(cmd, a), scores_as_floats(cmd, b)
-        assert a == b, f"{cmd}: gradus {a!r}, redis {b!r}"
-
-
 @pytest.mark.parametrize("protocol", [2, 3])
 def test_geo_searches_match_redis(gradus, redis_server, protocol):
-    compare(gradus, redis_server, protocol, SEARCH_SETUP + SEARCHES)
+    assert_same_replies(gradus, redis_server, SEARCH_SETUP + SEARCHES, protocol,
+                        normalise=scores_as_floats)
 
 
 def test_geo_random_searches_match_redis(gradus, redis_server):
@@ -397,7 +380,7 @@ def test_geo_random_searches_match_redis(gradus, redis_server):
     script.append(["GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "0", "0", "BYRADIUS", "20000", "km"])
     script.append(["ZCARD", "d"])
     script.append(["OBJECT", "ENCODING", "d"])
-    compare(gradus, redis_server, 2, script)
+    assert_same_replies(gradus, redis_server, script, 2, normalise=scores_as_floats)
 
 
 def test_geo_search_command_info_and_keys_match_redis(gradus, redis_server):
@@ -409,7 +392,7 @@ def test_geo_search_command_info_and_keys_match_redis(gradus, redis_server):
         return [[e[:2], sorted(map(str, e[2])), e[3:6], sorted(map(str, e[6]))]
                 for e in conn.call("COMMAND", "INFO", *names)]
 
-    assert info(gradus) == info(redis_server)
+    assert_same(gradus, redis_server, info)
     getkeys = [
         ["GEORADIUS", "k", "0", "0", "1", "km", "STORE", "d"],
         ["GEORADIUS", "k", "0", "0", "1", "km", "STOREDIST", "d", "STORE", "e"],
@@ -427,7 +410,7 @@ def test_geo_search_command_info_and_keys_match_redis(gradus, redis_server):
         conn = RawConnection(server.host, server.port, timeout=10)
         return [conn.call("COMMAND", "GETKEYS", *cmd) for cmd in getkeys]
 
-    assert keys(gradus) == keys(redis_server)
+    assert_same(gradus, redis_server, keys)
 
 
 def test_acl_key_rules_cover_the_store_keys(gradus, redis_server):
@@ -454,9 +437,8 @@ def test_acl_key_rules_cover_the_store_keys(gradus, redis_server):
             return "NOPERM"
         return reply
 
-    ours, theirs = run(gradus, 2, script), run(redis_server, 2, script)
-    for cmd, a, b in zip(script, ours, theirs):
-        assert outcome(a) == outcome(b), f"{cmd}: gradus {a!r}, redis {b!r}"
+    ours = assert_same_replies(gradus, redis_server, script, 2,
+                               normalise=lambda cmd, reply: outcome(reply))
     assert [outcome(r) for r in ours[5:9]] == ["NOPERM"] * 4
 
 
@@ -474,7 +456,7 @@ def test_geo_searches_in_transactions_and_scripts_match_redis(gradus, redis_serv
         ["EVAL", "return redis.call('georadius', KEYS[1], 15, 37, 200, 'km', 'STORE', KEYS[2])", "2", "g", "s"],
         ["ZRANGE", "s", "0", "-1", "WITHSCORES"],
     ]
-    compare(gradus, redis_server, 2, script)
+    assert_same_replies(gradus, redis_server, script, 2, normalise=scores_as_floats)
 
 
 @pytest.mark.gradus_only

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from differential import assert_same, assert_same_replies
 from resp import RawConnection
 
 SETUP = [
@@ -57,22 +58,9 @@ SCRIPT = [
 ]
 
 
-def run(server, protocol, setup, script):
-    conn = RawConnection(server.host, server.port, timeout=10)
-    if protocol == 3:
-        conn.call("HELLO", "3")
-    conn.call("FLUSHALL")
-    for cmd in setup:
-        conn.call(*cmd)
-    return [conn.call(*cmd) for cmd in script]
-
-
 @pytest.mark.parametrize("protocol", [2, 3])
 def test_lcs_matches_redis(gradus, redis_server, protocol):
-    ours = run(gradus, protocol, SETUP, SCRIPT)
-    theirs = run(redis_server, protocol, SETUP, SCRIPT)
-    for cmd, a, b in zip(SCRIPT, ours, theirs):
-        assert a == b, f"{cmd}: gradus {a!r}, redis {b!r}"
+    assert_same_replies(gradus, redis_server, SCRIPT, protocol, setup=SETUP)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -85,10 +73,7 @@ def test_lcs_of_random_strings_matches_redis(gradus, redis_server, seed):
         setup += [["SET", f"x{n}", x], ["SET", f"y{n}", y]]
         script += [["LCS", f"x{n}", f"y{n}"], ["LCS", f"x{n}", f"y{n}", "IDX", "WITHMATCHLEN"],
                    ["LCS", f"x{n}", f"y{n}", "IDX", "MINMATCHLEN", "2"]]
-    ours = run(gradus, 3, setup, script)
-    theirs = run(redis_server, 3, setup, script)
-    for cmd, a, b in zip(script, ours, theirs):
-        assert a == b, f"{cmd}: gradus {a!r}, redis {b!r}"
+    assert_same_replies(gradus, redis_server, script, 3, setup=setup)
 
 
 def test_lcs_table_over_proto_max_bulk_len_is_refused(gradus, redis_server):
@@ -99,7 +84,7 @@ def test_lcs_table_over_proto_max_bulk_len_is_refused(gradus, redis_server):
         conn.call("SET", "big2", "y" * 1000)
         return conn.call("LCS", "big1", "big2", "LEN")
 
-    assert attempt(gradus) == attempt(redis_server)
+    assert_same(gradus, redis_server, attempt)
 
 
 def test_lcs_command_info_matches_redis(gradus, redis_server):
@@ -108,4 +93,4 @@ def test_lcs_command_info_matches_redis(gradus, redis_server):
         entry = conn.call("COMMAND", "INFO", "lcs")[0]
         return [entry[:2], sorted(map(str, entry[2])), entry[3:6], sorted(map(str, entry[6]))]
 
-    assert info(gradus) == info(redis_server)
+    assert_same(gradus, redis_server, info)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 
+from differential import assert_same
 from resp import RawConnection, Simple
 
 END = "monitor-diff-end"
@@ -49,9 +50,7 @@ COMMANDS = [
 
 
 def test_monitor_lines_match_redis(gradus, redis_server):
-    ours = monitor_lines(gradus, COMMANDS)
-    theirs = monitor_lines(redis_server, COMMANDS)
-    assert ours == theirs
+    assert_same(gradus, redis_server, lambda server: monitor_lines(server, COMMANDS))
 
 
 def test_monitor_shows_a_transactions_commands_as_exec_runs_them(gradus, redis_server):
@@ -68,4 +67,4 @@ def test_monitor_shows_a_transactions_commands_as_exec_runs_them(gradus, redis_s
                 return lines
             lines.append(line.split("] ", 1)[1])
 
-    assert scenario(gradus) == scenario(redis_server)
+    assert_same(gradus, redis_server, scenario)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import time
 
+from differential import assert_same
 from servers import redis_client
 
 
@@ -54,12 +55,6 @@ def resp3_tracker(server, *options):
     return t
 
 
-def both(gradus, redis_server, scenario):
-    ours, theirs = scenario(gradus), scenario(redis_server)
-    assert ours == theirs, f"\ngradus: {ours!r}\nredis:  {theirs!r}"
-    return theirs
-
-
 def test_active_expiry_of_a_tracked_key_sends_invalidate(gradus, redis_server):
     def scenario(server):
         t = resp3_tracker(server)
@@ -68,7 +63,7 @@ def test_active_expiry_of_a_tracked_key_sends_invalidate(gradus, redis_server):
         got += t.read_for(1.5)  # no read: active expiry must send it
         return got
 
-    got = both(gradus, redis_server, scenario)
+    got = assert_same(gradus, redis_server, scenario)
     assert got.endswith(b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n")
 
 
@@ -79,7 +74,7 @@ def test_flush_sends_a_null_invalidation_in_resp3(gradus, redis_server):
         redis_client(server).flushdb()
         return out + t.read_for(0.3)
 
-    got = both(gradus, redis_server, scenario)
+    got = assert_same(gradus, redis_server, scenario)
     assert got.endswith(b">2\r\n$10\r\ninvalidate\r\n_\r\n")
 
 
@@ -94,7 +89,7 @@ def test_flush_sends_a_null_bulk_not_a_null_array_to_a_resp2_redirect_target(gra
         redis_client(server).flushall()
         return sub.read_for(0.3)
 
-    got = both(gradus, redis_server, scenario)
+    got = assert_same(gradus, redis_server, scenario)
     assert got == b"*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n$-1\r\n"
 
 
@@ -109,7 +104,7 @@ def test_write_sends_the_key_to_a_resp2_redirect_target(gradus, redis_server):
         redis_client(server).set("a", "1")
         return sub.read_for(0.3)
 
-    got = both(gradus, redis_server, scenario)
+    got = assert_same(gradus, redis_server, scenario)
     assert got == b"*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*1\r\n$1\r\na\r\n"
 
 
@@ -119,7 +114,7 @@ def test_bcast_prefix_invalidation_on_expiry(gradus, redis_server):
         redis_client(server).set("user:1", "v", px=100)
         return t.read_for(1.0)
 
-    got = both(gradus, redis_server, scenario)
+    got = assert_same(gradus, redis_server, scenario)
     assert got.count(b"invalidate") == 2  # the SET, then the expiry
 
 
@@ -130,7 +125,7 @@ def test_own_flush_invalidation_comes_after_the_flush_reply(gradus, redis_server
         t.call("GET", "a")
         return t.call("FLUSHDB")
 
-    assert both(gradus, redis_server, scenario) == b"+OK\r\n>2\r\n$10\r\ninvalidate\r\n_\r\n"
+    assert assert_same(gradus, redis_server, scenario) == b"+OK\r\n>2\r\n$10\r\ninvalidate\r\n_\r\n"
 
 
 def test_tracking_redir_broken_push_when_the_redirect_target_is_gone(gradus, redis_server):
@@ -150,7 +145,7 @@ def test_tracking_redir_broken_push_when_the_redirect_target_is_gone(gradus, red
         after = (flags_of(t), b"broken_redirect" in t.call("CLIENT", "TRACKINGINFO"))
         return got.replace(b":%d\r\n" % target, b":<id>\r\n"), before, after
 
-    got, before, after = both(gradus, redis_server, scenario)
+    got, before, after = assert_same(gradus, redis_server, scenario)
     assert got == b">2\r\n$21\r\ntracking-redir-broken\r\n:<id>\r\n"
     assert before == ("t", False) and after == ("tR", True)
 
@@ -174,7 +169,7 @@ def test_reads_inside_exec_and_scripts_are_tracked(gradus, redis_server):
         writer.set("in-script", "1")
         return t.read_for(0.3)
 
-    got = both(gradus, redis_server, scenario)
+    got = assert_same(gradus, redis_server, scenario)
     assert got.count(b"invalidate") == 2
 
 
@@ -192,7 +187,7 @@ def test_bcast_prefixes_to_a_resp2_redirect_target(gradus, redis_server):
         writer.delete("a:1")
         return sub.read_for(0.3)
 
-    got = both(gradus, redis_server, scenario)
+    got = assert_same(gradus, redis_server, scenario)
     assert got.count(b"__redis__:invalidate") == 3
 
 
@@ -215,4 +210,4 @@ def test_optin_optout_and_noloop_like_redis(gradus, redis_server):
         out += b"|" + u.call("SET", "y1", "own")  # NOLOOP: no invalidation of its own write
         return out
 
-    both(gradus, redis_server, scenario)
+    assert_same(gradus, redis_server, scenario)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from differential import assert_same, assert_same_replies
 from resp import RawConnection
 
 SETUP = [
@@ -138,21 +139,9 @@ SCRIPT = [
 ]
 
 
-def run(server, protocol):
-    conn = RawConnection(server.host, server.port, timeout=10)
-    if protocol == 3:
-        conn.call("HELLO", "3")
-    conn.call("FLUSHALL")
-    for cmd in SETUP:
-        conn.call(*cmd)
-    return [conn.call(*cmd) for cmd in SCRIPT]
-
-
 @pytest.mark.parametrize("protocol", [2, 3])
 def test_zset_setops_match_redis(gradus, redis_server, protocol):
-    ours, theirs = run(gradus, protocol), run(redis_server, protocol)
-    for cmd, a, b in zip(SCRIPT, ours, theirs):
-        assert a == b, f"{cmd}: gradus {a!r}, redis {b!r}"
+    assert_same_replies(gradus, redis_server, SCRIPT, protocol, setup=SETUP)
 
 
 def test_zset_setops_in_multi_match_redis(gradus, redis_server):
@@ -166,7 +155,7 @@ def test_zset_setops_in_multi_match_redis(gradus, redis_server):
             conn.call(*cmd)
         return conn.call("EXEC")
 
-    assert in_multi(gradus) == in_multi(redis_server)
+    assert_same(gradus, redis_server, in_multi)
 
 
 def test_command_info_matches_redis(gradus, redis_server):
@@ -179,7 +168,7 @@ def test_command_info_matches_redis(gradus, redis_server):
         return [[entry[:2], sorted(map(str, entry[2])), entry[3:6], sorted(map(str, entry[6]))]
                 for entry in conn.call("COMMAND", "INFO", *names)]
 
-    assert info(gradus) == info(redis_server)
+    assert_same(gradus, redis_server, info)
 
 
 def test_command_getkeys_matches_redis(gradus, redis_server):
@@ -192,4 +181,4 @@ def test_command_getkeys_matches_redis(gradus, redis_server):
             ["ZMPOP", "2", "a", "b", "MIN"],
         )]
 
-    assert keys(gradus) == keys(redis_server)
+    assert_same(gradus, redis_server, keys)
