@@ -8,6 +8,7 @@
 pub mod acl;
 pub mod bitmaps;
 pub mod blocking;
+pub mod cluster;
 pub mod connection;
 pub mod databases;
 pub mod diagnostics;
@@ -547,6 +548,7 @@ pub fn table() -> &'static CommandTable {
             scripting::COMMANDS,
             functions::COMMANDS,
             memory::COMMANDS,
+            cluster::COMMANDS,
             crate::memcache::records::COMMANDS,
             crate::memcache::lease::COMMANDS,
         ])
