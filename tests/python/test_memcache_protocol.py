@@ -217,6 +217,11 @@ def test_meta_get_flags(mc):
     c2.cmd(b"set fresh 0 0 1\r\nx\r\n")
     assert c2.meta(b"mg fresh h l\r\n")[0] == b"HD h0 l0"
     assert c2.meta(b"mg fresh h\r\n")[0] == b"HD h1"
+    # l counts whole seconds since the last store or fetch (kept in the key's access clock).
+    c2.cmd(b"set idle 0 0 1\r\nx\r\n")
+    time.sleep(1.2)
+    assert c2.meta(b"mg idle l\r\n")[0] in (b"HD l1", b"HD l2")
+    assert c2.meta(b"mg idle l\r\n")[0] == b"HD l0"
     # T touches, like gat.
     assert mc.meta(b"mg m T30 t\r\n")[0] == b"HD t30"
 

@@ -93,7 +93,6 @@ fn payload(rng: &mut StdRng) -> (Bytes, Record) {
     let mut shard = Shard::new();
     let meta = ItemMeta {
         client_flags: rng.gen_range(0..3),
-        last_access_s: 0,
         bits: if rng.gen_bool(0.2) {
             ItemMeta::STALE
         } else {

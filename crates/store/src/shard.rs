@@ -26,17 +26,25 @@ use std::collections::BTreeSet;
 /// `Entry::expires_at` of a key without a TTL (Redis refuses expiry times past `i64::MAX`).
 const NO_EXPIRY: u64 = u64::MAX;
 
-/// A stored key's value and metadata.
+/// A stored key's value and metadata: 64 bytes, so with a short key (up to 15 bytes) the
+/// key's block is an 80-byte allocation (see `crate::table`).
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub value: Value,
     /// Unix ms, or [`NO_EXPIRY`] (8 bytes instead of an `Option`'s 16).
     expires_at: u64,
     version: u64,
-    /// Last access, in 10 ms ticks of the Unix clock (wrapping; see [`access_tick`]).
-    atime: u32,
-    meta: ItemMeta,
+    /// memcached client flags ([`ItemMeta::client_flags`]).
+    client_flags: u32,
+    /// The last access in the low [`TICK_BITS`] bits (see [`access_tick`]) and the memcached
+    /// meta bits ([`ItemMeta::bits`]) in the top three.
+    stamp: u32,
 }
+
+/// Bits of [`Entry::stamp`] that hold the access tick: 2^29 ticks of 10 ms, ~62 days (Redis'
+/// own LRU clock wraps after 194 days at 1 s; ages are computed modulo the wrap, as Redis does).
+const TICK_BITS: u32 = 29;
+const TICK_MASK: u32 = (1 << TICK_BITS) - 1;
 
 /// Which keys eviction prefers (Redis' `maxmemory-policy` values that evict; the LFU ones rank
 /// as their LRU twins: no access-frequency counter is kept).
@@ -83,21 +91,21 @@ impl EvictionPolicy {
     }
 }
 
-/// The access clock: Unix time in 10 ms ticks, truncated to 32 bits (wraps every ~497 days; ages
-/// are computed with wrapping arithmetic).
+/// The access clock: Unix time in 10 ms ticks, truncated to [`TICK_BITS`] bits (wraps every ~62
+/// days; ages are computed modulo the wrap).
 pub fn access_tick(now_ms: u64) -> u32 {
-    (now_ms / 10) as u32
+    (now_ms / 10) as u32 & TICK_MASK
 }
 
 /// What the memcached protocol keeps beside a value: the client's 32-bit flags and the meta
 /// protocol's per-item state. Every whole-value write (SET, memcached `set`) resets it; in-place
-/// changes (APPEND, INCR) keep it. 12 bytes, so entries written over RESP pay almost nothing.
+/// changes (APPEND, INCR) keep it. Stored in 4 bytes and 3 bits of the entry; the time since the
+/// last access (meta `l`, `la`) is the entry's access clock ([`Entry::idle_ticks`]), which
+/// every store and fetch sets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ItemMeta {
     /// Opaque flags stored by memcached clients (php-memcached keeps its serializer here).
     pub client_flags: u32,
-    /// Unix seconds of the last store or fetch (meta `l`).
-    pub last_access_s: u32,
     /// `STALE` | `WIN_SENT` | `FETCHED`.
     pub bits: u8,
 }
@@ -118,20 +126,10 @@ impl ItemMeta {
     }
 }
 
-impl ItemMeta {
-    /// The state of a freshly stored item.
-    fn fresh(now_ms: u64) -> Self {
-        ItemMeta {
-            last_access_s: (now_ms / 1000) as u32,
-            ..ItemMeta::default()
-        }
-    }
-}
-
 impl Entry {
     /// An entry holding `value`, stored at `now_ms` with version `version`.
     pub fn new(value: Value, expires_at: Option<u64>, version: u64, now_ms: u64) -> Entry {
-        Entry::with_meta(value, expires_at, version, ItemMeta::fresh(now_ms), now_ms)
+        Entry::with_meta(value, expires_at, version, ItemMeta::default(), now_ms)
     }
 
     fn with_meta(
@@ -141,13 +139,25 @@ impl Entry {
         meta: ItemMeta,
         now_ms: u64,
     ) -> Entry {
-        Entry {
+        let mut entry = Entry {
             value,
             expires_at: expires_at.unwrap_or(NO_EXPIRY),
             version,
-            atime: access_tick(now_ms),
-            meta,
-        }
+            client_flags: 0,
+            stamp: access_tick(now_ms),
+        };
+        entry.set_meta(meta);
+        entry
+    }
+
+    /// Record an access at `now_ms` (the meta bits are kept).
+    fn touch(&mut self, now_ms: u64) {
+        self.stamp = (self.stamp & !TICK_MASK) | access_tick(now_ms);
+    }
+
+    fn set_meta(&mut self, meta: ItemMeta) {
+        self.client_flags = meta.client_flags;
+        self.stamp = (self.stamp & TICK_MASK) | (u32::from(meta.bits & 0b111) << TICK_BITS);
     }
 
     /// Absolute expiry time in Unix milliseconds, if the key has a TTL.
@@ -158,13 +168,16 @@ impl Entry {
     pub fn version(&self) -> u64 {
         self.version
     }
-    /// Ticks since the last access at `now_ms`.
+    /// Ticks (10 ms) since the last access at `now_ms`.
     pub fn idle_ticks(&self, now_ms: u64) -> u32 {
-        access_tick(now_ms).wrapping_sub(self.atime)
+        access_tick(now_ms).wrapping_sub(self.stamp) & TICK_MASK
     }
     /// memcached client flags and meta state.
     pub fn meta(&self) -> ItemMeta {
-        self.meta
+        ItemMeta {
+            client_flags: self.client_flags,
+            bits: (self.stamp >> TICK_BITS) as u8,
+        }
     }
     fn is_expired(&self, now_ms: u64) -> bool {
         self.expires_at <= now_ms
@@ -174,7 +187,7 @@ impl Entry {
         ItemView {
             value: self.value.view(),
             expires_at: self.expires_at(),
-            meta: self.meta,
+            meta: self.meta(),
         }
     }
 }
@@ -545,7 +558,7 @@ impl Shard {
                         }
                     },
                     expires_at: e.expires_at(),
-                    meta: e.meta,
+                    meta: e.meta(),
                 }),
                 // A small list's clone copies its one buffer (at most ~8 KiB); a large list's
                 // shares its packs (see `crate::list`).
@@ -670,7 +683,7 @@ impl Shard {
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
         self.expire_if_needed(key, now_ms);
         let entry = self.map.get_mut(key)?;
-        entry.atime = access_tick(now_ms);
+        entry.touch(now_ms);
         Some(entry)
     }
 
@@ -701,20 +714,30 @@ impl Shard {
         }
     }
 
-    /// The live entry for `key` as a memcached read sees it, with its meta state *before* this
-    /// read; `bump` marks it fetched and accessed now (meta `u` skips that). One hash lookup.
-    pub fn fetch(&mut self, key: &[u8], now_ms: u64, bump: bool) -> Option<(&Entry, ItemMeta)> {
+    /// The live entry for `key` as a memcached read sees it, with its meta state and its
+    /// seconds since the last access *before* this read; `bump` marks it fetched and accessed
+    /// now (meta `u` skips that). One hash lookup.
+    pub fn fetch(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        bump: bool,
+    ) -> Option<(&Entry, ItemMeta, u64)> {
         if self.map.get(key)?.is_expired(now_ms) {
             self.expire_if_needed(key, now_ms);
             return None;
         }
         let entry = self.map.get_mut(key)?;
-        let before = entry.meta;
+        let before = entry.meta();
+        let idle_s = u64::from(entry.idle_ticks(now_ms)) / 100;
         if bump {
-            entry.meta.bits |= ItemMeta::FETCHED;
-            entry.meta.last_access_s = (now_ms / 1000) as u32;
+            entry.set_meta(ItemMeta {
+                bits: before.bits | ItemMeta::FETCHED,
+                ..before
+            });
+            entry.touch(now_ms);
         }
-        Some((&*entry, before))
+        Some((&*entry, before, idle_s))
     }
 
     /// Version of `key` for WATCH: 0 when absent or expired.
@@ -740,7 +763,7 @@ impl Shard {
                 let result = f(&mut entry.value);
                 let after = entry.value.mem_size();
                 entry.version = version;
-                entry.atime = access_tick(now_ms);
+                entry.touch(now_ms);
                 self.used_bytes = self.used_bytes + after - before;
                 (result, entry.value.is_empty_collection())
             }
@@ -791,7 +814,7 @@ impl Shard {
         let result = f(&mut entry.value);
         let after = entry.value.mem_size();
         entry.version = version;
-        entry.atime = access_tick(now_ms);
+        entry.touch(now_ms);
         let empty = entry.value.is_empty_collection();
         self.next_version = version;
         self.used_bytes = self.used_bytes + after - before;
@@ -810,7 +833,7 @@ impl Shard {
         expires_at: Option<u64>,
         now_ms: u64,
     ) -> Option<Entry> {
-        self.set_with_meta(key, value, expires_at, ItemMeta::fresh(now_ms), now_ms)
+        self.set_with_meta(key, value, expires_at, ItemMeta::default(), now_ms)
     }
 
     /// [`Shard::set`] with memcached client flags and meta state (one hash lookup).
@@ -863,10 +886,10 @@ impl Shard {
     /// memcached state and last access go with it; it gets a new version of this shard (so a
     /// WATCH of `key` here sees the change). Returns the entry it replaced, if that was live.
     pub fn adopt(&mut self, key: &[u8], entry: Entry, now_ms: u64) -> Option<Entry> {
-        let (atime, expires_at) = (entry.atime, entry.expires_at());
-        let old = self.set_with_meta(key, entry.value, expires_at, entry.meta, now_ms);
+        let (stamp, expires_at, meta) = (entry.stamp, entry.expires_at(), entry.meta());
+        let old = self.set_with_meta(key, entry.value, expires_at, meta, now_ms);
         if let Some(adopted) = self.map.get_mut(key) {
-            adopted.atime = atime;
+            adopted.stamp = stamp;
         }
         old
     }
@@ -885,17 +908,28 @@ impl Shard {
         self.preserve(key);
         match self.map.get_mut(key) {
             Some(e) => {
-                e.atime = access_tick(now_ms.saturating_sub(idle_ms));
+                e.touch(now_ms.saturating_sub(idle_ms));
                 true
             }
             None => false,
         }
     }
 
-    pub fn meta_mut(&mut self, key: &[u8], now_ms: u64) -> Option<&mut ItemMeta> {
+    pub fn update_meta(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        change: impl FnOnce(&mut ItemMeta),
+    ) -> bool {
         self.expire_if_needed(key, now_ms);
         self.preserve(key);
-        self.map.get_mut(key).map(|e| &mut e.meta)
+        let Some(entry) = self.map.get_mut(key) else {
+            return false;
+        };
+        let mut meta = entry.meta();
+        change(&mut meta);
+        entry.set_meta(meta);
+        true
     }
 
     /// Give a live key a new version (memcached: a new CAS value), `explicit` when the client

@@ -63,7 +63,7 @@ fn getlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             Frame::Integer(i64::from(stale)),
         ])
     };
-    if let Some((entry, before)) = shard.fetch(&key, now, true) {
+    if let Some((entry, before, _)) = shard.fetch(&key, now, true) {
         let Value::Str(value) = &entry.value else {
             return Err(CmdError::WrongType);
         };
@@ -72,9 +72,7 @@ fn getlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let lease_out = before.has(ItemMeta::WIN_SENT);
         ctx.lookup(true);
         if stale && !lease_out {
-            if let Some(m) = shard.meta_mut(&key, now) {
-                m.bits |= ItemMeta::WIN_SENT;
-            }
+            shard.update_meta(&key, now, |m| m.bits |= ItemMeta::WIN_SENT);
             return Ok(reply(Some(value), Some(version), true));
         }
         if lease_out && !stale && value.is_empty() {
@@ -89,7 +87,6 @@ fn getlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let expires_at = Some(now + lease_ms);
     let meta = ItemMeta {
-        last_access_s: (now / 1000) as u32,
         bits: ItemMeta::WIN_SENT,
         ..ItemMeta::default()
     };
@@ -130,7 +127,6 @@ fn setlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let expires_at = ttl_ms.map(|ms| now + ms);
     let meta = ItemMeta {
-        last_access_s: (now / 1000) as u32,
         ..ItemMeta::default()
     };
     shard.set_with_meta(&key, Value::string(value.clone()), expires_at, meta, now);

@@ -53,7 +53,6 @@ impl<'a> Session<'a> {
                     // A 0-byte stub; its lease is handed to this request below.
                     let expires_at = viv.expires_at(now);
                     let meta = ItemMeta {
-                        last_access_s: (now / 1000) as u32,
                         bits: ItemMeta::WIN_SENT,
                         ..ItemMeta::default()
                     };
@@ -69,6 +68,7 @@ impl<'a> Session<'a> {
                         cas,
                         expires_at,
                         meta: ItemMeta { bits: 0, ..meta },
+                        idle_s: 0,
                     }
                 }
             };
@@ -90,9 +90,7 @@ impl<'a> Session<'a> {
                 won = true;
             }
             if won && !created {
-                if let Some(m) = shard.meta_mut(key, now) {
-                    m.bits |= ItemMeta::WIN_SENT;
-                }
+                shard.update_meta(key, now, |m| m.bits |= ItemMeta::WIN_SENT);
             }
             (Some((item, created, won)), effects)
         };
@@ -129,11 +127,7 @@ impl<'a> Session<'a> {
                 b't' => reply::flag_num(out, b't', ttl_secs(item.expires_at, now)),
                 b'c' => reply::flag_num(out, b'c', item.cas),
                 b'f' => reply::flag_num(out, b'f', item.meta.client_flags),
-                b'l' => reply::flag_num(
-                    out,
-                    b'l',
-                    (now / 1000).saturating_sub(u64::from(item.meta.last_access_s)),
-                ),
+                b'l' => reply::flag_num(out, b'l', item.idle_s),
                 b'h' => reply::flag_num(out, b'h', u8::from(item.meta.has(ItemMeta::FETCHED))),
                 b'O' => reply::flag_bytes(out, b'O', f.opaque.as_deref().unwrap_or_default()),
                 b'k' => reply::flag_key(out, key, f.base64),
@@ -235,7 +229,6 @@ impl<'a> Session<'a> {
             let (value, mut meta, mut expires_at) = if f.remove_value {
                 let meta = ItemMeta {
                     client_flags: f.client_flags.unwrap_or(0),
-                    last_access_s: (now / 1000) as u32,
                     bits: 0,
                 };
                 (Bytes::new(), meta, ttl.and_then(|t| t.expires_at(now)))
@@ -367,7 +360,7 @@ impl<'a> Session<'a> {
         let line = format!(
             " exp={} la={} cas={} fetch={} cls=1 size={}\r\n",
             ttl_secs(item.expires_at, now),
-            (now / 1000).saturating_sub(u64::from(item.meta.last_access_s)),
+            item.idle_s,
             item.cas,
             if item.meta.has(ItemMeta::FETCHED) {
                 "yes"

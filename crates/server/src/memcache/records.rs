@@ -39,7 +39,6 @@ fn mcstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let bits = u8::try_from(num(&args[5])?).map_err(|_| CmdError::NotInteger)?;
     let meta = ItemMeta {
         client_flags,
-        last_access_s: (ctx.now_ms / 1000) as u32,
         bits: bits & ItemMeta::PERSISTED_BITS,
     };
     let now = ctx.now_ms;

@@ -84,18 +84,21 @@ pub(super) struct Item {
     pub(super) cas: u64,
     pub(super) expires_at: Option<u64>,
     pub(super) meta: ItemMeta,
+    /// Seconds since the last store or fetch, before this read (meta `l`, `la`).
+    pub(super) idle_s: u64,
 }
 
 /// The live *string* entry for `key` (another type is a miss for memcached), marking it fetched
 /// when `bump`. Returns the meta state from before this read.
 pub(super) fn fetch(shard: &mut Shard, key: &[u8], now_ms: u64, bump: bool) -> Option<Item> {
-    let (entry, before) = shard.fetch(key, now_ms, bump)?;
+    let (entry, before, idle_s) = shard.fetch(key, now_ms, bump)?;
     match &entry.value {
         Value::Str(v) => Some(Item {
             value: v.to_bytes(),
             cas: entry.version(),
             expires_at: entry.expires_at(),
             meta: before,
+            idle_s,
         }),
         _ => None,
     }
@@ -367,7 +370,6 @@ impl<'a> Session<'a> {
                     }
                     let meta = ItemMeta {
                         client_flags: flags,
-                        last_access_s: (now / 1000) as u32,
                         bits,
                     };
                     shard.set_with_meta(key, Value::string(value.clone()), expires_at, meta, now);
@@ -415,7 +417,6 @@ impl<'a> Session<'a> {
                 let value = Bytes::from(initial.to_string());
                 let expires_at = expiry.expires_at(now);
                 let meta = ItemMeta {
-                    last_access_s: (now / 1000) as u32,
                     ..ItemMeta::default()
                 };
                 shard.set_with_meta(key, Value::string(value.clone()), expires_at, meta, now);
@@ -446,10 +447,7 @@ impl<'a> Session<'a> {
                 Some(e) => e.expires_at(now),
                 None => item.expires_at,
             };
-            let meta = ItemMeta {
-                last_access_s: (now / 1000) as u32,
-                ..item.meta
-            };
+            let meta = ItemMeta { ..item.meta };
             shard.set_with_meta(key, Value::string(text.clone()), expires_at, meta, now);
             let cas = shard.last_version();
             (

@@ -888,7 +888,6 @@ mod tests {
         let l = ListValue::from_items((0..2000).map(|i| format!("element {i} of a list")));
         let meta = ItemMeta {
             client_flags: 7,
-            last_access_s: 0,
             bits: ItemMeta::STALE,
         };
         let mut shard = Shard::new();
@@ -1064,7 +1063,6 @@ mod tests {
         let mut shard = Shard::new();
         let meta = ItemMeta {
             client_flags: 0xdead_beef,
-            last_access_s: 0,
             bits: ItemMeta::STALE,
         };
         shard.set_with_meta(b"m", Value::string(Bytes::from("v")), Some(5), meta, 0);
@@ -1128,7 +1126,6 @@ mod tests {
         };
         let meta = ItemMeta {
             client_flags: 9,
-            last_access_s: 0,
             bits: ItemMeta::STALE,
         };
         let mut shard = Shard::new();
