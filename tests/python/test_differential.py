@@ -758,6 +758,27 @@ def test_large_collections_answer_like_redis(gradus, redis_server):
         theirs.close()
 
 
+def test_config_set_save_answers_like_redis(gradus, redis_server):
+    """`CONFIG SET save` (test harnesses and container images send `save ""`) is accepted,
+    checked and reported as redis-server does it, errors included; it had been refused as
+    immutable."""
+    ours = RawConnection(gradus.host, gradus.port, timeout=10)
+    theirs = RawConnection(redis_server.host, redis_server.port, timeout=10)
+    cases = [["CONFIG", "SET", "save", ""], ["CONFIG", "GET", "save"],
+             ["CONFIG", "SET", "save", "3600 1 300 100 60 10000"], ["CONFIG", "GET", "save"],
+             ["CONFIG", "SET", "save", "3600"], ["CONFIG", "SET", "save", "a 1"],
+             ["CONFIG", "SET", "save", "-1 5"], ["CONFIG", "SET", "save", "0 0"],
+             ["CONFIG", "SET", "save", "10 -1"], ["CONFIG", "SET", "save", "060 +5"],
+             ["CONFIG", "GET", "save"], ["CONFIG", "SET", "save", ""], ["CONFIG", "GET", "save"]]
+    try:
+        for cmd in cases:
+            expected, actual = theirs.call(*cmd), ours.call(*cmd)
+            assert actual == expected, f"{cmd}:\n  redis:  {expected!r}\n  gradus: {actual!r}"
+    finally:
+        ours.close()
+        theirs.close()
+
+
 def test_encoding_knobs_answer_like_redis(gradus, redis_server):
     """Redis' encoding knobs and their old *-ziplist-* names: CONFIG GET and CONFIG SET give the
     same replies as redis-server, errors included (only the zset ones change how values are kept:

@@ -63,6 +63,8 @@ pub struct Config {
     /// Redis' users file (ACL users, `ACL SAVE`/`ACL LOAD`); empty: none.
     pub aclfile: String,
     pub hll_sparse_max_bytes: usize,
+    /// Redis' RDB save points (`save`): accepted and reported, no effect here.
+    pub save: String,
     pub list_max_listpack_size: i64,
     pub list_compress_depth: u64,
     pub set_max_intset_entries: u64,
@@ -309,6 +311,7 @@ impl Config {
             tls_replication: false,
             aclfile: String::new(),
             hll_sparse_max_bytes: 0,
+            save: String::new(),
             list_max_listpack_size: 0,
             list_compress_depth: 0,
             set_max_intset_entries: 0,

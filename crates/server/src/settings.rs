@@ -632,6 +632,10 @@ pub static SETTINGS: &[Setting] = &[
     Setting { name: "hll-sparse-max-bytes", section: Section::Top, key: "hll-sparse-max-bytes", kind: Kind::Size { min: 0, max: UNBOUNDED }, default: "3000",
         flag: None, live: live_usize!(hll_sparse_max_bytes), field: field!(hll_sparse_max_bytes),
         doc: "A HyperLogLog stays in the sparse encoding while it is at most this many bytes (header included), then becomes dense (as Redis)." },
+    Setting { name: "save", section: Section::Top, key: "save", kind: Kind::Custom(normalize_save), default: "",
+        flag: None, field: field!(save),
+        live: Some(Live { get: |l| Value::Text(l.save.lock().clone()), set: |l, v| *l.save.lock() = v.text(), apply: None }),
+        doc: "Redis' RDB save points (seconds and changes, repeated; empty: none), checked as Redis checks them; accepted and reported, no effect here: snapshots follow the log (snapshot-* settings)." },
     Setting { name: "list-max-listpack-size", section: Section::Top, key: "list-max-listpack-size", kind: Kind::Signed { min: i32::MIN as i64, max: i32::MAX as i64 }, default: "-2",
         flag: None, live: live_i64!(list_max_listpack_size), field: field!(list_max_listpack_size),
         doc: "Redis' list encoding knob (Redis: entries or, negative, kilobytes per list node); accepted and reported, no effect here." },
@@ -767,6 +771,27 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Store snapshot values of 64 bytes or more LZ4-compressed when that saves at least an eighth (as rdbcompression)." },
 ];
 
+/// The canonical form of a `save` value (pairs of seconds ≥ 1 and changes ≥ 0, or empty), or
+/// Redis' error (`setConfigSaveOption`).
+fn normalize_save(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Ok(String::new());
+    }
+    let invalid = || "Invalid save parameters".to_string();
+    let numbers = text
+        .split(' ')
+        .map(|word| word.parse::<i64>().map_err(|_| invalid()))
+        .collect::<Result<Vec<_>, _>>()?;
+    if numbers.len() % 2 == 1 || numbers.chunks(2).any(|pair| pair[0] < 1 || pair[1] < 0) {
+        return Err(invalid());
+    }
+    Ok(numbers
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(" "))
+}
+
 /// The canonical form of a `client-output-buffer-limit` value (sizes in bytes), or Redis' error.
 fn normalize_output_limits(text: &str) -> Result<String, String> {
     let classes = crate::pubsub::parse_output_limits(text)?;
@@ -808,7 +833,6 @@ pub type Reported = fn(&Shared) -> String;
 /// describe what this server does and cannot be set.
 #[rustfmt::skip]
 pub static REPORTED: &[(&str, Reported)] = &[
-    ("save", |_| String::new()),
     ("appendonly", |s| if s.persist.log.get().is_some() { "yes".into() } else { "no".into() }),
     // The default degree in Redis' terms, for tools that check it: `strict` fsyncs before the
     // reply (always), `background` within 10 ms (closest: everysec), `lazy` leaves it to the OS.

@@ -83,6 +83,8 @@ pub struct LiveSettings {
     pub tls_replication: std::sync::atomic::AtomicBool,
     /// Redis' encoding knobs (reported by CONFIG GET; only the `zset-*` ones change how values are
     /// kept: see `command::zsets::zset_limits`).
+    /// Redis' `save` points, as CONFIG SET left them (no effect here).
+    pub save: Mutex<String>,
     pub list_max_listpack_size: AtomicI64,
     pub list_compress_depth: AtomicU64,
     pub set_max_intset_entries: AtomicU64,
@@ -201,6 +203,7 @@ impl Shared {
             tls_auth_clients: Mutex::new(String::new()),
             tls_protocols: Mutex::new(Vec::new()),
             tls_replication: std::sync::atomic::AtomicBool::new(false),
+            save: Mutex::new(String::new()),
             list_max_listpack_size: AtomicI64::new(0),
             list_compress_depth: AtomicU64::new(0),
             set_max_intset_entries: AtomicU64::new(0),
