@@ -280,6 +280,23 @@ def test_blmove_chains_wake_the_clients_blocked_on_the_destination(gradus, r2):
     assert r2.exists("a", "b") == 0
 
 
+@pytest.mark.parametrize("command", [("BRPOPLPUSH", "src", "dst", 0),
+                                     ("BLMOVE", "src", "dst", "RIGHT", "LEFT", 0)])
+def test_a_blocked_move_into_a_key_of_another_type_is_answered_wrongtype(gradus, r2, command):
+    """Redis re-runs a woken BLMOVE/BRPOPLPUSH: when its destination holds another type the
+    client gets WRONGTYPE and is unblocked, and the source keeps its elements in order (Redis'
+    own list.tcl "BRPOPLPUSH with wrong destination type"). Gradus left the client blocked."""
+    r2.set("dst", "not a list")
+    (w,) = _start_in_order(gradus, r2, [command])
+    r2.rpush("src", "a", "b", "c")
+    w.join(5)
+    assert not w.is_alive(), "the client was left blocked"
+    assert w.error is not None and w.error.startswith("WRONGTYPE"), (w.result, w.error)
+    assert _blocked_count(r2) == 0
+    assert r2.lrange("src", 0, -1) == [b"a", b"b", b"c"]
+    assert r2.get("dst") == b"not a list"
+
+
 def test_brpoplpush_and_blmpop_reply_in_redis_shapes(gradus, r2, r3):
     assert r2.brpoplpush("src", "dst", 0.05) is None
     assert r2.execute_command("BLMPOP", 0.05, 1, "src", "LEFT") is None

@@ -27,6 +27,7 @@ use crate::command::{table, CommandSpec};
 use crate::state::Shared;
 use bytes::Bytes;
 use gradus_proto::{Frame, ProtocolVersion};
+use gradus_store::ValueKind;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -119,6 +120,15 @@ impl Op {
                 ]))
             }
             _ => None,
+        }
+    }
+
+    /// The type a key must hold to serve this waiter (Redis serves a blocked client only from a
+    /// key of the type it blocked for: a key of another type leaves it blocked).
+    fn wants(&self) -> ValueKind {
+        match self {
+            Op::Pop { .. } | Op::Move { .. } | Op::MPop { .. } => ValueKind::List,
+            Op::ZPop { .. } | Op::ZMPop { .. } => ValueKind::ZSet,
         }
     }
 
@@ -316,9 +326,28 @@ pub fn serve(shared: &Shared, ready: Vec<(usize, Bytes)>) {
             };
             let mut client = waiter.client_state();
             let now = gradus_store::now_ms();
+            let holds = |shared: &Shared| {
+                shared
+                    .store
+                    .db(waiter.db)
+                    .is_some_and(|ks| ks.lock(&key).live_kind(&key, now) == Some(waiter.op.wants()))
+            };
+            if !holds(shared) {
+                // Emptied, or of another type: it stays in its place.
+                *waiter.state.lock() = State::Waiting;
+                break;
+            }
             let done = crate::dispatch::run_write(shared, &mut client, spec, args, now);
-            let Some(reply) = waiter.op.reply(&key, done) else {
-                // Nothing to take after all (emptied, or of another type): it stays in its place.
+            let reply = match done {
+                // The key was of the right type, so the error is the command's own (BLMOVE
+                // into a key of another type: WRONGTYPE), and Redis' re-run of the blocked
+                // command replies with it and unblocks the client. Regression:
+                // `test_a_blocked_move_into_a_key_of_another_type_is_answered_wrongtype`.
+                Frame::Error(_) if holds(shared) => Some(done),
+                done => waiter.op.reply(&key, done),
+            };
+            let Some(reply) = reply else {
+                // Nothing to take after all: it stays in its place.
                 *waiter.state.lock() = State::Waiting;
                 break;
             };

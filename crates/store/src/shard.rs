@@ -17,7 +17,7 @@ use crate::list::ListValue;
 use crate::set::SetValue;
 use crate::string::StrValue;
 use crate::table::{alloc_class, key_of, EntryMap, Node};
-use crate::value::{HashValue, Value};
+use crate::value::{HashValue, Value, ValueKind};
 use crate::zset::ZSetValue;
 use bytes::Bytes;
 use hashbrown::HashMap;
@@ -1048,6 +1048,14 @@ impl Shard {
     /// The underlying map, for cursor scans (callers must skip expired entries themselves).
     pub fn map(&self) -> &EntryMap {
         &self.map
+    }
+
+    /// The type of the live value at `key`, if any (read-only: counts no access, reclaims nothing).
+    pub fn live_kind(&self, key: &[u8], now_ms: u64) -> Option<ValueKind> {
+        self.map
+            .get(key)
+            .filter(|e| !e.is_expired(now_ms))
+            .map(|e| e.value.kind())
     }
 
     /// True when a live entry exists for `key` (read-only: does not reclaim).
