@@ -69,6 +69,24 @@ impl LongDouble {
 
     /// The text `ld2string(LD_STR_HUMAN)` produces: `%.17Lf`, trailing zeros and a bare `.`
     /// removed, `-0` printed as `0`.
+    /// The nearest `f64` (infinite past its range, zero below it).
+    pub fn to_f64(self) -> f64 {
+        let magnitude = if self.mant == 0 {
+            0.0
+        } else {
+            // Split the scaling so an exponent near f64's limits neither overflows nor
+            // underflows early.
+            let half = (self.exp.clamp(-2200, 2200) / 2) as i32;
+            let rest = (self.exp.clamp(-2200, 2200) as i32) - half;
+            self.mant as f64 * 2f64.powi(half) * 2f64.powi(rest)
+        };
+        if self.negative {
+            -magnitude
+        } else {
+            magnitude
+        }
+    }
+
     pub fn to_human_string(self) -> String {
         if self.mant == 0 {
             return "0".to_owned();

@@ -37,23 +37,31 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("bzmpop", -5, B, NO_KEYS, "sorted-set", "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzmpop).with_numkeys(2),
 ];
 
-/// A blocking command's timeout: `None` waits forever (0). Redis' texts and rules: seconds as a
-/// float, negative refused, and one too large for milliseconds is reported as negative (as
-/// Redis' overflow does).
+/// A blocking command's timeout: `None` waits forever (0). Redis 7.2's rules and texts
+/// (`getTimeoutFromObjectOrReply`): seconds parsed as `strtold` does (decimal, hexadecimal,
+/// `inf`), milliseconds rounded up; too large for milliseconds, or for the deadline, is "out of
+/// range", below zero "negative".
 fn timeout(arg: &[u8]) -> Result<Option<std::time::Duration>, CmdError> {
-    let secs: f64 = std::str::from_utf8(arg)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .filter(|s: &f64| !s.is_nan())
-        .ok_or_else(|| CmdError::err("timeout is not a float or out of range"))?;
+    use crate::long_double::{parse, Parsed};
+    let secs = match parse(arg) {
+        None => return Err(CmdError::err("timeout is not a float or out of range")),
+        Some(Parsed::Infinite) if arg.starts_with(b"-") => f64::NEG_INFINITY,
+        Some(Parsed::Infinite) => f64::INFINITY,
+        Some(Parsed::Finite(v)) => v.to_f64(),
+    };
     let millis = secs * 1000.0;
-    if secs < 0.0 || millis >= i64::MAX as f64 {
-        return Err(CmdError::err("timeout is negative"));
-    }
-    if !millis.is_finite() {
+    if millis > i64::MAX as f64 {
         return Err(CmdError::err("timeout is out of range"));
     }
-    Ok((millis > 0.0).then(|| std::time::Duration::from_secs_f64(secs)))
+    let millis = millis.ceil();
+    if millis < 0.0 {
+        return Err(CmdError::err("timeout is negative"));
+    }
+    let millis = millis as u64;
+    if millis > (i64::MAX as u64).saturating_sub(gradus_store::now_ms()) {
+        return Err(CmdError::err("timeout is out of range"));
+    }
+    Ok((millis > 0).then(|| std::time::Duration::from_millis(millis)))
 }
 
 /// Run `op` on the first of `keys` that holds something: its reply, or None when none does.
@@ -265,10 +273,21 @@ mod tests {
         let text = |arg: &[u8]| timeout(arg).unwrap_err().to_string();
         assert_eq!(text(b"-1"), "ERR timeout is negative");
         assert_eq!(text(b"abc"), "ERR timeout is not a float or out of range");
+        // Redis 7.2 (7.0 reported an overflow as negative); Redis' own list.tcl sends the hex.
+        assert_eq!(text(b"1e20"), "ERR timeout is out of range");
+        assert_eq!(text(b"0x7FFFFFFFFFFFFF"), "ERR timeout is out of range");
+        assert_eq!(text(b"inf"), "ERR timeout is out of range");
+        assert_eq!(text(b"-inf"), "ERR timeout is negative");
+        assert_eq!(text(b"nan"), "ERR timeout is not a float or out of range");
+        assert_eq!(text(b" 1"), "ERR timeout is not a float or out of range");
         assert_eq!(
-            text(b"1e20"),
-            "ERR timeout is negative",
-            "as Redis' overflow reports it"
+            timeout(b"0x1p-1").unwrap(),
+            Some(std::time::Duration::from_millis(500))
+        );
+        // Milliseconds are rounded up, as Redis' ceill.
+        assert_eq!(
+            timeout(b"0.0001").unwrap(),
+            Some(std::time::Duration::from_millis(1))
         );
     }
 
