@@ -186,3 +186,37 @@ def test_transparent_huge_pages_are_off_unless_disable_thp_is_no(gradus_factory,
     kept = gradus_factory("--config", str(config), name="gradus-thp")
     assert redis_client(kept, 2).config_get("disable-thp") == {"disable-thp": "no"}
     assert _thp_enabled(kept) == 1
+
+
+def test_a_command_queued_over_maxmemory_is_refused_and_exec_aborts(gradus, redis_server):
+    """Over maxmemory, a command sent inside MULTI is refused with OOM when queued (whatever the
+    command: a queue would grow memory without bound) and EXEC then aborts; DISCARD, EXEC and
+    CONFIG SET still work (Redis' `processCommand`; its multi.tcl "EXEC fails if there are errors
+    while queueing commands #2" and "DISCARD should not fail during OOM"). Gradus queued them and
+    ran the transaction. Compared with redis-server reply for reply."""
+    from resp import Err, RawConnection
+
+    def run(server):
+        admin = RawConnection(server.host, server.port, timeout=10)
+        c = RawConnection(server.host, server.port, timeout=10)
+        replies = []
+        try:
+            for conn, cmd in [
+                (c, ["MULTI"]), (c, ["SET", "foo1", "bar1"]),
+                (admin, ["CONFIG", "SET", "maxmemory", "1"]),
+                (c, ["LPUSH", "mylist", "v"]), (c, ["GET", "foo1"]),
+                (admin, ["CONFIG", "SET", "maxmemory", "0"]),
+                (c, ["SET", "foo2", "bar2"]), (c, ["EXEC"]), (c, ["EXISTS", "foo1", "foo2", "mylist"]),
+                (admin, ["CONFIG", "SET", "maxmemory", "1"]),
+                (c, ["MULTI"]), (c, ["SET", "x", "1"]), (c, ["DISCARD"]), (c, ["PING", "after"]),
+                (admin, ["CONFIG", "SET", "maxmemory", "0"]),
+            ]:
+                replies.append(conn.call(*cmd))
+        finally:
+            admin.close()
+            c.close()
+        return replies
+
+    ours, theirs = run(gradus), run(redis_server)
+    assert ours == theirs, f"\n  redis:  {theirs!r}\n  gradus: {ours!r}"
+    assert ours[3] == Err(b"OOM command not allowed when used memory > 'maxmemory'."), ours

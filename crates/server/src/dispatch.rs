@@ -99,6 +99,19 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
                 multi.dirty = true;
                 return CmdError::err("Command not allowed inside a transaction").to_frame();
             }
+            // Over maxmemory (after what eviction can free), a queued command is refused with
+            // OOM and the transaction fails at EXEC, whatever the command: queueing would grow
+            // memory without bound (Redis' `processCommand`). Regression:
+            // `test_a_command_queued_over_maxmemory_is_refused_and_exec_aborts`.
+            if let Err(e) = crate::quota::make_room_in_server(shared, client, now_ms) {
+                if let Some(multi) = client.multi.as_mut() {
+                    multi.dirty = true;
+                }
+                return CmdError::from(e).to_frame();
+            }
+            let Some(multi) = client.multi.as_mut() else {
+                unreachable!("checked above");
+            };
             // Redis' `argv_len_sums`: the arguments' bytes and a pointer for each.
             let mem = crate::client::ConnectionMemory::argv_len(&args)
                 + args.len() * std::mem::size_of::<usize>();

@@ -83,7 +83,7 @@ fn maxmemory_may_evict(shared: &Shared, k: usize) -> bool {
 }
 
 /// Make room under `maxmemory` (see the module docs).
-fn make_room_in_server(
+pub(crate) fn make_room_in_server(
     shared: &Shared,
     client: &mut ClientState,
     now_ms: u64,
