@@ -169,3 +169,18 @@ def test_object_reads_do_not_count_as_access(gradus):
         assert r.object("encoding", "idle") == b"listpack"
     finally:
         r.close()
+
+
+def test_ttl_type_and_exists_leave_the_last_access_time_alone(r2):
+    """TTL, PTTL, EXPIRETIME, PEXPIRETIME, TYPE and EXISTS look at a key without counting an
+    access (Redis' LOOKUP_NOTOUCH; its introspection-2.tcl): LRU eviction and OBJECT IDLETIME
+    must not take them for use. GET does count. Gradus counted all of them."""
+    r2.set("k", "v")
+    payload = r2.dump("k")
+    r2.restore("k", 0, payload, replace=True, idletime=1000)
+    assert r2.object("idletime", "k") >= 1000
+    r2.ttl("k"), r2.pttl("k"), r2.expiretime("k"), r2.pexpiretime("k")
+    r2.type("k"), r2.exists("k")
+    assert r2.object("idletime", "k") >= 1000
+    r2.get("k")
+    assert r2.object("idletime", "k") < 5

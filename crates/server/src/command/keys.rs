@@ -56,7 +56,7 @@ fn exists(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut lock = db.lock_keys(keys.iter().map(|k| k.as_ref()));
     let found = keys
         .iter()
-        .filter(|k| lock.shard(k).get(k, ctx.now_ms).is_some())
+        .filter(|k| lock.shard(k).peek(k, ctx.now_ms).is_some())
         .count();
     Ok(Frame::Integer(found as i64))
 }
@@ -66,7 +66,7 @@ fn key_type(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let kind = ctx
         .db()
         .lock(key)
-        .get(key, ctx.now_ms)
+        .peek(key, ctx.now_ms)
         .map(|e| e.value.kind().name());
     Ok(Frame::Simple(kind.unwrap_or("none").into()))
 }
@@ -268,9 +268,11 @@ fn pexpireat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     expire_generic(ctx, args, ExpireUnit::Millis, true)
 }
 
-/// The TTL state of `key`: Err(-2) absent, Err(-1) no TTL, Ok(deadline ms).
+/// The TTL state of `key`: Err(-2) absent, Err(-1) no TTL, Ok(deadline ms). Like EXISTS and
+/// TYPE it leaves the key's last access as it was (Redis' `LOOKUP_NOTOUCH`; regression:
+/// `test_ttl_type_and_exists_leave_the_last_access_time_alone`).
 fn deadline(ctx: &Ctx<'_>, key: &[u8]) -> Result<u64, i64> {
-    match ctx.db().lock(key).get(key, ctx.now_ms) {
+    match ctx.db().lock(key).peek(key, ctx.now_ms) {
         None => Err(-2),
         Some(e) => e.expires_at().ok_or(-1),
     }
