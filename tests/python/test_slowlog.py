@@ -223,3 +223,37 @@ def test_a_tenants_user_sees_only_its_own_slow_entries_and_clients(gradus_factor
     with pytest.raises(Exception, match="NOPERM|permission"):
         alpha.execute_command("LATENCY", "LATEST")
     assert "cmdstat_" not in info_text(alpha, "commandstats")
+
+
+def test_a_blocking_command_is_in_the_slow_log_only_once_unblocked(gradus):
+    """A BLPOP that blocks is neither slow-logged nor counted in commandstats while it waits;
+    once served it is, with its own arguments (Redis 7.2 counts a blocked command when it is
+    unblocked; its slowlog.tcl "blocking command is reported only after unblocked"). Gradus
+    logged it when it blocked."""
+    import threading
+    import time
+
+    r = redis_client(gradus, 2, single_connection_client=True)
+    waiter = redis_client(gradus, 2)
+    r.config_set("slowlog-log-slower-than", 0)
+    r.execute_command("CONFIG", "RESETSTAT")
+    r.slowlog_reset()
+    result = {}
+    t = threading.Thread(target=lambda: result.update(v=waiter.execute_command("BLPOP", "l", 0)))
+    t.start()
+    deadline = time.monotonic() + 5
+    while int(r.info("clients")["blocked_clients"]) < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    logged = [e[3] for e in raw_slowlog(r, -1)]
+    assert not any(args and args[0].lower() == b"blpop" for args in logged), logged
+    # Redis 7.2 counts it in commandstats only once unblocked (7.0, GRADUS_TARGET=redis here,
+    # counted it at once).
+    redis_70 = target_is_redis()
+    assert redis_70 or "cmdstat_blpop" not in info_text(r, "commandstats")
+    r.lpush("l", "foo")
+    t.join(5)
+    assert list(result["v"]) == [b"l", b"foo"]
+    assert raw_slowlog(r, 1)[0][3] == [b"BLPOP", b"l", b"0"]
+    assert "cmdstat_blpop:calls=1," in info_text(r, "commandstats")
+    r.config_set("slowlog-log-slower-than", 10000)

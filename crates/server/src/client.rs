@@ -147,6 +147,14 @@ pub struct ClientState {
     pub strict_lsn: u64,
     /// A reply the running command deferred (see [`Deferred`]); the connection completes it.
     pub deferred: Option<Deferred>,
+    /// The command whose reply is [`ClientState::deferred`], its arguments and its running
+    /// time so far: counted in commandstats and the slow log once its reply is made, as Redis
+    /// counts a blocked command when it is unblocked (see `dispatch::run_observed`).
+    pub deferred_observation: Option<(
+        &'static crate::command::CommandSpec,
+        Vec<Bytes>,
+        std::time::Duration,
+    )>,
     pub counters: LocalCounters,
     /// The record of the write transaction this connection has open (see
     /// `persist::write`): writes run inside EXEC or a script, and commands that log their own
@@ -222,6 +230,7 @@ impl ClientState {
             last_write_lsn: 0,
             strict_lsn: 0,
             deferred: None,
+            deferred_observation: None,
             counters: LocalCounters::default(),
             record: None,
             ready_keys: Vec::new(),

@@ -103,6 +103,7 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                             reply = work.complete(shared.clone(), &mut client) => reply,
                             _ = peer_closed(stream.tcp()) => break 'conn,
                         };
+                        crate::dispatch::finish_deferred(&shared, &mut client, &reply);
                         encode(&reply, client.resp, &mut wbuf);
                         for msg in client.after_reply.drain(..) {
                             wbuf.extend_from_slice(&msg);

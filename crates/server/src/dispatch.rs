@@ -276,15 +276,45 @@ pub fn run_observed(
     } else {
         args
     };
-    let outcome = if reply.is_error() {
+    if client.deferred.is_some() {
+        // It blocked (or waits): counted when its reply is made (see `finish_deferred`), as
+        // Redis counts a blocked command when it is unblocked. Regression:
+        // `test_a_blocking_command_is_in_the_slow_log_only_once_unblocked`.
+        client.deferred_observation = Some((row, args, elapsed));
+        return reply;
+    }
+    shared.observer.finish_command(
+        &shared.live,
+        client,
+        row,
+        &args,
+        elapsed,
+        outcome_of(&reply),
+    );
+    reply
+}
+
+fn outcome_of(reply: &Frame) -> Outcome {
+    if reply.is_error() {
         Outcome::Failed
     } else {
         Outcome::Ok
-    };
-    shared
-        .observer
-        .finish_command(&shared.live, client, row, &args, elapsed, outcome);
-    reply
+    }
+}
+
+/// Count a deferred command (see [`run_observed`]) now that `reply` is its reply: its own
+/// running time, not the time it waited.
+pub fn finish_deferred(shared: &Shared, client: &mut ClientState, reply: &Frame) {
+    if let Some((row, args, elapsed)) = client.deferred_observation.take() {
+        shared.observer.finish_command(
+            &shared.live,
+            client,
+            row,
+            &args,
+            elapsed,
+            outcome_of(reply),
+        );
+    }
 }
 
 /// Client-side caching: a tracking connection's read remembers its keys (default mode; OPTIN

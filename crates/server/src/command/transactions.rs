@@ -143,6 +143,8 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
             },
         ));
         if let Some(work) = txn.client().deferred.take() {
+            // Counted now, as a command in a transaction never waits for others' writes.
+            dispatch::finish_deferred(shared, txn.client(), &Frame::Null);
             late.push((replies.len() - 1, work));
         }
     }
