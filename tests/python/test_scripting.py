@@ -396,3 +396,15 @@ def test_eval_ro_and_script_kill_errors(r2):
         r2.evalsha_ro(r2.script_load("return redis.call('del', KEYS[1])"), 1, "k")
     with pytest.raises(redis.ResponseError, match="No scripts in execution right now."):
         r2.script_kill()
+
+
+def test_a_read_only_script_may_not_publish(r2):
+    """PUBLISH (and every may-replicate command) is a write for a read-only script, EVAL_RO or a
+    `no-writes` shebang: refused, so such a script can run under CLIENT PAUSE WRITE (Redis'
+    pause.tcl "may-replicate commands are rejected in RO scripts"); a plain script may publish."""
+    ro_error = "^Write commands are not allowed from read-only scripts"
+    with pytest.raises(redis.ResponseError, match=ro_error):
+        r2.execute_command("EVAL_RO", "return redis.call('publish','ch','msg')", 0)
+    with pytest.raises(redis.ResponseError, match=ro_error):
+        r2.execute_command("EVAL", "#!lua flags=no-writes\nreturn redis.call('publish','ch','msg')", 0)
+    assert r2.execute_command("EVAL", "return redis.call('publish','ch','msg')", 0) == 0

@@ -481,7 +481,10 @@ impl ScriptRun<'_> {
         if !allowed_in_script(spec) {
             return CmdError::err("This Redis command is not allowed from script").to_frame();
         }
-        if self.read_only && spec.has(flags::WRITE) {
+        // A may-replicate command (PUBLISH, PFCOUNT) counts as a write here, as in Redis 7.2's
+        // `scriptVerifyWriteCommandAllow`: a read-only script may then run under CLIENT PAUSE
+        // WRITE. Regression: `test_a_read_only_script_may_not_publish`.
+        if self.read_only && spec.has(flags::WRITE | flags::MAY_REPLICATE | flags::REPLICATES) {
             return CmdError::err("Write commands are not allowed from read-only scripts.")
                 .to_frame();
         }
