@@ -210,3 +210,22 @@ def test_client_pause_on_a_replica_holds_its_primarys_stream(gradus_factory, tmp
     assert client(replica).get("pk") is None
     wait_synced(primary, replica)
     assert client(replica).get("pk") == b"1"
+
+
+def test_a_client_held_by_a_pause_counts_in_blocked_clients(gradus):
+    """A command a CLIENT PAUSE holds back counts in INFO `blocked_clients` until it runs (Redis
+    7.2 blocks it as BLOCKED_POSTPONE; its pause.tcl waits on that count). Gradus counted only
+    clients blocked on keys."""
+    r = redis_client(gradus, 2)
+    writer = redis_client(gradus, 2)
+    assert r.execute_command("CLIENT", "PAUSE", 5000, "WRITE")
+    t = threading.Thread(target=lambda: writer.set("k", "v"))
+    t.start()
+    deadline = time.monotonic() + 5
+    while int(r.info("clients")["blocked_clients"]) != 1:
+        assert time.monotonic() < deadline, r.info("clients")
+        time.sleep(0.01)
+    assert r.execute_command("CLIENT", "UNPAUSE")
+    t.join(5)
+    assert r.get("k") == b"v"
+    assert int(r.info("clients")["blocked_clients"]) == 0

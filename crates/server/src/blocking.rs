@@ -210,6 +210,17 @@ pub struct BlockTable {
     inner: Mutex<Inner>,
     /// How many clients are blocked: writers note ready keys only while it is not zero.
     blocked: AtomicUsize,
+    /// Clients whose command a CLIENT PAUSE holds back (see [`BlockTable::held_by_pause`]).
+    paused: AtomicUsize,
+}
+
+/// A client held back by a pause, counted in `blocked_clients` while it lives.
+pub struct HeldByPause<'a>(&'a AtomicUsize);
+
+impl Drop for HeldByPause<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[derive(Default)]
@@ -248,9 +259,16 @@ impl BlockTable {
         self.blocked.load(Ordering::Acquire) > 0
     }
 
-    /// How many clients are blocked (INFO `blocked_clients`).
+    /// How many clients are blocked (INFO `blocked_clients`): on keys, and held back by a
+    /// pause, which Redis 7.2 counts too (its pause.tcl waits for them there).
     pub fn count(&self) -> usize {
-        self.blocked.load(Ordering::Relaxed)
+        self.blocked.load(Ordering::Relaxed) + self.paused.load(Ordering::Relaxed)
+    }
+
+    /// Count a client held back by a pause until the guard is dropped.
+    pub fn held_by_pause(&self) -> HeldByPause<'_> {
+        self.paused.fetch_add(1, Ordering::Relaxed);
+        HeldByPause(&self.paused)
     }
 
     /// Block `waiter` on its keys. The caller holds the shard locks of those keys and found them

@@ -75,6 +75,7 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                         if !flush(&shared, &mut stream, &mut wbuf, &mut client).await {
                             break 'conn;
                         }
+                        let _held = shared.blocked.held_by_pause();
                         tokio::select! {
                             _ = shared.pauses.changed() => {}
                             _ = handle.killed() => break 'conn,
