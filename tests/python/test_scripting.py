@@ -408,3 +408,37 @@ def test_a_read_only_script_may_not_publish(r2):
     with pytest.raises(redis.ResponseError, match=ro_error):
         r2.execute_command("EVAL", "#!lua flags=no-writes\nreturn redis.call('publish','ch','msg')", 0)
     assert r2.execute_command("EVAL", "return redis.call('publish','ch','msg')", 0) == 0
+
+
+def test_an_error_escaping_a_script_names_the_script_and_its_line(gradus, redis_server):
+    """An error that leaves a script (raised by redis.call, by error() with a string or an
+    error table, or by Lua itself) ends with `script: <sha>, on @user_script:<line>.`, as Redis
+    7's error handler adds; redis.pcall and error_reply return it unchanged. Gradus left the
+    position off. Compared with redis-server reply for reply."""
+    from resp import RawConnection
+
+    scripts = [
+        "return redis.call('incr','a')",
+        "\n\nreturn redis.call('incr','a')",
+        "return redis.call('nosuch')",
+        "return redis.call('get')",
+        "error({err='MYCODE my message'})",
+        "error('boom')",
+        "local x = nil; return x.y",
+        "error()",
+        "return redis.error_reply('MY err')",
+        "return redis.pcall('nosuch')",
+        "local t = redis.pcall('incr','a'); return {t['err'], t['line'] or 'no line'}",
+    ]
+
+    def run(server):
+        c = RawConnection(server.host, server.port, timeout=10)
+        try:
+            c.call("SET", "a", "not a number")
+            return [c.call("EVAL", body, "0") for body in scripts]
+        finally:
+            c.close()
+
+    ours, theirs = run(gradus), run(redis_server)
+    for body, mine, peer in zip(scripts, ours, theirs):
+        assert mine == peer, f"{body!r}:\n  redis:  {peer!r}\n  gradus: {mine!r}"

@@ -1219,8 +1219,20 @@ fn with_err_prefix(message: &str) -> String {
 fn script_error(value: &Value, sha: &str) -> Frame {
     match value {
         // An error reply raised by redis.call (or returned by error_reply and raised): as is.
+        // An error reply (raised by redis.call, or a table the script raised), or any other
+        // error made into one by `lua_error_handler`: with the script's name and the line that
+        // raised it when known (Redis' `luaCallFunction`).
         Value::Table(t) => match t.get::<Value>("err") {
-            Ok(Value::String(s)) => Frame::Error(one_line(&s.to_string_lossy())),
+            Ok(Value::String(s)) => {
+                let message = one_line(&s.to_string_lossy());
+                match (t.get::<Value>("source"), t.get::<Value>("line")) {
+                    (Ok(Value::String(source)), Ok(Value::Integer(line))) => Frame::Error(format!(
+                        "{message} script: {sha}, on {}:{line}.",
+                        source.to_string_lossy()
+                    )),
+                    _ => Frame::Error(message),
+                }
+            }
             _ => Frame::Error(format!("ERR Error running script script: {sha}")),
         },
         Value::String(s) => Frame::Error(format!(
@@ -1529,6 +1541,9 @@ unsafe extern "C-unwind" fn lua_run(state: *mut ffi::lua_State) -> c_int {
         return 0;
     };
     ffi::lua_settop(state, 4);
+    // [function, env|nil, KEYS, ARGV, handler]
+    ffi::lua_pushcfunction(state, lua_error_handler);
+    let handler = ffi::lua_gettop(state);
     let (keys, argv) = (&*context.keys, &*context.argv);
     let nargs = if ffi::lua_type(state, 2) == ffi::LUA_TTABLE {
         // [function, env, KEYS, ARGV]
@@ -1550,7 +1565,7 @@ unsafe extern "C-unwind" fn lua_run(state: *mut ffi::lua_State) -> c_int {
     };
     let status = {
         let _limit = MemoryLimit::enforce(&*context.lua);
-        ffi::lua_pcall(state, nargs, 1, 0)
+        ffi::lua_pcall(state, nargs, 1, handler)
     };
     if status != 0 {
         // [..., error] → false, error
@@ -1581,6 +1596,48 @@ unsafe extern "C-unwind" fn lua_redis_call(state: *mut ffi::lua_State) -> c_int 
 /// `redis.pcall`: runs the command; its reply, errors included (as `{err=…}`).
 unsafe extern "C-unwind" fn lua_redis_pcall(state: *mut ffi::lua_State) -> c_int {
     redis_call(state);
+    1
+}
+
+/// The error handler a run's code is called under (Redis' `__redis__err__handler`): an error
+/// that is not a table becomes `{err='ERR ' .. tostring(err)}`, and the table gets the `source`
+/// and `line` of the Lua code that raised it (skipping a C function such as `redis.call` or
+/// `error`), so the reply ends `script: <name>, on @user_script:<line>.` as Redis' does.
+/// Regression: `test_an_error_escaping_a_script_names_the_script_and_its_line`.
+unsafe extern "C-unwind" fn lua_error_handler(state: *mut ffi::lua_State) -> c_int {
+    let Some(context) = CALL_CONTEXT.with(Cell::get) else {
+        return 1;
+    };
+    // The handler runs under the run's memory limit: lifted while it builds the table.
+    let _unlimited = MemoryLimit::lift(&*context.lua);
+    ffi::lua_settop(state, 1);
+    let mut frame: ffi::lua_Debug = std::mem::zeroed();
+    let mut found = ffi::lua_getstack(state, 1, &mut frame) != 0
+        && ffi::lua_getinfo(state, c"Sl".as_ptr(), &mut frame) != 0;
+    if found && !frame.what.is_null() && std::ffi::CStr::from_ptr(frame.what).to_bytes() == b"C" {
+        found = ffi::lua_getstack(state, 2, &mut frame) != 0
+            && ffi::lua_getinfo(state, c"Sl".as_ptr(), &mut frame) != 0;
+    }
+    if ffi::lua_type(state, 1) != ffi::LUA_TTABLE {
+        let text = lua_stack::display(state, 1);
+        ffi::lua_createtable(state, 0, 3);
+        lua_stack::push_field(state, 2, b"err", |state| {
+            ffi::lua_pushlstring(state, b"ERR ".as_ptr().cast(), 4);
+            ffi::lua_pushlstring(state, text.as_ptr().cast(), text.len());
+            ffi::lua_concat(state, 2);
+        });
+        ffi::lua_replace(state, 1);
+    }
+    if found && !frame.source.is_null() {
+        let source = std::ffi::CStr::from_ptr(frame.source).to_bytes();
+        lua_stack::push_field(state, 1, b"source", |state| {
+            ffi::lua_pushlstring(state, source.as_ptr().cast(), source.len());
+        });
+        let line = frame.currentline;
+        lua_stack::push_field(state, 1, b"line", |state| {
+            ffi::lua_pushinteger(state, ffi::lua_Integer::from(line));
+        });
+    }
     1
 }
 
@@ -1744,8 +1801,12 @@ mod state_reuse {
             .unwrap()
     }
 
+    /// An error value's text: the `err` field of the table `lua_error_handler` makes of it.
     fn error_text(v: &Value) -> String {
-        v.to_string().unwrap_or_default()
+        match v {
+            Value::Table(t) => t.get::<String>("err").unwrap_or_default(),
+            other => other.to_string().unwrap_or_default(),
+        }
     }
 
     /// Runs `body` with these KEYS and ARGV, which must succeed; its reply.

@@ -254,3 +254,26 @@ pub(super) unsafe fn push_field(
     push(state);
     ffi::lua_rawset(state, table);
 }
+
+/// The value at `idx` as Lua's `tostring` shows it (a string or number as is; anything else
+/// through the global `tostring`, so an error object's `__tostring` is used). Stack balanced.
+///
+/// # Safety
+/// `idx` is a valid absolute index; no memory limit (see the module docs).
+pub(super) unsafe fn display(state: *mut ffi::lua_State, idx: c_int) -> Vec<u8> {
+    ffi::lua_pushvalue(state, idx);
+    if !matches!(
+        ffi::lua_type(state, -1),
+        ffi::LUA_TSTRING | ffi::LUA_TNUMBER
+    ) {
+        ffi::lua_getglobal(state, c"tostring".as_ptr());
+        ffi::lua_insert(state, -2);
+        if ffi::lua_pcall(state, 1, 1, 0) != 0 || ffi::lua_type(state, -1) != ffi::LUA_TSTRING {
+            ffi::lua_pop(state, 1);
+            return b"?".to_vec();
+        }
+    }
+    let text = string_at(state, -1).to_vec();
+    ffi::lua_pop(state, 1);
+    text
+}
