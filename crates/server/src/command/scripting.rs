@@ -1328,6 +1328,14 @@ local flag_bits = {['no-writes'] = 1, ['allow-oom'] = 2, ['allow-stale'] = 4, ['
   ['allow-cross-slot-keys'] = 16}
 local raw_select, raw_tostring = select, tostring
 local function fail(msg) raw_error(msg, 0) end
+-- Reading a global the sandbox does not have is an error in a script too, as in Redis 7 (a
+-- script's environment reads through `base`). Regression:
+-- `test_an_error_escaping_a_script_names_the_script_and_its_line`.
+raw_setmetatable(base, {
+  __index = function(_, k)
+    raw_error("Script attempted to access nonexistent global variable '" .. raw_tostring(k) .. "'", 2)
+  end,
+  __metatable = false})
 hidden.library_env = function(collect)
   local loading = true
   local function register_function(...)
@@ -1390,7 +1398,7 @@ hidden.library_env = function(collect)
   local env = raw_setmetatable({}, {
     __index = function(_, k)
       if k == 'redis' then return lib_redis end
-      local v = base[k]
+      local v = raw_rawget(base, k)
       if v == nil then
         raw_error("Script attempted to access nonexistent global variable '" .. raw_tostring(k) .. "'", 2)
       end
@@ -1611,12 +1619,23 @@ unsafe extern "C-unwind" fn lua_error_handler(state: *mut ffi::lua_State) -> c_i
     // The handler runs under the run's memory limit: lifted while it builds the table.
     let _unlimited = MemoryLimit::lift(&*context.lua);
     ffi::lua_settop(state, 1);
+    // The first frame up the stack that is the script's own code: not a C function (such as
+    // `redis.call`, `error`) nor the prelude's (the sandbox's metamethods).
     let mut frame: ffi::lua_Debug = std::mem::zeroed();
-    let mut found = ffi::lua_getstack(state, 1, &mut frame) != 0
-        && ffi::lua_getinfo(state, c"Sl".as_ptr(), &mut frame) != 0;
-    if found && !frame.what.is_null() && std::ffi::CStr::from_ptr(frame.what).to_bytes() == b"C" {
-        found = ffi::lua_getstack(state, 2, &mut frame) != 0
-            && ffi::lua_getinfo(state, c"Sl".as_ptr(), &mut frame) != 0;
+    let mut found = false;
+    for level in 1..16 {
+        if ffi::lua_getstack(state, level, &mut frame) == 0
+            || ffi::lua_getinfo(state, c"Sl".as_ptr(), &mut frame) == 0
+        {
+            break;
+        }
+        let is = |field: *const std::os::raw::c_char, text: &[u8]| {
+            !field.is_null() && std::ffi::CStr::from_ptr(field).to_bytes() == text
+        };
+        if !is(frame.what, b"C") && !is(frame.source, b"=prelude") {
+            found = true;
+            break;
+        }
     }
     if ffi::lua_type(state, 1) != ffi::LUA_TTABLE {
         let text = lua_stack::display(state, 1);
@@ -1730,13 +1749,19 @@ mod tests {
     #[test]
     fn sandbox_has_no_os_or_io() {
         let mut vm = Vm::new().unwrap();
-        assert_eq!(
-            state_reuse::eval_ok(
-                &mut vm,
-                "return type(os) .. type(io) .. type(require) .. type(loadfile)"
-            ),
-            Frame::Bulk("nilnilnilnil".into())
-        );
+        for name in ["os", "io", "require", "loadfile", "debug", "collectgarbage"] {
+            let err = state_reuse::eval(&mut vm, &format!("return type({name})")).unwrap_err();
+            let Value::Table(t) = err else {
+                panic!("{name}: not an error table")
+            };
+            let text: String = t.get("err").unwrap();
+            assert!(
+                text.ends_with(&format!(
+                    "Script attempted to access nonexistent global variable '{name}'"
+                )),
+                "{name}: {text}"
+            );
+        }
     }
 
     /// Replies of every RESP type reach a script as Redis converts them, and come back out
@@ -1861,7 +1886,8 @@ mod state_reuse {
         assert_eq!(
             eval_ok(
                 &mut vm,
-                "return {type(x), type(y), string.len('abc'), ('abc'):upper(), math.floor(2.5), \
+                "return {type(rawget(_G, 'x')), type(rawget(_G, 'y')), string.len('abc'), \
+                 ('abc'):upper(), math.floor(2.5), \
                  type(redis.call), type(table.insert)}",
             ),
             Frame::Array(vec![
@@ -1892,7 +1918,7 @@ mod state_reuse {
         assert_eq!(
             ok_with(
                 &mut vm,
-                "return {#KEYS, #ARGV, KEYS[1], ARGV[1], type(left), type(KEYS.n), \
+                "return {#KEYS, #ARGV, KEYS[1], ARGV[1], type(rawget(_G, 'left')), type(KEYS.n), \
                  type(KEYS[3]), type(ARGV[2]), _G.KEYS == KEYS and 1 or 0}",
                 &[b("only")],
                 &[b("arg")],
