@@ -117,6 +117,35 @@ impl LocalCounters {
     }
 }
 
+/// CLIENT REPLY (Redis' `CLIENT_REPLY_OFF`, `_SKIP_NEXT`, `_SKIP`): whether a command's reply is
+/// sent. Only replies: pushes, pub/sub messages and subscription confirmations still go out,
+/// as Redis sends them while "pushing".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    On,
+    /// CLIENT REPLY OFF: none until CLIENT REPLY ON.
+    Off,
+    /// CLIENT REPLY SKIP was the command just run (it has no reply): the next one is skipped.
+    SkipNext,
+    /// This command's reply is skipped, then replies resume.
+    Skip,
+}
+
+impl ReplyMode {
+    /// Whether the reply of the command that just ran is withheld; moves SKIP on to the next
+    /// command (call once per command, after it ran).
+    pub fn withhold_and_advance(&mut self) -> bool {
+        let (withhold, next) = match *self {
+            ReplyMode::On => (false, ReplyMode::On),
+            ReplyMode::Off => (true, ReplyMode::Off),
+            ReplyMode::SkipNext => (true, ReplyMode::Skip),
+            ReplyMode::Skip => (true, ReplyMode::On),
+        };
+        *self = next;
+        withhold
+    }
+}
+
 /// State owned by one connection task.
 pub struct ClientState {
     pub id: u64,
@@ -138,6 +167,8 @@ pub struct ClientState {
     pub close_after_reply: bool,
     /// Skip the reply entirely (SHUTDOWN closes without replying, as Redis does).
     pub suppress_reply: bool,
+    /// CLIENT REPLY: which replies the connection is sent.
+    pub reply_mode: ReplyMode,
     pub handle: Arc<ClientHandle>,
     /// CLIENT DURABILITY override (None = the database's default).
     pub durability: Option<gradus_log::Durability>,
@@ -225,6 +256,7 @@ impl ClientState {
             watched: Vec::new(),
             close_after_reply: false,
             suppress_reply: false,
+            reply_mode: ReplyMode::On,
             handle,
             durability: None,
             last_write_lsn: 0,

@@ -105,7 +105,9 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                             _ = peer_closed(stream.tcp()) => break 'conn,
                         };
                         crate::dispatch::finish_deferred(&shared, &mut client, &reply);
-                        encode(&reply, client.resp, &mut wbuf);
+                        if !client.reply_mode.withhold_and_advance() {
+                            encode(&reply, client.resp, &mut wbuf);
+                        }
                         for msg in client.after_reply.drain(..) {
                             wbuf.extend_from_slice(&msg);
                         }
@@ -115,7 +117,11 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                         // The reply, then the invalidations of its own keys, then the pushes
                         // made while it ran (Redis 7.2's `afterCommand` order). A command whose
                         // reply is a push (SUBSCRIBE) queued it in the outbox itself.
-                        if !std::mem::take(&mut client.reply_queued) && !client.suppress_reply {
+                        let withheld = client.reply_mode.withhold_and_advance();
+                        if !std::mem::take(&mut client.reply_queued)
+                            && !client.suppress_reply
+                            && !withheld
+                        {
                             encode(&reply, client.resp, &mut wbuf);
                         }
                         for msg in client.after_reply.drain(..) {

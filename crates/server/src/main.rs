@@ -51,8 +51,19 @@ fn main() -> std::process::ExitCode {
             );
         }
     }
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.worker_threads(config.effective_threads());
+    // One worker: a single-threaded scheduler, so connections are served in the order their
+    // requests arrive, as in redis-server. The multi-threaded one polls the task woken *last*
+    // first (its LIFO slot): a PUBLISH sent after another connection's PUNSUBSCRIBE could run
+    // before it (regression: `test_raw_protocol.py::
+    // test_requests_on_two_connections_run_in_the_order_they_arrive`).
+    let threads = config.effective_threads();
+    let mut runtime = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads);
+        builder
+    };
     let runtime = match runtime.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

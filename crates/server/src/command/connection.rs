@@ -44,6 +44,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         sub("client|pause", -3, flags::ADMIN | flags::LOADING | flags::NOSCRIPT, "Suspends commands processing."),
         sub("client|unpause", 2, flags::ADMIN | flags::LOADING | flags::NOSCRIPT, "Resumes processing commands from paused clients."),
         sub("client|help", 2, flags::LOADING | flags::NOSCRIPT, "Returns helpful text about the different subcommands."),
+        sub("client|reply", 3, flags::LOADING | flags::NOSCRIPT, "Instructs the server whether to reply to commands."),
         sub("client|durability", -2, flags::LOADING | flags::NOSCRIPT, "Sets the connection's durability degree (none, lazy, background, strict, default) or returns it."),
     ]),
 ];
@@ -307,6 +308,8 @@ const CLIENT_HELP: &[&str] = &[
     "    Kill connection made from <ip:port>.",
     "KILL <option> <value> [<option> <value> [...]]",
     "    Kill connections. Options are: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>, TYPE (NORMAL|MASTER|REPLICA|PUBSUB), USER <username>, MAXAGE <maxage>, SKIPME (YES|NO).",
+    "REPLY (ON|OFF|SKIP)",
+    "    Control the replies sent to the current connection.",
     "UNBLOCK <clientid> [TIMEOUT|ERROR]",
     "    Unblock the specified blocked client.",
     "UNPAUSE",
@@ -424,6 +427,23 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 Err(CmdError::Syntax)
             }
         }
+        "reply" if argc == 3 => {
+            // Redis' `clientCommand`: OFF and SKIP have no reply of their own; SKIP under OFF
+            // changes nothing. Regression: `test_client_reply_off_on_and_skip_as_in_redis`.
+            use crate::client::ReplyMode;
+            if is(&args[2], "on") {
+                ctx.client.reply_mode = ReplyMode::On;
+            } else if is(&args[2], "off") {
+                ctx.client.reply_mode = ReplyMode::Off;
+            } else if is(&args[2], "skip") {
+                if ctx.client.reply_mode != ReplyMode::Off {
+                    ctx.client.reply_mode = ReplyMode::SkipNext;
+                }
+            } else {
+                return Err(CmdError::Syntax);
+            }
+            Ok(Frame::ok())
+        }
         "tracking" if argc >= 3 => client_tracking(ctx, &args[2..]),
         "caching" if argc == 3 => client_caching(ctx, &args[2]),
         "getredir" if argc == 2 => Ok(Frame::Integer(match &ctx.client.tracking {
@@ -443,7 +463,7 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 .collect(),
         )),
         "id" | "getname" | "setname" | "setinfo" | "info" | "kill" | "no-evict" | "no-touch"
-        | "help" | "durability" | "unblock" | "tracking" | "caching" | "getredir"
+        | "help" | "durability" | "unblock" | "tracking" | "caching" | "getredir" | "reply"
         | "trackinginfo" | "unpause" => Err(wrong()),
         _ => Err(CmdError::UnknownSubcommand {
             cmd: "CLIENT".into(),
