@@ -352,3 +352,34 @@ def test_undeclared_keys_before_a_write_rerun_exclusively_and_after_one_are_an_e
     # allow-cross-slot-keys asks for the exclusive path from the start.
     assert r2.eval("#!lua flags=allow-cross-slot-keys\n"
                    "redis.call('set', KEYS[1], 'v'); return redis.call('get', 'other')", 1, "k3") == b"o"
+
+
+def test_fcall_finds_a_function_whatever_the_case(gradus, redis_server):
+    """FCALL and FCALL_RO find a function whatever the case of its name, and another library
+    may not register the same name in another case (Redis' function table compares names
+    without case; its functions.tcl "test function case insensitive"). Gradus answered
+    'Function not found'. Compared with redis-server reply for reply."""
+    from resp import RawConnection
+
+    cases = [
+        ["FUNCTION", "FLUSH"],
+        ["FUNCTION", "LOAD", "#!lua name=l1\nredis.register_function('test', function() return 'hello1' end)"],
+        ["FCALL", "TEST", "0"], ["FCALL", "test", "0"], ["FCALL", "TeSt", "0"],
+        ["FUNCTION", "LOAD", "#!lua name=l2\nredis.register_function('TEST', function() return 'x' end)"],
+        ["FUNCTION", "LOAD", "#!lua name=l3\nredis.register_function('a', function() return 'x' end)\n"
+                             "redis.register_function('A', function() return 'y' end)"],
+        # (Which of `a` and `A` FCALL then finds follows Redis' hash order: not compared.)
+        ["FUNCTION", "DELETE", "l1"], ["FCALL", "TEST", "0"],
+        ["FUNCTION", "FLUSH"],
+    ]
+
+    def run(server):
+        c = RawConnection(server.host, server.port, timeout=10)
+        try:
+            return [c.call(*cmd) for cmd in cases]
+        finally:
+            c.close()
+
+    ours, theirs = run(gradus), run(redis_server)
+    for cmd, mine, peer in zip(cases, ours, theirs):
+        assert mine == peer, f"{cmd}:\n  redis:  {peer!r}\n  gradus: {mine!r}"

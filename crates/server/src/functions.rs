@@ -112,7 +112,19 @@ impl Library {
 #[derive(Debug, Default, Clone)]
 pub struct Libraries {
     pub by_name: BTreeMap<String, Arc<Library>>,
+    /// By name in ASCII lower case: FCALL finds a function whatever the case of its name, and
+    /// two libraries may not hold names that differ only in case (Redis' `functionDictType`
+    /// compares them so). Regression: `test_fcall_finds_a_function_whatever_the_case`.
     functions: HashMap<String, (Arc<Library>, usize)>,
+}
+
+/// The key of a function's name in [`Libraries`] (ASCII lower case; borrowed when it is).
+fn folded(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(name.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
 }
 
 /// Why a set of libraries cannot take a library (Redis' texts, without the `ERR `).
@@ -135,7 +147,7 @@ impl Libraries {
     /// The function `name` and its library.
     pub fn function(&self, name: &str) -> Option<(&Arc<Library>, &FunctionDef)> {
         self.functions
-            .get(name)
+            .get(folded(name).as_ref())
             .map(|(lib, i)| (lib, &lib.functions[*i]))
     }
 
@@ -151,7 +163,7 @@ impl Libraries {
             return Err(Collision::Library(library.name.clone()));
         }
         for f in &library.functions {
-            if let Some((owner, _)) = self.functions.get(&f.name) {
+            if let Some((owner, _)) = self.functions.get(folded(&f.name).as_ref()) {
                 if owner.name != library.name {
                     return Err(Collision::Function(f.name.clone()));
                 }
@@ -161,7 +173,11 @@ impl Libraries {
             self.remove(&old.name);
         }
         for (i, f) in library.functions.iter().enumerate() {
-            self.functions.insert(f.name.clone(), (library.clone(), i));
+            // Two of one library's names that differ only in case: the first is found (Redis
+            // keeps the first in its server-wide table).
+            self.functions
+                .entry(folded(&f.name).into_owned())
+                .or_insert_with(|| (library.clone(), i));
         }
         self.by_name.insert(library.name.clone(), library);
         Ok(())
@@ -172,7 +188,7 @@ impl Libraries {
         match self.by_name.remove(name) {
             Some(lib) => {
                 for f in &lib.functions {
-                    self.functions.remove(&f.name);
+                    self.functions.remove(folded(&f.name).as_ref());
                 }
                 true
             }
