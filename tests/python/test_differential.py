@@ -769,7 +769,9 @@ def test_config_set_save_answers_like_redis(gradus, redis_server):
              ["CONFIG", "SET", "save", "3600"], ["CONFIG", "SET", "save", "a 1"],
              ["CONFIG", "SET", "save", "-1 5"], ["CONFIG", "SET", "save", "0 0"],
              ["CONFIG", "SET", "save", "10 -1"], ["CONFIG", "SET", "save", "060 +5"],
-             ["CONFIG", "GET", "save"], ["CONFIG", "SET", "save", ""], ["CONFIG", "GET", "save"]]
+             ["CONFIG", "GET", "save"], ["CONFIG", "SET", "save", ""], ["CONFIG", "GET", "save"],
+             # CONFIG HELP had a table row but no answer ('unknown subcommand').
+             ["CONFIG", "HELP"], ["CONFIG", "HELP", "x"]]
     try:
         for cmd in cases:
             expected, actual = theirs.call(*cmd), ours.call(*cmd)

@@ -529,6 +529,21 @@ fn config_rewrite(ctx: &Ctx<'_>) -> CmdResult {
     }
 }
 
+/// CONFIG HELP, Redis 7's text (the table had the row, the handler did not answer it).
+const CONFIG_HELP: &[&str] = &[
+    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET <pattern>",
+    "    Return parameters matching the glob-like <pattern> and their values.",
+    "SET <directive> <value>",
+    "    Set the configuration <directive> to <value>.",
+    "RESETSTAT",
+    "    Reset statistics reported by the INFO command.",
+    "REWRITE",
+    "    Rewrite the configuration file.",
+    "HELP",
+    "    Prints this help.",
+];
+
 fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_lowercase();
     match sub.as_str() {
@@ -552,7 +567,13 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             Ok(Frame::ok())
         }
         "rewrite" if args.len() == 2 => config_rewrite(ctx),
-        "get" | "set" | "resetstat" | "rewrite" => Err(CmdError::err(format!(
+        "help" if args.len() == 2 => Ok(Frame::Array(
+            CONFIG_HELP
+                .iter()
+                .map(|l| Frame::Simple((*l).into()))
+                .collect(),
+        )),
+        "get" | "set" | "resetstat" | "rewrite" | "help" => Err(CmdError::err(format!(
             "wrong number of arguments for 'config|{sub}' command"
         ))),
         _ => Err(CmdError::UnknownSubcommand {
