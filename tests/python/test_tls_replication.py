@@ -78,7 +78,12 @@ def info(server, section="replication"):
 def wait_until(predicate, timeout=LINK_TIMEOUT, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = predicate()
+        except redis.ConnectionError:
+            # Sentinel's reconfiguration ends with CLIENT KILL TYPE normal on the node it
+            # points at a new primary: a probe connected at that moment is closed. Try again.
+            value = None
         if value:
             return value
         time.sleep(0.05)
