@@ -575,7 +575,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Active expiry cycles per second." },
     Setting { name: "threads", section: Section::Top, key: "threads", kind: Kind::Int { min: 0, max: 4096 }, default: "0",
         flag: flag("N"), live: None, field: field!(threads),
-        doc: "Worker threads for the network and command handling; 0: one per CPU core minus one, at least one (1 on 2 cores)." },
+        doc: "Worker threads for the network and command handling; 0: one per CPU core minus one, at least one (1 on 2 cores). With one, requests run in the order they arrive, across connections too, as in redis-server." },
     Setting { name: "disable-thp", section: Section::Top, key: "disable-thp", kind: Kind::Bool, default: "yes",
         flag: None, live: None, field: field!(disable_thp),
         doc: "Turn transparent huge pages off for the process at start, as redis-server does (faster growth, less resident memory)." },
