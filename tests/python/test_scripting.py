@@ -450,3 +450,24 @@ def test_an_error_escaping_a_script_names_the_script_and_its_line(gradus, redis_
     ours, theirs = run(gradus), run(redis_server)
     for body, mine, peer in zip(scripts, ours, theirs):
         assert mine == peer, f"{body!r}:\n  redis:  {peer!r}\n  gradus: {mine!r}"
+
+
+@pytest.mark.gradus_only
+def test_busy_reply_threshold_sets_the_script_time_limit(gradus):
+    """`busy-reply-threshold` (alias `lua-time-limit`, which harnesses set) is the time after
+    which a script is stopped; CONFIG SET of either was refused as unknown."""
+    client = redis_client(gradus, 2)
+    try:
+        assert client.config_get("busy-reply-threshold") == {"busy-reply-threshold": "5000"}
+        assert client.config_set("lua-time-limit", 100)
+        assert client.config_get("lua-time-limit") == {"lua-time-limit": "100"}
+        assert client.config_get("busy-reply-threshold") == {"busy-reply-threshold": "100"}
+        started = time.monotonic()
+        with pytest.raises(redis.ResponseError, match="time limit"):
+            client.eval("while true do end", 0)
+        assert time.monotonic() - started < 2, "stopped at 100 ms, not at the 5 s default"
+        with pytest.raises(redis.ResponseError, match="argument couldn't be parsed into an integer"):
+            client.config_set("busy-reply-threshold", "soon")
+    finally:
+        client.config_set("busy-reply-threshold", 5000)
+        client.close()

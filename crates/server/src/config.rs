@@ -76,6 +76,8 @@ pub struct Config {
     pub zset_max_listpack_value: u64,
     pub slowlog_log_slower_than: i64,
     pub slowlog_max_len: u64,
+    /// Milliseconds a script may run before it is stopped (`busy-reply-threshold`).
+    pub busy_reply_threshold: u64,
     pub latency_monitor_threshold: u64,
     pub metrics_port: u16,
     pub metrics_bind: Vec<String>,
@@ -323,6 +325,7 @@ impl Config {
             zset_max_listpack_value: 0,
             slowlog_log_slower_than: 0,
             slowlog_max_len: 0,
+            busy_reply_threshold: 0,
             latency_monitor_threshold: 0,
             metrics_port: 0,
             metrics_bind: Vec::new(),

@@ -669,6 +669,9 @@ pub static SETTINGS: &[Setting] = &[
     Setting { name: "slowlog-max-len", section: Section::Top, key: "slowlog-max-len", kind: Kind::Int { min: 0, max: i64::MAX as u64 }, default: "128",
         flag: flag("N"), live: live_u64!(slowlog_max_len), field: field!(slowlog_max_len),
         doc: "Most entries the slow log keeps (the oldest go first)." },
+    Setting { name: "busy-reply-threshold", section: Section::Top, key: "busy-reply-threshold", kind: Kind::Int { min: 0, max: i64::MAX as u64 }, default: "5000",
+        flag: None, live: live_u64!(busy_reply_threshold), field: field!(busy_reply_threshold),
+        doc: "Milliseconds a script or function may run (alias lua-time-limit). Redis starts answering BUSY then; Gradus stops the script, so its keys' locks are released (with one worker nothing else runs meanwhile); 0: never stopped." },
     Setting { name: "latency-monitor-threshold", section: Section::Top, key: "latency-monitor-threshold", kind: Kind::Int { min: 0, max: i64::MAX as u64 }, default: "0",
         flag: flag("MILLIS"), live: live_u64!(latency_monitor_threshold), field: field!(latency_monitor_threshold),
         doc: "The latency monitor (LATENCY) samples commands, fsyncs and lock waits that took at least this many milliseconds; 0: off." },
@@ -849,7 +852,8 @@ fn appendfsync_of(degree: &str) -> &'static str {
     }
 }
 
-/// Old names Redis 7 still accepts for a setting (its `*-ziplist-*` encoding knobs): CONFIG GET
+/// Old names Redis 7 still accepts for a setting (its `*-ziplist-*` encoding knobs,
+/// `lua-time-limit`): CONFIG GET
 /// reports them too and CONFIG SET takes them.
 pub static ALIASES: &[(&str, &str)] = &[
     ("list-max-ziplist-size", "list-max-listpack-size"),
@@ -857,6 +861,7 @@ pub static ALIASES: &[(&str, &str)] = &[
     ("hash-max-ziplist-value", "hash-max-listpack-value"),
     ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
     ("zset-max-ziplist-value", "zset-max-listpack-value"),
+    ("lua-time-limit", "busy-reply-threshold"),
 ];
 
 /// The row named `name` or one of its [`ALIASES`] (ASCII case-insensitive, as Redis looks

@@ -98,6 +98,8 @@ pub struct LiveSettings {
     pub slowlog_log_slower_than: AtomicI64,
     /// `slowlog-max-len`.
     pub slowlog_max_len: AtomicU64,
+    /// `busy-reply-threshold`: the script time limit, in ms (0: none).
+    pub busy_reply_threshold: AtomicU64,
     /// `latency-monitor-threshold`, milliseconds (0: off).
     pub latency_monitor_threshold: AtomicU64,
     /// `client-output-buffer-limit`, shared with the pub/sub tables that enforce it.
@@ -215,6 +217,7 @@ impl Shared {
             zset_max_listpack_value: AtomicU64::new(0),
             slowlog_log_slower_than: AtomicI64::new(0),
             slowlog_max_len: AtomicU64::new(0),
+            busy_reply_threshold: AtomicU64::new(0),
             latency_monitor_threshold: AtomicU64::new(0),
             output_limits: Default::default(),
             notify_flags: Default::default(),

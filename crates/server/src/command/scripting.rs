@@ -32,8 +32,8 @@
 //! the script's *effects*, never its text: replay never runs Lua, so `TIME` or `math.random`
 //! inside a script come back with the same values.
 //!
-//! A script cannot run forever: an instruction-count hook aborts it after [`SCRIPT_TIME_LIMIT`]
-//! (or when SCRIPT KILL / FUNCTION KILL asks, if it has not written), and keeps aborting it if
+//! A script cannot run forever: an instruction-count hook aborts it after `busy-reply-threshold`
+//! ms ([`SCRIPT_TIME_LIMIT`] by default; or when SCRIPT KILL / FUNCTION KILL asks, if it has not written), and keeps aborting it if
 //! the script catches the error with `pcall`.
 //!
 //! This module depends on the command table and dispatch only; it must not touch the log directly
@@ -649,13 +649,27 @@ fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
 
 /// Run the script on this thread's Lua state; the reply frame (errors included).
 fn execute(run: &RefCell<ScriptRun<'_>>, inv: &Invocation<'_>) -> Frame {
-    with_vm(|vm| match vm.run(run, inv) {
-        Ok(frame) => Ok(frame),
-        Err(e) => Err(Frame::Error(format!(
-            "ERR Error running script: {} script: {}",
-            one_line(&e.to_string()),
-            inv.name
-        ))),
+    // `busy-reply-threshold` (0: never stopped; a century is as good as never).
+    let limit = match run
+        .borrow()
+        .shared
+        .live
+        .busy_reply_threshold
+        .load(Ordering::Relaxed)
+    {
+        0 => Duration::from_secs(100 * 365 * 24 * 3600),
+        ms => Duration::from_millis(ms),
+    };
+    with_vm(|vm| {
+        vm.time_limit = limit;
+        match vm.run(run, inv) {
+            Ok(frame) => Ok(frame),
+            Err(e) => Err(Frame::Error(format!(
+                "ERR Error running script: {} script: {}",
+                one_line(&e.to_string()),
+                inv.name
+            ))),
+        }
     })
     .unwrap_or_else(|e| e)
 }
