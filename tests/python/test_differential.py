@@ -42,6 +42,7 @@ from typing import Any, List, Optional, Sequence
 
 import pytest
 
+from differential import assert_same_replies
 from resp import Err, Map, RawConnection, Set, Simple
 
 SEEDS = int(os.environ.get("GRADUS_DIFF_SEEDS", "5"))
@@ -762,8 +763,6 @@ def test_config_set_save_answers_like_redis(gradus, redis_server):
     """`CONFIG SET save` (test harnesses and container images send `save ""`) is accepted,
     checked and reported as redis-server does it, errors included; it had been refused as
     immutable."""
-    ours = RawConnection(gradus.host, gradus.port, timeout=10)
-    theirs = RawConnection(redis_server.host, redis_server.port, timeout=10)
     cases = [["CONFIG", "SET", "save", ""], ["CONFIG", "GET", "save"],
              ["CONFIG", "SET", "save", "3600 1 300 100 60 10000"], ["CONFIG", "GET", "save"],
              ["CONFIG", "SET", "save", "3600"], ["CONFIG", "SET", "save", "a 1"],
@@ -772,13 +771,7 @@ def test_config_set_save_answers_like_redis(gradus, redis_server):
              ["CONFIG", "GET", "save"], ["CONFIG", "SET", "save", ""], ["CONFIG", "GET", "save"],
              # CONFIG HELP had a table row but no answer ('unknown subcommand').
              ["CONFIG", "HELP"], ["CONFIG", "HELP", "x"]]
-    try:
-        for cmd in cases:
-            expected, actual = theirs.call(*cmd), ours.call(*cmd)
-            assert actual == expected, f"{cmd}:\n  redis:  {expected!r}\n  gradus: {actual!r}"
-    finally:
-        ours.close()
-        theirs.close()
+    assert_same_replies(gradus, redis_server, cases)
 
 
 def test_encoding_knobs_answer_like_redis(gradus, redis_server):

@@ -359,7 +359,7 @@ def test_fcall_finds_a_function_whatever_the_case(gradus, redis_server):
     may not register the same name in another case (Redis' function table compares names
     without case; its functions.tcl "test function case insensitive"). Gradus answered
     'Function not found'. Compared with redis-server reply for reply."""
-    from resp import RawConnection
+    from differential import assert_same_replies
 
     cases = [
         ["FUNCTION", "FLUSH"],
@@ -373,13 +373,4 @@ def test_fcall_finds_a_function_whatever_the_case(gradus, redis_server):
         ["FUNCTION", "FLUSH"],
     ]
 
-    def run(server):
-        c = RawConnection(server.host, server.port, timeout=10)
-        try:
-            return [c.call(*cmd) for cmd in cases]
-        finally:
-            c.close()
-
-    ours, theirs = run(gradus), run(redis_server)
-    for cmd, mine, peer in zip(cases, ours, theirs):
-        assert mine == peer, f"{cmd}:\n  redis:  {peer!r}\n  gradus: {mine!r}"
+    assert_same_replies(gradus, redis_server, cases)

@@ -194,6 +194,7 @@ def test_a_command_queued_over_maxmemory_is_refused_and_exec_aborts(gradus, redi
     CONFIG SET still work (Redis' `processCommand`; its multi.tcl "EXEC fails if there are errors
     while queueing commands #2" and "DISCARD should not fail during OOM"). Gradus queued them and
     ran the transaction. Compared with redis-server reply for reply."""
+    from differential import assert_same
     from resp import Err, RawConnection
 
     def run(server):
@@ -217,6 +218,5 @@ def test_a_command_queued_over_maxmemory_is_refused_and_exec_aborts(gradus, redi
             c.close()
         return replies
 
-    ours, theirs = run(gradus), run(redis_server)
-    assert ours == theirs, f"\n  redis:  {theirs!r}\n  gradus: {ours!r}"
+    ours = assert_same(gradus, redis_server, run)
     assert ours[3] == Err(b"OOM command not allowed when used memory > 'maxmemory'."), ours

@@ -417,7 +417,7 @@ def test_an_error_escaping_a_script_names_the_script_and_its_line(gradus, redis_
     error table, or by Lua itself) ends with `script: <sha>, on @user_script:<line>.`, as Redis
     7's error handler adds; redis.pcall and error_reply return it unchanged. Gradus left the
     position off. Compared with redis-server reply for reply."""
-    from resp import RawConnection
+    from differential import assert_same_replies
 
     scripts = [
         "return redis.call('incr','a')",
@@ -439,17 +439,8 @@ def test_an_error_escaping_a_script_names_the_script_and_its_line(gradus, redis_
         "return type(tonumber)",
     ]
 
-    def run(server):
-        c = RawConnection(server.host, server.port, timeout=10)
-        try:
-            c.call("SET", "a", "not a number")
-            return [c.call("EVAL", body, "0") for body in scripts]
-        finally:
-            c.close()
-
-    ours, theirs = run(gradus), run(redis_server)
-    for body, mine, peer in zip(scripts, ours, theirs):
-        assert mine == peer, f"{body!r}:\n  redis:  {peer!r}\n  gradus: {mine!r}"
+    assert_same_replies(gradus, redis_server, [["EVAL", body, "0"] for body in scripts],
+                        setup=[["SET", "a", "not a number"]])
 
 
 @pytest.mark.gradus_only

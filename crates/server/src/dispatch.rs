@@ -276,21 +276,13 @@ pub fn run_observed(
     } else {
         args
     };
-    if client.deferred.is_some() {
-        // It blocked (or waits): counted when its reply is made (see `finish_deferred`), as
-        // Redis counts a blocked command when it is unblocked. Regression:
-        // `test_a_blocking_command_is_in_the_slow_log_only_once_unblocked`.
-        client.deferred_observation = Some((row, args, elapsed));
-        return reply;
+    client.deferred_observation = Some((row, args, elapsed));
+    if client.deferred.is_none() {
+        finish_deferred(shared, client, &reply);
     }
-    shared.observer.finish_command(
-        &shared.live,
-        client,
-        row,
-        &args,
-        elapsed,
-        outcome_of(&reply),
-    );
+    // Else it blocked (or waits): counted when its reply is made (see `finish_deferred`), as
+    // Redis counts a blocked command when it is unblocked. Regression:
+    // `test_a_blocking_command_is_in_the_slow_log_only_once_unblocked`.
     reply
 }
 
@@ -302,8 +294,9 @@ fn outcome_of(reply: &Frame) -> Outcome {
     }
 }
 
-/// Count a deferred command (see [`run_observed`]) now that `reply` is its reply: its own
-/// running time, not the time it waited.
+/// Count the command [`run_observed`] ran (in commandstats, the slow log, the latency monitor)
+/// now that `reply` is its reply: at once, or, for one that blocked, when its reply is made,
+/// with its own running time, not the time it waited.
 pub fn finish_deferred(shared: &Shared, client: &mut ClientState, reply: &Frame) {
     if let Some((row, args, elapsed)) = client.deferred_observation.take() {
         shared.observer.finish_command(

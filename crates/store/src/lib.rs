@@ -9,7 +9,8 @@
 //! - [`value`]: strings ([`string`]: short ones inline), hashes, sorted sets ([`zset`]: listpack, skiplist), lists ([`list`]: the
 //!   packed list encoding) and sets ([`set`]: intset, listpack, hashtable);
 //! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns;
-//! - [`gate`]: the slotted reader-writer lock behind `Store::shared`/`Store::exclusive`.
+//! - [`gate`]: the slotted reader-writer lock behind `Store::shared`/`Store::exclusive`;
+//! - [`varint`]: LEB128 lengths (list packs, key blocks).
 //!
 //! This crate knows nothing about sockets, protocols or command syntax (from `gradus-proto` it
 //! takes only Redis' integer rule and a listpack entry's size, so encodings match Redis'); times are passed in as
@@ -28,6 +29,7 @@ pub mod store;
 pub mod string;
 pub mod table;
 pub mod value;
+pub mod varint;
 pub mod zset;
 
 pub use keyspace::ShardGuard;

@@ -15,7 +15,8 @@
 //! a clone of a large list is O(1) (packs are `Arc`-shared in a persistent vector) and the first
 //! write to a shared pack afterwards copies that pack only.
 //!
-//! This module depends on nothing but `bytes` and `imbl`; it knows nothing of keys or commands.
+//! This module depends on nothing but `bytes`, `imbl` and `crate::varint`; it knows nothing of keys or
+//! commands.
 
 use bytes::Bytes;
 use std::sync::Arc;
@@ -436,38 +437,13 @@ impl Default for Pack {
     }
 }
 
-fn varint_len(mut n: usize) -> usize {
-    let mut len = 1;
-    while n >= 0x80 {
-        n >>= 7;
-        len += 1;
-    }
-    len
-}
-
 /// Bytes an entry of `len` data bytes takes in a pack.
 fn entry_len(len: usize) -> usize {
-    2 * varint_len(len) + len
-}
-
-/// `item`'s length as LEB128 (at most 10 bytes) and how many bytes of it are used.
-fn varint(mut n: usize) -> ([u8; 10], usize) {
-    let mut head = [0u8; 10];
-    let mut k = 0;
-    loop {
-        let byte = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            head[k] = byte;
-            return (head, k + 1);
-        }
-        head[k] = byte | 0x80;
-        k += 1;
-    }
+    2 * crate::varint::len(len) + len
 }
 
 fn write_entry(out: &mut Vec<u8>, item: &[u8]) {
-    let (head, k) = varint(item.len());
+    let (head, k) = crate::varint::encode(item.len());
     out.extend_from_slice(&head[..k]);
     out.extend_from_slice(item);
     out.extend(head[..k].iter().rev());
@@ -477,7 +453,7 @@ fn write_entry(out: &mut Vec<u8>, item: &[u8]) {
 /// (no temporary entry, no byte-by-byte fill: LPUSH of 1 KiB elements spent a sixth of its time
 /// in `Vec::splice` doing that). Grows the buffer by exactly what it needs, as a listpack does.
 fn put_entry(buf: &mut Vec<u8>, at: std::ops::Range<usize>, item: &[u8]) {
-    let (head, k) = varint(item.len());
+    let (head, k) = crate::varint::encode(item.len());
     let n = 2 * k + item.len();
     let old = buf.len();
     if n > at.len() {

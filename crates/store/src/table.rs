@@ -17,7 +17,7 @@
 //! table hashes keys with its own hasher; [`EntryMap::hasher`] exposes it for resize-safe
 //! scans (`crate::scan`).
 //!
-//! May import: `crate::shard::Entry` (the payload) and nothing else of the crate.
+//! May import: `crate::shard::Entry` (the payload), `crate::varint` and nothing else of the crate.
 
 use crate::shard::Entry;
 use hashbrown::DefaultHashBuilder;
@@ -29,16 +29,6 @@ use std::ptr::NonNull;
 /// What a block starts with: the entry; the key's length (varint) and bytes follow.
 type Head = Entry;
 
-/// Bytes of `n` as a LEB128 varint.
-fn varint_len(mut n: usize) -> usize {
-    let mut len = 1;
-    while n >= 0x80 {
-        n >>= 7;
-        len += 1;
-    }
-    len
-}
-
 /// An owned block: an entry with its key. Dropping it frees both.
 pub struct Node(NonNull<Head>);
 
@@ -48,7 +38,7 @@ unsafe impl Sync for Node {}
 
 impl Node {
     fn layout(key_len: usize) -> Layout {
-        let tail = varint_len(key_len) + key_len;
+        let tail = crate::varint::len(key_len) + key_len;
         let (layout, _) = Layout::new::<Head>()
             .extend(Layout::array::<u8>(tail).expect("key length fits a layout"))
             .expect("key length fits a layout");
@@ -58,20 +48,7 @@ impl Node {
     /// A block holding `entry` and a copy of `key`.
     pub fn new(key: &[u8], entry: Entry) -> Node {
         let layout = Self::layout(key.len());
-        let mut len = [0u8; 10];
-        let mut k = 0;
-        let mut n = key.len();
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                len[k] = byte;
-                k += 1;
-                break;
-            }
-            len[k] = byte | 0x80;
-            k += 1;
-        }
+        let (len, k) = crate::varint::encode(key.len());
         // SAFETY: the layout is non-zero-sized (it holds a `Head`) and has room for the head,
         // the `k` length bytes and the key; the head is written before the pointer is used.
         unsafe {
@@ -369,7 +346,7 @@ mod tests {
             assert_eq!(unsafe { key_of(node.addr()) }, &key[..], "{len}");
             assert_eq!(
                 Node::block_size(len),
-                (64 + varint_len(len) + len).next_multiple_of(8)
+                (64 + crate::varint::len(len) + len).next_multiple_of(8)
             );
             assert!(matches!(node.into_entry().value, Value::Str(_)));
         }
