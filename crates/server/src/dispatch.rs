@@ -93,36 +93,36 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     }
     // CLIENT LIST `cmd`/`idle`: the last command, a queued one included (as Redis).
     client.handle.touch(row.name, now_ms);
-    if let Some(multi) = client.multi.as_mut() {
-        if !spec.has(flags::NO_QUEUE) {
-            if spec.has(flags::NO_MULTI) {
-                multi.dirty = true;
-                return CmdError::err("Command not allowed inside a transaction").to_frame();
-            }
-            // Over maxmemory (after what eviction can free), a queued command is refused with
-            // OOM and the transaction fails at EXEC, whatever the command: queueing would grow
-            // memory without bound (Redis' `processCommand`). Regression:
-            // `test_a_command_queued_over_maxmemory_is_refused_and_exec_aborts`.
-            if let Err(e) = crate::quota::make_room_in_server(shared, client, now_ms) {
-                if let Some(multi) = client.multi.as_mut() {
-                    multi.dirty = true;
-                }
-                return CmdError::from(e).to_frame();
-            }
-            let Some(multi) = client.multi.as_mut() else {
-                unreachable!("checked above");
-            };
-            // Redis' `argv_len_sums`: the arguments' bytes and a pointer for each.
-            let mem = crate::client::ConnectionMemory::argv_len(&args)
-                + args.len() * std::mem::size_of::<usize>();
-            client.handle.mem.multi.fetch_add(mem, Ordering::Relaxed);
-            multi.queued.push((spec, args));
-            client
-                .handle
-                .multi_len
-                .store(multi.queued.len() as i64, Ordering::Relaxed);
-            return Frame::Simple("QUEUED".into());
+    if client.multi.is_some() && !spec.has(flags::NO_QUEUE) {
+        // Refused when queued: NO_MULTI commands, and anything over maxmemory (after what
+        // eviction can free), since a queue would grow memory without bound (Redis'
+        // `processCommand`; regression:
+        // `test_a_command_queued_over_maxmemory_is_refused_and_exec_aborts`). Either makes
+        // EXEC fail.
+        let refused = if spec.has(flags::NO_MULTI) {
+            Some(CmdError::err("Command not allowed inside a transaction"))
+        } else {
+            crate::quota::make_room_in_server(shared, client, now_ms)
+                .err()
+                .map(CmdError::from)
+        };
+        let Some(multi) = client.multi.as_mut() else {
+            unreachable!("a transaction is open (checked above)")
+        };
+        if let Some(e) = refused {
+            multi.dirty = true;
+            return e.to_frame();
         }
+        // Redis' `argv_len_sums`: the arguments' bytes and a pointer for each.
+        let mem = crate::client::ConnectionMemory::argv_len(&args)
+            + args.len() * std::mem::size_of::<usize>();
+        client.handle.mem.multi.fetch_add(mem, Ordering::Relaxed);
+        multi.queued.push((spec, args));
+        client
+            .handle
+            .multi_len
+            .store(multi.queued.len() as i64, Ordering::Relaxed);
+        return Frame::Simple("QUEUED".into());
     }
     // MONITOR (see `feed_monitors`) shows a command once it has run, as Redis 7.2 does (a
     // script before it runs: its commands follow). One that carries credentials is shown in

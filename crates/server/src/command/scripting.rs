@@ -33,8 +33,8 @@
 //! inside a script come back with the same values.
 //!
 //! A script cannot run forever: an instruction-count hook aborts it after `busy-reply-threshold`
-//! ms ([`SCRIPT_TIME_LIMIT`] by default; or when SCRIPT KILL / FUNCTION KILL asks, if it has not written), and keeps aborting it if
-//! the script catches the error with `pcall`.
+//! ms ([`SCRIPT_TIME_LIMIT`] by default), or when SCRIPT KILL / FUNCTION KILL asks if it has not
+//! written, and keeps aborting it if the script catches the error with `pcall`.
 //!
 //! This module depends on the command table and dispatch only; it must not touch the log directly
 //! other than through `shared.persist`.
@@ -930,6 +930,9 @@ impl Vm {
                 Ok(VmState::Continue)
             },
         );
+        // SAFETY: follows `lua_stack`'s contract (see `lua_error_handler`).
+        let handler = unsafe { lua.create_c_function(lua_error_handler)? };
+        lua.set_named_registry_value(ERROR_HANDLER_KEY.to_str().expect("an ASCII name"), handler)?;
         let script_env = lua.create_table_with_capacity(0, 3)?;
         script_env.set_metatable(Some(env_mt.clone()));
         // SAFETY: follows `lua_stack`'s contract (see `lua_run`).
@@ -1232,7 +1235,6 @@ fn with_err_prefix(message: &str) -> String {
 
 fn script_error(value: &Value, sha: &str) -> Frame {
     match value {
-        // An error reply raised by redis.call (or returned by error_reply and raised): as is.
         // An error reply (raised by redis.call, or a table the script raised), or any other
         // error made into one by `lua_error_handler`: with the script's name and the line that
         // raised it when known (Redis' `luaCallFunction`).
@@ -1563,8 +1565,8 @@ unsafe extern "C-unwind" fn lua_run(state: *mut ffi::lua_State) -> c_int {
         return 0;
     };
     ffi::lua_settop(state, 4);
-    // [function, env|nil, KEYS, ARGV, handler]
-    ffi::lua_pushcfunction(state, lua_error_handler);
+    // [function, env|nil, KEYS, ARGV, handler] (made once per state: see `Vm::new`)
+    ffi::lua_getfield(state, ffi::LUA_REGISTRYINDEX, ERROR_HANDLER_KEY.as_ptr());
     let handler = ffi::lua_gettop(state);
     let (keys, argv) = (&*context.keys, &*context.argv);
     let nargs = if ffi::lua_type(state, 2) == ffi::LUA_TTABLE {
@@ -1620,6 +1622,10 @@ unsafe extern "C-unwind" fn lua_redis_pcall(state: *mut ffi::lua_State) -> c_int
     redis_call(state);
     1
 }
+
+/// Where [`Vm::new`] keeps [`lua_error_handler`] in the state's registry (one closure per state,
+/// not one per run).
+const ERROR_HANDLER_KEY: &std::ffi::CStr = c"gradus.error_handler";
 
 /// The error handler a run's code is called under (Redis' `__redis__err__handler`): an error
 /// that is not a table becomes `{err='ERR ' .. tostring(err)}`, and the table gets the `source`
