@@ -190,6 +190,29 @@ def test_client_pause_write_stops_active_expiry(gradus):
     assert expired_keys(admin) == initial + 20
 
 
+def test_client_pause_write_stops_passive_expiry_too(gradus):
+    """Redis' pause.tcl "Test both active and passive expires are skipped during client pause":
+    a read of an expired key during a WRITE pause sees it gone but deletes nothing
+    (`expired_keys` unchanged, so no DEL reaches the log or a replica); after UNPAUSE the next
+    read reclaims it."""
+    admin = conn(gradus)
+    initial = expired_keys(admin)
+    pipe = admin.pipeline(transaction=True)
+    pipe.set("foo", "bar", px=10)
+    pipe.set("bar", "foo", px=10)
+    pipe.execute_command("CLIENT", "PAUSE", 20000, "WRITE")
+    pipe.execute()
+    try:
+        time.sleep(0.1)
+        assert admin.get("foo") is None and admin.get("bar") is None
+        assert admin.exists("foo", "bar") == 0
+        assert expired_keys(admin) == initial
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+    assert admin.get("foo") is None and admin.get("bar") is None
+    assert expired_keys(admin) == initial + 2
+
+
 @pytest.mark.gradus_only
 def test_client_pause_write_holds_the_memcached_port_too(gradus, mc):
     admin = conn(gradus)

@@ -22,8 +22,9 @@ servers:
 - OBJECT IDLETIME within two seconds,
 - OBJECT ENCODING of a string written by any command (sent as lower-case
   `object`): Redis' answer depends on the command that wrote it (APPEND and
-  SETRANGE leave `raw`, INCRBYFLOAT `embstr`), Gradus' on the bytes alone, so
-  only "a string encoding" is compared; right after SET both are exact.
+  SETRANGE leave `raw`, as Gradus' does, but INCRBYFLOAT `embstr`, where Gradus
+  judges from the bytes), so only "a string encoding" is compared; right after
+  SET both are exact (test_encodings.py checks APPEND, SETRANGE and INCR).
 The generator avoids what differs between Redis versions (doubles are exact
 binary fractions, so 7.0's "%.17g" and 7.2's shortest form print the same).
 
@@ -772,6 +773,24 @@ def test_config_set_save_answers_like_redis(gradus, redis_server):
              # CONFIG HELP had a table row but no answer ('unknown subcommand').
              ["CONFIG", "HELP"], ["CONFIG", "HELP", "x"]]
     assert_same_replies(gradus, redis_server, cases)
+
+
+def test_config_set_hz_is_live_and_clamped_like_redis(gradus, redis_server):
+    """`CONFIG SET hz` (Redis' querybuf.tcl sets it) was refused as immutable; it is live,
+    takes any value from 0 and clamps it to 1..500 as redis-server does, and INFO shows it."""
+    cases = [["CONFIG", "SET", "hz", "100"], ["CONFIG", "GET", "hz"],
+             ["CONFIG", "SET", "hz", "0"], ["CONFIG", "GET", "hz"],
+             ["CONFIG", "SET", "hz", "1000"], ["CONFIG", "GET", "hz"],
+             ["CONFIG", "SET", "hz", "-1"], ["CONFIG", "SET", "hz", "x"],
+             ["CONFIG", "SET", "hz", "10"], ["CONFIG", "GET", "hz"]]
+    assert_same_replies(gradus, redis_server, cases)
+    c = RawConnection(gradus.host, gradus.port, timeout=10)
+    try:
+        assert c.call("CONFIG", "SET", "hz", "50") == Simple(b"OK")
+        assert b"hz:50\r\n" in c.call("INFO", "server")
+    finally:
+        c.call("CONFIG", "SET", "hz", "10")
+        c.close()
 
 
 def test_encoding_knobs_answer_like_redis(gradus, redis_server):

@@ -374,3 +374,16 @@ def test_fcall_finds_a_function_whatever_the_case(gradus, redis_server):
     ]
 
     assert_same_replies(gradus, redis_server, cases)
+
+
+def test_a_function_can_read_the_global_table_g(fr):
+    # Redis 7.2 functions see their globals as `_G` (unit/scripting "EVAL - Return _G" through
+    # FCALL); Gradus raised "Script attempted to access nonexistent global variable '_G'".
+    fr.function_load("#!lua name=globals\n"
+                     "redis.register_function('g', function() return _G end)\n"
+                     "redis.register_function('t', function() return {type(_G), type(_G.redis), type(_G.string)} end)\n"
+                     "redis.register_function('w', function() _G.x = 1 end)\n")
+    assert fr.fcall("g", 0) == []
+    assert fr.fcall("t", 0) == [b"table", b"table", b"table"]
+    with pytest.raises(redis.ResponseError, match="Attempt to modify a readonly table"):
+        fr.fcall("w", 0)

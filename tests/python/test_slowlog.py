@@ -257,3 +257,43 @@ def test_a_blocking_command_is_in_the_slow_log_only_once_unblocked(gradus):
     assert raw_slowlog(r, 1)[0][3] == [b"BLPOP", b"l", b"0"]
     assert "cmdstat_blpop:calls=1," in info_text(r, "commandstats")
     r.config_set("slowlog-log-slower-than", 10000)
+
+
+def histogram_as_dicts(reply):
+    """LATENCY HISTOGRAM's reply as {name: {"calls": n, "histogram_usec": {usec: count}}},
+    whichever protocol it came in."""
+    def d(x):
+        return x if isinstance(x, dict) else dict(zip(x[::2], x[1::2]))
+    out = {}
+    for name, entry in d(reply).items():
+        entry = {k.decode() if isinstance(k, bytes) else k: v for k, v in d(entry).items()}
+        entry["histogram_usec"] = d(entry["histogram_usec"])
+        out[name] = entry
+    return out
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_latency_histogram_has_redis_shape_and_power_of_two_buckets(gradus, protocol):
+    # LATENCY HISTOGRAM (Redis 7.0+) was unknown: per-command latency histograms from the
+    # latencystats data, `calls` and cumulative `histogram_usec` buckets at Redis' levels.
+    r = redis_client(gradus, protocol, single_connection_client=True)
+    r.execute_command("CONFIG", "RESETSTAT")
+    only = histogram_as_dicts(r.execute_command("LATENCY", "HISTOGRAM"))
+    assert list(only) == [b"config|resetstat"]
+    for i in range(20):
+        r.set(f"k{i}", "v")
+    r.get("k1")
+    r.execute_command("CLIENT", "ID")
+    r.execute_command("CLIENT", "GETNAME")
+    histo = histogram_as_dicts(r.execute_command("LATENCY", "HISTOGRAM", "set", "nosuch", "client", "get"))
+    assert sorted(histo) == [b"client|getname", b"client|id", b"get", b"set"]
+    assert histo[b"set"]["calls"] == 20 and histo[b"get"]["calls"] == 1
+    buckets = histo[b"set"]["histogram_usec"]
+    levels = list(buckets)
+    # Redis' levels: 1024 ns doubling, each printed as its highest equivalent in µs.
+    allowed = [(2 ** (10 + k) + 2 ** (3 + k) - 1) // 1000 for k in range(21)]
+    assert all(level in allowed for level in levels), levels
+    counts = list(buckets.values())
+    assert counts == sorted(counts) and counts[-1] == 20
+    assert list(histogram_as_dicts(r.execute_command("LATENCY", "HISTOGRAM", "client|id"))) == [b"client|id"]
+    assert r.execute_command("LATENCY", "HISTOGRAM", "nosuch") in ([], {})

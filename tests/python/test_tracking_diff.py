@@ -211,3 +211,111 @@ def test_optin_optout_and_noloop_like_redis(gradus, redis_server):
         return out
 
     assert_same(gradus, redis_server, scenario)
+
+
+def test_bcast_invalidations_of_an_exec_are_batched_per_prefix(gradus, redis_server):
+    # Redis collects BCAST keys per prefix until the command (here EXEC) has finished and sends
+    # one message per prefix with its keys sorted; Gradus sent one message per key, so the
+    # redirect target of unit/tracking fell behind by two messages.
+    def scenario(server):
+        sub = Raw(server)
+        target = client_id(sub)
+        sub.call("SUBSCRIBE", "__redis__:invalidate")
+        t = Raw(server)
+        t.call("CLIENT", "TRACKING", "on", "BCAST", "REDIRECT", target, "PREFIX", "b:", "PREFIX", "a:")
+        for c in (("MULTI",), ("INCR", "a:2"), ("INCR", "b:1"), ("INCR", "a:1"), ("INCR", "b:2"),
+                  ("INCR", "c:1"), ("INCR", "a:2"), ("EXEC",)):
+            t.send(*c)
+        t.read_for(0.2)
+        t.call("MSET", "b:9", "1", "a:9", "1", "c:9", "1")
+        return sub.read_for(0.3)
+
+    got = assert_same(gradus, redis_server, scenario)
+    assert got.count(b"message") == 4
+
+
+def test_bcast_noloop_batch_leaves_out_only_the_trackers_own_writes(gradus, redis_server):
+    def scenario(server):
+        t = resp3_tracker(server, "BCAST", "NOLOOP")
+        t.call("EVAL", "redis.call('set', 'mine', 1) return 1", "0")
+        redis_client(server).mset({"x": 1, "y": 2})
+        return t.call("PING")
+
+    got = assert_same(gradus, redis_server, scenario)
+    assert b"mine" not in got and b"$1\r\nx\r\n$1\r\ny\r\n" in got
+
+
+def test_keys_read_before_tracking_off_are_forgotten_by_a_flush(gradus, redis_server):
+    # With no connection tracking, Gradus skipped the table on writes and flushes, so a key
+    # read earlier stayed remembered and a later tracker was told of a write it never read.
+    def scenario(server):
+        sub = Raw(server)
+        target = client_id(sub)
+        sub.call("SUBSCRIBE", "__redis__:invalidate")
+        t = Raw(server)
+        t.call("CLIENT", "TRACKING", "on")
+        t.call("GET", "key1")
+        t.call("CLIENT", "TRACKING", "off")
+        t.call("FLUSHALL")
+        t.call("CLIENT", "TRACKING", "on", "REDIRECT", target)
+        redis_client(server).set("key1", "1")
+        info = t.call("INFO", "everything", wait=0.3).decode()
+        stats = sorted(l for l in info.split("\r\n") if l.startswith("tracking"))
+        return sub.read_for(0.3), stats
+
+    got = assert_same(gradus, redis_server, scenario)
+    assert got[0] == b""
+
+
+def test_tracking_info_fields_count_keys_items_and_prefixes(gradus, redis_server):
+    def scenario(server):
+        t = Raw(server)
+        t.call("CLIENT", "TRACKING", "on")
+        t.call("MGET", "a", "b")
+        b = Raw(server)
+        b.call("CLIENT", "TRACKING", "on")
+        b.call("GET", "a")
+        p = Raw(server)
+        p.call("CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "p:", "PREFIX", "q:")
+        e = Raw(server)
+        e.call("CLIENT", "TRACKING", "on", "BCAST")
+        info = t.call("INFO", "everything", wait=0.3).decode()
+        return sorted(l for l in info.split("\r\n") if l.startswith("tracking"))
+
+    got = assert_same(gradus, redis_server, scenario)
+    assert "tracking_total_items:3" in got and "tracking_total_prefixes:3" in got
+
+
+def test_lowering_tracking_table_max_keys_evicts_without_a_new_read(gradus, redis_server):
+    def scenario(server):
+        sub = Raw(server)
+        target = client_id(sub)
+        sub.call("SUBSCRIBE", "__redis__:invalidate")
+        t = Raw(server)
+        t.call("CLIENT", "TRACKING", "on", "REDIRECT", target)
+        t.call("GET", "k1")
+        t.call("GET", "k2")
+        t.call("CONFIG", "SET", "tracking-table-max-keys", "1")
+        got = sub.read_for(0.5)
+        t.call("CONFIG", "SET", "tracking-table-max-keys", "1000000")
+        # Redis evicts a random key, Gradus the oldest: compare how many.
+        return got.count(b"message"), got.count(b"\r\nk")
+
+    assert assert_same(gradus, redis_server, scenario) == (1, 1)
+
+
+def test_prefix_collisions_name_the_prefixes_as_redis_orders_them(gradus, redis_server):
+    def scenario(server):
+        t = Raw(server)
+        out = [t.call("CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "FOOBAR", "PREFIX", "FOO"),
+               t.call("CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "FOO", "PREFIX", "FOOBAR"),
+               t.call("CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "FOO", "PREFIX", "BAR"),
+               t.call("CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "FO"),
+               t.call("CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "BARB")]
+        t.call("CLIENT", "TRACKING", "off")
+        t.call("HELLO", "3")
+        t.call("CLIENT", "TRACKING", "on", "BCAST")
+        out.append(t.call("CLIENT", "TRACKINGINFO"))
+        return out
+
+    assert_same(gradus, redis_server, scenario)

@@ -207,6 +207,9 @@ pub struct ClientState {
     /// Messages due to this connection after the running command's reply (invalidations of its
     /// own reads and writes, as Redis orders them).
     pub after_reply: Vec<Bytes>,
+    /// Keys written while the running command runs, for its BCAST invalidations once it has
+    /// finished (see `tracking::Tracking::broadcast`).
+    pub bcast_written: Vec<crate::tracking::Written>,
     /// CLIENT CACHING yes|no: applies to the next command (counted down per command).
     pub caching: Option<(bool, u8)>,
     /// Keys (global keyspace index, key) the running write found absent, while `new` keyspace
@@ -271,6 +274,7 @@ impl ClientState {
             subs: None,
             tracking: None,
             after_reply: Vec::new(),
+            bcast_written: Vec::new(),
             caching: None,
             absent_keys: Vec::new(),
             notify_muted: false,
@@ -475,6 +479,11 @@ pub struct ClientHandle {
     pub tracking_bcast: AtomicBool,
     /// An invalidation found its redirect target gone (CLIENT LIST flag `R`; see `tracking`).
     pub tracking_broken: AtomicBool,
+    /// CLIENT NO-EVICT on (CLIENT LIST flag `e`; Gradus never evicts clients, so only shown).
+    pub no_evict: AtomicBool,
+    /// CLIENT NO-TOUCH on (flag `T`): its commands leave keys' LRU/LFU data alone, except
+    /// TOUCH (the dispatcher runs them under `gradus_store::with_touch(false, …)`).
+    pub no_touch: AtomicBool,
     /// Subscriptions to channels, patterns and shard channels (CLIENT LIST sub, psub, ssub).
     pub subs: [AtomicUsize; 3],
     /// The connection's buffers as CLIENT LIST shows them (qbuf, argv-mem …).
@@ -516,6 +525,8 @@ impl ClientHandle {
             tracking_redirect: std::sync::atomic::AtomicI64::new(-1),
             tracking_bcast: AtomicBool::new(false),
             tracking_broken: AtomicBool::new(false),
+            no_evict: AtomicBool::new(false),
+            no_touch: AtomicBool::new(false),
             role: AtomicU8::new(ClientRole::Normal as u8),
             outbox: Mutex::new(None),
             outbox_closed: AtomicBool::new(false),
@@ -581,8 +592,8 @@ impl ClientHandle {
         }
     }
 
-    /// CLIENT LIST's `flags=`, in Redis' order (`S` replica, `M` primary, `P` pub/sub, `x` MULTI;
-    /// `N` for none).
+    /// CLIENT LIST's `flags=`, in Redis' order (`S` replica, `M` primary, `P` pub/sub, `x` MULTI,
+    /// client-side caching's, `e` no-evict, `T` no-touch; `N` for none).
     pub fn flags(&self) -> String {
         let mut flags = String::new();
         match self.role() {
@@ -605,6 +616,12 @@ impl ClientHandle {
             if self.tracking_bcast.load(Ordering::Relaxed) {
                 flags.push('B');
             }
+        }
+        if self.no_evict.load(Ordering::Relaxed) {
+            flags.push('e');
+        }
+        if self.no_touch.load(Ordering::Relaxed) {
+            flags.push('T');
         }
         if flags.is_empty() {
             flags.push('N');

@@ -105,6 +105,7 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                             _ = peer_closed(stream.tcp()) => break 'conn,
                         };
                         crate::dispatch::finish_deferred(&shared, &mut client, &reply);
+                        crate::dispatch::flush_broadcasts(&shared, &mut client);
                         if !client.reply_mode.withhold_and_advance() {
                             encode(&reply, client.resp, &mut wbuf);
                         }

@@ -142,16 +142,21 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     client.handle.mem.argv.store(argv_mem, Ordering::Relaxed);
     crate::client::LocalCounters::bump(&client.counters.commands);
     // A subcommand's row decides how it runs where it says so (FUNCTION LOAD is a write,
-    // FUNCTION KILL runs without the gate); such rows carry the container's handler.
-    let reply = run_observed(shared, client, spec, args, |shared, client, args| {
-        if spec.has(flags::OWN_GATE) || row.has(flags::OWN_GATE) {
-            run(shared, client, spec, args, now_ms)
-        } else if row.runs_as_write() {
-            run_write_in(shared, client, row, args, now_ms)
-        } else {
-            let _gate = shared.store.shared(client.id);
-            run(shared, client, spec, args, now_ms)
-        }
+    // FUNCTION KILL runs without the gate); such rows carry the container's handler. A
+    // CLIENT NO-TOUCH connection's command (its EXEC's and scripts' commands too) leaves keys'
+    // LRU/LFU data alone, as Redis' `lookupKey` (TOUCH touches anyway: see `command::keys`).
+    let touch = !client.handle.no_touch.load(Ordering::Relaxed);
+    let reply = gradus_store::with_touch(touch, || {
+        run_observed(shared, client, spec, args, |shared, client, args| {
+            if spec.has(flags::OWN_GATE) || row.has(flags::OWN_GATE) {
+                run(shared, client, spec, args, now_ms)
+            } else if row.runs_as_write() {
+                run_write_in(shared, client, row, args, now_ms)
+            } else {
+                let _gate = shared.store.shared(client.id);
+                run(shared, client, spec, args, now_ms)
+            }
+        })
     });
     if let Some(args) = shown_after.filter(|_| !secret || client.authenticated) {
         feed_monitors(shared, client, spec, &args, false);
@@ -168,7 +173,19 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     if !client.ready_keys.is_empty() {
         crate::blocking::serve(shared, std::mem::take(&mut client.ready_keys));
     }
+    flush_broadcasts(shared, client);
     reply
+}
+
+/// Send the BCAST invalidations of the keys the command that has just finished wrote (all of
+/// an EXEC's or a script's at once, as Redis batches them until `beforeSleep`; see
+/// `tracking`); the writer's own come after its reply.
+pub fn flush_broadcasts(shared: &Shared, client: &mut ClientState) {
+    if !client.bcast_written.is_empty() {
+        let written = std::mem::take(&mut client.bcast_written);
+        let own = shared.tracking.broadcast(client.id, written);
+        client.after_reply.extend(own);
+    }
 }
 
 /// Whether a command is held back by CLIENT PAUSE WRITE (Redis' `is_may_replicate_command`): a
@@ -400,9 +417,18 @@ pub fn run_write_in(
                 let own = shared.tracking.flush(tenant, id);
                 client.after_reply.extend(own);
             } else if !keys.is_empty() {
-                let own = shared.tracking.invalidate(id, tenant, &keys);
+                let own = shared.tracking.invalidate_batched(
+                    id,
+                    tenant,
+                    &keys,
+                    &mut client.bcast_written,
+                );
                 client.after_reply.extend(own);
             }
+        }
+        if client.record.is_none() {
+            // Not part of a larger command (EXEC, a script): its BCAST batch is complete.
+            flush_broadcasts(shared, client);
         }
         return reply;
     }

@@ -97,7 +97,7 @@ fn server(shared: &Shared, out: &mut String) {
     line!(out, "server_time_usec:{}", gradus_store::now_ms() * 1000);
     line!(out, "uptime_in_seconds:{uptime}");
     line!(out, "uptime_in_days:{}", uptime / 86400);
-    line!(out, "hz:{}", shared.config.hz);
+    line!(out, "hz:{}", shared.live.hz.load(Ordering::Relaxed));
     line!(
         out,
         "executable:{}",
@@ -131,6 +131,7 @@ fn clients(shared: &Shared, out: &mut String) {
         shared.live.maxclients.load(Ordering::Relaxed)
     );
     line!(out, "blocked_clients:{}", shared.blocked.count());
+    line!(out, "tracking_clients:{}", shared.tracking.stats().clients);
 }
 
 /// Resident set size from /proc (0 where unavailable).
@@ -499,6 +500,10 @@ fn stats(shared: &Shared, out: &mut String) {
         "keyspace_misses:{}",
         s.keyspace_misses.load(Ordering::Relaxed)
     );
+    let tracking = shared.tracking.stats();
+    line!(out, "tracking_total_keys:{}", tracking.keys);
+    line!(out, "tracking_total_items:{}", tracking.items);
+    line!(out, "tracking_total_prefixes:{}", tracking.prefixes);
 }
 
 /// INFO replication, with Redis' field names in Redis' order (Sentinel parses them).

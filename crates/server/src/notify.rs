@@ -146,19 +146,29 @@ pub fn expired_in(shared: &Shared, mut client: Option<&mut ClientState>, db: usi
         return;
     }
     let tenant = shared.tenancy.tenant_of(db);
+    // BCAST invalidations: with the running command's (sent once it has finished), or, for
+    // the expiry cycle, all of this cycle's keys at once.
+    let mut written = Vec::new();
     for key in keys {
         // Redis' deleteExpiredKeyAndPropagate: the event, then the invalidation.
         emit(shared, EXPIRED, "expired", db, &key);
         if let Some(tenant) = tenant.filter(|_| shared.tracking.is_active()) {
             let by = client.as_ref().map_or(0, |c| c.id);
-            let own = shared
-                .tracking
-                .invalidate(by, tenant, std::slice::from_ref(&key));
+            let batch = match client.as_mut() {
+                Some(c) => &mut c.bcast_written,
+                None => &mut written,
+            };
+            let own =
+                shared
+                    .tracking
+                    .invalidate_batched(by, tenant, std::slice::from_ref(&key), batch);
             if let Some(c) = client.as_mut() {
                 c.after_reply.extend(own);
             }
         }
     }
+    let own = shared.tracking.broadcast(0, written);
+    debug_assert!(own.is_empty(), "no connection has id 0");
 }
 
 /// Events that never create their key (the others, on a key the command found absent, are

@@ -123,6 +123,22 @@ impl Pauses {
         }
     }
 
+    /// Until when (Unix ms; 0: not now) expired keys stay in place: the furthest end among the
+    /// pauses not ended (every pause holds writes back). `Shared::pause` hands it to the store.
+    pub fn expiry_held_until(&self, now_ms: u64) -> u64 {
+        if !self.any.load(Ordering::Acquire) {
+            return 0;
+        }
+        let slots = self.by_purpose.lock();
+        slots
+            .iter()
+            .flatten()
+            .filter(|p| p.end_ms >= now_ms)
+            .map(|p| p.end_ms.saturating_add(1))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether writes are held back now (active expiry waits then).
     pub fn writes_paused(&self, now_ms: u64) -> bool {
         self.holds(true, now_ms)
@@ -175,6 +191,19 @@ mod tests {
         assert_eq!(p.current(400), (PauseMode::Write, u64::MAX));
         p.unpause(PausePurpose::Failover);
         assert_eq!(p.current(400), (PauseMode::Off, 0));
+    }
+
+    #[test]
+    fn expiry_is_held_until_the_furthest_pause_ends() {
+        let p = Pauses::default();
+        assert_eq!(p.expiry_held_until(100), 0);
+        p.pause(PausePurpose::ClientCommand, PauseMode::All, 200, 100);
+        p.pause(PausePurpose::Failover, PauseMode::Write, 500, 100);
+        // The pause ends after its end ms (`current` holds at `end_ms` itself).
+        assert_eq!(p.expiry_held_until(150), 501);
+        p.unpause(PausePurpose::Failover);
+        assert_eq!(p.expiry_held_until(150), 201);
+        assert_eq!(p.expiry_held_until(300), 0);
     }
 
     #[test]

@@ -18,6 +18,11 @@
 //! databases of degree `none`), and fails with Redis' OOM error when the policy is `noeviction`
 //! or nothing qualifies.
 //!
+//! The policy also decides what keys' access data is (see [`apply_access_clock`]): under
+//! `allkeys-lfu`/`volatile-lfu` Redis' LFU counter, which those policies evict by (lowest
+//! first, as decayed by `lfu-decay-time`), else the last access time; `lru` keyspaces then evict
+//! by whichever is kept.
+//!
 //! May import: `persist::write` (evictions are a write transaction), `state`, `client`. Must not
 //! import command modules.
 
@@ -25,7 +30,7 @@ use crate::client::ClientState;
 use crate::persist::write::{log_effect, stream_effect, Scope, WriteError, WriteTxn};
 use crate::state::Shared;
 use bytes::Bytes;
-use gradus_store::EvictionPolicy;
+use gradus_store::{AccessClock, EvictionPolicy};
 use std::sync::atomic::Ordering;
 
 /// Redis' `maxmemory-policy` values, in the order `LiveSettings::maxmemory_policy` indexes.
@@ -49,17 +54,42 @@ pub fn policy_index(name: &str) -> u8 {
         .unwrap_or(0) as u8
 }
 
-/// How policy number `index` picks keys; None for `noeviction`. Without an access-frequency
-/// counter the LFU policies rank keys as their LRU twins.
+/// How policy number `index` picks keys; None for `noeviction`.
 fn eviction_policy(index: u8) -> Option<EvictionPolicy> {
     match POLICIES.get(usize::from(index)).copied() {
-        Some("allkeys-lru" | "allkeys-lfu") => Some(EvictionPolicy::AllKeysLru),
-        Some("volatile-lru" | "volatile-lfu") => Some(EvictionPolicy::VolatileLru),
+        Some("allkeys-lru") => Some(EvictionPolicy::AllKeysLru),
+        Some("volatile-lru") => Some(EvictionPolicy::VolatileLru),
+        Some("allkeys-lfu") => Some(EvictionPolicy::AllKeysLfu),
+        Some("volatile-lfu") => Some(EvictionPolicy::VolatileLfu),
         Some("allkeys-random") => Some(EvictionPolicy::AllKeysRandom),
         Some("volatile-random") => Some(EvictionPolicy::VolatileRandom),
         Some("volatile-ttl") => Some(EvictionPolicy::VolatileTtl),
         _ => None,
     }
+}
+
+/// How keys' access data is kept under the live settings: LFU data under an LFU policy (Redis'
+/// `MAXMEMORY_FLAG_LFU`), with `lfu-log-factor` and `lfu-decay-time`; else LRU data.
+pub fn access_clock(live: &crate::state::LiveSettings) -> AccessClock {
+    let policy = POLICIES[usize::from(live.maxmemory_policy.load(Ordering::Relaxed))];
+    if !policy.ends_with("-lfu") {
+        return AccessClock::Lru;
+    }
+    let setting = |v: &std::sync::atomic::AtomicU64| {
+        u32::try_from(v.load(Ordering::Relaxed)).unwrap_or(u32::MAX)
+    };
+    AccessClock::Lfu {
+        log_factor: setting(&live.lfu_log_factor),
+        decay_time: setting(&live.lfu_decay_time),
+    }
+}
+
+/// Put the live settings' [`access_clock`] in force in every keyspace (at start-up, and when
+/// CONFIG SET changes `maxmemory-policy`, `lfu-log-factor` or `lfu-decay-time`). Keys keep their
+/// access data, reinterpreted, as Redis' do when the policy switches between LRU and LFU.
+pub fn apply_access_clock(shared: &Shared) -> Result<(), String> {
+    shared.store.set_access_clock(access_clock(&shared.live));
+    Ok(())
 }
 
 /// The server's memory as `maxmemory` is checked against it: the allocator's count (the

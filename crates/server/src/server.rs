@@ -383,13 +383,28 @@ async fn refuse(mut stream: TcpStream) {
 /// primary (see `expiry_loop`).
 const REPLICA_EXPIRY_MARGIN_MS: u64 = 60_000;
 
+/// The expiry timer's period at `hz` cycles per second.
+fn expiry_period(hz: u64) -> Duration {
+    Duration::from_millis(1000 / hz.clamp(1, 1000))
+}
+
 async fn expiry_loop(shared: Arc<Shared>) {
-    let period = Duration::from_millis(1000 / u64::from(shared.config.hz.max(1)));
-    let mut tick = tokio::time::interval(period);
+    let mut hz = shared.live.hz.load(Ordering::Relaxed);
+    let mut tick = tokio::time::interval(expiry_period(hz));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut logging_expired = false;
     loop {
         tick.tick().await;
+        // `hz` is live (CONFIG SET hz): a new value takes effect from this cycle.
+        let now_hz = shared.live.hz.load(Ordering::Relaxed);
+        if now_hz != hz {
+            hz = now_hz;
+            tick = tokio::time::interval_at(
+                tokio::time::Instant::now() + expiry_period(hz),
+                expiry_period(hz),
+            );
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
         // Expired keys are kept for `expired` notifications and invalidations only while wanted.
         let wanted = crate::notify::keeps_expired(&shared);
         if wanted != logging_expired {
@@ -428,6 +443,8 @@ async fn expiry_loop(shared: Arc<Shared>) {
         if logging_expired {
             crate::notify::publish_expired(&shared);
         }
+        let max_keys = shared.live.tracking_table_max_keys.load(Ordering::Relaxed);
+        shared.tracking.limit(max_keys as usize);
     }
 }
 

@@ -463,6 +463,22 @@ macro_rules! live_u64 {
     };
 }
 
+/// [`Live`] access to an `AtomicU64` of [`LiveSettings`] that the keys' access clock is made
+/// of: setting it puts the clock in force (`crate::quota::apply_access_clock`).
+macro_rules! live_lfu {
+    ($f:ident) => {
+        Some(Live {
+            get: |l| Value::Int(l.$f.load(Ordering::Relaxed)),
+            set: |l, v| {
+                if let Value::Int(n) = v {
+                    l.$f.store(*n, Ordering::Relaxed);
+                }
+            },
+            apply: Some(crate::quota::apply_access_clock),
+        })
+    };
+}
+
 /// [`Live`] access to a `Mutex<String>` of [`LiveSettings`] that the TLS configuration is built
 /// from: setting it rebuilds that configuration (new connections use it).
 macro_rules! live_tls_text {
@@ -548,9 +564,15 @@ pub static SETTINGS: &[Setting] = &[
                     l.maxmemory_policy.store(crate::quota::policy_index(name), Ordering::Relaxed);
                 }
             },
-            apply: None,
+            apply: Some(crate::quota::apply_access_clock),
         }), field: field!(maxmemory_policy),
-        doc: "Which keys maxmemory evicts: noeviction, allkeys-lru, volatile-lru, allkeys-lfu, volatile-lfu (ranked as their lru twins), allkeys-random, volatile-random or volatile-ttl." },
+        doc: "Which keys maxmemory evicts: noeviction, allkeys-lru, volatile-lru, allkeys-lfu, volatile-lfu (the lfu ones keep Redis' access-frequency counter per key instead of the last access time: OBJECT FREQ), allkeys-random, volatile-random or volatile-ttl." },
+    Setting { name: "lfu-log-factor", section: Section::Top, key: "lfu-log-factor", kind: Kind::Int { min: 0, max: i32::MAX as u64 }, default: "10",
+        flag: None, live: live_lfu!(lfu_log_factor), field: field!(lfu_log_factor),
+        doc: "How slowly the lfu policies' per-key counter grows (Redis' logarithmic counter: an access increments it with probability 1/((counter-5)*factor+1), up to 255)." },
+    Setting { name: "lfu-decay-time", section: Section::Top, key: "lfu-decay-time", kind: Kind::Int { min: 0, max: i32::MAX as u64 }, default: "1",
+        flag: None, live: live_lfu!(lfu_decay_time), field: field!(lfu_decay_time),
+        doc: "Minutes after which an idle key's lfu counter loses one (per period elapsed); 0: it never decays." },
     Setting { name: "requirepass", section: Section::Top, key: "requirepass", kind: Kind::Text, default: "",
         flag: flag("PASSWORD"), field: field!(requirepass),
         live: Some(Live { get: |l| Value::Text(l.requirepass.lock().clone()), set: |l, v| *l.requirepass.lock() = v.text(), apply: None }),
@@ -570,9 +592,14 @@ pub static SETTINGS: &[Setting] = &[
     Setting { name: "max-inline-len", section: Section::Top, key: "max-inline-len", kind: Kind::Size { min: 64, max: UNBOUNDED }, default: "65536",
         flag: flag("BYTES"), live: live_usize!(max_inline_len), field: field!(max_inline_len),
         doc: "Longest inline command (typed by hand) and longest unterminated request header, in bytes." },
-    Setting { name: "hz", section: Section::Top, key: "hz", kind: Kind::Int { min: 1, max: 500 }, default: "10",
-        flag: flag("N"), live: None, field: field!(hz),
-        doc: "Active expiry cycles per second." },
+    // As Redis: any value from 0 is accepted and clamped to 1..=500.
+    Setting { name: "hz", section: Section::Top, key: "hz", kind: Kind::Int { min: 0, max: 2147483647 }, default: "10",
+        flag: flag("N"), live: Some(Live {
+            get: |l| Value::Int(l.hz.load(Ordering::Relaxed)),
+            set: |l, v| if let Value::Int(n) = v { l.hz.store((*n).clamp(1, 500), Ordering::Relaxed) },
+            apply: None,
+        }), field: field!(hz),
+        doc: "Active expiry cycles per second; as in Redis any value from 0 is taken and clamped to 1–500." },
     Setting { name: "threads", section: Section::Top, key: "threads", kind: Kind::Int { min: 0, max: 4096 }, default: "0",
         flag: flag("N"), live: None, field: field!(threads),
         doc: "Worker threads for the network and command handling; 0: one per CPU core minus one, at least one (1 on 2 cores). With one, requests run in the order they arrive, across connections too, as in redis-server." },
@@ -638,25 +665,25 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Redis' RDB save points (seconds and changes, repeated; empty: none), checked as Redis checks them; accepted and reported, no effect here: snapshots follow the log (snapshot-* settings)." },
     Setting { name: "list-max-listpack-size", section: Section::Top, key: "list-max-listpack-size", kind: Kind::Signed { min: i32::MIN as i64, max: i32::MAX as i64 }, default: "-2",
         flag: None, live: live_i64!(list_max_listpack_size), field: field!(list_max_listpack_size),
-        doc: "Redis' list encoding knob (Redis: entries or, negative, kilobytes per list node); accepted and reported, no effect here." },
+        doc: "What one node of a list holds (alias list-max-ziplist-size): positive, that many elements; -1 to -5, 4 to 64 KiB. A list is a listpack while it fits one node, becomes a quicklist past it and a listpack again once it shrinks to half of it, as in Redis 7.2." },
     Setting { name: "list-compress-depth", section: Section::Top, key: "list-compress-depth", kind: Kind::Int { min: 0, max: i32::MAX as u64 }, default: "0",
         flag: None, live: live_u64!(list_compress_depth), field: field!(list_compress_depth),
         doc: "Redis' list compression knob; accepted and reported, no effect here." },
     Setting { name: "set-max-intset-entries", section: Section::Top, key: "set-max-intset-entries", kind: KNOB, default: "512",
         flag: None, live: live_u64!(set_max_intset_entries), field: field!(set_max_intset_entries),
-        doc: "Redis' set encoding knob (largest integer-only set kept as an intset); accepted and reported, no effect here." },
+        doc: "Most members a set of integers keeps as an intset; past it the set becomes a hashtable for good, as in Redis." },
     Setting { name: "set-max-listpack-entries", section: Section::Top, key: "set-max-listpack-entries", kind: KNOB, default: "128",
         flag: None, live: live_u64!(set_max_listpack_entries), field: field!(set_max_listpack_entries),
-        doc: "Redis' set encoding knob (most members of a listpack set); accepted and reported, no effect here." },
+        doc: "Most members a set keeps in the packed listpack encoding; a write past it, or past set-max-listpack-value, makes the set a hashtable for good, as in Redis 7.2." },
     Setting { name: "set-max-listpack-value", section: Section::Top, key: "set-max-listpack-value", kind: KNOB, default: "64",
         flag: None, live: live_u64!(set_max_listpack_value), field: field!(set_max_listpack_value),
-        doc: "Redis' set encoding knob (longest member of a listpack set); accepted and reported, no effect here." },
+        doc: "Longest member, in bytes, a set keeps in the packed listpack encoding." },
     Setting { name: "hash-max-listpack-entries", section: Section::Top, key: "hash-max-listpack-entries", kind: KNOB, default: "512",
         flag: None, live: live_u64!(hash_max_listpack_entries), field: field!(hash_max_listpack_entries),
-        doc: "Redis' hash encoding knob (most fields of a listpack hash; alias hash-max-ziplist-entries); accepted and reported, no effect here." },
+        doc: "Most fields a hash keeps in the packed listpack encoding (alias hash-max-ziplist-entries); a write past it, or past hash-max-listpack-value, makes the hash a hashtable for good, as in Redis." },
     Setting { name: "hash-max-listpack-value", section: Section::Top, key: "hash-max-listpack-value", kind: KNOB_BYTES, default: "64",
         flag: None, live: live_u64!(hash_max_listpack_value), field: field!(hash_max_listpack_value),
-        doc: "Redis' hash encoding knob (longest field or value of a listpack hash; alias hash-max-ziplist-value); accepted and reported, no effect here." },
+        doc: "Longest field or value, in bytes, a hash keeps in the packed listpack encoding (alias hash-max-ziplist-value)." },
     Setting { name: "zset-max-listpack-entries", section: Section::Top, key: "zset-max-listpack-entries", kind: KNOB, default: "128",
         flag: None, live: live_u64!(zset_max_listpack_entries), field: field!(zset_max_listpack_entries),
         doc: "Most members a sorted set keeps in the packed listpack encoding (alias zset-max-ziplist-entries); a write past it, or past zset-max-listpack-value, makes the set a skiplist for good, as in Redis." },

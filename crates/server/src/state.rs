@@ -63,9 +63,15 @@ pub struct LiveSettings {
     /// `crate::quota::POLICIES`.
     pub maxmemory: AtomicUsize,
     pub maxmemory_policy: std::sync::atomic::AtomicU8,
+    /// Redis' `lfu-log-factor` and `lfu-decay-time` (minutes), for the LFU policies' counter
+    /// (see `crate::quota::access_clock`).
+    pub lfu_log_factor: AtomicU64,
+    pub lfu_decay_time: AtomicU64,
     pub proto_max_bulk_len: AtomicUsize,
     pub max_multibulk_len: AtomicUsize,
     pub max_inline_len: AtomicUsize,
+    /// Redis' `hz`: active expiry cycles per second (the expiry timer re-reads it every tick).
+    pub hz: AtomicU64,
     /// Most bytes one connection may hold of a request not yet complete (its unparsed input and
     /// the arguments already decoded); past it the connection is closed.
     pub client_query_buffer_limit: AtomicUsize,
@@ -81,10 +87,11 @@ pub struct LiveSettings {
     pub tls_protocols: Mutex<Vec<String>>,
     /// `tls-replication`: the next link to a primary is a TLS connection.
     pub tls_replication: std::sync::atomic::AtomicBool,
-    /// Redis' encoding knobs (reported by CONFIG GET; only the `zset-*` ones change how values are
-    /// kept: see `command::zsets::zset_limits`).
     /// Redis' `save` points, as CONFIG SET left them (no effect here).
     pub save: Mutex<String>,
+    /// Redis' encoding knobs: every write reads them to decide a value's encoding (see
+    /// `command::lists::list_limit`, `sets::set_limits`, `hashes::hash_limits`,
+    /// `zsets::zset_limits`); `list-compress-depth` is only reported.
     pub list_max_listpack_size: AtomicI64,
     pub list_compress_depth: AtomicU64,
     pub set_max_intset_entries: AtomicU64,
@@ -191,9 +198,12 @@ impl Shared {
             maxclients: AtomicUsize::new(0),
             maxmemory: AtomicUsize::new(0),
             maxmemory_policy: std::sync::atomic::AtomicU8::new(0),
+            lfu_log_factor: AtomicU64::new(0),
+            lfu_decay_time: AtomicU64::new(0),
             proto_max_bulk_len: AtomicUsize::new(0),
             max_multibulk_len: AtomicUsize::new(0),
             max_inline_len: AtomicUsize::new(0),
+            hz: AtomicU64::new(0),
             client_query_buffer_limit: AtomicUsize::new(0),
             requirepass: Mutex::new(String::new()),
             hll_sparse_max_bytes: AtomicUsize::new(0),
@@ -256,8 +266,11 @@ impl Shared {
             crate::tenancy::layout_fingerprint(&tenancy),
             live.repl.clone(),
         );
+        // Keys' access data is LRU or LFU data from the first key on (recovery loads into it).
+        let store = Store::new(tenancy.keyspace_count());
+        store.set_access_clock(crate::quota::access_clock(&live));
         Self {
-            store: Store::new(tenancy.keyspace_count()),
+            store,
             tenancy,
             auth_throttle: Default::default(),
             port: AtomicUsize::new(config.port as usize),
@@ -295,6 +308,28 @@ impl Shared {
     /// True when clients must authenticate before other commands.
     pub fn auth_required(&self) -> bool {
         self.tenancy.multi_tenant || !self.live.requirepass.lock().is_empty()
+    }
+
+    /// Set (or extend) `purpose`'s pause ([`crate::pause::Pauses::pause`]) and hold expiry for
+    /// as long as any pause lasts: Redis 7.2 deletes no expired key while writes are paused
+    /// (reads see it as absent), so no DEL reaches the log or a replica.
+    pub fn pause(
+        &self,
+        purpose: crate::pause::PausePurpose,
+        mode: crate::pause::PauseMode,
+        end_ms: u64,
+        now_ms: u64,
+    ) {
+        self.pauses.pause(purpose, mode, end_ms, now_ms);
+        self.store
+            .hold_expiry_until(self.pauses.expiry_held_until(now_ms));
+    }
+
+    /// Lift `purpose`'s pause, and the hold of expiry with the last pause.
+    pub fn unpause(&self, purpose: crate::pause::PausePurpose) {
+        self.pauses.unpause(purpose);
+        self.store
+            .hold_expiry_until(self.pauses.expiry_held_until(gradus_store::now_ms()));
     }
 
     /// Begin a graceful shutdown (SIGINT, SIGTERM, SHUTDOWN).

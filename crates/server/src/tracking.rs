@@ -4,7 +4,10 @@
 //! Two modes, as in Redis. Default (with OPTIN/OPTOUT variants): a read by a tracking connection
 //! remembers its keys in a table `(tenant, key) → connection ids`; the next write of a key sends
 //! `invalidate` to each of them and forgets the entry. BCAST: no table; a write of a key under
-//! one of a connection's prefixes sends it `invalidate`. The table is bounded by
+//! one of a connection's prefixes sends it `invalidate`, batched as Redis batches them until
+//! `beforeSleep`: the keys a command wrote (all of EXEC's or a script's) are collected in a
+//! [`Written`] list and sent when it has finished, one message per (prefix, connection), its
+//! keys sorted and without repeats. The table is bounded by
 //! `tracking-table-max-keys`: past it the oldest keys are invalidated and forgotten. A flush
 //! sends `invalidate` with a null key list to every tracking connection of the tenant.
 //!
@@ -75,6 +78,27 @@ impl Tracker {
     }
 }
 
+/// INFO's tracking figures, as Redis names them: `tracking_total_keys` (keys remembered),
+/// `tracking_total_items` (connection ids over them), `tracking_total_prefixes` (distinct BCAST
+/// prefixes, the empty one included) and `tracking_clients`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    pub keys: usize,
+    pub items: usize,
+    pub prefixes: usize,
+    pub clients: usize,
+}
+
+/// A key written while a command runs, kept for the BCAST invalidations sent once it has
+/// finished (see [`Tracking::broadcast`]).
+#[derive(Debug, Clone)]
+pub struct Written {
+    tenant: usize,
+    key: Bytes,
+    /// The connection that wrote it (0: none), not told of it if it asked NOLOOP.
+    by: u64,
+}
+
 /// What a tracker is sent.
 enum Message {
     /// `invalidate` with these keys (None: a flush).
@@ -91,6 +115,27 @@ struct Table {
     order: VecDeque<(usize, Bytes)>,
 }
 
+impl Table {
+    /// Take the oldest keys beyond `max_keys` (0: no bound) out of the table.
+    fn over(&mut self, max_keys: usize) -> Vec<((usize, Bytes), hashbrown::HashSet<u64>)> {
+        let mut evicted = Vec::new();
+        while max_keys > 0 && self.keys.len() > max_keys {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(ids) = self.keys.remove(&oldest) {
+                evicted.push((oldest, ids));
+            }
+        }
+        if self.order.len() > 2 * self.keys.len() + 1024 {
+            // Forgotten keys pile up in `order`: rebuild it from what is remembered.
+            let Table { keys, order } = self;
+            order.retain(|k| keys.contains_key(k));
+        }
+        evicted
+    }
+}
+
 /// Every tracking connection and the keys they may cache.
 #[derive(Default)]
 pub struct Tracking {
@@ -98,6 +143,10 @@ pub struct Tracking {
     table: Mutex<Table>,
     /// Tracking connections in all: zero means writes skip this module entirely.
     active: AtomicUsize,
+    /// BCAST connections among them: zero means writes collect no [`Written`] keys.
+    bcast: AtomicUsize,
+    /// Keys in the table (set under its lock after each change; read by [`Tracking::is_active`]).
+    remembered: AtomicUsize,
 }
 
 /// The message a write of `keys` (None: a flush) sends to `target`, in its protocol, or None
@@ -152,9 +201,12 @@ fn push_or_return(target: &Outbox, by: u64, msg: Bytes) -> Option<Bytes> {
 }
 
 impl Tracking {
-    /// True while any connection tracks (a cheap check for the write path).
+    /// True while any connection tracks, or the table still remembers keys (a cheap check for
+    /// the write path). Keys outlive the tracking of the connections that read them, as in
+    /// Redis: a write or a flush must still forget them when no one tracks any more, or a
+    /// later tracker would be told of a write to a key it never read.
     pub fn is_active(&self) -> bool {
-        self.active.load(Ordering::Relaxed) > 0
+        self.active.load(Ordering::Relaxed) > 0 || self.remembered.load(Ordering::Relaxed) > 0
     }
 
     /// Turn tracking on for connection `id` (replacing earlier options); its invalidations go
@@ -169,26 +221,33 @@ impl Tracking {
     ) {
         own.handle.tracking_broken.store(false, Ordering::Relaxed);
         let mut trackers = self.trackers.lock();
-        if trackers
-            .insert(
-                id,
-                Tracker {
-                    tenant,
-                    target,
-                    own,
-                    options,
-                },
-            )
-            .is_none()
-        {
-            self.active.fetch_add(1, Ordering::Relaxed);
+        if options.bcast {
+            self.bcast.fetch_add(1, Ordering::Relaxed);
+        }
+        let tracker = Tracker {
+            tenant,
+            target,
+            own,
+            options,
+        };
+        match trackers.insert(id, tracker) {
+            None => {
+                self.active.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(old) if old.options.bcast => {
+                self.bcast.fetch_sub(1, Ordering::Relaxed);
+            }
+            Some(_) => {}
         }
     }
 
     /// Turn tracking off for connection `id` (its table entries are dropped lazily).
     pub fn disable(&self, id: u64) {
-        if self.trackers.lock().remove(&id).is_some() {
+        if let Some(old) = self.trackers.lock().remove(&id) {
             self.active.fetch_sub(1, Ordering::Relaxed);
+            if old.options.bcast {
+                self.bcast.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -198,8 +257,7 @@ impl Tracking {
     /// Returns what is due to connection `id` itself: Redis writes it after the reply of the
     /// command running now, so the caller queues it after that reply.
     pub fn remember(&self, id: u64, tenant: usize, keys: &[Bytes], max_keys: usize) -> Vec<Bytes> {
-        let mut evicted = Vec::new();
-        {
+        let evicted = {
             let mut table = self.table.lock();
             for key in keys {
                 let entry = (tenant, key.clone());
@@ -210,20 +268,10 @@ impl Tracking {
                     table.order.push_back(entry);
                 }
             }
-            while max_keys > 0 && table.keys.len() > max_keys {
-                let Some(oldest) = table.order.pop_front() else {
-                    break;
-                };
-                if let Some(ids) = table.keys.remove(&oldest) {
-                    evicted.push((oldest, ids));
-                }
-            }
-            if table.order.len() > 2 * table.keys.len() + 1024 {
-                // Forgotten keys pile up in `order`: rebuild it from what is remembered.
-                let Table { keys, order } = &mut *table;
-                order.retain(|k| keys.contains_key(k));
-            }
-        }
+            let evicted = table.over(max_keys);
+            self.remembered.store(table.keys.len(), Ordering::Relaxed);
+            evicted
+        };
         let mut own = Vec::new();
         for ((_, key), ids) in evicted {
             own.extend(self.send(ids, id, false, std::slice::from_ref(&key)));
@@ -231,10 +279,47 @@ impl Tracking {
         own
     }
 
-    /// `keys` of `tenant` were written by connection `writer`: invalidate them for everyone
-    /// who may cache them (a NOLOOP writer is not told of its own writes). Returns what is due
-    /// to the writer itself, for after its reply (see [`Tracking::remember`]).
+    /// Invalidate and forget the oldest keys beyond `max_keys` (0: no bound), as Redis'
+    /// `trackingLimitUsedSlots` does every event-loop round: a lowered
+    /// `tracking-table-max-keys` applies without waiting for the next key read (the expiry
+    /// timer calls this each cycle).
+    pub fn limit(&self, max_keys: usize) {
+        if !self.is_active() {
+            return;
+        }
+        let evicted = {
+            let mut table = self.table.lock();
+            let evicted = table.over(max_keys);
+            self.remembered.store(table.keys.len(), Ordering::Relaxed);
+            evicted
+        };
+        for ((_, key), ids) in evicted {
+            let own = self.send(ids, 0, false, std::slice::from_ref(&key));
+            debug_assert!(own.is_none(), "no connection has id 0");
+        }
+    }
+
+    /// `keys` of `tenant` were written by connection `writer` outside any command (an eviction):
+    /// [`Tracking::invalidate_batched`] and [`Tracking::broadcast`] at once.
     pub fn invalidate(&self, writer: u64, tenant: usize, keys: &[Bytes]) -> Vec<Bytes> {
+        let mut written = Vec::new();
+        let mut own = self.invalidate_batched(writer, tenant, keys, &mut written);
+        own.extend(self.broadcast(writer, written));
+        own
+    }
+
+    /// `keys` of `tenant` were written by connection `writer`: invalidate them for everyone
+    /// who may cache them (a NOLOOP writer is not told of its own writes). The default-mode
+    /// invalidations go now; the BCAST ones are added to `written`, for [`Tracking::broadcast`]
+    /// once the command has finished. Returns what is due to the writer itself, for after its
+    /// reply (see [`Tracking::remember`]).
+    pub fn invalidate_batched(
+        &self,
+        writer: u64,
+        tenant: usize,
+        keys: &[Bytes],
+        written: &mut Vec<Written>,
+    ) -> Vec<Bytes> {
         let mut per_key = Vec::new();
         {
             let mut table = self.table.lock();
@@ -243,42 +328,69 @@ impl Tracking {
                     per_key.push((key.clone(), ids));
                 }
             }
+            self.remembered.store(table.keys.len(), Ordering::Relaxed);
         }
         let mut own = Vec::new();
         for (key, ids) in per_key {
             own.extend(self.send(ids, writer, true, std::slice::from_ref(&key)));
         }
-        own.extend(self.broadcast(writer, tenant, keys));
+        if self.bcast.load(Ordering::Relaxed) > 0 {
+            written.extend(keys.iter().map(|key| Written {
+                tenant,
+                key: key.clone(),
+                by: writer,
+            }));
+        }
         own
     }
 
-    /// BCAST connections whose prefixes cover any of `keys`.
-    fn broadcast(&self, writer: u64, tenant: usize, keys: &[Bytes]) -> Vec<Bytes> {
+    /// The BCAST invalidations of the keys in `written` (Redis'
+    /// `trackingBroadcastInvalidationMessages`): for each prefix in byte order, each connection
+    /// with it (by id) is sent the keys under it, sorted and once each, less those it wrote
+    /// itself if it asked NOLOOP. Returns what is due to connection `by` (the one that ran the
+    /// command), for after its reply.
+    pub fn broadcast(&self, by: u64, written: Vec<Written>) -> Vec<Bytes> {
+        if written.is_empty() {
+            return Vec::new();
+        }
         let mut sends = Vec::new();
         {
             let trackers = self.trackers.lock();
-            for (&id, t) in trackers.iter() {
-                if !t.options.bcast || t.tenant != tenant || (t.options.noloop && id == writer) {
-                    continue;
+            // No prefix: the empty one, which covers every key.
+            let empty = [Bytes::new()];
+            let mut batches: Vec<(&[u8], u64, Vec<Bytes>)> = Vec::new();
+            for (&id, t) in trackers.iter().filter(|(_, t)| t.options.bcast) {
+                let prefixes = if t.options.prefixes.is_empty() {
+                    &empty[..]
+                } else {
+                    &t.options.prefixes[..]
+                };
+                for prefix in prefixes {
+                    let keys: std::collections::BTreeSet<&Bytes> = written
+                        .iter()
+                        .filter(|w| {
+                            w.tenant == t.tenant
+                                && w.key.starts_with(prefix)
+                                && !(t.options.noloop && w.by == id)
+                        })
+                        .map(|w| &w.key)
+                        .collect();
+                    if !keys.is_empty() {
+                        batches.push((prefix, id, keys.into_iter().cloned().collect()));
+                    }
                 }
-                let matching: Vec<Bytes> = keys
-                    .iter()
-                    .filter(|k| {
-                        t.options.prefixes.is_empty()
-                            || t.options.prefixes.iter().any(|p| k.starts_with(p))
-                    })
-                    .cloned()
-                    .collect();
-                if !matching.is_empty() {
-                    sends.extend(t.route(Some(matching)));
+            }
+            batches.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+            for (_, id, keys) in batches {
+                if let Some(t) = trackers.get(&id) {
+                    sends.extend(t.route(Some(keys)));
                 }
             }
         }
-        let mut own = Vec::new();
-        for (target, message) in sends {
-            own.extend(deliver_message(&target, writer, &message));
-        }
-        own
+        sends
+            .into_iter()
+            .filter_map(|(target, message)| deliver_message(&target, by, &message))
+            .collect()
     }
 
     /// Send `invalidate keys` to the connections `ids`; `by` is the connection running the
@@ -324,11 +436,35 @@ impl Tracking {
         {
             let mut table = self.table.lock();
             table.keys.retain(|(t, _), _| *t != tenant);
+            self.remembered.store(table.keys.len(), Ordering::Relaxed);
         }
         targets
             .into_iter()
             .filter_map(|(target, message)| deliver_message(&target, by, &message))
             .collect()
+    }
+
+    /// INFO's tracking figures (see [`Stats`]).
+    pub fn stats(&self) -> Stats {
+        let (keys, items) = {
+            let table = self.table.lock();
+            let items = table.keys.values().map(|ids| ids.len()).sum();
+            (table.keys.len(), items)
+        };
+        let trackers = self.trackers.lock();
+        let mut prefixes: hashbrown::HashSet<&[u8]> = hashbrown::HashSet::new();
+        for t in trackers.values().filter(|t| t.options.bcast) {
+            if t.options.prefixes.is_empty() {
+                prefixes.insert(b"");
+            }
+            prefixes.extend(t.options.prefixes.iter().map(|p| &p[..]));
+        }
+        Stats {
+            keys,
+            items,
+            prefixes: prefixes.len(),
+            clients: trackers.len(),
+        }
     }
 
     /// Connection `id`'s tracking state for CLIENT TRACKINGINFO: its options, and whether its

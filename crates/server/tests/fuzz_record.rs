@@ -35,6 +35,7 @@ fn value(rng: &mut StdRng) -> Value {
         0 => Value::string(piece(rng)),
         3 => Value::List(ListValue::from_items(
             (0..rng.gen_range(1..40)).map(|_| piece(rng)),
+            gradus_store::ListLimit::REDIS_DEFAULT,
         )),
         4 => {
             // Integers (an intset), short strings (a listpack) or long ones (a hashtable).
@@ -46,14 +47,18 @@ fn value(rng: &mut StdRng) -> Value {
                     1 => format!("m{}", rng.gen_range(0..1000)),
                     _ => format!("{i}{}", "x".repeat(rng.gen_range(0..90))),
                 };
-                s.insert(member.as_bytes());
+                s.insert(member.as_bytes(), gradus_store::SetLimits::REDIS_DEFAULT);
             }
             Value::set(s)
         }
         1 => {
             let mut h = HashValue::new();
             for i in 0..rng.gen_range(1..20) {
-                h.insert(format!("f{i}").as_bytes(), &piece(rng));
+                h.insert(
+                    format!("f{i}").as_bytes(),
+                    &piece(rng),
+                    gradus_store::HashLimits::REDIS_DEFAULT,
+                );
             }
             Value::hash(h)
         }

@@ -13,10 +13,14 @@
 //! thread, one at a time, and the holder never touches a shard while one of them runs). Shards
 //! are held only with `try_lock` in ascending order: a hold never waits while it holds
 //! anything, so holds and multi-key commands cannot deadlock.
+//!
+//! Access clock: a keyspace keeps how its entries' access data is read (LRU or LFU, see
+//! [`AccessClock`]) in one atomic and copies it into a shard each time it locks it, so a
+//! `maxmemory-policy` change takes effect at every shard's next use without locking them all.
 
 use crate::glob::glob_match;
 use crate::scan::{scan_position, scan_step, SCAN_HASH_BITS};
-use crate::shard::{EvictionPolicy, Shard};
+use crate::shard::{AccessClock, EvictionPolicy, Shard};
 use crate::value::ValueKind;
 use bytes::Bytes;
 use hashbrown::DefaultHashBuilder;
@@ -26,6 +30,9 @@ use std::cell::{Cell, RefCell};
 use std::hash::BuildHasher;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Shards an eviction samples keys in (see [`Keyspace::evict_one_by`]).
+const SHARDS_PER_EVICTION: usize = 4;
 
 /// Shards per keyspace. A power of two. The shard is the unit of locking and of a snapshot's copy:
 /// a command waits at most for the copy of one shard (see [`crate::snapshot`]), so shards must stay
@@ -46,6 +53,10 @@ pub struct Keyspace {
     used: AtomicUsize,
     /// Keys removed by eviction since start.
     evictions: AtomicU64,
+    /// The [`AccessClock`] of its shards ([`AccessClock::to_bits`]).
+    clock: AtomicU64,
+    /// Until this Unix ms reads leave expired keys in place ([`Shard::hold_expiry_until`]).
+    expiry_held_until: AtomicU64,
     /// Keys expiry reclaimed, while the server wants them (see [`Keyspace::set_expired_log`]).
     expired_log: crate::shard::ExpiredLog,
 }
@@ -193,6 +204,8 @@ impl Keyspace {
             index,
             used: AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
+            clock: AtomicU64::new(AccessClock::Lru.to_bits()),
+            expiry_held_until: AtomicU64::new(0),
             expired_log: Default::default(),
         }
     }
@@ -211,6 +224,22 @@ impl Keyspace {
         self.evictions.load(Ordering::Relaxed)
     }
 
+    /// How entries' access data is kept (see the module docs).
+    pub fn access_clock(&self) -> AccessClock {
+        AccessClock::from_bits(self.clock.load(Ordering::Relaxed))
+    }
+
+    /// Keep access data per `clock` from now on (each shard switches when next locked).
+    pub fn set_access_clock(&self, clock: AccessClock) {
+        self.clock.store(clock.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Until `until_ms` (Unix ms; 0: no longer) reads leave expired keys in place, as Redis
+    /// does while writes are paused (each shard takes it up when next locked).
+    pub fn hold_expiry_until(&self, until_ms: u64) {
+        self.expiry_held_until.store(until_ms, Ordering::Relaxed);
+    }
+
     /// Lock shard `i`.
     fn shard(&self, i: usize) -> ShardGuard<'_> {
         let borrowed = held_here(self, i);
@@ -222,6 +251,9 @@ impl Keyspace {
         } else {
             self.shards[i].lock()
         };
+        let mut guard = guard;
+        guard.set_access_clock(self.access_clock());
+        guard.hold_expiry_until(self.expiry_held_until.load(Ordering::Relaxed));
         let used_before = guard.used_bytes();
         ShardGuard {
             guard: ManuallyDrop::new(guard),
@@ -284,40 +316,77 @@ impl Keyspace {
         held_here(self, self.shard_index(key))
     }
 
-    /// Evict one key by approximate LRU (sampling `samples` keys of a random non-empty shard);
-    /// returns the evicted key, or None when there is nothing to evict.
+    /// Evict one key by approximate LRU, or LFU under an LFU clock (sampling `samples` keys
+    /// of a random non-empty shard); returns the evicted key, or None when there is nothing to
+    /// evict.
     pub fn evict_one(&self, samples: usize, now_ms: u64) -> Option<Bytes> {
-        self.evict_one_by(EvictionPolicy::AllKeysLru, samples, now_ms)
+        let policy = match self.access_clock() {
+            AccessClock::Lru => EvictionPolicy::AllKeysLru,
+            AccessClock::Lfu { .. } => EvictionPolicy::AllKeysLfu,
+        };
+        self.evict_one_by(policy, samples, now_ms)
     }
 
-    /// Evict one key `policy` ranks highest among `samples` keys sampled in a random shard that
-    /// has a candidate (shards without keys, or without TTLs for a volatile policy, are passed
-    /// over); returns the evicted key, or None when no key qualifies.
+    /// Evict the key `policy` ranks highest among `samples` keys sampled in each of a few
+    /// shards that have a candidate (from a random one on; shards without keys, or without TTLs
+    /// for a volatile policy, are passed over); returns the evicted key, or None when no key
+    /// qualifies. Comparing victims across [`SHARDS_PER_EVICTION`] shards stands in for Redis'
+    /// sampling of the whole keyspace: a shard chosen alone is sometimes left with only keys
+    /// that should stay (a frequently used one), and would give them up.
     pub fn evict_one_by(
         &self,
         policy: EvictionPolicy,
         samples: usize,
         now_ms: u64,
     ) -> Option<Bytes> {
+        // The victim can go between sampling and removal (another command deleted it): sample
+        // again then.
+        for _ in 0..3 {
+            let (_, i, key) = self.sample_shards(policy, samples, now_ms)?;
+            if self.shard(i).remove(&key, now_ms).is_some() {
+                self.evictions.fetch_add(1, Ordering::Relaxed);
+                return Some(key);
+            }
+        }
+        None
+    }
+
+    /// The best victim (score, shard, key) of [`Keyspace::evict_one_by`]'s sampling.
+    fn sample_shards(
+        &self,
+        policy: EvictionPolicy,
+        samples: usize,
+        now_ms: u64,
+    ) -> Option<(u64, usize, Bytes)> {
         let start = rand::thread_rng().gen_range(0..SHARDS);
+        let mut best: Option<(u64, usize, Bytes)> = None;
+        let mut sampled = 0;
         for i in 0..SHARDS {
-            let mut shard = self.shard((start + i) % SHARDS);
+            let i = (start + i) % SHARDS;
+            let shard = self.shard(i);
             if shard.is_empty() || policy.volatile_only() && shard.volatile_count() == 0 {
                 continue;
             }
             // A volatile policy may sample only keys without a TTL: look harder in a shard
             // known to hold some.
             let tries = if policy.volatile_only() { 8 } else { 1 };
+            let clock = shard.access_clock();
             for _ in 0..tries {
-                if let Some(key) = shard.sample_victim(samples, |entry| policy.rank(entry, now_ms))
-                {
-                    shard.remove(&key, now_ms);
-                    self.evictions.fetch_add(1, Ordering::Relaxed);
-                    return Some(key);
+                let found =
+                    shard.sample_victim_scored(samples, |entry| policy.rank(entry, clock, now_ms));
+                if let Some((score, key)) = found {
+                    if best.as_ref().is_none_or(|(b, _, _)| score > *b) {
+                        best = Some((score, i, key));
+                    }
+                    break;
                 }
             }
+            sampled += 1;
+            if sampled == SHARDS_PER_EVICTION {
+                break;
+            }
         }
-        None
+        best
     }
 
     /// Remove every live key that starts with `prefix` (PURGE); returns how many were removed.
@@ -707,7 +776,9 @@ mod tests {
         shard.set(b"later", Value::string(Bytes::new()), Some(9_000), 0);
         shard.set(b"soon", Value::string(Bytes::new()), Some(5_000), 0);
         shard.set(b"never", Value::string(Bytes::new()), None, 0);
-        let victim = shard.sample_victim(64, |e| EvictionPolicy::VolatileTtl.rank(e, 1_000));
+        let victim = shard.sample_victim(64, |e| {
+            EvictionPolicy::VolatileTtl.rank(e, AccessClock::Lru, 1_000)
+        });
         assert_eq!(victim.as_deref(), Some(&b"soon"[..]));
         assert_eq!(ks.evict_one_by(EvictionPolicy::VolatileLru, 5, 1_000), None);
         assert_eq!(ks.len(), 200, "no key without a TTL was evicted");

@@ -10,7 +10,7 @@
 //!   packed list encoding) and sets ([`set`]: intset, listpack, hashtable);
 //! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns;
 //! - [`gate`]: the slotted reader-writer lock behind `Store::shared`/`Store::exclusive`;
-//! - [`varint`]: LEB128 lengths (list packs, key blocks).
+//! - [`varint`]: LEB128 lengths (list packs, packed hashes and sets, key blocks).
 //!
 //! This crate knows nothing about sockets, protocols or command syntax (from `gradus-proto` it
 //! takes only Redis' integer rule and a listpack entry's size, so encodings match Redis'); times are passed in as
@@ -34,13 +34,15 @@ pub mod zset;
 
 pub use keyspace::ShardGuard;
 pub use keyspace::{HeldShards, Keyspace, MultiLock, ScanPage, SHARDS};
-pub use list::{End, ListValue};
-pub use set::{Member, SetValue};
-pub use shard::{Cleared, Entry, EvictionPolicy, ItemMeta, ItemView, Shard, ValueView};
+pub use list::{End, ListLimit, ListValue};
+pub use set::{Member, SetLimits, SetValue};
+pub use shard::{
+    with_touch, AccessClock, Cleared, Entry, EvictionPolicy, ItemMeta, ItemView, Shard, ValueView,
+};
 pub use snapshot::{ShardCopyTimes, SnapshotSink};
 pub use store::Store;
 pub use string::StrValue;
-pub use value::{FieldHasher, HashValue, Value, ValueKind};
+pub use value::{FieldHasher, HashLimits, HashValue, Value, ValueKind};
 pub use zset::{Score, ScoreBound, ZMember, ZSetLimits, ZSetValue};
 
 /// The current time in Unix milliseconds.

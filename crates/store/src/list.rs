@@ -1,10 +1,15 @@
 //! The list value: a sequence of byte strings kept packed, as Redis 7.2 keeps lists.
 //!
 //! A list is one contiguous buffer of length-prefixed entries (a *pack*, like Redis' listpack)
-//! while it is small, and a deque of packs (like Redis' quicklist) once it outgrows one pack:
-//! the thresholds are Redis' defaults (`list-max-listpack-size -2`, 8 KiB per pack), measured in
-//! the bytes a Redis listpack would take for the same elements, so [`ListValue::encoding`] names
-//! what `OBJECT ENCODING` says in Redis 7.2 for the same list and a quicklist has the same nodes.
+//! while it is small, and a deque of packs (like Redis' quicklist) once it outgrows one pack.
+//! How much a pack holds is the `list-max-listpack-size` setting ([`ListLimit`]: a number of
+//! elements, or 4 to 64 KiB measured in the bytes a Redis listpack would take for the same
+//! elements), passed in by the caller with every write as the live setting: a list converts to a
+//! quicklist when a write would take its pack past the limit, and back when it shrinks to one
+//! pack within half of it (Redis' `listTypeTryConvertListpack` / `listTypeTryConvertQuicklist`).
+//! A quicklist keeps the limit it was made with for its packs (as Redis' `quicklist.fill`). So
+//! [`ListValue::encoding`] names what `OBJECT ENCODING` says in Redis 7.2 for the same list and a
+//! quicklist has the same nodes.
 //!
 //! Pack entry layout: `varint(len) | bytes | reversed varint(len)` (LEB128; the reversed copy lets
 //! a pack be read from its end), so an entry of up to 127 bytes costs 2 bytes more than its data,
@@ -21,8 +26,66 @@
 use bytes::Bytes;
 use std::sync::Arc;
 
-/// Redis' `list-max-listpack-size` default (-2): a pack holds at most this many listpack bytes.
-pub const PACK_LIMIT: usize = 8192;
+/// Redis' `SIZE_SAFETY_LIMIT`: the most listpack bytes a pack limited by a number of elements
+/// takes all the same.
+const SIZE_SAFETY_LIMIT: usize = 8192;
+/// The byte limits of `list-max-listpack-size` -1 to -5 (Redis' `optimization_level`).
+const FILL_BYTES: [usize; 5] = [4096, 8192, 16384, 32768, 65536];
+
+/// How much one pack holds: the `list-max-listpack-size` setting (Redis' `quicklistNodeLimit`),
+/// either a number of elements or a number of listpack bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListLimit {
+    /// Most listpack bytes (`usize::MAX` when the limit is a count).
+    bytes: usize,
+    /// Most elements (`usize::MAX` when the limit is in bytes).
+    entries: usize,
+}
+
+impl ListLimit {
+    /// Redis' default, `list-max-listpack-size -2`: 8 KiB.
+    pub const REDIS_DEFAULT: ListLimit = ListLimit::from_fill(-2);
+
+    /// The limit `list-max-listpack-size fill` sets: a positive number is elements (0 counts as
+    /// 1), -1 to -5 are 4, 8, 16, 32 or 64 KiB (below -5 as -5).
+    pub const fn from_fill(fill: i64) -> ListLimit {
+        if fill >= 0 {
+            ListLimit {
+                bytes: usize::MAX,
+                entries: if fill == 0 { 1 } else { fill as usize },
+            }
+        } else {
+            let level = fill.unsigned_abs() - 1;
+            let level = if level > 4 { 4 } else { level as usize };
+            ListLimit {
+                bytes: FILL_BYTES[level],
+                entries: usize::MAX,
+            }
+        }
+    }
+
+    /// Whether a pack of `bytes` listpack bytes and `entries` elements is past the limit (Redis'
+    /// `quicklistNodeExceedsLimit`: a count limit still stops at [`SIZE_SAFETY_LIMIT`] bytes).
+    fn exceeded_by(self, bytes: usize, entries: usize) -> bool {
+        if self.bytes != usize::MAX {
+            bytes > self.bytes
+        } else {
+            bytes > SIZE_SAFETY_LIMIT || entries > self.entries
+        }
+    }
+
+    /// Whether one pack of `bytes` and `entries` is within half the limit: when a shrinking
+    /// quicklist goes back to a listpack (no safety limit here, as in Redis).
+    fn within_half(self, bytes: usize, entries: usize) -> bool {
+        bytes <= self.bytes / 2 && entries <= self.entries / 2
+    }
+}
+
+impl Default for ListLimit {
+    fn default() -> Self {
+        Self::REDIS_DEFAULT
+    }
+}
 /// Redis' `SIZE_ESTIMATE_OVERHEAD`: what it adds to an element's length when it decides whether
 /// the element still fits in a quicklist node.
 const SIZE_ESTIMATE_OVERHEAD: usize = 8;
@@ -53,12 +116,14 @@ enum Repr {
     Large(Box<Quick>),
 }
 
-/// Packs shared between clones; `len` elements; `bytes`: the memory accounted for all of it.
+/// Packs shared between clones; `len` elements; `bytes`: the memory accounted for all of it;
+/// `limit`: what each pack holds, the live setting when the list became a quicklist.
 #[derive(Debug, Clone)]
 struct Quick {
     packs: imbl::Vector<Arc<Pack>>,
     len: usize,
     bytes: usize,
+    limit: ListLimit,
 }
 
 impl Default for ListValue {
@@ -88,11 +153,14 @@ impl ListValue {
         }
     }
 
-    /// A list of `items`, head first.
-    pub fn from_items<T: AsRef<[u8]>>(items: impl IntoIterator<Item = T>) -> Self {
+    /// A list of `items`, head first, its packs within `limit`.
+    pub fn from_items<T: AsRef<[u8]>>(
+        items: impl IntoIterator<Item = T>,
+        limit: ListLimit,
+    ) -> Self {
         let mut list = Self::new();
         for item in items {
-            list.push(End::Right, &[item]);
+            list.push(End::Right, &[item], limit);
         }
         list
     }
@@ -133,10 +201,11 @@ impl ListValue {
     }
 
     /// Push `items` one after the other at `end` (LPUSH a b c leaves c at the head). Returns the
-    /// new length.
-    pub fn push<T: AsRef<[u8]>>(&mut self, end: End, items: &[T]) -> usize {
+    /// new length. (Every write takes the live `list-max-listpack-size`, `limit`: see the module
+    /// docs.)
+    pub fn push<T: AsRef<[u8]>>(&mut self, end: End, items: &[T], limit: ListLimit) -> usize {
         let added: usize = items.iter().map(|i| i.as_ref().len()).sum();
-        self.grow_check(added);
+        self.grow_check(added, items.len(), limit);
         for item in items {
             let item = item.as_ref();
             match &mut self.repr {
@@ -148,17 +217,17 @@ impl ListValue {
     }
 
     /// Remove and return the element at `end`.
-    pub fn pop(&mut self, end: End) -> Option<Bytes> {
+    pub fn pop(&mut self, end: End, limit: ListLimit) -> Option<Bytes> {
         let popped = match &mut self.repr {
             Repr::Small(p) => p.pop(end),
             Repr::Large(q) => q.pop(end),
         };
-        self.shrink_check();
+        self.shrink_check(limit);
         popped
     }
 
     /// Remove and return up to `count` elements from `end`, in the order they were popped.
-    pub fn pop_many(&mut self, end: End, count: usize) -> Vec<Bytes> {
+    pub fn pop_many(&mut self, end: End, count: usize, limit: ListLimit) -> Vec<Bytes> {
         let count = count.min(self.len());
         let mut out = Vec::with_capacity(count);
         for _ in 0..count {
@@ -167,7 +236,7 @@ impl ListValue {
                 Repr::Large(q) => out.extend(q.pop(end)),
             }
         }
-        self.shrink_check();
+        self.shrink_check(limit);
         out
     }
 
@@ -184,11 +253,11 @@ impl ListValue {
     }
 
     /// Replace the element at `index` (negative: from the tail); false when out of range.
-    pub fn set(&mut self, index: i64, item: &[u8]) -> bool {
+    pub fn set(&mut self, index: i64, item: &[u8], limit: ListLimit) -> bool {
         let Some(at) = position(index, self.len()) else {
             return false;
         };
-        self.grow_check(item.len());
+        self.grow_check(item.len(), 1, limit);
         match &mut self.repr {
             Repr::Small(p) => p.replace(at, item),
             Repr::Large(q) => {
@@ -197,16 +266,22 @@ impl ListValue {
                 q.split_if_over(pack);
             }
         }
-        self.shrink_check();
+        self.shrink_check(limit);
         true
     }
 
     /// Insert `item` before (or, with `after`, after) the first element equal to `pivot`.
     /// Returns the new length, or None when `pivot` is not in the list.
-    pub fn insert(&mut self, pivot: &[u8], item: &[u8], after: bool) -> Option<usize> {
+    pub fn insert(
+        &mut self,
+        pivot: &[u8],
+        item: &[u8],
+        after: bool,
+        limit: ListLimit,
+    ) -> Option<usize> {
         let found = self.iter().position(|e| e == pivot)?;
         let at = found + usize::from(after);
-        self.grow_check(item.len());
+        self.grow_check(item.len(), 1, limit);
         match &mut self.repr {
             Repr::Small(p) => p.insert(at, item),
             Repr::Large(q) => q.insert(at, item),
@@ -216,26 +291,26 @@ impl ListValue {
 
     /// Remove elements equal to `item`: the first `count` from the head (count > 0), the last
     /// `-count` from the tail (count < 0), or all (count 0). Returns how many were removed.
-    pub fn remove(&mut self, item: &[u8], count: i64) -> usize {
-        let limit = if count == 0 {
+    pub fn remove(&mut self, item: &[u8], count: i64, limit: ListLimit) -> usize {
+        let most = if count == 0 {
             usize::MAX
         } else {
             usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX)
         };
         let from_tail = count < 0;
         let removed = match &mut self.repr {
-            Repr::Small(p) => p.remove_matching(item, limit, from_tail),
-            Repr::Large(q) => q.remove_matching(item, limit, from_tail),
+            Repr::Small(p) => p.remove_matching(item, most, from_tail),
+            Repr::Large(q) => q.remove_matching(item, most, from_tail),
         };
         if removed > 0 {
-            self.shrink_check();
+            self.shrink_check(limit);
         }
         removed
     }
 
     /// Keep only the elements from `start` to `stop` (inclusive, negative from the tail) as
     /// LTRIM does; an empty range empties the list.
-    pub fn trim(&mut self, start: i64, stop: i64) {
+    pub fn trim(&mut self, start: i64, stop: i64, limit: ListLimit) {
         let len = self.len();
         let (left, right) = match range_bounds(start, stop, len) {
             None => (len, 0),
@@ -249,7 +324,7 @@ impl ListValue {
             }
             Repr::Large(q) => q.trim(left, right),
         }
-        self.shrink_check();
+        self.shrink_check(limit);
     }
 
     /// The elements from `start` to `stop` (inclusive, negative from the tail), as LRANGE
@@ -288,16 +363,18 @@ impl ListValue {
         }
     }
 
-    /// Pack → quicklist when `added` more bytes would take the pack over the limit (Redis'
-    /// `listTypeTryConvertListpack`: the pack's listpack bytes plus the raw lengths added).
-    fn grow_check(&mut self, added: usize) {
+    /// Pack → quicklist when `added` more bytes in `added_items` elements would take the pack
+    /// over the limit (Redis' `listTypeTryConvertListpack`: the pack's listpack bytes plus the
+    /// raw lengths added, its length plus the elements added).
+    fn grow_check(&mut self, added: usize, added_items: usize, limit: ListLimit) {
         if let Repr::Small(p) = &mut self.repr {
-            if p.lp as usize + added > PACK_LIMIT {
+            if limit.exceeded_by(p.lp as usize + added, p.count as usize + added_items) {
                 let pack = std::mem::take(p);
                 let mut quick = Quick {
                     packs: imbl::Vector::new(),
                     len: 0,
                     bytes: std::mem::size_of::<Quick>(),
+                    limit,
                 };
                 if pack.count > 0 {
                     quick.len = pack.count as usize;
@@ -309,14 +386,14 @@ impl ListValue {
         }
     }
 
-    /// Quicklist → pack when one pack of at most half the limit is left (Redis'
+    /// Quicklist → pack when one pack within half the (live) limit is left (Redis'
     /// `listTypeTryConvertQuicklist` when shrinking); an empty quicklist becomes an empty pack.
-    fn shrink_check(&mut self) {
+    fn shrink_check(&mut self, limit: ListLimit) {
         match &mut self.repr {
             Repr::Large(q) if q.packs.len() <= 1 => {
                 if q.packs
                     .front()
-                    .is_some_and(|p| p.lp as usize > PACK_LIMIT / 2)
+                    .is_some_and(|p| !limit.within_half(p.lp as usize, p.count as usize))
                 {
                     return;
                 }
@@ -762,8 +839,11 @@ impl Quick {
     }
 
     /// Whether `item` may join `pack` (Redis' `_quicklistNodeAllowInsert`).
-    fn fits(pack: &Pack, item: &[u8]) -> bool {
-        pack.lp as usize + item.len() + SIZE_ESTIMATE_OVERHEAD <= PACK_LIMIT
+    fn fits(&self, pack: &Pack, item: &[u8]) -> bool {
+        !self.limit.exceeded_by(
+            pack.lp as usize + item.len() + SIZE_ESTIMATE_OVERHEAD,
+            pack.count as usize + 1,
+        )
     }
 
     fn push(&mut self, end: End, item: &[u8]) {
@@ -771,7 +851,7 @@ impl Quick {
             End::Left => 0,
             End::Right => self.packs.len().wrapping_sub(1),
         };
-        if self.packs.get(edge).is_some_and(|p| Self::fits(p, item)) {
+        if self.packs.get(edge).is_some_and(|p| self.fits(p, item)) {
             self.change(edge, |p| p.push(end, item));
         } else {
             let at = if end == End::Left {
@@ -826,7 +906,11 @@ impl Quick {
     /// Splits pack `i` in two halves if it has grown over the limit.
     fn split_if_over(&mut self, i: usize) {
         let pack = &self.packs[i];
-        if (pack.lp as usize) <= PACK_LIMIT || pack.count < 2 {
+        if !self
+            .limit
+            .exceeded_by(pack.lp as usize, pack.count as usize)
+            || pack.count < 2
+        {
             return;
         }
         let half = pack.count as usize / 2;
@@ -842,7 +926,7 @@ impl Quick {
             return self.push(End::Right, item);
         }
         let (i, offset) = self.locate(at);
-        if offset == 0 && i > 0 && Self::fits(&self.packs[i - 1], item) {
+        if offset == 0 && i > 0 && self.fits(&self.packs[i - 1], item) {
             let n = self.packs[i - 1].count as usize;
             return self.change(i - 1, |p| p.insert(n, item));
         }
@@ -888,7 +972,11 @@ impl Quick {
         let mut i = 0;
         while i + 1 < self.packs.len() {
             let (a, b) = (&self.packs[i], &self.packs[i + 1]);
-            if a.lp as usize + b.lp as usize - LP_EMPTY <= PACK_LIMIT / 2 {
+            let (lp, count) = (
+                a.lp as usize + b.lp as usize - LP_EMPTY,
+                a.count as usize + b.count as usize,
+            );
+            if self.limit.within_half(lp, count) && !self.limit.exceeded_by(lp, count) {
                 let next = self.packs[i + 1].clone();
                 self.drop_pack(i + 1);
                 self.change(i, |p| p.append(&next));
@@ -936,6 +1024,7 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     use std::collections::VecDeque;
+    const L: ListLimit = ListLimit::REDIS_DEFAULT;
 
     #[test]
     fn put_entry_replaces_an_entry_by_one_of_any_length() {
@@ -1001,7 +1090,7 @@ mod tests {
     #[test]
     fn entries_of_every_length_class_read_both_ways() {
         let lens = [0usize, 1, 127, 128, 300, 16383, 16384, 70_000];
-        let list = ListValue::from_items(lens.iter().map(|&n| vec![b'x'; n]));
+        let list = ListValue::from_items(lens.iter().map(|&n| vec![b'x'; n]), L);
         let got: Vec<usize> = list.iter().map(<[u8]>::len).collect();
         assert_eq!(got, lens);
         let back: Vec<usize> = list.iter().rev().map(<[u8]>::len).collect();
@@ -1032,30 +1121,72 @@ mod tests {
         let mut list = ListValue::new();
         // 7 bytes of header + 79 × (2 + 100 + 1) = 8144: the next 100-byte push passes 8 KiB.
         for _ in 0..79 {
-            list.push(End::Right, &[[b'a'; 100]]);
+            list.push(End::Right, &[[b'a'; 100]], L);
         }
         assert_eq!(list.encoding(), "listpack");
-        list.push(End::Right, &[[b'a'; 100]]);
+        list.push(End::Right, &[[b'a'; 100]], L);
         assert_eq!(list.encoding(), "quicklist");
         assert_eq!(list.pack_count(), 2);
         // Back to a pack once one pack of at most 4 KiB is left.
-        list.trim(0, 39);
+        list.trim(0, 39, L);
         assert_eq!(list.encoding(), "quicklist");
-        list.trim(0, 38);
+        list.trim(0, 38, L);
         assert_eq!(list.encoding(), "listpack");
         assert_eq!(list.len(), 39);
         // A single element over the limit makes a quicklist of its own pack.
         let mut big = ListValue::new();
-        big.push(End::Left, &[vec![b'b'; 9000]]);
+        big.push(End::Left, &[vec![b'b'; 9000]], L);
         assert_eq!((big.encoding(), big.pack_count()), ("quicklist", 1));
-        big.push(End::Left, &[b"x"]);
+        big.push(End::Left, &[b"x"], L);
         assert_eq!(big.pack_count(), 2);
+    }
+
+    #[test]
+    fn a_list_converts_at_the_configured_list_max_listpack_size() {
+        // A count: 4 elements fit one pack, a fifth makes a quicklist of 4 + 1 ...
+        let four = ListLimit::from_fill(4);
+        let mut list = ListValue::from_items(["a", "b", "c", "d"], four);
+        assert_eq!(list.encoding(), "listpack");
+        list.push(End::Right, &[b"e"], four);
+        assert_eq!((list.encoding(), list.pack_count()), ("quicklist", 2));
+        for i in 0..20 {
+            list.push(End::Left, &[format!("{i}")], four);
+        }
+        assert_eq!(list.pack_count(), 7, "25 elements in packs of 4");
+        // ... and a list converts back only at half the limit, in one pack.
+        list.trim(0, 2, four);
+        assert_eq!((list.encoding(), list.len()), ("quicklist", 3));
+        list.pop(End::Left, four);
+        assert_eq!((list.encoding(), list.len()), ("listpack", 2));
+        // A push of several counts them all; the live limit decides (-1: 4 KiB).
+        let mut many = ListValue::new();
+        many.push(End::Right, &[b"x"; 5], four);
+        assert_eq!(many.encoding(), "quicklist");
+        let small = ListLimit::from_fill(-1);
+        let mut kib = ListValue::new();
+        for _ in 0..39 {
+            kib.push(End::Right, &[[b'a'; 100]], small);
+        }
+        assert_eq!(kib.encoding(), "listpack");
+        kib.push(End::Right, &[[b'a'; 100]], small);
+        assert_eq!(kib.encoding(), "quicklist");
+        // Below -5 counts as -5 (64 KiB); 0 as 1 element.
+        assert_eq!(ListLimit::from_fill(-9), ListLimit::from_fill(-5));
+        assert_eq!(ListLimit::from_fill(0), ListLimit::from_fill(1));
+        let mut one = ListValue::from_items(["a"], ListLimit::from_fill(0));
+        assert_eq!(one.encoding(), "listpack");
+        one.push(End::Left, &[b"b"], ListLimit::from_fill(0));
+        assert_eq!(one.encoding(), "quicklist");
+        one.pop(End::Left, ListLimit::from_fill(0));
+        assert_eq!(one.encoding(), "quicklist", "half of 1 is 0: never back");
     }
 
     #[test]
     fn random_operations_match_a_model() {
         let mut rng = StdRng::seed_from_u64(5);
         for round in 0..30 {
+            // Redis' default, and list-max-listpack-size 5, -1, 1 and 16 elements.
+            let limit = ListLimit::from_fill([-2, 5, -1, 1, 16][round % 5]);
             let mut list = ListValue::new();
             let mut model: VecDeque<Vec<u8>> = VecDeque::new();
             let big = round % 3 == 0;
@@ -1075,7 +1206,7 @@ mod tests {
                         } else {
                             End::Right
                         };
-                        list.push(end, &batch);
+                        list.push(end, &batch, limit);
                         for b in batch {
                             match end {
                                 End::Left => model.push_front(b),
@@ -1090,7 +1221,7 @@ mod tests {
                             End::Right
                         };
                         let n = rng.gen_range(0..30);
-                        let got = list.pop_many(end, n);
+                        let got = list.pop_many(end, n, limit);
                         let want: Vec<Vec<u8>> = (0..n.min(model.len()))
                             .map(|_| match end {
                                 End::Left => model.pop_front().unwrap(),
@@ -1101,7 +1232,7 @@ mod tests {
                     }
                     3 => {
                         let i = rng.gen_range(-len - 2..len + 2);
-                        let ok = list.set(i, &item);
+                        let ok = list.set(i, &item, limit);
                         let at = if i < 0 { len + i } else { i };
                         assert_eq!(ok, (0..len).contains(&at));
                         if ok {
@@ -1111,7 +1242,7 @@ mod tests {
                     4 => {
                         let pivot = format!("{}", rng.gen_range(0..20)).into_bytes();
                         let after = rng.gen_bool(0.5);
-                        let got = list.insert(&pivot, &item, after);
+                        let got = list.insert(&pivot, &item, after, limit);
                         match model.iter().position(|e| *e == pivot) {
                             None => assert_eq!(got, None),
                             Some(p) => {
@@ -1122,7 +1253,7 @@ mod tests {
                     }
                     5 => {
                         let count = rng.gen_range(-3..4);
-                        let got = list.remove(&item, count);
+                        let got = list.remove(&item, count, limit);
                         let mut removed = 0;
                         let limit = if count == 0 {
                             usize::MAX
@@ -1156,7 +1287,7 @@ mod tests {
                             rng.gen_range(-len - 2..len + 2),
                             rng.gen_range(-len - 2..len + 2),
                         );
-                        list.trim(a, b);
+                        list.trim(a, b, limit);
                         let kept: VecDeque<Vec<u8>> = match range_bounds(a, b, model.len()) {
                             None => VecDeque::new(),
                             Some((f, t)) => model.range(f..=t).cloned().collect(),
@@ -1194,7 +1325,7 @@ mod tests {
     fn a_clone_of_a_large_list_shares_its_packs_until_written() {
         let mut list = ListValue::new();
         for i in 0..20_000 {
-            list.push(End::Right, &[format!("element-{i}")]);
+            list.push(End::Right, &[format!("element-{i}")], L);
         }
         assert_eq!(list.encoding(), "quicklist");
         let snapshot = list.clone();
@@ -1209,8 +1340,8 @@ mod tests {
             .iter()
             .zip(s.packs.iter())
             .all(|(a, b)| Arc::ptr_eq(a, b)));
-        list.pop(End::Left);
-        list.push(End::Right, &[b"new"]);
+        list.pop(End::Left, L);
+        list.push(End::Right, &[b"new"], L);
         let Repr::Large(q) = &list.repr else {
             panic!("large")
         };
@@ -1237,12 +1368,13 @@ mod tests {
         list.push(
             End::Right,
             &[b"item1", b"item2", b"item3", b"item4", b"item5"],
+            L,
         );
         // Five 5-byte entries of 7 bytes each: one buffer of exactly that size.
         assert_eq!(list.mem_size(), 35);
         assert_eq!(list.encoding(), "listpack");
         for _ in 0..5 {
-            list.pop(End::Left);
+            list.pop(End::Left, L);
         }
         assert!(list.is_empty());
         assert!(list.mem_size() <= 64);

@@ -1,9 +1,10 @@
 //! The set type, [`SetValue`], in the three encodings Redis 7.2 keeps sets in: an *intset* (the
 //! members, all integers, sorted, packed at the smallest of 16, 32 or 64 bits that holds every
-//! one), a *listpack* (members of at most [`SET_MAX_LISTPACK_VALUE`] bytes packed one after the
-//! other in insertion order, at most [`SET_MAX_LISTPACK_ENTRIES`] of them) and a *hashtable*
-//! (one hash set, split into shared parts from `HASH_SPLIT_LEN` members on like a large hash, so a
-//! snapshot's clone stays cheap). A set moves up from one to the next under Redis' rules and never
+//! one), a *listpack* (members packed one after the other in insertion order, each behind its
+//! LEB128 length) and a *hashtable* (one hash set, split into shared parts from `HASH_SPLIT_LEN`
+//! members on like a large hash, so a snapshot's clone stays cheap). A set moves up from one to
+//! the next under Redis' rules, within the limits the caller passes in ([`SetLimits`]: the live
+//! `set-max-intset-entries`, `set-max-listpack-entries` and `set-max-listpack-value`), and never
 //! back. Memory is counted from the buffers' and tables' real capacities, in O(1).
 //!
 //! May import `value` (the shared [`Parts`] of large collections), `bytes` and `hashbrown`;
@@ -19,6 +20,38 @@ pub const SET_MAX_INTSET_ENTRIES: usize = 512;
 pub const SET_MAX_LISTPACK_ENTRIES: usize = 128;
 /// Longest member a listpack holds, in bytes (Redis' `set-max-listpack-value`).
 pub const SET_MAX_LISTPACK_VALUE: usize = 64;
+
+/// The limits a set is kept an intset or a listpack within: the live `set-max-intset-entries`,
+/// `set-max-listpack-entries` and `set-max-listpack-value` settings, read by the caller for each
+/// write (as `crate::zset::ZSetLimits` for sorted sets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetLimits {
+    /// Most members of an intset.
+    pub intset_entries: usize,
+    /// Most members of a listpack.
+    pub entries: usize,
+    /// Longest member of a listpack, in bytes.
+    pub value: usize,
+}
+
+impl SetLimits {
+    /// Redis' defaults (for values built without a server's settings: tests, decoders).
+    pub const REDIS_DEFAULT: SetLimits = SetLimits {
+        intset_entries: SET_MAX_INTSET_ENTRIES,
+        entries: SET_MAX_LISTPACK_ENTRIES,
+        value: SET_MAX_LISTPACK_VALUE,
+    };
+}
+
+impl Default for SetLimits {
+    fn default() -> Self {
+        Self::REDIS_DEFAULT
+    }
+}
+
+/// The most bytes one listpack buffer holds: Redis' listpack safety limit (`lpSafeToAdd`,
+/// 1 GiB). Only limits far above Redis' defaults reach it.
+const PACKED_MAX_BYTES: usize = 1 << 30;
 
 /// A member as a set holds it: an integer of an intset, bytes packed in a listpack, or a
 /// hashtable's own reference-counted string.
@@ -130,28 +163,42 @@ fn int_search(buf: &[u8], width: u8, v: i64) -> Result<usize, usize> {
     Err(lo)
 }
 
-/// The members of a listpack buffer: each is a length byte and that many bytes.
+/// The members of a listpack buffer: each is its LEB128 length and that many bytes.
 fn packed(buf: &[u8]) -> impl Iterator<Item = &[u8]> + Clone {
     let mut at = 0;
     std::iter::from_fn(move || {
-        let len = usize::from(*buf.get(at)?);
-        let member = &buf[at + 1..at + 1 + len];
-        at += 1 + len;
-        Some(member)
+        if at >= buf.len() {
+            return None;
+        }
+        let (len, start) = crate::varint::decode(buf, at);
+        at = start + len;
+        Some(&buf[start..at])
     })
 }
 
-/// Where `member` starts in a listpack buffer (at its length byte).
-fn packed_find(buf: &[u8], member: &[u8]) -> Option<usize> {
+/// Where `member`'s entry (its length, then its bytes) is in a listpack buffer.
+fn packed_find(buf: &[u8], member: &[u8]) -> Option<std::ops::Range<usize>> {
     let mut at = 0;
     while at < buf.len() {
-        let len = usize::from(buf[at]);
-        if &buf[at + 1..at + 1 + len] == member {
-            return Some(at);
+        let (len, start) = crate::varint::decode(buf, at);
+        if &buf[start..start + len] == member {
+            return Some(at..start + len);
         }
-        at += 1 + len;
+        at = start + len;
     }
     None
+}
+
+/// Appends `member` with its LEB128 length to a listpack buffer.
+fn put_packed(buf: &mut Vec<u8>, member: &[u8]) {
+    let (len, k) = crate::varint::encode(member.len());
+    buf.extend_from_slice(&len[..k]);
+    buf.extend_from_slice(member);
+}
+
+/// Bytes `member` takes in a listpack buffer.
+fn packed_len(member: &[u8]) -> usize {
+    crate::varint::len(member.len()) + member.len()
 }
 
 /// Heap bytes of a hash set table of `capacity` (as `HashMap::capacity` reports it): its buckets
@@ -186,7 +233,9 @@ enum Encoding {
     /// A larger intset: an exact-sized array whose pointer and length the value holds itself,
     /// with no header block.
     Ints { width: u8, buf: Box<[u8]> },
-    /// `len` members in insertion order, each a length byte and its bytes.
+    /// `len` members in insertion order, each its LEB128 length (one byte up to 127, so a set
+    /// within Redis' default limits costs what it did with byte lengths) and its bytes. Memory
+    /// only: snapshots and log records write the members, not this buffer.
     Packed { len: u32, buf: Vec<u8> },
     /// One hash set, or shared parts of one (boxed: most sets are small, and keep the other
     /// encodings' 32 bytes).
@@ -284,12 +333,12 @@ impl SetValue {
     /// An empty set in the encoding Redis' `setTypeCreate` picks for about `size_hint` members
     /// of which `first` is one: an intset if `first` is an integer and the hint allows one, else
     /// a listpack if the hint allows one, else a hashtable sized for the hint.
-    pub fn sized_for(first: &[u8], size_hint: usize) -> Self {
+    pub fn sized_for(first: &[u8], size_hint: usize, limits: SetLimits) -> Self {
         let mut set = Self::new();
-        if member_as_int(first).is_some() && size_hint <= SET_MAX_INTSET_ENTRIES {
+        if member_as_int(first).is_some() && size_hint <= limits.intset_entries {
             return set;
         }
-        if size_hint <= SET_MAX_LISTPACK_ENTRIES {
+        if size_hint <= limits.entries {
             set.encoding = Encoding::Packed {
                 len: 0,
                 buf: Vec::new(),
@@ -302,12 +351,10 @@ impl SetValue {
 
     /// About to add `size_hint` members: a set whose encoding could not hold that many becomes a
     /// hashtable now (Redis' `setTypeMaybeConvert`).
-    pub fn expect(&mut self, size_hint: usize) {
+    pub fn expect(&mut self, size_hint: usize, limits: SetLimits) {
         let too_many = match &self.encoding {
-            Encoding::SmallInts { .. } | Encoding::Ints { .. } => {
-                size_hint > SET_MAX_INTSET_ENTRIES
-            }
-            Encoding::Packed { .. } => size_hint > SET_MAX_LISTPACK_ENTRIES,
+            Encoding::SmallInts { .. } | Encoding::Ints { .. } => size_hint > limits.intset_entries,
+            Encoding::Packed { .. } => size_hint > limits.entries,
             Encoding::Table(_) => false,
         };
         if too_many {
@@ -371,26 +418,36 @@ impl SetValue {
         }
     }
 
-    /// Add `member`; true when it is new.
-    pub fn insert(&mut self, member: &[u8]) -> bool {
+    /// Add `member`; true when it is new. The set moves up an encoding when it would pass
+    /// `limits` (the live settings).
+    pub fn insert(&mut self, member: &[u8], limits: SetLimits) -> bool {
         let len = self.len();
         if let Some((width, buf)) = self.ints() {
             let Some(v) = member_as_int(member) else {
-                // Redis' test: room for one more in a listpack, and a short enough member
-                // (an integer's text never passes the value limit).
-                if len < SET_MAX_LISTPACK_ENTRIES && member.len() <= SET_MAX_LISTPACK_VALUE {
+                // Redis' test (`setTypeAddAux`): room for one more in a listpack, and the
+                // member and the longest integer's text within the value limit.
+                let longest_int = [0, len.saturating_sub(1)]
+                    .into_iter()
+                    .filter(|&i| i < len)
+                    .map(|i| IntText::new(int_at(buf, width, i)).as_bytes().len())
+                    .max()
+                    .unwrap_or(0);
+                if len < limits.entries
+                    && member.len() <= limits.value
+                    && longest_int <= limits.value
+                {
                     self.convert_to_packed();
                 } else {
                     self.convert_to_table(len + 1);
                 }
-                return self.insert(member);
+                return self.insert(member, limits);
             };
             let Err(at) = int_search(buf, width, v) else {
                 return false;
             };
             let wanted = width_of(v).max(width);
             self.encoding = ints_encoding(wanted, ints_with(buf, width, at, v, wanted));
-            if len + 1 > SET_MAX_INTSET_ENTRIES {
+            if len + 1 > limits.intset_entries {
                 self.convert_to_table(len + 1);
             }
             return true;
@@ -401,15 +458,17 @@ impl SetValue {
                 if packed_find(buf, member).is_some() {
                     return false;
                 }
-                if len < SET_MAX_LISTPACK_ENTRIES && member.len() <= SET_MAX_LISTPACK_VALUE {
-                    buf.reserve_exact(1 + member.len());
-                    buf.push(member.len() as u8);
-                    buf.extend_from_slice(member);
+                if len < limits.entries
+                    && member.len() <= limits.value
+                    && buf.len() + packed_len(member) <= PACKED_MAX_BYTES
+                {
+                    buf.reserve_exact(packed_len(member));
+                    put_packed(buf, member);
                     *count += 1;
                     return true;
                 }
                 self.convert_to_table(len + 1);
-                self.insert(member)
+                self.insert(member, limits)
             }
             Encoding::Table(table) => {
                 let map = table.parts.map_of_mut(member);
@@ -450,7 +509,7 @@ impl SetValue {
                 let Some(at) = packed_find(buf, member) else {
                     return false;
                 };
-                buf.drain(at..at + 1 + member.len());
+                buf.drain(at);
                 shrink_if_loose(buf);
                 *len -= 1;
             }
@@ -507,10 +566,9 @@ impl SetValue {
         let texts: Vec<IntText> = (0..len)
             .map(|i| IntText::new(int_at(buf, width, i)))
             .collect();
-        out.reserve_exact(texts.iter().map(|t| 1 + t.as_bytes().len()).sum());
+        out.reserve_exact(texts.iter().map(|t| packed_len(t.as_bytes())).sum());
         for t in &texts {
-            out.push(t.as_bytes().len() as u8);
-            out.extend_from_slice(t.as_bytes());
+            put_packed(&mut out, t.as_bytes());
         }
         self.encoding = Encoding::Packed {
             len: len as u32,
@@ -564,6 +622,7 @@ fn shrink_if_loose(buf: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    const D: SetLimits = SetLimits::REDIS_DEFAULT;
     use crate::value::HASH_SPLIT_LEN;
 
     fn members(set: &SetValue) -> Vec<Vec<u8>> {
@@ -598,14 +657,14 @@ mod tests {
     fn an_intset_is_sorted_and_widens_as_needed() {
         let mut s = SetValue::new();
         for v in ["5", "-3", "100", "5", "0"] {
-            s.insert(v.as_bytes());
+            s.insert(v.as_bytes(), D);
         }
         assert_eq!(s.encoding(), "intset");
         assert_eq!(s.len(), 4);
         assert_eq!(members(&s), [&b"-3"[..], b"0", b"5", b"100"]);
         assert_eq!(s.mem_size(), 0, "four 16-bit integers, inline");
-        assert!(s.insert(b"70000"));
-        assert!(s.insert(b"-5000000000"));
+        assert!(s.insert(b"70000", D));
+        assert!(s.insert(b"-5000000000", D));
         assert_eq!(s.encoding(), "intset");
         assert_eq!(
             s.mem_size(),
@@ -634,10 +693,10 @@ mod tests {
     fn encodings_move_up_under_redis_rules_and_never_back() {
         // A string member turns a small intset into a listpack, which keeps insertion order.
         let mut s = SetValue::new();
-        s.insert(b"2");
-        s.insert(b"1");
-        s.insert(b"b");
-        s.insert(b"a");
+        s.insert(b"2", D);
+        s.insert(b"1", D);
+        s.insert(b"b", D);
+        s.insert(b"a", D);
         assert_eq!(s.encoding(), "listpack");
         assert_eq!(members(&s), [&b"1"[..], b"2", b"b", b"a"]);
         assert!(s.contains(b"1") && s.contains(b"a") && !s.contains(b"01"));
@@ -647,34 +706,72 @@ mod tests {
         assert_eq!(s.encoding(), "listpack", "no conversion back");
         // A long member, or a 129th, makes a hashtable.
         let mut long = s.clone();
-        long.insert(&[b'x'; 65]);
+        long.insert(&[b'x'; 65], D);
         assert_eq!(long.encoding(), "hashtable");
         assert!(long.contains(&[b'x'; 65]) && long.contains(b"a"));
         for i in 0..SET_MAX_LISTPACK_ENTRIES - 1 {
-            s.insert(format!("m{i}").as_bytes());
+            s.insert(format!("m{i}").as_bytes(), D);
         }
         assert_eq!((s.encoding(), s.len()), ("listpack", 128));
-        s.insert(b"one more");
+        s.insert(b"one more", D);
         assert_eq!((s.encoding(), s.len()), ("hashtable", 129));
         // 513 integers make a hashtable; a string among 128 integers too.
         let mut ints = SetValue::new();
         for i in 0..SET_MAX_INTSET_ENTRIES {
-            ints.insert(i.to_string().as_bytes());
+            ints.insert(i.to_string().as_bytes(), D);
         }
         assert_eq!(ints.encoding(), "intset");
         let mut many = ints.clone();
-        many.insert(b"-1");
+        many.insert(b"-1", D);
         assert_eq!((many.encoding(), many.len()), ("hashtable", 513));
-        ints.insert(b"x");
+        ints.insert(b"x", D);
         assert_eq!((ints.encoding(), ints.len()), ("hashtable", 513));
         // What Redis' setTypeCreate picks.
-        assert_eq!(SetValue::sized_for(b"1", 3).encoding(), "intset");
-        assert_eq!(SetValue::sized_for(b"1", 600).encoding(), "hashtable");
-        assert_eq!(SetValue::sized_for(b"a", 128).encoding(), "listpack");
-        assert_eq!(SetValue::sized_for(b"a", 129).encoding(), "hashtable");
-        let mut pack = SetValue::sized_for(b"a", 2);
-        pack.expect(200);
+        assert_eq!(SetValue::sized_for(b"1", 3, D).encoding(), "intset");
+        assert_eq!(SetValue::sized_for(b"1", 600, D).encoding(), "hashtable");
+        assert_eq!(SetValue::sized_for(b"a", 128, D).encoding(), "listpack");
+        assert_eq!(SetValue::sized_for(b"a", 129, D).encoding(), "hashtable");
+        let mut pack = SetValue::sized_for(b"a", 2, D);
+        pack.expect(200, D);
         assert_eq!(pack.encoding(), "hashtable");
+    }
+
+    #[test]
+    fn the_live_limits_decide_the_encoding_and_a_listpack_holds_long_members() {
+        let wide = SetLimits {
+            intset_entries: 3,
+            entries: 4,
+            value: 1000,
+        };
+        let mut ints = SetValue::new();
+        for v in ["1", "2", "3"] {
+            ints.insert(v.as_bytes(), wide);
+        }
+        assert_eq!(ints.encoding(), "intset");
+        ints.insert(b"4", wide);
+        assert_eq!(ints.encoding(), "hashtable", "past set-max-intset-entries");
+        // Members past 255 bytes, packed behind LEB128 lengths.
+        let long = vec![b'm'; 300];
+        let mut s = SetValue::sized_for(b"a", 1, wide);
+        assert!(s.insert(b"a", wide) && s.insert(&long, wide) && !s.insert(&long, wide));
+        assert_eq!(s.encoding(), "listpack");
+        assert_eq!(members(&s), [b"a".to_vec(), long.clone()]);
+        assert!(s.contains(&long) && s.remove(&long) && !s.contains(&long));
+        assert!(s.insert(&long, wide));
+        assert!(s.insert(&[b'x'; 1001], wide));
+        assert_eq!((s.encoding(), s.len()), ("hashtable", 3));
+        // An intset becomes a listpack only if its integers' text fits the value limit.
+        let three = SetLimits { value: 3, ..wide };
+        let mut big = SetValue::new();
+        big.insert(b"-1000", three);
+        big.insert(b"a", three);
+        assert_eq!(big.encoding(), "hashtable");
+        let mut small = SetValue::new();
+        small.insert(b"-10", three);
+        small.insert(b"100", three);
+        small.insert(b"a", three);
+        assert_eq!(small.encoding(), "listpack");
+        assert_eq!(members(&small), [&b"-10"[..], b"100", b"a"]);
     }
 
     #[test]
@@ -682,8 +779,8 @@ mod tests {
         for encoding in ["intset", "listpack", "hashtable"] {
             let mut s = match encoding {
                 "intset" => SetValue::new(),
-                "listpack" => SetValue::sized_for(b"a", 1),
-                _ => SetValue::sized_for(b"a", 1000),
+                "listpack" => SetValue::sized_for(b"a", 1, D),
+                _ => SetValue::sized_for(b"a", 1000, D),
             };
             let member = |i: usize| match encoding {
                 "intset" => i.to_string(),
@@ -691,7 +788,7 @@ mod tests {
             };
             let mut last = s.mem_size();
             for i in 0..100 {
-                assert!(s.insert(member(i).as_bytes()));
+                assert!(s.insert(member(i).as_bytes(), D));
                 assert!(s.mem_size() >= last, "{encoding} grows");
                 last = s.mem_size();
             }
@@ -724,7 +821,7 @@ mod tests {
         let mut s = SetValue::new();
         let n = HASH_SPLIT_LEN + 10;
         for i in 0..n {
-            assert!(s.insert(format!("m{i}").as_bytes()));
+            assert!(s.insert(format!("m{i}").as_bytes(), D));
         }
         assert!(s.is_split());
         let counted = s.mem_size();
@@ -732,7 +829,7 @@ mod tests {
         assert_eq!(s.mem_size(), counted, "the running count is exact");
         let snapshot = s.clone();
         assert!(s.remove(b"m1"));
-        assert!(s.insert(b"new"));
+        assert!(s.insert(b"new", D));
         assert!(snapshot.contains(b"m1") && !snapshot.contains(b"new"));
         assert_eq!((snapshot.len(), s.len()), (n, n));
         assert_ne!(snapshot, s);
@@ -752,17 +849,17 @@ mod tests {
         let mut s = SetValue::new();
         assert_eq!(s.mem_size(), 0, "an empty intset allocates nothing");
         for v in ["1", "2", "3", "4", "5"] {
-            assert!(s.insert(v.as_bytes()));
+            assert!(s.insert(v.as_bytes(), D));
         }
         let Some((width, buf)) = s.ints() else {
             panic!("not an intset")
         };
         assert_eq!((width, buf.len(), s.mem_size()), (2, 10, 0), "inline");
-        assert!(s.insert(b"100000"));
+        assert!(s.insert(b"100000", D));
         assert_eq!((s.len(), s.mem_size()), (6, 0), "widened, still inline");
-        assert!(s.insert(b"100001"));
+        assert!(s.insert(b"100001", D));
         assert_eq!((s.len(), s.mem_size()), (7, 0), "28 bytes: still inline");
-        assert!(s.insert(b"100002"));
+        assert!(s.insert(b"100002", D));
         assert_eq!(
             (s.len(), s.mem_size()),
             (8, 32),
@@ -795,14 +892,14 @@ mod tests {
     #[test]
     fn equal_sets_compare_equal_whatever_their_encoding() {
         let mut a = SetValue::new();
-        let mut b = SetValue::sized_for(b"x", 1000);
+        let mut b = SetValue::sized_for(b"x", 1000, D);
         for m in ["1", "2", "3"] {
-            a.insert(m.as_bytes());
-            b.insert(m.as_bytes());
+            a.insert(m.as_bytes(), D);
+            b.insert(m.as_bytes(), D);
         }
         assert_eq!((a.encoding(), b.encoding()), ("intset", "hashtable"));
         assert_eq!(a, b);
-        b.insert(b"4");
+        b.insert(b"4", D);
         assert_ne!(a, b);
     }
 }

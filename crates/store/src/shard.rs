@@ -5,8 +5,13 @@
 //! accessors here and actively by `sweep_expired`. Each mutation bumps the entry's version so
 //! `WATCH` can tell that a key changed.
 //!
-//! Eviction support: every entry carries the time of its last access (in 10 ms ticks), and
-//! approximate LRU samples a few keys at random slots of the table (Redis' sampling approach).
+//! Eviction support: every entry carries its access data, and eviction samples a few keys at
+//! random slots of the table (Redis' sampling approach). Like Redis, which reuses one 24-bit
+//! field of each object, the access data is read per the shard's [`AccessClock`]: the last
+//! access in 10 ms ticks (LRU), or Redis' LFU counter and decrement time (LFU policies, with
+//! Redis' `LFULogIncr` and `LFUDecrAndReturn`); switching the clock reinterprets it, as switching
+//! `maxmemory-policy` does in Redis. An access on a thread inside [`with_touch`]`(false, …)`
+//! (a `CLIENT NO-TOUCH` connection's command) leaves it as it was.
 //!
 //! Layout: entries live in an [`EntryMap`] (one block per key holding the entry and the key's
 //! bytes, 8-byte table slots; see `crate::table`). The expiry index refers to blocks by address,
@@ -21,6 +26,7 @@ use crate::value::{HashValue, Value, ValueKind};
 use crate::zset::ZSetValue;
 use bytes::Bytes;
 use hashbrown::HashMap;
+use std::cell::Cell;
 use std::collections::BTreeSet;
 
 /// `Entry::expires_at` of a key without a TTL (Redis refuses expiry times past `i64::MAX`).
@@ -36,8 +42,10 @@ pub struct Entry {
     version: u64,
     /// memcached client flags ([`ItemMeta::client_flags`]).
     client_flags: u32,
-    /// The last access in the low [`TICK_BITS`] bits (see [`access_tick`]) and the memcached
-    /// meta bits ([`ItemMeta::bits`]) in the top three.
+    /// The access data in the low [`TICK_BITS`] bits, as the shard's [`AccessClock`] keeps it
+    /// (LRU: the last access, see [`access_tick`]; LFU: the counter in bits 0-7 and the last
+    /// decrement time in minutes in bits 8-23), and the memcached meta bits ([`ItemMeta::bits`])
+    /// in the top three.
     stamp: u32,
 }
 
@@ -46,14 +54,132 @@ pub struct Entry {
 const TICK_BITS: u32 = 29;
 const TICK_MASK: u32 = (1 << TICK_BITS) - 1;
 
-/// Which keys eviction prefers (Redis' `maxmemory-policy` values that evict; the LFU ones rank
-/// as their LRU twins: no access-frequency counter is kept).
+/// The LFU counter of a new key (Redis' `LFU_INIT_VAL`): a new key can collect a few accesses
+/// before it is the first to go.
+pub const LFU_INIT_VAL: u8 = 5;
+
+/// How entries' access data is kept (Redis' `maxmemory-policy`: the LFU policies keep a
+/// frequency counter, the others the time of the last access). Every shard of a keyspace reads
+/// its keyspace's clock when locked (see `crate::keyspace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AccessClock {
+    /// The last access, in 10 ms ticks.
+    #[default]
+    Lru,
+    /// Redis' LFU data with its settings `lfu-log-factor` and `lfu-decay-time` (minutes).
+    Lfu { log_factor: u32, decay_time: u32 },
+}
+
+impl AccessClock {
+    /// As one word, for a keyspace's atomic (see [`AccessClock::from_bits`]).
+    pub fn to_bits(self) -> u64 {
+        match self {
+            AccessClock::Lru => 0,
+            AccessClock::Lfu {
+                log_factor,
+                decay_time,
+            } => 1 << 63 | u64::from(decay_time & 0x7fff_ffff) << 32 | u64::from(log_factor),
+        }
+    }
+
+    pub fn from_bits(bits: u64) -> Self {
+        if bits >> 63 == 0 {
+            return AccessClock::Lru;
+        }
+        AccessClock::Lfu {
+            log_factor: bits as u32,
+            decay_time: (bits >> 32) as u32 & 0x7fff_ffff,
+        }
+    }
+
+    pub fn is_lfu(self) -> bool {
+        matches!(self, AccessClock::Lfu { .. })
+    }
+
+    /// The access data of a key created at `now_ms` (Redis' `initObjectLRUOrLFU`).
+    fn fresh(self, now_ms: u64) -> u32 {
+        match self {
+            AccessClock::Lru => access_tick(now_ms),
+            AccessClock::Lfu { .. } => lfu_minutes(now_ms) << 8 | u32::from(LFU_INIT_VAL),
+        }
+    }
+}
+
+/// Redis' `LFUGetTimeInMinutes`: Unix minutes, 16 bits (wrapping).
+fn lfu_minutes(now_ms: u64) -> u32 {
+    ((now_ms / 60_000) & 0xffff) as u32
+}
+
+/// Redis' `LFUTimeElapsed`: minutes since `ldt`, the clock taken to have wrapped at most once.
+fn lfu_elapsed(ldt: u32, now_ms: u64) -> u32 {
+    let now = lfu_minutes(now_ms);
+    if now >= ldt {
+        now - ldt
+    } else {
+        65535 - ldt + now
+    }
+}
+
+/// Redis' `LFULogIncr`: the greater the counter, the less likely an access increments it
+/// (saturating at 255); counters up to [`LFU_INIT_VAL`] always grow.
+pub fn lfu_log_incr(counter: u8, log_factor: u32) -> u8 {
+    if counter == 255 {
+        return 255;
+    }
+    let r: f64 = rand::random();
+    let baseval = f64::from(counter.saturating_sub(LFU_INIT_VAL));
+    let p = 1.0 / (baseval * f64::from(log_factor) + 1.0);
+    if r < p {
+        counter + 1
+    } else {
+        counter
+    }
+}
+
+/// Redis' `LFUDecrAndReturn` of access data `word` at `now_ms`: the counter less one for each
+/// `decay_time` minutes since the last decrement (0: never decays).
+fn lfu_decayed(word: u32, decay_time: u32, now_ms: u64) -> u8 {
+    let ldt = (word >> 8) & 0xffff;
+    let counter = word & 0xff;
+    let periods = match decay_time {
+        0 => 0,
+        d => lfu_elapsed(ldt, now_ms) / d,
+    };
+    counter.saturating_sub(periods) as u8
+}
+
+thread_local! {
+    /// Set while this thread runs a command of a `CLIENT NO-TOUCH` connection (see
+    /// [`with_touch`]): accesses then leave keys' access data alone.
+    static NO_TOUCH: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `f` with reads and writes on this thread touching the keys they access (`touch`) or not
+/// (Redis' `CLIENT NO-TOUCH`, which the server applies per command; TOUCH always touches). The
+/// previous mode is restored after, also if `f` panics. Commands run synchronously on one
+/// thread (no shard lock is held across an `.await`), so a thread-local is the command's scope.
+pub fn with_touch<R>(touch: bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            NO_TOUCH.with(|n| n.set(self.0));
+        }
+    }
+    let _restore = Restore(NO_TOUCH.with(|n| n.replace(!touch)));
+    f()
+}
+
+/// Which keys eviction prefers (Redis' `maxmemory-policy` values that evict).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EvictionPolicy {
     /// The key idle longest.
     AllKeysLru,
     /// The key with a TTL idle longest.
     VolatileLru,
+    /// The key with the lowest (decayed) LFU counter.
+    AllKeysLfu,
+    /// The key with a TTL with the lowest LFU counter.
+    VolatileLfu,
     /// Any key.
     AllKeysRandom,
     /// Any key with a TTL.
@@ -64,16 +190,26 @@ pub enum EvictionPolicy {
 
 impl EvictionPolicy {
     /// How strongly `entry` is a victim at `now_ms` (higher first; an expired key above all),
-    /// or None when the policy never evicts it.
-    pub fn rank(self, entry: &Entry, now_ms: u64) -> Option<u64> {
+    /// or None when the policy never evicts it. `clock` says how its access data is kept: the
+    /// LFU policies rank by 255 less the decayed counter, as Redis' `evictionPoolPopulate`.
+    pub fn rank(self, entry: &Entry, clock: AccessClock, now_ms: u64) -> Option<u64> {
         if entry.is_expired(now_ms) {
             return Some(u64::MAX);
         }
-        let idle = u64::from(entry.idle_ticks(now_ms));
         let ttl = entry.expires_at();
+        let idle = || u64::from(entry.idle_ticks(now_ms));
+        let rarity = || {
+            let decay_time = match clock {
+                AccessClock::Lfu { decay_time, .. } => decay_time,
+                AccessClock::Lru => 1,
+            };
+            255 - u64::from(entry.frequency(decay_time, now_ms))
+        };
         match self {
-            EvictionPolicy::AllKeysLru => Some(idle),
-            EvictionPolicy::VolatileLru => ttl.map(|_| idle),
+            EvictionPolicy::AllKeysLru => Some(idle()),
+            EvictionPolicy::VolatileLru => ttl.map(|_| idle()),
+            EvictionPolicy::AllKeysLfu => Some(rarity()),
+            EvictionPolicy::VolatileLfu => ttl.map(|_| rarity()),
             EvictionPolicy::AllKeysRandom => Some(0),
             EvictionPolicy::VolatileRandom => ttl.map(|_| 0),
             EvictionPolicy::VolatileTtl => ttl.map(|t| u64::MAX - 1 - t),
@@ -85,6 +221,7 @@ impl EvictionPolicy {
         matches!(
             self,
             EvictionPolicy::VolatileLru
+                | EvictionPolicy::VolatileLfu
                 | EvictionPolicy::VolatileRandom
                 | EvictionPolicy::VolatileTtl
         )
@@ -100,8 +237,8 @@ pub fn access_tick(now_ms: u64) -> u32 {
 /// What the memcached protocol keeps beside a value: the client's 32-bit flags and the meta
 /// protocol's per-item state. Every whole-value write (SET, memcached `set`) resets it; in-place
 /// changes (APPEND, INCR) keep it. Stored in 4 bytes and 3 bits of the entry; the time since the
-/// last access (meta `l`, `la`) is the entry's access clock ([`Entry::idle_ticks`]), which
-/// every store and fetch sets.
+/// last access (meta `l`, `la`) is the entry's access data ([`Entry::idle_ticks`]; minutes
+/// under an LFU clock), which every store and fetch sets.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ItemMeta {
     /// Opaque flags stored by memcached clients (php-memcached keeps its serializer here).
@@ -127,9 +264,10 @@ impl ItemMeta {
 }
 
 impl Entry {
-    /// An entry holding `value`, stored at `now_ms` with version `version`.
+    /// An entry holding `value`, stored at `now_ms` with version `version` (LRU access data).
     pub fn new(value: Value, expires_at: Option<u64>, version: u64, now_ms: u64) -> Entry {
-        Entry::with_meta(value, expires_at, version, ItemMeta::default(), now_ms)
+        let meta = ItemMeta::default();
+        Entry::with_meta(value, expires_at, version, meta, AccessClock::Lru, now_ms)
     }
 
     fn with_meta(
@@ -137,6 +275,7 @@ impl Entry {
         expires_at: Option<u64>,
         version: u64,
         meta: ItemMeta,
+        clock: AccessClock,
         now_ms: u64,
     ) -> Entry {
         let mut entry = Entry {
@@ -144,15 +283,39 @@ impl Entry {
             expires_at: expires_at.unwrap_or(NO_EXPIRY),
             version,
             client_flags: 0,
-            stamp: access_tick(now_ms),
+            stamp: clock.fresh(now_ms),
         };
         entry.set_meta(meta);
         entry
     }
 
-    /// Record an access at `now_ms` (the meta bits are kept).
-    fn touch(&mut self, now_ms: u64) {
-        self.stamp = (self.stamp & !TICK_MASK) | access_tick(now_ms);
+    /// The access data (the low [`TICK_BITS`] of the stamp).
+    fn access_data(&self) -> u32 {
+        self.stamp & TICK_MASK
+    }
+
+    fn set_access_data(&mut self, data: u32) {
+        self.stamp = (self.stamp & !TICK_MASK) | (data & TICK_MASK);
+    }
+
+    /// Record an access at `now_ms` (Redis' `lookupKey`: the LRU time set, or the LFU counter
+    /// decayed and then incremented logarithmically), unless this thread's command must not
+    /// touch keys ([`with_touch`]). The meta bits are kept.
+    fn touch(&mut self, clock: AccessClock, now_ms: u64) {
+        if NO_TOUCH.with(Cell::get) {
+            return;
+        }
+        let data = match clock {
+            AccessClock::Lru => access_tick(now_ms),
+            AccessClock::Lfu {
+                log_factor,
+                decay_time,
+            } => {
+                let counter = lfu_decayed(self.access_data(), decay_time, now_ms);
+                lfu_minutes(now_ms) << 8 | u32::from(lfu_log_incr(counter, log_factor))
+            }
+        };
+        self.set_access_data(data);
     }
 
     fn set_meta(&mut self, meta: ItemMeta) {
@@ -168,9 +331,25 @@ impl Entry {
     pub fn version(&self) -> u64 {
         self.version
     }
-    /// Ticks (10 ms) since the last access at `now_ms`.
+    /// Ticks (10 ms) since the last access at `now_ms`, the access data read as LRU data.
     pub fn idle_ticks(&self, now_ms: u64) -> u32 {
         access_tick(now_ms).wrapping_sub(self.stamp) & TICK_MASK
+    }
+    /// The LFU counter at `now_ms`, decayed by one for each `decay_time` minutes since its last
+    /// decrement (Redis' `LFUDecrAndReturn`; the entry is not changed), the access data read as
+    /// LFU data.
+    pub fn frequency(&self, decay_time: u32, now_ms: u64) -> u8 {
+        lfu_decayed(self.access_data(), decay_time, now_ms)
+    }
+    /// Ticks (10 ms) since the last access under `clock` (LFU data keeps the last access in
+    /// minutes: memcached's `la` then counts whole minutes).
+    pub fn idle_ticks_by(&self, clock: AccessClock, now_ms: u64) -> u32 {
+        match clock {
+            AccessClock::Lru => self.idle_ticks(now_ms),
+            AccessClock::Lfu { .. } => {
+                lfu_elapsed((self.access_data() >> 8) & 0xffff, now_ms).saturating_mul(6000)
+            }
+        }
     }
     /// memcached client flags and meta state.
     pub fn meta(&self) -> ItemMeta {
@@ -396,6 +575,13 @@ pub struct Shard {
     /// notifications and client-side caching's invalidations): the keyspace's one log, shared
     /// by its shards, so taking it never locks a shard; None while nobody wants them.
     expired_log: Option<ExpiredLog>,
+    /// How entries' access data is kept: its keyspace's clock, copied in whenever the shard is
+    /// locked (`crate::keyspace`), so a policy change reaches every shard without a sweep.
+    clock: AccessClock,
+    /// Until this Unix ms a read leaves an expired key in place (it only reads as absent):
+    /// Redis 7.2 deletes no expired key while writes are paused, so nothing reaches a replica
+    /// or the log. Copied in from the keyspace whenever the shard is locked, as `clock` is.
+    expiry_held_until: u64,
 }
 
 /// The keyspace's log of expired keys (see [`Shard::set_expired_log`]).
@@ -414,12 +600,33 @@ impl Shard {
         shard
     }
 
-    /// Approximate LRU: look at up to `samples` keys in random slots of the table and return
-    /// the one idle longest (expired keys first). None when the shard is empty.
+    /// Approximate LRU (LFU under an LFU clock): look at up to `samples` keys in random slots
+    /// of the table and return the one idle longest, or used least (expired keys first). None
+    /// when the shard is empty.
     pub fn eviction_candidate(&mut self, samples: usize, now_ms: u64) -> Option<Bytes> {
-        self.sample_victim(samples, |entry| {
-            EvictionPolicy::AllKeysLru.rank(entry, now_ms)
-        })
+        let clock = self.clock;
+        let policy = match clock {
+            AccessClock::Lru => EvictionPolicy::AllKeysLru,
+            AccessClock::Lfu { .. } => EvictionPolicy::AllKeysLfu,
+        };
+        self.sample_victim(samples, |entry| policy.rank(entry, clock, now_ms))
+    }
+
+    /// How this shard keeps entries' access data.
+    pub fn access_clock(&self) -> AccessClock {
+        self.clock
+    }
+
+    /// Keep access data per `clock` from now on (existing data is reinterpreted, as Redis
+    /// does when `maxmemory-policy` switches between LRU and LFU).
+    pub fn set_access_clock(&mut self, clock: AccessClock) {
+        self.clock = clock;
+    }
+
+    /// Until `until_ms` (Unix ms; 0: not at all) reads leave expired keys in place (see the
+    /// field).
+    pub fn hold_expiry_until(&mut self, until_ms: u64) {
+        self.expiry_held_until = until_ms;
     }
 
     /// Look at up to `samples` keys in random slots and return the one `rank` scores highest
@@ -428,8 +635,17 @@ impl Shard {
     pub fn sample_victim(
         &self,
         samples: usize,
-        mut rank: impl FnMut(&Entry) -> Option<u64>,
+        rank: impl FnMut(&Entry) -> Option<u64>,
     ) -> Option<Bytes> {
+        self.sample_victim_scored(samples, rank).map(|(_, key)| key)
+    }
+
+    /// [`Shard::sample_victim`] with the victim's score, to compare victims across shards.
+    pub fn sample_victim_scored(
+        &self,
+        samples: usize,
+        mut rank: impl FnMut(&Entry) -> Option<u64>,
+    ) -> Option<(u64, Bytes)> {
         let mut best: Option<(u64, &[u8])> = None;
         let mut rng = rand::thread_rng();
         let slots = self.map.slots();
@@ -445,7 +661,7 @@ impl Shard {
                 best = Some((score, node.key()));
             }
         }
-        best.map(|(_, k)| Bytes::copy_from_slice(k))
+        best.map(|(score, k)| (score, Bytes::copy_from_slice(k)))
     }
 
     fn bump(&mut self) -> u64 {
@@ -591,7 +807,9 @@ impl Shard {
     /// Bytes `key` and its value take (MEMORY USAGE): its block, its share of the table, the
     /// value's allocations and its place in the expiry index. None when the key is not live.
     pub fn memory_usage(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
-        self.expire_if_needed(key, now_ms);
+        if self.expired_for_read(key, now_ms) {
+            return None;
+        }
         let entry = self.map.get(key)?;
         let expiry = if entry.expires_at().is_some() {
             EXPIRY_INDEX_BYTES
@@ -641,6 +859,15 @@ impl Shard {
         expired
     }
 
+    /// For a read: whether `key` is expired (it reads as absent then). It is reclaimed as
+    /// [`Shard::expire_if_needed`] does, unless expiry is held (writes paused): then it stays.
+    fn expired_for_read(&mut self, key: &[u8], now_ms: u64) -> bool {
+        if now_ms < self.expiry_held_until {
+            return matches!(self.map.get(key), Some(e) if e.is_expired(now_ms));
+        }
+        self.expire_if_needed(key, now_ms)
+    }
+
     fn log_expired(&mut self, key: &[u8]) {
         if let Some(log) = &self.expired_log {
             let mut log = log.lock();
@@ -681,9 +908,12 @@ impl Shard {
 
     /// The live entry for `key`, reclaiming it first if it expired.
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
-        self.expire_if_needed(key, now_ms);
+        if self.expired_for_read(key, now_ms) {
+            return None;
+        }
+        let clock = self.clock;
         let entry = self.map.get_mut(key)?;
-        entry.touch(now_ms);
+        entry.touch(clock, now_ms);
         Some(entry)
     }
 
@@ -695,7 +925,9 @@ impl Shard {
     /// The live entry for `key` without counting an access (OBJECT looks at a key this way):
     /// its last-access time stays as it was. An expired key is reclaimed first.
     pub fn peek(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
-        self.expire_if_needed(key, now_ms);
+        if self.expired_for_read(key, now_ms) {
+            return None;
+        }
         self.map.get(key)
     }
 
@@ -724,25 +956,27 @@ impl Shard {
         bump: bool,
     ) -> Option<(&Entry, ItemMeta, u64)> {
         if self.map.get(key)?.is_expired(now_ms) {
-            self.expire_if_needed(key, now_ms);
+            self.expired_for_read(key, now_ms);
             return None;
         }
+        let clock = self.clock;
         let entry = self.map.get_mut(key)?;
         let before = entry.meta();
-        let idle_s = u64::from(entry.idle_ticks(now_ms)) / 100;
+        let idle_s = u64::from(entry.idle_ticks_by(clock, now_ms)) / 100;
         if bump {
             entry.set_meta(ItemMeta {
                 bits: before.bits | ItemMeta::FETCHED,
                 ..before
             });
-            entry.touch(now_ms);
+            entry.touch(clock, now_ms);
         }
         Some((&*entry, before, idle_s))
     }
 
-    /// Version of `key` for WATCH: 0 when absent or expired.
+    /// Version of `key` for WATCH: 0 when absent or expired. Not an access (Redis' WATCH and
+    /// EXEC's check look at keys without touching them).
     pub fn version_of(&mut self, key: &[u8], now_ms: u64) -> u64 {
-        self.get(key, now_ms).map_or(0, |e| e.version)
+        self.peek(key, now_ms).map_or(0, |e| e.version)
     }
 
     /// Apply `f` to the live value of `key`. Returns None when the key is absent. The entry's version
@@ -756,6 +990,7 @@ impl Shard {
         self.preserve(key);
         // One hash lookup on the common path: expiry is checked on the entry itself.
         let version = self.next_version + 1;
+        let clock = self.clock;
         let (result, empty) = match self.map.get_mut(key) {
             None => return None,
             Some(entry) if !entry.is_expired(now_ms) => {
@@ -763,7 +998,7 @@ impl Shard {
                 let result = f(&mut entry.value);
                 let after = entry.value.mem_size();
                 entry.version = version;
-                entry.touch(now_ms);
+                entry.touch(clock, now_ms);
                 self.used_bytes = self.used_bytes + after - before;
                 (result, entry.value.is_empty_collection())
             }
@@ -798,15 +1033,26 @@ impl Shard {
             let value = create();
             self.used_bytes += entry_size(key.len(), &value);
             let version = self.bump();
-            self.map
-                .insert_new(Node::new(key, Entry::new(value, None, version, now_ms)));
+            let meta = ItemMeta::default();
+            let entry = Entry::with_meta(value, None, version, meta, self.clock, now_ms);
+            self.map.insert_new(Node::new(key, entry));
         }
-        self.apply(key, now_ms, f)
+        // A key just created is not accessed as well (Redis: the write's lookup found nothing;
+        // a new key's LFU counter starts at LFU_INIT_VAL).
+        self.apply(key, now_ms, live, f)
     }
 
-    /// `f` on the value of `key`, which the caller has checked is present and live.
-    fn apply<R>(&mut self, key: &[u8], now_ms: u64, f: impl FnOnce(&mut Value) -> R) -> R {
+    /// `f` on the value of `key`, which the caller has checked is present and live; `access`:
+    /// the write counts as an access.
+    fn apply<R>(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        access: bool,
+        f: impl FnOnce(&mut Value) -> R,
+    ) -> R {
         let version = self.next_version + 1;
+        let clock = self.clock;
         let Some(entry) = self.map.get_mut(key) else {
             unreachable!("apply: caller checked that the key is present")
         };
@@ -814,7 +1060,9 @@ impl Shard {
         let result = f(&mut entry.value);
         let after = entry.value.mem_size();
         entry.version = version;
-        entry.touch(now_ms);
+        if access {
+            entry.touch(clock, now_ms);
+        }
         let empty = entry.value.is_empty_collection();
         self.next_version = version;
         self.used_bytes = self.used_bytes + after - before;
@@ -825,7 +1073,9 @@ impl Shard {
     }
 
     /// Store `value` under `key` with the given expiry, replacing any previous entry (whose value is
-    /// returned if it was live).
+    /// returned if it was live). Replacing a live key is an access of it, and its access data
+    /// carries over (Redis' `setKey`: the write's lookup touches the key, and `dbSetValue` keeps
+    /// the old object's LRU/LFU field); a new key starts fresh (LFU: at [`LFU_INIT_VAL`]).
     pub fn set(
         &mut self,
         key: &[u8],
@@ -848,12 +1098,17 @@ impl Shard {
         self.preserve(key);
         let version = self.next_version + 1;
         self.next_version = version;
-        let new = Entry::with_meta(value, expires_at, version, meta, now_ms);
+        let clock = self.clock;
+        let mut new = Entry::with_meta(value, expires_at, version, meta, clock, now_ms);
         // Overwrite in place when the key exists: one hash lookup, no key copy.
         if let Some(node) = self.map.node_mut(key) {
             let addr = node.addr();
             let entry = node.entry_mut();
             let was_expired = entry.is_expired(now_ms);
+            if !was_expired {
+                new.set_access_data(entry.access_data());
+                new.touch(clock, now_ms);
+            }
             self.used_bytes = self.used_bytes - entry.value.mem_size() + new.value.mem_size();
             if entry.expires_at != new.expires_at {
                 if let Some(t) = entry.expires_at() {
@@ -899,29 +1154,48 @@ impl Shard {
         self.next_version
     }
 
-    /// The memcached meta state of a live key, for changes that are not writes of the value
-    /// (fetched/last-access marks, the recache win): the version is not bumped.
     /// Make `key` look idle for `idle_ms` at `now_ms` (RESTORE … IDLETIME): its last access is
-    /// set that far back. False when the key is not there.
+    /// set that far back. False when the key is not there, or under an LFU clock, where Redis'
+    /// `objectSetLRUOrLFU` ignores an idle time too.
     pub fn set_idle(&mut self, key: &[u8], idle_ms: u64, now_ms: u64) -> bool {
+        if self.clock.is_lfu() {
+            return false;
+        }
+        self.set_access_data(key, access_tick(now_ms.saturating_sub(idle_ms)), now_ms)
+    }
+
+    /// Give `key` the LFU counter `freq` as of now (RESTORE … FREQ). False when the key is not
+    /// there, or under an LRU clock, where Redis ignores a frequency too.
+    pub fn set_frequency(&mut self, key: &[u8], freq: u8, now_ms: u64) -> bool {
+        if !self.clock.is_lfu() {
+            return false;
+        }
+        self.set_access_data(key, lfu_minutes(now_ms) << 8 | u32::from(freq), now_ms)
+    }
+
+    fn set_access_data(&mut self, key: &[u8], data: u32, now_ms: u64) -> bool {
         self.expire_if_needed(key, now_ms);
         self.preserve(key);
         match self.map.get_mut(key) {
             Some(e) => {
-                e.touch(now_ms.saturating_sub(idle_ms));
+                e.set_access_data(data);
                 true
             }
             None => false,
         }
     }
 
+    /// The memcached meta state of a live key, for changes that are not writes of the value
+    /// (fetched/last-access marks, the recache win): the version is not bumped.
     pub fn update_meta(
         &mut self,
         key: &[u8],
         now_ms: u64,
         change: impl FnOnce(&mut ItemMeta),
     ) -> bool {
-        self.expire_if_needed(key, now_ms);
+        if self.expired_for_read(key, now_ms) {
+            return false;
+        }
         self.preserve(key);
         let Some(entry) = self.map.get_mut(key) else {
             return false;
@@ -1100,6 +1374,29 @@ mod tests {
         assert_eq!(sh.used_bytes(), 0);
     }
 
+    /// Redis' pause.tcl "Test both active and passive expires are skipped during client
+    /// pause": while expiry is held a read sees an expired key as absent and leaves it in place.
+    #[test]
+    fn passive_expiry_is_held_while_writes_are_paused() {
+        let mut sh = Shard::new();
+        sh.set(b"a", s("1"), Some(100), 0);
+        sh.hold_expiry_until(1_000);
+        assert!(sh.get(b"a", 200).is_none());
+        assert!(sh.peek(b"a", 200).is_none());
+        assert!(sh.fetch(b"a", 200, true).is_none());
+        assert!(sh.memory_usage(b"a", 200).is_none());
+        assert_eq!((sh.len(), sh.expired_count()), (1, 0));
+        // Lifted, the next read reclaims it.
+        sh.hold_expiry_until(0);
+        assert!(sh.get(b"a", 200).is_none());
+        assert_eq!((sh.len(), sh.expired_count()), (0, 1));
+        // The hold ends by itself at its end.
+        sh.set(b"b", s("1"), Some(100), 0);
+        sh.hold_expiry_until(300);
+        assert!(sh.get(b"b", 300).is_none());
+        assert_eq!((sh.len(), sh.expired_count()), (0, 2));
+    }
+
     #[test]
     fn sweep_removes_only_due_keys() {
         let mut sh = Shard::new();
@@ -1157,7 +1454,7 @@ mod tests {
             || Value::Hash(Default::default()),
             |v| {
                 if let Value::Hash(h) = v {
-                    h.insert(b"f", b"v");
+                    h.insert(b"f", b"v", Default::default());
                 }
             },
         );
@@ -1169,5 +1466,163 @@ mod tests {
         });
         assert_eq!(sh.len(), 0);
         assert_eq!(sh.used_bytes(), 0);
+    }
+
+    /// Redis' defaults: `lfu-log-factor` 10, `lfu-decay-time` 1.
+    const LFU: AccessClock = AccessClock::Lfu {
+        log_factor: 10,
+        decay_time: 1,
+    };
+    /// A time on a whole minute, so minute arithmetic in the tests is exact.
+    const T0: u64 = 1_700_000_040_000;
+    const MINUTE: u64 = 60_000;
+
+    fn freq(sh: &mut Shard, key: &[u8], now: u64) -> u8 {
+        sh.peek(key, now).expect("live").frequency(1, now)
+    }
+
+    #[test]
+    fn lfu_new_key_starts_at_init_val_and_its_first_access_counts() {
+        let mut sh = Shard::new();
+        sh.set_access_clock(LFU);
+        sh.set(b"k", s("v"), None, T0);
+        assert_eq!(freq(&mut sh, b"k", T0), LFU_INIT_VAL);
+        // At or under LFU_INIT_VAL an access always increments (Redis' LFULogIncr).
+        sh.get(b"k", T0);
+        assert_eq!(freq(&mut sh, b"k", T0), LFU_INIT_VAL + 1);
+        // A key a write creates is not also accessed by it (Redis: `lookupKeyWrite` found
+        // nothing).
+        sh.upsert(b"h", T0, || s("v"), |_| ());
+        assert_eq!(freq(&mut sh, b"h", T0), LFU_INIT_VAL);
+        sh.modify(b"h", T0, |_| ());
+        assert_eq!(freq(&mut sh, b"h", T0), LFU_INIT_VAL + 1);
+    }
+
+    #[test]
+    fn lfu_overwrite_keeps_the_counter_and_counts_as_an_access() {
+        let mut sh = Shard::new();
+        sh.set_access_clock(LFU);
+        sh.set(b"k", s("v"), None, T0);
+        sh.set_frequency(b"k", 100, T0);
+        sh.set(b"k", s("w"), None, T0);
+        assert!((100..=101).contains(&freq(&mut sh, b"k", T0)));
+        // Deleted and added anew, it starts over.
+        sh.remove(b"k", T0);
+        sh.set(b"k", s("v"), None, T0);
+        assert_eq!(freq(&mut sh, b"k", T0), LFU_INIT_VAL);
+    }
+
+    #[test]
+    fn lfu_counter_decays_one_per_decay_time_minutes() {
+        let mut sh = Shard::new();
+        sh.set_access_clock(LFU);
+        sh.set(b"k", s("v"), None, T0);
+        assert!(sh.set_frequency(b"k", 100, T0));
+        let entry = sh.peek(b"k", T0).expect("live");
+        assert_eq!(entry.frequency(1, T0 + 3 * MINUTE + 59_000), 97);
+        assert_eq!(entry.frequency(2, T0 + 3 * MINUTE), 99);
+        assert_eq!(
+            entry.frequency(0, T0 + 300 * MINUTE),
+            100,
+            "0: never decays"
+        );
+        assert_eq!(entry.frequency(1, T0 + 300 * MINUTE), 0);
+        // The 16-bit minutes clock wraps: a decrement time "ahead" of now was before the wrap.
+        assert_eq!(lfu_elapsed(65_530, 3 * MINUTE), 8);
+        // An access decays first, then increments, and restarts the decay.
+        sh.get(b"k", T0 + 10 * MINUTE);
+        assert!((90..=91).contains(&freq(&mut sh, b"k", T0 + 10 * MINUTE)));
+    }
+
+    #[test]
+    fn lfu_log_incr_saturates_and_slows_with_the_log_factor() {
+        assert_eq!(lfu_log_incr(255, 0), 255);
+        assert_eq!(lfu_log_incr(200, 0), 201, "factor 0: every access counts");
+        assert_eq!(lfu_log_incr(0, 10), 1);
+        let grown = (0..1000).filter(|_| lfu_log_incr(105, 10) > 105).count();
+        // p = 1 / (100 × 10 + 1): about one in a thousand.
+        assert!(grown < 20, "{grown}");
+    }
+
+    #[test]
+    fn restore_idletime_and_freq_apply_only_under_their_own_clock() {
+        let mut sh = Shard::new();
+        sh.set(b"k", s("v"), None, T0);
+        assert!(!sh.set_frequency(b"k", 100, T0), "LRU: FREQ ignored");
+        assert!(sh.set_idle(b"k", 5_000, T0));
+        assert_eq!(sh.peek(b"k", T0).expect("live").idle_ticks(T0), 500);
+        sh.set_access_clock(LFU);
+        assert!(!sh.set_idle(b"k", 5_000, T0), "LFU: IDLETIME ignored");
+        assert!(sh.set_frequency(b"k", 42, T0));
+        assert_eq!(freq(&mut sh, b"k", T0), 42);
+    }
+
+    #[test]
+    fn lfu_eviction_takes_the_least_frequently_used() {
+        let mut sh = Shard::new();
+        sh.set_access_clock(LFU);
+        for (key, f) in [(&b"hot"[..], 200), (b"cold", 1), (b"warm", 100)] {
+            sh.set(key, s("v"), None, T0);
+            sh.set_frequency(key, f, T0);
+        }
+        for _ in 0..20 {
+            let victim = sh.sample_victim(64, |e| EvictionPolicy::AllKeysLfu.rank(e, LFU, T0));
+            assert_eq!(victim.as_deref(), Some(&b"cold"[..]));
+            assert_eq!(sh.eviction_candidate(64, T0).as_deref(), Some(&b"cold"[..]));
+        }
+        // volatile-lfu passes over keys without a TTL.
+        let none = sh.sample_victim(64, |e| EvictionPolicy::VolatileLfu.rank(e, LFU, T0));
+        assert_eq!(none, None);
+    }
+
+    #[test]
+    fn no_touch_accesses_leave_access_data_alone() {
+        let mut sh = Shard::new();
+        sh.set(b"k", s("v"), None, T0);
+        with_touch(false, || {
+            sh.get(b"k", T0 + 5_000);
+            sh.modify(b"k", T0 + 5_000, |_| ());
+            sh.set(b"k", s("w"), None, T0 + 5_000);
+        });
+        assert_eq!(
+            sh.peek(b"k", T0 + 5_000)
+                .expect("live")
+                .idle_ticks(T0 + 5_000),
+            500
+        );
+        // TOUCH touches even inside a no-touch command (scopes nest and restore).
+        with_touch(false, || {
+            with_touch(true, || sh.get(b"k", T0 + 5_000).map(|_| ()))
+        });
+        assert_eq!(
+            sh.peek(b"k", T0 + 5_000)
+                .expect("live")
+                .idle_ticks(T0 + 5_000),
+            0
+        );
+        sh.set_access_clock(LFU);
+        sh.set(b"n", s("v"), None, T0);
+        with_touch(false, || sh.get(b"n", T0));
+        assert_eq!(freq(&mut sh, b"n", T0), LFU_INIT_VAL);
+        sh.get(b"n", T0);
+        assert_eq!(freq(&mut sh, b"n", T0), LFU_INIT_VAL + 1);
+    }
+
+    #[test]
+    fn access_clock_round_trips_through_its_bits() {
+        for clock in [
+            AccessClock::Lru,
+            LFU,
+            AccessClock::Lfu {
+                log_factor: i32::MAX as u32,
+                decay_time: i32::MAX as u32,
+            },
+            AccessClock::Lfu {
+                log_factor: 0,
+                decay_time: 0,
+            },
+        ] {
+            assert_eq!(AccessClock::from_bits(clock.to_bits()), clock);
+        }
     }
 }

@@ -205,7 +205,7 @@ mod tests {
             || Value::hash(HashValue::new()),
             |v| {
                 let Value::Hash(h) = v else { unreachable!() };
-                h.insert(b"f", b"1")
+                h.insert(b"f", b"1", Default::default())
             },
         );
         let before = {
@@ -245,7 +245,7 @@ mod tests {
             }
             db.lock(b"h").modify(b"h", 0, |v| {
                 let Value::Hash(h) = v else { unreachable!() };
-                h.insert(b"g", b"2")
+                h.insert(b"g", b"2", Default::default())
             });
             assert_eq!(drained(&store, &sink), expected);
             expected

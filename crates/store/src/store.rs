@@ -75,6 +75,23 @@ impl Store {
         sink
     }
 
+    /// Until `until_ms` (Unix ms; 0: no longer) reads leave expired keys in every keyspace in
+    /// place: Redis deletes no expired key while writes are paused (the server sets it with
+    /// each pause and lifts it with the last).
+    pub fn hold_expiry_until(&self, until_ms: u64) {
+        for k in &self.keyspaces {
+            k.hold_expiry_until(until_ms);
+        }
+    }
+
+    /// Keep entries' access data per `clock` in every keyspace (the server sets it from
+    /// `maxmemory-policy`, `lfu-log-factor` and `lfu-decay-time`).
+    pub fn set_access_clock(&self, clock: crate::shard::AccessClock) {
+        for k in &self.keyspaces {
+            k.set_access_clock(clock);
+        }
+    }
+
     /// Approximate bytes held by keys and values across all keyspaces.
     pub fn used_bytes(&self) -> usize {
         self.keyspaces.iter().map(|k| k.used_bytes()).sum()

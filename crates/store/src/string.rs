@@ -13,13 +13,26 @@
 //! count, no copy); a short one is copied (at most [`INLINE_MAX`] bytes, what the reference
 //! count's atomic increment used to cost).
 //!
+//! A string also knows whether an in-place edit made it (APPEND to an existing string, SETRANGE,
+//! SETBIT, BITFIELD, BITOP's result: [`StrValue::raw`]), for `OBJECT ENCODING`, which in Redis
+//! 7.2 says `raw` for such a string whatever its length or bytes, where a SET of the same bytes
+//! says `int` or `embstr`. That costs no memory: for an inline string it is a bit of the length
+//! byte; an edited string of [`INLINE_MAX`] + 1 to [`EMBSTR_MAX_LEN`] bytes (the only other
+//! lengths where the encoding would differ) is held in an `Arc<[u8]>` that fits beside the
+//! length byte's niche, and a longer one is `raw` anyway. The `Arc` (not a `Box`) keeps what a
+//! snapshot's copy relies on: a clone shares the buffer, which never changes in place.
+//!
 //! May import: `crate::table::alloc_class` (sizes) and nothing else of the crate.
 
 use bytes::Bytes;
+use std::num::NonZeroU8;
+use std::sync::Arc;
 
 /// The longest string held inline (what fits beside the length in a `Bytes`' 32 bytes while
 /// the enum stays 32 bytes: see the size test).
 pub const INLINE_MAX: usize = 23;
+/// Redis stores a string of up to this many bytes in one allocation with its header (`embstr`).
+pub const EMBSTR_MAX_LEN: usize = 44;
 
 /// A string value (see the module docs). Dereferences to its bytes.
 #[derive(Clone)]
@@ -27,11 +40,30 @@ pub struct StrValue(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    /// `len` ≤ [`INLINE_MAX`] bytes, in `buf[..len]`.
-    Inline { len: u8, buf: [u8; INLINE_MAX] },
-    /// More than [`INLINE_MAX`] bytes.
+    /// At most [`INLINE_MAX`] bytes, or an edited string of at most [`EMBSTR_MAX_LEN`].
+    Short(Short),
+    /// More than [`INLINE_MAX`] bytes (not an edited one of at most [`EMBSTR_MAX_LEN`]).
     Heap(Bytes),
 }
+
+/// What fits in the 24 bytes beside a `Bytes`' niche: the length byte is non-zero, so its zero
+/// tells the `Arc` apart (see the size test).
+#[derive(Clone)]
+enum Short {
+    /// `len` ≤ [`INLINE_MAX`] bytes in `buf[..len]`; `tag` is `len + 1`, plus [`RAW_BIT`] for
+    /// an edited string.
+    Inline {
+        tag: NonZeroU8,
+        buf: [u8; INLINE_MAX],
+    },
+    /// An edited string of [`INLINE_MAX`] + 1 to [`EMBSTR_MAX_LEN`] bytes. Counted as a heap
+    /// string of its length ([`string_heap_bytes`]), without the `Arc`'s 16-byte header: the
+    /// accounting stays a function of the length, for a case that is rare.
+    Raw(Arc<[u8]>),
+}
+
+/// The bit of an inline string's tag that marks an edited one.
+const RAW_BIT: u8 = 0x80;
 
 /// Heap bytes a string of `len` bytes takes beside its value slot: none when inline, its
 /// allocation's size class otherwise.
@@ -46,10 +78,10 @@ pub fn string_heap_bytes(len: usize) -> usize {
 impl StrValue {
     /// The empty string.
     pub const fn new() -> StrValue {
-        StrValue(Repr::Inline {
-            len: 0,
+        StrValue(Repr::Short(Short::Inline {
+            tag: NonZeroU8::MIN,
             buf: [0; INLINE_MAX],
-        })
+        }))
     }
 
     /// A copy of `bytes`.
@@ -61,21 +93,50 @@ impl StrValue {
     }
 
     fn inline(bytes: &[u8]) -> Option<StrValue> {
+        Self::inline_tagged(bytes, 0)
+    }
+
+    fn inline_tagged(bytes: &[u8], raw: u8) -> Option<StrValue> {
         if bytes.len() > INLINE_MAX {
             return None;
         }
         let mut buf = [0; INLINE_MAX];
         buf[..bytes.len()].copy_from_slice(bytes);
-        Some(StrValue(Repr::Inline {
-            len: bytes.len() as u8,
-            buf,
-        }))
+        let tag = NonZeroU8::new((bytes.len() as u8 + 1) | raw).expect("a length + 1");
+        Some(StrValue(Repr::Short(Short::Inline { tag, buf })))
+    }
+
+    /// `bytes` as an in-place edit left them (APPEND to an existing string, SETRANGE, SETBIT,
+    /// BITFIELD, BITOP's result): [`StrValue::is_raw`] says so.
+    pub fn raw(bytes: Bytes) -> StrValue {
+        if let Some(s) = Self::inline_tagged(&bytes, RAW_BIT) {
+            return s;
+        }
+        if bytes.len() <= EMBSTR_MAX_LEN {
+            return StrValue(Repr::Short(Short::Raw(Arc::from(&bytes[..]))));
+        }
+        StrValue(Repr::Heap(bytes))
+    }
+
+    /// Whether an in-place edit made the string ([`StrValue::raw`]): Redis' `OBJECT ENCODING`
+    /// says `raw` for it. (A string longer than [`EMBSTR_MAX_LEN`] is `raw` however it was
+    /// made; this answers for those made by [`StrValue::raw`] only where it matters, so it
+    /// is false for them.)
+    pub fn is_raw(&self) -> bool {
+        match &self.0 {
+            Repr::Short(Short::Inline { tag, .. }) => tag.get() & RAW_BIT != 0,
+            Repr::Short(Short::Raw(_)) => true,
+            Repr::Heap(_) => false,
+        }
     }
 
     /// The bytes.
     pub fn as_bytes(&self) -> &[u8] {
         match &self.0 {
-            Repr::Inline { len, buf } => &buf[..usize::from(*len)],
+            Repr::Short(Short::Inline { tag, buf }) => {
+                &buf[..usize::from((tag.get() & !RAW_BIT) - 1)]
+            }
+            Repr::Short(Short::Raw(b)) => b,
             Repr::Heap(b) => b,
         }
     }
@@ -84,7 +145,7 @@ impl StrValue {
     /// one.
     pub fn to_bytes(&self) -> Bytes {
         match &self.0 {
-            Repr::Inline { .. } => Bytes::copy_from_slice(self.as_bytes()),
+            Repr::Short(_) => Bytes::copy_from_slice(self.as_bytes()),
             Repr::Heap(b) => b.clone(),
         }
     }
@@ -93,14 +154,15 @@ impl StrValue {
     /// it, so a `BytesMut` can reuse it).
     pub fn into_bytes(self) -> Bytes {
         match self.0 {
-            Repr::Inline { .. } => Bytes::copy_from_slice(self.as_bytes()),
+            Repr::Short(_) => Bytes::copy_from_slice(self.as_bytes()),
             Repr::Heap(b) => b,
         }
     }
 
-    /// Whether the bytes are held inline (for tests and the snapshot's copy).
+    /// Whether the bytes are held inline (for tests and the snapshot's copy, which copies an
+    /// inline string and borrows any other's buffer).
     pub fn is_inline(&self) -> bool {
-        matches!(self.0, Repr::Inline { .. })
+        matches!(self.0, Repr::Short(Short::Inline { .. }))
     }
 }
 
@@ -154,6 +216,7 @@ impl From<&str> for StrValue {
     }
 }
 
+/// Equal bytes are equal strings, edited or not (the mark only names an encoding).
 impl PartialEq for StrValue {
     fn eq(&self, other: &Self) -> bool {
         self.as_bytes() == other.as_bytes()
@@ -232,5 +295,32 @@ mod tests {
         assert_eq!(s, StrValue::copy_from_slice(&long));
         assert_eq!(string_heap_bytes(s.len()), 24);
         assert_eq!(format!("{:?}", StrValue::from("a\n")), "b\"a\\n\"");
+    }
+
+    #[test]
+    fn an_edited_string_is_marked_raw_at_no_cost() {
+        for len in [
+            0,
+            1,
+            INLINE_MAX,
+            INLINE_MAX + 1,
+            EMBSTR_MAX_LEN,
+            EMBSTR_MAX_LEN + 1,
+        ] {
+            let bytes = Bytes::from(vec![b'7'; len]);
+            let raw = StrValue::raw(bytes.clone());
+            let plain = StrValue::from(bytes.clone());
+            assert_eq!(raw.as_bytes(), &bytes[..], "{len}");
+            assert_eq!(raw.to_bytes(), bytes);
+            assert_eq!(raw.clone().into_bytes(), bytes);
+            assert_eq!(raw, plain, "the mark is not part of the value");
+            assert!(!plain.is_raw());
+            assert_eq!(raw.is_raw(), len <= EMBSTR_MAX_LEN, "{len}");
+            assert_eq!(raw.is_inline(), len <= INLINE_MAX);
+            assert_eq!(raw.clone().is_raw(), raw.is_raw(), "a clone keeps it");
+        }
+        // An edited mid-length string's clone shares its buffer (a snapshot borrows it).
+        let mid = StrValue::raw(Bytes::from(vec![b'x'; 30]));
+        assert_eq!(mid.clone().as_ptr(), mid.as_ptr());
     }
 }

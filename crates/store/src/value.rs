@@ -17,17 +17,47 @@ use std::sync::Arc;
 /// An estimate, like Redis' `used_memory` is for encodings; it only has to be monotone and stable.
 pub const ITEM_OVERHEAD: usize = 32;
 
-/// Redis keeps a hash of up to this many fields in a listpack (`hash-max-listpack-entries`) ...
+/// Redis' default `hash-max-listpack-entries`: most fields a listpack hash holds ...
 pub const HASH_MAX_LISTPACK_ENTRIES: usize = 512;
-/// ... while every field or value is at most this long (`*-max-listpack-value`; for sorted sets
-/// see [`crate::zset::ZSetLimits`]).
+/// ... and its default `*-max-listpack-value`: longest field or value, in bytes (see
+/// [`HashLimits`]; for sorted sets [`crate::zset::ZSetLimits`], for sets [`crate::SetLimits`]).
 pub const LISTPACK_MAX_VALUE: usize = 64;
-/// Redis stores a string of up to this many bytes in one allocation with its header (`embstr`).
-pub const EMBSTR_MAX_LEN: usize = 44;
 
-/// The encoding Redis gives a string value (`OBJECT ENCODING`): `int` for the canonical form of
-/// an `i64` (no sign but `-`, no leading zeros, at most 20 bytes), `embstr` up to
-/// [`EMBSTR_MAX_LEN`] bytes, `raw` beyond.
+/// The limits a hash is kept packed within: the live `hash-max-listpack-entries` and
+/// `hash-max-listpack-value` settings, read by the caller for each write (as
+/// [`crate::zset::ZSetLimits`] for sorted sets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HashLimits {
+    /// Most fields.
+    pub entries: usize,
+    /// Longest field or value, in bytes.
+    pub value: usize,
+}
+
+impl HashLimits {
+    /// Redis' defaults (for values built without a server's settings: tests, decoders).
+    pub const REDIS_DEFAULT: HashLimits = HashLimits {
+        entries: HASH_MAX_LISTPACK_ENTRIES,
+        value: LISTPACK_MAX_VALUE,
+    };
+}
+
+impl Default for HashLimits {
+    fn default() -> Self {
+        Self::REDIS_DEFAULT
+    }
+}
+
+/// The most bytes one packed hash buffer holds: Redis' listpack safety limit (`lpSafeToAdd`,
+/// 1 GiB). Only limits far above Redis' defaults reach it; a hash that would pass it becomes a
+/// map.
+const PACKED_MAX_BYTES: usize = 1 << 30;
+pub use crate::string::EMBSTR_MAX_LEN;
+
+/// The encoding Redis gives a string value that SET (or INCR, a load …) stored
+/// (`OBJECT ENCODING`): `int` for the canonical form of an `i64` (no sign but `-`, no leading
+/// zeros, at most 20 bytes), `embstr` up to [`EMBSTR_MAX_LEN`] bytes, `raw` beyond. (A string an
+/// in-place edit made is `raw` whatever its bytes: see [`Value::encoding`].)
 pub fn string_encoding(bytes: &[u8]) -> &'static str {
     if gradus_proto::parse_strict_i64(bytes).is_some() {
         "int"
@@ -99,6 +129,13 @@ impl Value {
         Value::Str(StrValue::copy_from_slice(bytes))
     }
 
+    /// A string value an in-place edit made (APPEND to an existing string, SETRANGE, SETBIT,
+    /// BITFIELD, BITOP): `OBJECT ENCODING` says `raw` for it, as Redis does (see
+    /// [`StrValue::raw`]).
+    pub fn raw_string(bytes: Bytes) -> Value {
+        Value::Str(StrValue::raw(bytes))
+    }
+
     /// A hash value (boxed: see the enum).
     pub fn hash(h: HashValue) -> Value {
         Value::Hash(Box::new(h))
@@ -164,6 +201,7 @@ impl Value {
     /// The encoding Redis would report for this value (`OBJECT ENCODING`): each type names its own.
     pub fn encoding(&self) -> &'static str {
         match self {
+            Value::Str(b) if b.is_raw() => "raw",
             Value::Str(b) => string_encoding(b),
             Value::Hash(h) => h.encoding(),
             Value::ZSet(z) => z.encoding(),
@@ -277,9 +315,10 @@ impl<V: Clone> Parts<V> {
     }
 }
 
-/// A hash: field → value, with a running byte count. Within Redis' listpack limits it is one
-/// packed buffer (insertion order, as Redis' listpack); past them a hash map, kept in shared parts
-/// once large ([`Parts`]), and it stays a map (Redis never converts back either).
+/// A hash: field → value, with a running byte count. Within the listpack limits it was written
+/// under ([`HashLimits`], the live settings, passed in by the caller) it is one packed buffer
+/// (insertion order, as Redis' listpack); past them a hash map, kept in shared parts once large
+/// ([`Parts`]), and it stays a map (Redis never converts back either).
 #[derive(Debug, Clone)]
 pub struct HashValue {
     repr: HashRepr,
@@ -290,8 +329,10 @@ pub struct HashValue {
 
 #[derive(Debug, Clone)]
 enum HashRepr {
-    /// `[field length: u8][field][value length: u8][value]` per field: every field and value is
-    /// at most [`LISTPACK_MAX_VALUE`] bytes.
+    /// `[field length][field][value length][value]` per field, in insertion order, the lengths
+    /// LEB128 (`crate::varint`: one byte up to 127, so a hash within Redis' default limits
+    /// costs what it did with byte lengths, and a configured value limit above 255 still packs).
+    /// Memory only: snapshots and log records write fields and values, not this buffer.
     Packed(Vec<u8>),
     /// Boxed: most hashes are small, and keep the packed form's 24 bytes.
     Map(Box<Parts<Bytes>>),
@@ -313,7 +354,19 @@ impl PartialEq for HashValue {
     }
 }
 
-/// The fields of a packed hash: (offset of the field's length byte, field, value).
+/// One field of a packed hash, where it is in the buffer.
+struct PackedField<'a> {
+    /// Offset of the field's length.
+    start: usize,
+    field: &'a [u8],
+    /// Offset of the value's length.
+    value_at: usize,
+    value: &'a [u8],
+    /// Offset just past the value.
+    end: usize,
+}
+
+/// The fields of a packed hash, in order.
 #[derive(Clone)]
 struct PackedFields<'a> {
     buf: &'a [u8],
@@ -321,17 +374,37 @@ struct PackedFields<'a> {
 }
 
 impl<'a> Iterator for PackedFields<'a> {
-    type Item = (usize, &'a [u8], &'a [u8]);
+    type Item = PackedField<'a>;
     fn next(&mut self) -> Option<Self::Item> {
         let start = self.at;
-        let flen = usize::from(*self.buf.get(start)?);
-        let field = &self.buf[start + 1..start + 1 + flen];
-        let vat = start + 1 + flen;
-        let vlen = usize::from(self.buf[vat]);
-        let value = &self.buf[vat + 1..vat + 1 + vlen];
-        self.at = vat + 1 + vlen;
-        Some((start, field, value))
+        if start >= self.buf.len() {
+            return None;
+        }
+        let (flen, fat) = crate::varint::decode(self.buf, start);
+        let value_at = fat + flen;
+        let (vlen, vat) = crate::varint::decode(self.buf, value_at);
+        let end = vat + vlen;
+        self.at = end;
+        Some(PackedField {
+            start,
+            field: &self.buf[fat..value_at],
+            value_at,
+            value: &self.buf[vat..end],
+            end,
+        })
     }
+}
+
+/// Appends `bytes` with its LEB128 length to a packed hash's buffer.
+fn put_packed(buf: &mut Vec<u8>, bytes: &[u8]) {
+    let (len, k) = crate::varint::encode(bytes.len());
+    buf.extend_from_slice(&len[..k]);
+    buf.extend_from_slice(bytes);
+}
+
+/// Bytes `bytes` takes in a packed hash's buffer (its length and itself).
+fn packed_len(bytes: &[u8]) -> usize {
+    crate::varint::len(bytes.len()) + bytes.len()
 }
 
 fn packed_fields(buf: &[u8]) -> PackedFields<'_> {
@@ -372,8 +445,8 @@ impl HashValue {
     pub fn get(&self, field: &[u8]) -> Option<&[u8]> {
         match &self.repr {
             HashRepr::Packed(buf) => packed_fields(buf)
-                .find(|(_, f, _)| *f == field)
-                .map(|(_, _, v)| v),
+                .find(|p| p.field == field)
+                .map(|p| p.value),
             HashRepr::Map(map) => map.get(field).map(|v| &v[..]),
         }
     }
@@ -381,49 +454,63 @@ impl HashValue {
         self.get(field).is_some()
     }
     /// The packed form becomes a map (for good): past the listpack limits.
-    fn convert_to_map(&mut self) {
+    fn convert_to_map(&mut self, size_hint: usize) {
         let HashRepr::Packed(buf) = &self.repr else {
             return;
         };
-        let mut map = HashMap::with_capacity(self.len + 1);
+        let mut map = HashMap::with_capacity(size_hint.max(self.len + 1));
         let mut bytes = 0;
-        for (_, f, v) in packed_fields(buf) {
-            bytes += map_field_bytes(f.len(), v.len());
-            map.insert(Bytes::copy_from_slice(f), Bytes::copy_from_slice(v));
+        for p in packed_fields(buf) {
+            bytes += map_field_bytes(p.field.len(), p.value.len());
+            map.insert(
+                Bytes::copy_from_slice(p.field),
+                Bytes::copy_from_slice(p.value),
+            );
         }
         self.bytes = bytes;
         self.repr = HashRepr::Map(Box::new(Parts::Flat(map)));
     }
-    /// Insert or overwrite; true when the field is new.
-    pub fn insert(&mut self, field: &[u8], value: &[u8]) -> bool {
+    /// About to write `new_fields` fields (an HSET's pairs, a RESTORE's fields): a packed hash
+    /// that could not hold that many becomes a map now (Redis' `hashTypeTryConversion`, which
+    /// counts the arguments, duplicates included).
+    pub fn expect(&mut self, new_fields: usize, limits: HashLimits) {
+        if new_fields > limits.entries {
+            self.convert_to_map(new_fields);
+        }
+    }
+    /// Insert or overwrite; true when the field is new. A packed hash stays packed while it
+    /// keeps within `limits` (the live settings), else becomes a map for good.
+    pub fn insert(&mut self, field: &[u8], value: &[u8], limits: HashLimits) -> bool {
         if let HashRepr::Packed(buf) = &mut self.repr {
-            let fits = field.len() <= LISTPACK_MAX_VALUE && value.len() <= LISTPACK_MAX_VALUE;
+            let fits = field.len() <= limits.value && value.len() <= limits.value;
             let found = packed_fields(buf)
-                .find(|(_, f, _)| *f == field)
-                .map(|(at, f, v)| (at + 1 + f.len(), v.len()));
+                .find(|p| p.field == field)
+                .map(|p| (p.value_at, p.end));
+            let used = buf.len();
+            let grows_to = |old: usize| used - old + packed_len(value);
             match found {
-                Some((vat, old_len)) if fits => {
-                    // The value's length byte and bytes, replaced in place.
-                    let mut new = Vec::with_capacity(1 + value.len());
-                    new.push(value.len() as u8);
-                    new.extend_from_slice(value);
-                    if new.len() > 1 + old_len {
-                        buf.reserve_exact(new.len() - 1 - old_len);
+                Some((vat, end)) if fits && grows_to(end - vat) <= PACKED_MAX_BYTES => {
+                    // The value's length and bytes, replaced in place.
+                    let mut new = Vec::with_capacity(packed_len(value));
+                    put_packed(&mut new, value);
+                    if new.len() > end - vat {
+                        buf.reserve_exact(new.len() - (end - vat));
                     }
-                    buf.splice(vat..vat + 1 + old_len, new);
+                    buf.splice(vat..end, new);
                     shrink_if_loose(buf);
                     return false;
                 }
-                None if fits && self.len < HASH_MAX_LISTPACK_ENTRIES => {
-                    buf.reserve_exact(2 + field.len() + value.len());
-                    buf.push(field.len() as u8);
-                    buf.extend_from_slice(field);
-                    buf.push(value.len() as u8);
-                    buf.extend_from_slice(value);
+                None if fits
+                    && self.len < limits.entries
+                    && grows_to(0) + packed_len(field) <= PACKED_MAX_BYTES =>
+                {
+                    buf.reserve_exact(packed_len(field) + packed_len(value));
+                    put_packed(buf, field);
+                    put_packed(buf, value);
                     self.len += 1;
                     return true;
                 }
-                _ => self.convert_to_map(),
+                _ => self.convert_to_map(0),
             }
         }
         let HashRepr::Map(parts) = &mut self.repr else {
@@ -447,20 +534,26 @@ impl HashValue {
     }
     /// `OBJECT ENCODING`: `listpack` while the hash has stayed within the listpack limits since
     /// it was created (or loaded), else `hashtable`.
+    ///
+    /// (HSCAN answers a packed hash whole, as Redis does a listpack: see [`HashValue::is_packed`].)
     pub fn encoding(&self) -> &'static str {
         match self.repr {
             HashRepr::Packed(_) => "listpack",
             HashRepr::Map(_) => "hashtable",
         }
     }
+    /// Whether the hash is packed (`listpack`).
+    pub fn is_packed(&self) -> bool {
+        matches!(self.repr, HashRepr::Packed(_))
+    }
     pub fn remove(&mut self, field: &[u8]) -> bool {
         match &mut self.repr {
             HashRepr::Packed(buf) => {
-                let Some((at, f, v)) = packed_fields(buf).find(|(_, f, _)| *f == field) else {
+                let Some(p) = packed_fields(buf).find(|p| p.field == field) else {
                     return false;
                 };
-                let end = at + 2 + f.len() + v.len();
-                buf.drain(at..end);
+                let (start, end) = (p.start, p.end);
+                buf.drain(start..end);
                 shrink_if_loose(buf);
                 self.len -= 1;
                 true
@@ -484,7 +577,7 @@ impl HashValue {
         packed
             .into_iter()
             .flatten()
-            .map(|(_, f, v)| (f, v))
+            .map(|p| (p.field, p.value))
             .chain(map.into_iter().flatten().map(|(f, v)| (&f[..], &v[..])))
     }
 }
@@ -499,13 +592,14 @@ fn shrink_if_loose(buf: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    const D: HashLimits = HashLimits::REDIS_DEFAULT;
 
     #[test]
     fn hash_accounting_returns_to_zero() {
         let mut h = HashValue::new();
-        assert!(h.insert(b"f", b"v1"));
-        assert!(!h.insert(b"f", b"value2"));
-        assert!(h.insert(b"g", b""));
+        assert!(h.insert(b"f", b"v1", D));
+        assert!(!h.insert(b"f", b"value2", D));
+        assert!(h.insert(b"g", b"", D));
         assert!(h.remove(b"f"));
         assert!(h.remove(b"g"));
         assert_eq!(Value::hash(h).mem_size(), std::mem::size_of::<HashValue>());
@@ -514,10 +608,10 @@ mod tests {
     #[test]
     fn a_small_hash_is_packed_in_insertion_order_and_converts_past_the_limits() {
         let mut h = HashValue::new();
-        assert!(h.insert(b"b", b"1"));
-        assert!(h.insert(b"a", b"22"));
-        assert!(!h.insert(b"b", b"333"));
-        assert!(!h.insert(b"a", b""));
+        assert!(h.insert(b"b", b"1", D));
+        assert!(h.insert(b"a", b"22", D));
+        assert!(!h.insert(b"b", b"333", D));
+        assert!(!h.insert(b"a", b"", D));
         assert_eq!(h.get(b"b"), Some(&b"333"[..]));
         assert_eq!(h.get(b"a"), Some(&b""[..]));
         let order: Vec<_> = h.iter().map(|(f, _)| f.to_vec()).collect();
@@ -527,10 +621,66 @@ mod tests {
         assert!(h.remove(b"b"));
         assert!(!h.remove(b"b"));
         assert_eq!(h.len(), 1);
-        assert!(h.insert(b"big", &[b'v'; LISTPACK_MAX_VALUE + 1]));
+        assert!(h.insert(b"big", &[b'v'; LISTPACK_MAX_VALUE + 1], D));
         assert_eq!(h.encoding(), "hashtable");
         assert_eq!(h.get(b"a"), Some(&b""[..]));
         assert_eq!(h.len(), 2);
+    }
+
+    #[test]
+    fn a_packed_hash_follows_the_live_limits_and_holds_long_fields() {
+        // hash-max-listpack-value 1000: a 300-byte value (past a byte length) stays packed, in
+        // insertion order, and reads back whole.
+        let wide = HashLimits {
+            entries: 4,
+            value: 1000,
+        };
+        let mut h = HashValue::new();
+        let long = vec![b'x'; 300];
+        let longer = vec![b'y'; 20_000];
+        assert!(h.insert(b"z", &long, wide));
+        assert!(h.insert(&long, b"short", wide));
+        assert!(h.insert(b"a", b"1", wide));
+        assert_eq!(h.encoding(), "listpack");
+        assert_eq!(h.get(b"z"), Some(&long[..]));
+        assert_eq!(h.get(&long), Some(&b"short"[..]));
+        assert!(!h.insert(b"z", b"now short", wide));
+        assert!(!h.insert(b"a", &long, wide));
+        let order: Vec<_> = h.iter().map(|(f, _)| f.to_vec()).collect();
+        assert_eq!(order, vec![b"z".to_vec(), long.clone(), b"a".to_vec()]);
+        assert!(h.remove(&long));
+        assert_eq!(h.get(b"a"), Some(&long[..]));
+        assert_eq!(h.encoding(), "listpack");
+        // The entries limit, whatever it is now: 2 fields, a third converts.
+        let two = HashLimits {
+            entries: 2,
+            value: 1000,
+        };
+        assert!(h.insert(b"b", b"2", two));
+        assert_eq!(h.encoding(), "hashtable");
+        assert_eq!((h.len(), h.get(b"a")), (3, Some(&long[..])));
+        // A value past the value limit converts, and a map never goes back.
+        let mut v = HashValue::new();
+        v.insert(b"f", b"1", wide);
+        v.insert(b"f", &longer, wide);
+        assert_eq!(
+            (v.encoding(), v.get(b"f")),
+            ("hashtable", Some(&longer[..]))
+        );
+        v.remove(b"f");
+        v.insert(b"f", b"1", wide);
+        assert_eq!(v.encoding(), "hashtable");
+        // Limit 0 entries: every hash is a map; expect() converts before a big write.
+        let mut none = HashValue::new();
+        none.insert(b"f", b"v", HashLimits { entries: 0, ..wide });
+        assert_eq!(none.encoding(), "hashtable");
+        let mut soon = HashValue::new();
+        soon.insert(b"f", b"v", D);
+        soon.expect(3, two);
+        assert_eq!(
+            (soon.encoding(), soon.get(b"f")),
+            ("hashtable", Some(&b"v"[..]))
+        );
     }
 
     /// How many parts two split maps still share.
@@ -564,14 +714,14 @@ mod tests {
         let mut h = HashValue::new();
         let n = HASH_SPLIT_LEN + 100;
         for i in 0..n {
-            assert!(h.insert(format!("f{i}").as_bytes(), b"value"));
+            assert!(h.insert(format!("f{i}").as_bytes(), b"value", D));
         }
         assert!(h.is_split());
         assert_eq!((h.len(), h.iter().count()), (n, n));
         assert_eq!(h.get(b"f0"), Some(&b"value"[..]));
         let snapshot = h.clone();
-        assert!(!h.insert(b"f1", b"changed"));
-        assert!(h.insert(b"new", b"x"));
+        assert!(!h.insert(b"f1", b"changed", D));
+        assert!(h.insert(b"new", b"x", D));
         assert_eq!(
             shared_parts(map_of(&snapshot), map_of(&h)),
             HASH_BUCKETS - parts_of(&[b"f1", b"new"]),
@@ -599,20 +749,27 @@ mod tests {
         }
         assert_eq!(string_encoding(&[b'x'; EMBSTR_MAX_LEN]), "embstr");
         assert_eq!(string_encoding(&[b'x'; EMBSTR_MAX_LEN + 1]), "raw");
+        // After APPEND / SETRANGE Redis says raw, even for a short number; a SET again, int.
+        for edited in [&b"12"[..], b"abc", &[b'x'; 30], &[b'x'; 50]] {
+            let v = Value::raw_string(Bytes::copy_from_slice(edited));
+            assert_eq!(v.encoding(), "raw", "{edited:?}");
+        }
+        assert_eq!(Value::string_copy(b"12").encoding(), "int");
+        assert_eq!(Value::string_copy(&[b'x'; 30]).encoding(), "embstr");
 
         let mut h = HashValue::new();
         for i in 0..HASH_MAX_LISTPACK_ENTRIES {
-            h.insert(format!("f{i}").as_bytes(), b"v");
+            h.insert(format!("f{i}").as_bytes(), b"v", D);
         }
         assert_eq!(h.encoding(), "listpack");
-        h.insert(b"one-more", b"v");
+        h.insert(b"one-more", b"v", D);
         assert_eq!(h.encoding(), "hashtable");
         h.remove(b"one-more");
         assert_eq!(h.encoding(), "hashtable", "Redis never converts back");
         let mut long = HashValue::new();
-        long.insert(b"f", &[b'v'; LISTPACK_MAX_VALUE]);
+        long.insert(b"f", &[b'v'; LISTPACK_MAX_VALUE], D);
         assert_eq!(long.encoding(), "listpack");
-        long.insert(b"f", &[b'v'; LISTPACK_MAX_VALUE + 1]);
+        long.insert(b"f", &[b'v'; LISTPACK_MAX_VALUE + 1], D);
         assert_eq!(Value::hash(long).encoding(), "hashtable");
     }
 }

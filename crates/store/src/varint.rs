@@ -1,5 +1,5 @@
-//! LEB128 lengths, as the packed list's entries and a key's block in the table store them (seven
-//! bits a byte, the high bit set on every byte but the last).
+//! LEB128 lengths, as the packed list's entries, a packed hash's or set's fields and a key's
+//! block in the table store them (seven bits a byte, the high bit set on every byte but the last).
 //!
 //! May import: nothing of the crate.
 
@@ -29,6 +29,22 @@ pub fn encode(mut n: usize) -> ([u8; 10], usize) {
     }
 }
 
+/// The LEB128 number starting at `buf[at]` and the position just after it. The buffer is one
+/// this crate wrote (a packed value's own), so a truncated number is a bug: it panics on the
+/// index like any other out-of-bounds read of that buffer.
+pub fn decode(buf: &[u8], at: usize) -> (usize, usize) {
+    let (mut n, mut shift, mut k) = (0usize, 0u32, at);
+    loop {
+        let byte = buf[k];
+        n |= usize::from(byte & 0x7f) << shift;
+        k += 1;
+        if byte & 0x80 == 0 {
+            return (n, k);
+        }
+        shift += 7;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,6 +56,7 @@ mod tests {
             assert_eq!(k, len(n), "{n}");
             assert!(bytes[..k - 1].iter().all(|b| b & 0x80 != 0));
             assert_eq!(bytes[k - 1] & 0x80, 0);
+            assert_eq!(decode(&bytes[..k], 0), (n, k));
         }
     }
 }

@@ -27,10 +27,27 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("getbit", 3, R | F, KEY1, "bitmap", "Returns a bit value by offset.", getbit),
     cmd("bitcount", -2, R, KEY1, "bitmap", "Counts the number of set bits (population counting) in a string.", bitcount),
     cmd("bitpos", -3, R, KEY1, "bitmap", "Finds the first set (1) or clear (0) bit in a string.", bitpos),
-    cmd("bitop", -4, W, (2, -1, 1), "bitmap", "Performs bitwise operations on multiple strings, and stores the result.", bitop).reads(3, -1),
-    cmd("bitfield", -2, W, KEY1, "bitmap", "Performs arbitrary bitfield integer operations on strings.", bitfield),
+    cmd("bitop", -4, W, (2, -1, 1), "bitmap", "Performs bitwise operations on multiple strings, and stores the result.", bitop).reads(3, -1).key_flags(&["OW update", "RO access"]),
+    cmd("bitfield", -2, W, KEY1, "bitmap", "Performs arbitrary bitfield integer operations on strings.", bitfield).key_flags_by(bitfield_key_flags),
     cmd("bitfield_ro", -2, R | F, KEY1, "bitmap", "Performs arbitrary read-only bitfield integer operations on strings.", bitfield_ro),
 ];
+
+/// BITFIELD's key-spec flags (Redis' `bitfieldGetKeys`): only GETs (and OVERFLOW) read the key;
+/// a SET, an INCRBY or anything it cannot parse may change it.
+fn bitfield_key_flags(args: &[Bytes]) -> &'static [&'static str] {
+    let mut i = 2;
+    while i < args.len() {
+        let left = args.len() - i - 1;
+        if is(&args[i], "get") && left >= 2 {
+            i += 3;
+        } else if is(&args[i], "overflow") && left >= 1 {
+            i += 2;
+        } else {
+            return &["RW access update"];
+        }
+    }
+    &["RO access"]
+}
 
 fn offset_error() -> CmdError {
     CmdError::err("bit offset is not an integer or out of range")
@@ -74,7 +91,8 @@ fn modify_string<R>(
                 buf.resize(min_len, 0);
             }
             let result = f(&mut buf);
-            *bytes = buf.freeze().into();
+            // An edit in place: `raw` for OBJECT ENCODING, as in Redis.
+            *bytes = gradus_store::StrValue::raw(buf.freeze());
             result
         },
     )
@@ -370,7 +388,7 @@ fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         out.push(acc);
     }
     lock.shard(dest)
-        .set(dest, Value::string(Bytes::from(out)), None, now);
+        .set(dest, Value::raw_string(Bytes::from(out)), None, now);
     drop(lock);
     ctx.notify(crate::notify::STRING, "set", dest);
     Ok(Frame::Integer(maxlen as i64))

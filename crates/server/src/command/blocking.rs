@@ -26,15 +26,15 @@ const KEYS_THEN_TIMEOUT: (i32, i32, i32) = (1, -2, 1);
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("blpop", -3, BN, KEYS_THEN_TIMEOUT, "list", "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", blpop),
-    cmd("brpop", -3, BN, KEYS_THEN_TIMEOUT, "list", "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", brpop),
-    cmd("blmove", 6, BN | flags::DENYOOM, (1, 2, 1), "list", "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.", blmove),
-    cmd("brpoplpush", 4, BN | flags::DENYOOM, (1, 2, 1), "list", "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.", brpoplpush),
-    cmd("blmpop", -5, B, NO_KEYS, "list", "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", blmpop).with_numkeys(2),
-    cmd("bzpopmin", -3, BN | flags::FAST, KEYS_THEN_TIMEOUT, "sorted-set", "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzpopmin),
-    cmd("bzpopmax", -3, BN | flags::FAST, KEYS_THEN_TIMEOUT, "sorted-set", "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise. Deletes the sorted set if the last element was popped.", bzpopmax),
-    cmd("zmpop", -4, flags::WRITE | flags::SELF_LOGGED, NO_KEYS, "sorted-set", "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them. Deletes the sorted set if the last member was popped.", zmpop).with_numkeys(1),
-    cmd("bzmpop", -5, B, NO_KEYS, "sorted-set", "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzmpop).with_numkeys(2),
+    cmd("blpop", -3, BN, KEYS_THEN_TIMEOUT, "list", "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", blpop).key_flags(&["RW access delete"]),
+    cmd("brpop", -3, BN, KEYS_THEN_TIMEOUT, "list", "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", brpop).key_flags(&["RW access delete"]),
+    cmd("blmove", 6, BN | flags::DENYOOM, (1, 2, 1), "list", "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.", blmove).key_flags(&["RW access delete", "RW insert"]),
+    cmd("brpoplpush", 4, BN | flags::DENYOOM, (1, 2, 1), "list", "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.", brpoplpush).key_flags(&["RW access delete", "RW insert"]),
+    cmd("blmpop", -5, B, NO_KEYS, "list", "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", blmpop).with_numkeys(2).key_flags(&["RW access delete"]),
+    cmd("bzpopmin", -3, BN | flags::FAST, KEYS_THEN_TIMEOUT, "sorted-set", "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzpopmin).key_flags(&["RW access delete"]),
+    cmd("bzpopmax", -3, BN | flags::FAST, KEYS_THEN_TIMEOUT, "sorted-set", "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise. Deletes the sorted set if the last element was popped.", bzpopmax).key_flags(&["RW access delete"]),
+    cmd("zmpop", -4, flags::WRITE | flags::SELF_LOGGED, NO_KEYS, "sorted-set", "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them. Deletes the sorted set if the last member was popped.", zmpop).with_numkeys(1).key_flags(&["RW access delete"]),
+    cmd("bzmpop", -5, B, NO_KEYS, "sorted-set", "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzmpop).with_numkeys(2).key_flags(&["RW access delete"]),
 ];
 
 /// A blocking command's timeout: `None` waits forever (0). Redis 7.2's rules and texts

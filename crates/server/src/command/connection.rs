@@ -282,6 +282,9 @@ fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
         Ordering::Relaxed,
     );
     h.resp.store(2, Ordering::Relaxed);
+    // Redis' `clearClientConnectionState` drops NO-EVICT and NO-TOUCH too.
+    h.no_evict.store(false, Ordering::Relaxed);
+    h.no_touch.store(false, Ordering::Relaxed);
     *h.name.lock() = None;
     Ok(Frame::Simple("RESET".into()))
 }
@@ -421,11 +424,23 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             Ok(Frame::ok())
         }
         "no-evict" | "no-touch" if argc == 3 => {
-            if is(&args[2], "on") || is(&args[2], "off") {
-                Ok(Frame::ok())
+            let on = if is(&args[2], "on") {
+                true
+            } else if is(&args[2], "off") {
+                false
             } else {
-                Err(CmdError::Syntax)
-            }
+                return Err(CmdError::Syntax);
+            };
+            // NO-TOUCH takes effect from the next command (the dispatcher reads it before it
+            // runs one); NO-EVICT is only shown, as Gradus never evicts clients.
+            let h = &ctx.client.handle;
+            let flag = if sub == "no-touch" {
+                &h.no_touch
+            } else {
+                &h.no_evict
+            };
+            flag.store(on, Ordering::Relaxed);
+            Ok(Frame::ok())
         }
         "reply" if argc == 3 => {
             // Redis' `clientCommand`: OFF and SKIP have no reply of their own; SKIP under OFF
@@ -453,7 +468,7 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         "trackinginfo" if argc == 2 => Ok(tracking_info(ctx)),
         "pause" if argc == 3 || argc == 4 => client_pause(ctx, &args[2..]),
         "unpause" if argc == 2 => {
-            ctx.shared.pauses.unpause(PausePurpose::ClientCommand);
+            ctx.shared.unpause(PausePurpose::ClientCommand);
             Ok(Frame::ok())
         }
         "help" if argc == 2 => Ok(Frame::Array(
@@ -495,7 +510,6 @@ fn client_pause(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         now.saturating_add(timeout as u64)
     };
     ctx.shared
-        .pauses
         .pause(PausePurpose::ClientCommand, mode, end, now);
     Ok(Frame::ok())
 }
@@ -582,16 +596,29 @@ fn client_tracking(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             "OPTIN and OPTOUT are not compatible with BCAST",
         ));
     }
+    // Redis' checkPrefixCollisionsOrReply: each new prefix in the order given, against the
+    // prefixes already on (BCAST stays on), then against the new ones after it.
+    let existing = ctx
+        .client
+        .tracking
+        .as_ref()
+        .filter(|_| o.bcast)
+        .map_or(&[][..], |t| &t.prefixes[..]);
     for (a, p) in o.prefixes.iter().enumerate() {
-        for q in &o.prefixes[a + 1..] {
-            if p.starts_with(q) || q.starts_with(p) {
-                let (first, second) = if p.len() <= q.len() { (p, q) } else { (q, p) };
-                return Err(CmdError::err(format!(
-                    "Prefix '{}' overlaps with another provided prefix '{}'. Prefixes for a single client must not overlap.",
-                    show(first),
-                    show(second)
-                )));
-            }
+        let overlaps = |q: &Bytes| p.starts_with(q) || q.starts_with(p);
+        if let Some(q) = existing.iter().find(|q| overlaps(q)) {
+            return Err(CmdError::err(format!(
+                "Prefix '{}' overlaps with an existing prefix '{}'. Prefixes for a single client must not overlap.",
+                show(p),
+                show(q)
+            )));
+        }
+        if let Some(q) = o.prefixes[a + 1..].iter().find(|q| overlaps(q)) {
+            return Err(CmdError::err(format!(
+                "Prefix '{}' overlaps with another provided prefix '{}'. Prefixes for a single client must not overlap.",
+                show(p),
+                show(q)
+            )));
         }
     }
     // Re-enabling keeps earlier prefixes (Redis adds to them).
@@ -678,7 +705,12 @@ fn tracking_info(ctx: &Ctx<'_>) -> Frame {
                     flags.push(s(name));
                 }
             }
-            let prefixes = o.prefixes.iter().cloned().map(Frame::Bulk).collect();
+            // BCAST without PREFIX covers every key: Redis lists its empty prefix.
+            let prefixes = if o.bcast && o.prefixes.is_empty() {
+                vec![Frame::Bulk(Bytes::new())]
+            } else {
+                o.prefixes.iter().cloned().map(Frame::Bulk).collect()
+            };
             (flags, o.redirect as i64, prefixes)
         }
     };

@@ -20,7 +20,7 @@ use crate::args::{is, parse_i64};
 use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
 use gradus_proto::Frame;
-use gradus_store::{Entry, ShardGuard};
+use gradus_store::{AccessClock, Entry, ShardGuard};
 
 const W: u32 = flags::WRITE;
 /// OBJECT's subcommands read a key without naming it at a key position: they need `read`.
@@ -29,16 +29,16 @@ const OBJ: u32 = flags::READONLY | flags::READS_KEYSPACE;
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("copy", -3, W | flags::DENYOOM, (1, 2, 1), "generic", "Copies the value of a key to a new key.", copy)
-        .with_other_keyspaces(OtherKeyspaces::Target(copy_target)).reads(1, 1),
+        .with_other_keyspaces(OtherKeyspaces::Target(copy_target)).reads(1, 1).key_flags(&["RO access", "OW update"]),
     cmd("move", 3, W | flags::FAST, KEY1, "generic", "Moves a key to another database.", move_key)
         .with_other_keyspaces(OtherKeyspaces::Target(move_target)),
     cmd("swapdb", 3, W | flags::FAST | flags::EXCLUSIVE, NO_KEYS, "server", "Swaps two Redis databases.", swapdb)
         .with_other_keyspaces(OtherKeyspaces::Swap(swap_pair)),
     cmd("object", -2, flags::READONLY, NO_KEYS, "generic", "A container for object introspection commands.", object).with_subcommands(&[
-        sub("object|encoding", 3, OBJ, "Returns the internal encoding of a Redis object."),
-        sub("object|freq", 3, OBJ, "Returns the logarithmic access frequency counter of a Redis object."),
-        sub("object|idletime", 3, OBJ, "Returns the time since the last access to a Redis object."),
-        sub("object|refcount", 3, OBJ, "Returns the reference count of a value of a key."),
+        sub("object|encoding", 3, OBJ, "Returns the internal encoding of a Redis object.").with_keys((2, 2, 1)).key_flags(&["RO"]),
+        sub("object|freq", 3, OBJ, "Returns the logarithmic access frequency counter of a Redis object.").with_keys((2, 2, 1)).key_flags(&["RO"]),
+        sub("object|idletime", 3, OBJ, "Returns the time since the last access to a Redis object.").with_keys((2, 2, 1)).key_flags(&["RO"]),
+        sub("object|refcount", 3, OBJ, "Returns the reference count of a value of a key.").with_keys((2, 2, 1)).key_flags(&["RO"]),
         sub("object|help", 2, flags::LOADING, "Returns helpful text about the different subcommands."),
     ]),
 ];
@@ -259,15 +259,27 @@ fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let now = ctx.now_ms;
     let db = ctx.db();
     let mut shard = db.lock(key);
+    // The keys' access data is LRU or LFU data per the policy (see `gradus_store::AccessClock`);
+    // OBJECT reads the kind kept and refuses the other, as Redis' `objectCommand`.
+    let clock = shard.access_clock();
     // Looked at without counting as an access, as Redis' OBJECT does.
     let Some(entry) = shard.peek(key, now) else {
         return Ok(Frame::Null);
     };
-    Ok(match sub.as_str() {
-        "encoding" => Frame::Bulk(Bytes::from_static(entry.value.encoding().as_bytes())),
-        "idletime" => Frame::Integer(i64::from(entry.idle_ticks(now)) / 100),
-        "refcount" => Frame::Integer(refcount(&entry.value)),
-        _ => {
+    Ok(match (sub.as_str(), clock) {
+        ("encoding", _) => Frame::Bulk(Bytes::from_static(entry.value.encoding().as_bytes())),
+        ("refcount", _) => Frame::Integer(refcount(&entry.value)),
+        ("idletime", AccessClock::Lru) => Frame::Integer(i64::from(entry.idle_ticks(now)) / 100),
+        ("idletime", AccessClock::Lfu { .. }) => {
+            return Err(CmdError::err(
+                "An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.",
+            ))
+        }
+        // The counter as decayed by now (the entry is not changed: Redis' `LFUDecrAndReturn`).
+        (_, AccessClock::Lfu { decay_time, .. }) => {
+            Frame::Integer(i64::from(entry.frequency(decay_time, now)))
+        }
+        (_, AccessClock::Lru) => {
             return Err(CmdError::err(
                 "An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.",
             ))

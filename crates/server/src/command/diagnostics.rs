@@ -30,6 +30,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         sub("latency|history", 3, ADMIN, "Returns timestamp-latency samples for an event."),
         sub("latency|reset", -2, ADMIN, "Resets the latency data for one or more events."),
         sub("latency|doctor", 2, ADMIN, "Returns a human-readable latency analysis report."),
+        sub("latency|histogram", -2, ADMIN, "Returns the cumulative distribution of latencies of a subset or all commands."),
         sub("latency|help", 2, flags::LOADING, "Returns helpful text about the different subcommands."),
     ]),
 ];
@@ -60,6 +61,9 @@ const LATENCY_HELP: &[&str] = &[
     "RESET [<event> ...]",
     "    Reset latency data of one or more <event> classes.",
     "    (default: reset all data for all event classes)",
+    "HISTOGRAM [COMMAND ...]",
+    "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+    "    If no commands are specified then all histograms are replied.",
     "HELP",
     "    Prints this help.",
 ];
@@ -155,6 +159,8 @@ fn latency(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     } else if is(sub, "reset") {
         let names: Vec<&[u8]> = args[2..].iter().map(|a| &a[..]).collect();
         Ok(Frame::Integer(monitor.reset(&names) as i64))
+    } else if is(sub, "histogram") {
+        Ok(latency_histogram(ctx, &args[2..]))
     } else if is(sub, "doctor") && argc == 2 {
         let threshold = ctx
             .shared
@@ -171,4 +177,49 @@ fn latency(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             sub: show(sub),
         })
     }
+}
+
+/// LATENCY HISTOGRAM [command …]: each command row's latency histogram since the last
+/// RESETSTAT (`observe::cmdstats`), as Redis 7 shapes it: a map of full names (`client|id`) to
+/// `calls` and `histogram_usec` (see `cmdstats::cumulative_buckets_usec`). No names: every
+/// row with data, in table order. A command name covers its subcommands; unknown names are
+/// skipped.
+fn latency_histogram(ctx: &Ctx<'_>, names: &[Bytes]) -> Frame {
+    let t = super::table();
+    let rows = t.rows();
+    let wanted: Vec<usize> = if names.is_empty() {
+        (0..rows.len()).collect()
+    } else {
+        let mut wanted = Vec::new();
+        for name in names {
+            for (i, (row, _)) in rows.iter().enumerate() {
+                let container = row.name.split('|').next().unwrap_or(row.name);
+                // `client` covers `client` and `client|…`; `client|id` only itself.
+                if row.name.as_bytes().eq_ignore_ascii_case(name)
+                    || (!name.contains(&b'|') && container.as_bytes().eq_ignore_ascii_case(name))
+                {
+                    wanted.push(i);
+                }
+            }
+        }
+        wanted
+    };
+    let cells = ctx.shared.observer.commands.since_reset();
+    let s = |v: &str| Frame::Bulk(Bytes::from(v.to_string()));
+    let entries = wanted
+        .into_iter()
+        .filter_map(|i| {
+            let hist = cells.get(i)?.hist.as_ref().filter(|h| !h.is_empty())?;
+            let buckets = crate::observe::cmdstats::cumulative_buckets_usec(hist)
+                .into_iter()
+                .map(|(usec, count)| (Frame::Integer(usec as i64), Frame::Integer(count as i64)))
+                .collect();
+            let entry = Frame::Map(vec![
+                (s("calls"), Frame::Integer(hist.len() as i64)),
+                (s("histogram_usec"), Frame::Map(buckets)),
+            ]);
+            Some((s(rows[i].0.name), entry))
+        })
+        .collect();
+    Frame::Map(entries)
 }

@@ -13,12 +13,14 @@ use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
 use gradus_proto::rdb::{self, RdbValue};
 use gradus_proto::Frame;
-use gradus_store::{HashValue, ListValue, SetValue, Value, ZSetLimits, ZSetValue};
+use gradus_store::{
+    HashLimits, HashValue, ListLimit, ListValue, SetLimits, SetValue, Value, ZSetLimits, ZSetValue,
+};
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("dump", 2, flags::READONLY, KEY1, "generic", "Returns a serialized representation of the value stored at a key.", dump),
-    cmd("restore", -4, flags::WRITE | flags::DENYOOM, KEY1, "generic", "Creates a key from the serialized representation of a value.", restore),
+    cmd("restore", -4, flags::WRITE | flags::DENYOOM, KEY1, "generic", "Creates a key from the serialized representation of a value.", restore).key_flags(&["OW update"]),
 ];
 
 /// The value in the codec's terms.
@@ -36,33 +38,56 @@ fn to_rdb(value: &Value) -> RdbValue {
     }
 }
 
+/// The live encoding limits a restored value is built within: whichever encoding the payload
+/// had, a restored value is encoded as a fresh key written now would be (as Redis converts a
+/// restored or loaded value by the current `*-max-listpack-*` settings).
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    hash: HashLimits,
+    set: SetLimits,
+    zset: ZSetLimits,
+    list: ListLimit,
+}
+
+impl Limits {
+    fn live(ctx: &Ctx<'_>) -> Limits {
+        Limits {
+            hash: super::hashes::hash_limits(ctx),
+            set: super::sets::set_limits(ctx),
+            zset: super::zsets::zset_limits(ctx),
+            list: super::lists::list_limit(ctx),
+        }
+    }
+}
+
 /// A stored value from the codec's (its bytes copied, so nothing pins the request buffer).
-fn from_rdb(value: RdbValue, zset_limits: ZSetLimits) -> Value {
+fn from_rdb(value: RdbValue, limits: Limits) -> Value {
     let own = |b: &Bytes| Bytes::copy_from_slice(b);
     match value {
         RdbValue::Str(b) => Value::string(own(&b)),
-        RdbValue::List(items) => Value::List(ListValue::from_items(items.iter())),
+        RdbValue::List(items) => Value::List(ListValue::from_items(items.iter(), limits.list)),
         RdbValue::Set(members) => {
             let mut s = match members.first() {
-                Some(first) => SetValue::sized_for(first, members.len()),
+                Some(first) => SetValue::sized_for(first, members.len(), limits.set),
                 None => SetValue::new(),
             };
             for m in &members {
-                s.insert(m);
+                s.insert(m, limits.set);
             }
             Value::set(s)
         }
         RdbValue::ZSet(pairs) => {
             // Packed if it fits the live limits, whichever encoding the payload had (Redis
             // converts a restored skiplist that fits, as it does a loaded one).
-            let mut z = ZSetValue::sized_for(pairs.len(), 0, zset_limits);
-            z.extend(pairs.iter().map(|(m, s)| (&m[..], *s)), zset_limits);
+            let mut z = ZSetValue::sized_for(pairs.len(), 0, limits.zset);
+            z.extend(pairs.iter().map(|(m, s)| (&m[..], *s)), limits.zset);
             Value::zset(z)
         }
         RdbValue::Hash(pairs) => {
             let mut h = HashValue::new();
+            h.expect(pairs.len(), limits.hash);
             for (f, v) in &pairs {
-                h.insert(f, v);
+                h.insert(f, v, limits.hash);
             }
             Value::hash(h)
         }
@@ -103,7 +128,7 @@ fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             i += 1;
         } else if is(&args[i], "freq") && more.is_some() && idle.is_none() {
             match more.and_then(|m| parse_i64(m)) {
-                Some(n) if (0..=255).contains(&n) => freq = Some(n),
+                Some(n) if (0..=255).contains(&n) => freq = Some(n as u8),
                 Some(_) => {
                     return Err(CmdError::err("Invalid FREQ value, must be >= 0 and <= 255"))
                 }
@@ -138,7 +163,7 @@ fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         (t, true) => Some(t as u64),
         (t, false) => Some(now.saturating_add(t as u64)),
     };
-    let zset_limits = super::zsets::zset_limits(ctx);
+    let limits = Limits::live(ctx);
     let mut shard = ctx.db().lock(key);
     if expires_at.is_some_and(|at| at <= now) {
         // Already expired: Redis deletes the key (with REPLACE) and creates nothing.
@@ -149,18 +174,21 @@ fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         return Ok(Frame::ok());
     }
-    shard.set(key, from_rdb(value, zset_limits), expires_at, now);
+    // Redis deletes a replaced key and adds the value anew: fresh LRU/LFU data, then IDLETIME
+    // under an LRU policy or FREQ under an LFU one (the other is ignored: `objectSetLRUOrLFU`).
+    shard.remove(key, now);
+    shard.set(key, from_rdb(value, limits), expires_at, now);
     if let Some(seconds) = idle {
         shard.set_idle(key, seconds.saturating_mul(1000), now);
+    }
+    if let Some(freq) = freq {
+        shard.set_frequency(key, freq, now);
     }
     drop(shard);
     // Redis deletes a replaced key and adds it anew: `new` either way.
     let db = ctx.client.db;
     ctx.notify_new_in(db, key);
     ctx.notify(crate::notify::GENERIC, "restore", key);
-    // FREQ is accepted as Redis accepts it; Gradus keeps no access frequency (its eviction is
-    // sampled LRU), so OBJECT FREQ answers Redis' error for a non-LFU policy either way.
-    let _ = freq;
     Ok(Frame::ok())
 }
 
@@ -168,26 +196,66 @@ fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 mod tests {
     use super::*;
 
+    const DEFAULT: Limits = Limits {
+        hash: HashLimits::REDIS_DEFAULT,
+        set: SetLimits::REDIS_DEFAULT,
+        zset: ZSetLimits::REDIS_DEFAULT,
+        list: ListLimit::REDIS_DEFAULT,
+    };
+
     #[test]
     fn every_type_goes_through_the_codec_and_back() {
         let mut h = HashValue::new();
-        h.insert(b"f", b"v");
+        h.insert(b"f", b"v", HashLimits::REDIS_DEFAULT);
         let mut z = ZSetValue::new();
         z.insert(b"m", 1.5, ZSetLimits::REDIS_DEFAULT);
         let mut s = SetValue::new();
-        s.insert(b"7");
-        s.insert(b"x");
+        s.insert(b"7", SetLimits::REDIS_DEFAULT);
+        s.insert(b"x", SetLimits::REDIS_DEFAULT);
         let values = [
             Value::string(Bytes::from_static(b"12345")),
             Value::hash(h),
             Value::zset(z),
-            Value::List(ListValue::from_items(["a", "b", ""])),
+            Value::List(ListValue::from_items(
+                ["a", "b", ""],
+                ListLimit::REDIS_DEFAULT,
+            )),
             Value::set(s),
         ];
         for value in values {
             let payload = rdb::dump(&to_rdb(&value)).unwrap();
-            let back = from_rdb(rdb::restore(&payload).unwrap(), ZSetLimits::REDIS_DEFAULT);
+            let back = from_rdb(rdb::restore(&payload).unwrap(), DEFAULT);
             assert_eq!(back, value);
         }
+    }
+
+    /// Redis' test "Hash ziplist of various encodings": with `hash-max-listpack-entries 2`, a
+    /// 9-field hash that was a listpack when dumped is restored as a hashtable.
+    #[test]
+    fn restore_encodes_by_the_live_limits() {
+        let pairs = (0..9)
+            .map(|i| (Bytes::from(format!("f{i}")), Bytes::from_static(b"v")))
+            .collect();
+        let payload = rdb::dump(&RdbValue::Hash(pairs)).unwrap();
+        let two = Limits {
+            hash: HashLimits {
+                entries: 2,
+                value: 64,
+            },
+            ..DEFAULT
+        };
+        let packed = from_rdb(rdb::restore(&payload).unwrap(), DEFAULT);
+        assert_eq!(packed.encoding(), "listpack");
+        let restored = from_rdb(rdb::restore(&payload).unwrap(), two);
+        assert_eq!(restored.encoding(), "hashtable");
+        assert_eq!(restored, packed);
+        let list = RdbValue::List((0..5).map(|i| Bytes::from(format!("{i}"))).collect());
+        let payload = rdb::dump(&list).unwrap();
+        let four = Limits {
+            list: ListLimit::from_fill(4),
+            ..DEFAULT
+        };
+        let restored = from_rdb(rdb::restore(&payload).unwrap(), four);
+        assert_eq!(restored.encoding(), "quicklist");
     }
 }

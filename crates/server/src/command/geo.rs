@@ -29,15 +29,15 @@ const RADIUS_WRITE: u32 = flags::WRITE | flags::DENYOOM | flags::SELF_LOGGED;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("geoadd", -5, flags::WRITE | flags::DENYOOM | flags::SELF_LOGGED, KEY1, "geo", "Adds one or more members to a geospatial index. The key is created if it doesn't exist.", geoadd),
+    cmd("geoadd", -5, flags::WRITE | flags::DENYOOM | flags::SELF_LOGGED, KEY1, "geo", "Adds one or more members to a geospatial index. The key is created if it doesn't exist.", geoadd).key_flags(&["RW update"]),
     cmd("geohash", -2, flags::READONLY, KEY1, "geo", "Returns members from a geospatial index as geohash strings.", geohash),
     cmd("geopos", -2, flags::READONLY, KEY1, "geo", "Returns the longitude and latitude of members from a geospatial index.", geopos),
     cmd("geodist", -4, flags::READONLY, KEY1, "geo", "Returns the distance between two members of a geospatial index.", geodist),
     cmd("geosearch", -7, flags::READONLY, KEY1, "geo", "Queries a geospatial index for members inside an area of a box or a circle.", geosearch),
-    cmd("geosearchstore", -8, flags::WRITE | flags::DENYOOM, (1, 2, 1), "geo", "Queries a geospatial index for members inside an area of a box or a circle, optionally stores the result.", geosearchstore).reads(2, 2),
-    cmd("georadius", -6, RADIUS_WRITE, KEY1, "geo", "Queries a geospatial index for members within a distance from a coordinate, optionally stores the result.", georadius).with_store_keyword(6).reads(1, 1),
+    cmd("geosearchstore", -8, flags::WRITE | flags::DENYOOM, (1, 2, 1), "geo", "Queries a geospatial index for members inside an area of a box or a circle, optionally stores the result.", geosearchstore).reads(2, 2).key_flags(&["OW update", "RO access"]),
+    cmd("georadius", -6, RADIUS_WRITE, KEY1, "geo", "Queries a geospatial index for members within a distance from a coordinate, optionally stores the result.", georadius).with_store_keyword(6).reads(1, 1).key_flags(&["RO access", "OW update"]),
     cmd("georadius_ro", -6, flags::READONLY, KEY1, "geo", "Returns members from a geospatial index that are within a distance from a coordinate.", georadius_ro),
-    cmd("georadiusbymember", -5, RADIUS_WRITE, KEY1, "geo", "Queries a geospatial index for members within a distance from a member, optionally stores the result.", georadiusbymember).with_store_keyword(5).reads(1, 1),
+    cmd("georadiusbymember", -5, RADIUS_WRITE, KEY1, "geo", "Queries a geospatial index for members within a distance from a member, optionally stores the result.", georadiusbymember).with_store_keyword(5).reads(1, 1).key_flags(&["RO access", "OW update"]),
     cmd("georadiusbymember_ro", -5, flags::READONLY, KEY1, "geo", "Returns members from a geospatial index that are within a distance from a member.", georadiusbymember_ro),
 ];
 

@@ -5,21 +5,22 @@
 //! Writes first check the key's type with a plain read and call `modify`/`upsert` only when they
 //! really change the hash, so a failed or no-op command leaves the entry's version (and any WATCH
 //! on it) untouched, as Redis does. HINCRBYFLOAT computes in x87 80-bit `long double` like Redis on
-//! x86-64 (see [`long_double`]), so its text matches Redis digit for digit. This module depends
-//! only on the store's values and the argument helpers, never on connections or the codec.
+//! x86-64 (see [`long_double`]), so its text matches Redis digit for digit. Every write passes
+//! the live `hash-max-listpack-*` limits ([`hash_limits`]), which decide when a hash stops being
+//! a listpack. This module depends only on the store's values and the argument helpers, never
+//! on connections or the codec.
 
-use super::{
-    arity_error, cmd, flags, CommandSpec, Ctx, KEY1, LISTPACK_MAX_ENTRIES, LISTPACK_MAX_VALUE,
-};
+use super::{arity_error, cmd, flags, CommandSpec, Ctx, KEY1};
 use crate::args::{int_arg, is, parse_i64};
 use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
 use gradus_proto::{Frame, ProtocolVersion};
 use gradus_store::glob::glob_match;
 use gradus_store::scan::{scan_position, scan_step};
-use gradus_store::{HashValue, Shard, Value};
+use gradus_store::{HashLimits, HashValue, Shard, Value};
 use rand::seq::IteratorRandom;
 use rand::Rng;
+use std::sync::atomic::Ordering;
 
 const W: u32 = flags::WRITE;
 const R: u32 = flags::READONLY;
@@ -28,15 +29,15 @@ const D: u32 = flags::DENYOOM;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("hset", -4, W | D | F, KEY1, "hash", "Creates or modifies the value of a field in a hash.", hset).notifies(&[(crate::notify::HASH, "hset")]),
-    cmd("hmset", -4, W | D | F, KEY1, "hash", "Sets the values of multiple fields.", hmset).notifies(&[(crate::notify::HASH, "hset")]),
-    cmd("hsetnx", 4, W | D | F, KEY1, "hash", "Sets the value of a field in a hash only when the field doesn't exist.", hsetnx).notifies_if_changed(&[(crate::notify::HASH, "hset")]),
+    cmd("hset", -4, W | D | F, KEY1, "hash", "Creates or modifies the value of a field in a hash.", hset).notifies(&[(crate::notify::HASH, "hset")]).key_flags(&["RW update"]),
+    cmd("hmset", -4, W | D | F, KEY1, "hash", "Sets the values of multiple fields.", hmset).notifies(&[(crate::notify::HASH, "hset")]).key_flags(&["RW update"]),
+    cmd("hsetnx", 4, W | D | F, KEY1, "hash", "Sets the value of a field in a hash only when the field doesn't exist.", hsetnx).notifies_if_changed(&[(crate::notify::HASH, "hset")]).key_flags(&["RW insert"]),
     cmd("hget", 3, R | F, KEY1, "hash", "Returns the value of a field in a hash.", hget),
     cmd("hmget", -3, R | F, KEY1, "hash", "Returns the values of all fields in a hash.", hmget),
-    cmd("hdel", -3, W | F, KEY1, "hash", "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain.", hdel).notifies_if_changed(&[(crate::notify::HASH, "hdel")]),
-    cmd("hexists", 3, R | F, KEY1, "hash", "Determines whether a field exists in a hash.", hexists),
-    cmd("hlen", 2, R | F, KEY1, "hash", "Returns the number of fields in a hash.", hlen),
-    cmd("hstrlen", 3, R | F, KEY1, "hash", "Returns the length of the value of a field.", hstrlen),
+    cmd("hdel", -3, W | F, KEY1, "hash", "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain.", hdel).notifies_if_changed(&[(crate::notify::HASH, "hdel")]).key_flags(&["RW delete"]),
+    cmd("hexists", 3, R | F, KEY1, "hash", "Determines whether a field exists in a hash.", hexists).key_flags(&["RO"]),
+    cmd("hlen", 2, R | F, KEY1, "hash", "Returns the number of fields in a hash.", hlen).key_flags(&["RO"]),
+    cmd("hstrlen", 3, R | F, KEY1, "hash", "Returns the length of the value of a field.", hstrlen).key_flags(&["RO"]),
     cmd("hgetall", 2, R, KEY1, "hash", "Returns all fields and values in a hash.", hgetall),
     cmd("hkeys", 2, R, KEY1, "hash", "Returns all fields in a hash.", hkeys),
     cmd("hvals", 2, R, KEY1, "hash", "Returns all values in a hash.", hvals),
@@ -45,6 +46,17 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("hscan", -3, R, KEY1, "hash", "Iterates over fields and values of a hash.", hscan),
     cmd("hrandfield", -2, R, KEY1, "hash", "Returns one or more random fields from a hash.", hrandfield),
 ];
+
+/// The live `hash-max-listpack-entries` / `hash-max-listpack-value` limits a write keeps a hash
+/// packed within.
+pub(crate) fn hash_limits(ctx: &Ctx<'_>) -> HashLimits {
+    let live = &ctx.shared.live;
+    let as_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    HashLimits {
+        entries: as_usize(live.hash_max_listpack_entries.load(Ordering::Relaxed)),
+        value: as_usize(live.hash_max_listpack_value.load(Ordering::Relaxed)),
+    }
+}
 
 /// The hash at `key` for reading: Ok(None) when absent, WRONGTYPE for another type.
 fn read_hash<'s>(
@@ -100,12 +112,14 @@ fn hset_generic(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<i64, CmdError> {
     }
     let key = &args[1];
     let now = ctx.now_ms;
+    let limits = hash_limits(ctx);
     let mut shard = ctx.db().lock(key);
     read_hash(&mut shard, key, now)?;
     Ok(upsert_hash(&mut shard, key, now, |h| {
+        h.expect(args.len() / 2 - 1, limits);
         args[2..]
             .chunks_exact(2)
-            .map(|pair| i64::from(h.insert(&pair[0], &pair[1])))
+            .map(|pair| i64::from(h.insert(&pair[0], &pair[1], limits)))
             .sum()
     }))
 }
@@ -121,11 +135,12 @@ fn hmset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 fn hsetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let (key, field, value) = (&args[1], &args[2], &args[3]);
     let now = ctx.now_ms;
+    let limits = hash_limits(ctx);
     let mut shard = ctx.db().lock(key);
     if read_hash(&mut shard, key, now)?.is_some_and(|h| h.contains(field)) {
         return Ok(Frame::Integer(0));
     }
-    upsert_hash(&mut shard, key, now, |h| h.insert(field, value));
+    upsert_hash(&mut shard, key, now, |h| h.insert(field, value, limits));
     Ok(Frame::Integer(1))
 }
 
@@ -222,6 +237,7 @@ fn hincrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let incr = int_arg(&args[3])?;
     let (key, field) = (&args[1], &args[2]);
     let now = ctx.now_ms;
+    let limits = hash_limits(ctx);
     let mut shard = ctx.db().lock(key);
     let current = match read_hash(&mut shard, key, now)?.and_then(|h| h.get(field)) {
         None => 0,
@@ -230,7 +246,7 @@ fn hincrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let next = current.checked_add(incr).ok_or(CmdError::Overflow)?;
     let mut text = itoa::Buffer::new();
     upsert_hash(&mut shard, key, now, |h| {
-        h.insert(field, text.format(next).as_bytes())
+        h.insert(field, text.format(next).as_bytes(), limits)
     });
     Ok(Frame::Integer(next))
 }
@@ -244,6 +260,7 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     };
     let (key, field) = (&args[1], &args[2]);
     let now = ctx.now_ms;
+    let limits = hash_limits(ctx);
     let mut shard = ctx.db().lock(key);
     let current = match read_hash(&mut shard, key, now)?.and_then(|h| h.get(field)) {
         None => Some(LongDouble::ZERO),
@@ -257,7 +274,8 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         .and_then(|c| c.checked_add(incr))
         .ok_or_else(|| CmdError::err("increment would produce NaN or Infinity"))?;
     let text = Bytes::from(next.to_human_string());
-    upsert_hash(&mut shard, key, now, |h| h.insert(field, &text));
+    // A result past `hash-max-listpack-value` converts the hash, as in Redis.
+    upsert_hash(&mut shard, key, now, |h| h.insert(field, &text, limits));
     Ok(Frame::Bulk(text))
 }
 
@@ -357,12 +375,8 @@ fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(scan_reply(0, Vec::new()));
     };
     let options = parse_scan_options(&args[3..], true)?;
-    let small = hash.len() <= LISTPACK_MAX_ENTRIES
-        && hash
-            .iter()
-            .all(|(f, v)| f.len() <= LISTPACK_MAX_VALUE && v.len() <= LISTPACK_MAX_VALUE);
     // A listpack-encoded hash is returned whole, whatever the cursor, like Redis does.
-    let (page, next): (Vec<FieldValue<'_>>, u64) = if small {
+    let (page, next): (Vec<FieldValue<'_>>, u64) = if hash.is_packed() {
         (hash.iter().collect(), 0)
     } else {
         let hasher = gradus_store::FieldHasher::default();

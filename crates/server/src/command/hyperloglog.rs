@@ -17,9 +17,9 @@ use std::sync::atomic::Ordering;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("pfadd", -2, flags::WRITE | flags::DENYOOM | flags::FAST, KEY1, "hyperloglog", "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.", pfadd).notifies_if_changed(&[(crate::notify::STRING, "pfadd")]),
-    cmd("pfcount", -2, flags::READONLY | flags::MAY_REPLICATE | flags::SELF_LOGGED, (1, -1, 1), "hyperloglog", "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).", pfcount),
-    cmd("pfmerge", -2, flags::WRITE | flags::DENYOOM, (1, -1, 1), "hyperloglog", "Merges one or more HyperLogLog values into a single key.", pfmerge).reads(1, -1).notifies(&[(crate::notify::STRING, "pfadd"), (0, "")]),
+    cmd("pfadd", -2, flags::WRITE | flags::DENYOOM | flags::FAST, KEY1, "hyperloglog", "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.", pfadd).notifies_if_changed(&[(crate::notify::STRING, "pfadd")]).key_flags(&["RW insert"]),
+    cmd("pfcount", -2, flags::READONLY | flags::MAY_REPLICATE | flags::SELF_LOGGED, (1, -1, 1), "hyperloglog", "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).", pfcount).key_flags(&["RW access"]),
+    cmd("pfmerge", -2, flags::WRITE | flags::DENYOOM, (1, -1, 1), "hyperloglog", "Merges one or more HyperLogLog values into a single key.", pfmerge).reads(1, -1).notifies(&[(crate::notify::STRING, "pfadd"), (0, "")]).key_flags(&["RW access insert", "RO access"]),
 ];
 
 fn not_hll() -> CmdError {

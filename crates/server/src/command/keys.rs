@@ -18,25 +18,25 @@ const F: u32 = flags::FAST;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("del", -2, W, (1, -1, 1), "generic", "Deletes one or more keys.", del).notifies_existing(&[(crate::notify::GENERIC, "del")]),
-    cmd("unlink", -2, W | F, (1, -1, 1), "generic", "Asynchronously deletes one or more keys.", del).notifies_existing(&[(crate::notify::GENERIC, "del")]),
-    cmd("exists", -2, R | F, (1, -1, 1), "generic", "Determines whether one or more keys exist.", exists),
-    cmd("touch", -2, R | F, (1, -1, 1), "generic", "Returns the number of existing keys out of those specified after updating the time they were last accessed.", exists),
-    cmd("type", 2, R | F, KEY1, "generic", "Determines the type of value stored at a key.", key_type),
-    cmd("rename", 3, W, (1, 2, 1), "generic", "Renames a key and overwrites the destination.", rename),
-    cmd("renamenx", 3, W | F, (1, 2, 1), "generic", "Renames a key only when the target key name doesn't exist.", renamenx),
+    cmd("del", -2, W, (1, -1, 1), "generic", "Deletes one or more keys.", del).notifies_existing(&[(crate::notify::GENERIC, "del")]).key_flags(&["RM delete"]),
+    cmd("unlink", -2, W | F, (1, -1, 1), "generic", "Asynchronously deletes one or more keys.", del).notifies_existing(&[(crate::notify::GENERIC, "del")]).key_flags(&["RM delete"]),
+    cmd("exists", -2, R | F, (1, -1, 1), "generic", "Determines whether one or more keys exist.", exists).key_flags(&["RO"]),
+    cmd("touch", -2, R | F, (1, -1, 1), "generic", "Returns the number of existing keys out of those specified after updating the time they were last accessed.", touch).key_flags(&["RO"]),
+    cmd("type", 2, R | F, KEY1, "generic", "Determines the type of value stored at a key.", key_type).key_flags(&["RO"]),
+    cmd("rename", 3, W, (1, 2, 1), "generic", "Renames a key and overwrites the destination.", rename).key_flags(&["RW access delete", "OW update"]),
+    cmd("renamenx", 3, W | F, (1, 2, 1), "generic", "Renames a key only when the target key name doesn't exist.", renamenx).key_flags(&["RW access delete", "OW insert"]),
     cmd("randomkey", 1, R | flags::RANDOM | flags::READS_KEYSPACE, NO_KEYS, "generic", "Returns a random key name from the database.", randomkey),
     cmd("keys", 2, R | flags::READS_KEYSPACE, NO_KEYS, "generic", "Returns all key names that match a pattern.", keys).with_acl(DANGEROUS),
     cmd("scan", -2, R | flags::READS_KEYSPACE, NO_KEYS, "generic", "Iterates over the key names in the database.", scan),
-    cmd("expire", -3, W | F, KEY1, "generic", "Sets the expiration time of a key in seconds.", expire),
-    cmd("pexpire", -3, W | F, KEY1, "generic", "Sets the expiration time of a key in milliseconds.", pexpire),
-    cmd("expireat", -3, W | F, KEY1, "generic", "Sets the expiration time of a key to a Unix timestamp.", expireat),
-    cmd("pexpireat", -3, W | F, KEY1, "generic", "Sets the expiration time of a key to a Unix milliseconds timestamp.", pexpireat),
+    cmd("expire", -3, W | F, KEY1, "generic", "Sets the expiration time of a key in seconds.", expire).key_flags(&["RW update"]),
+    cmd("pexpire", -3, W | F, KEY1, "generic", "Sets the expiration time of a key in milliseconds.", pexpire).key_flags(&["RW update"]),
+    cmd("expireat", -3, W | F, KEY1, "generic", "Sets the expiration time of a key to a Unix timestamp.", expireat).key_flags(&["RW update"]),
+    cmd("pexpireat", -3, W | F, KEY1, "generic", "Sets the expiration time of a key to a Unix milliseconds timestamp.", pexpireat).key_flags(&["RW update"]),
     cmd("ttl", 2, R | F, KEY1, "generic", "Returns the expiration time in seconds of a key.", ttl),
     cmd("pttl", 2, R | F, KEY1, "generic", "Returns the expiration time in milliseconds of a key.", pttl),
     cmd("expiretime", 2, R | F, KEY1, "generic", "Returns the expiration time of a key as a Unix timestamp.", expiretime),
     cmd("pexpiretime", 2, R | F, KEY1, "generic", "Returns the expiration time of a key as a Unix milliseconds timestamp.", pexpiretime),
-    cmd("persist", 2, W | F, KEY1, "generic", "Removes the expiration time of a key.", persist).notifies_if_changed(&[(crate::notify::GENERIC, "persist")]),
+    cmd("persist", 2, W | F, KEY1, "generic", "Removes the expiration time of a key.", persist).notifies_if_changed(&[(crate::notify::GENERIC, "persist")]).key_flags(&["RW update"]),
 ];
 
 fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -58,6 +58,20 @@ fn exists(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         .iter()
         .filter(|k| lock.shard(k).peek(k, ctx.now_ms).is_some())
         .count();
+    Ok(Frame::Integer(found as i64))
+}
+
+/// TOUCH: EXISTS that counts as an access of each key, also from a CLIENT NO-TOUCH connection
+/// (Redis 7.2 exempts TOUCH from it).
+fn touch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let keys = &args[1..];
+    let db = ctx.db();
+    let mut lock = db.lock_keys(keys.iter().map(|k| k.as_ref()));
+    let found = gradus_store::with_touch(true, || {
+        keys.iter()
+            .filter(|k| lock.shard(k).get(k, ctx.now_ms).is_some())
+            .count()
+    });
     Ok(Frame::Integer(found as i64))
 }
 
@@ -95,6 +109,9 @@ fn rename_generic(
         .remove(src, now)
         .ok_or(CmdError::NoSuchKey)?;
     let expires_at = entry.expires_at();
+    // Redis deletes the destination and adds the value anew (`dbAdd`): fresh LRU/LFU data,
+    // not the overwritten key's.
+    lock.shard(dst).remove(dst, now);
     lock.shard(dst).set(dst, entry.value, expires_at, now);
     drop(lock);
     // Redis deletes the destination and adds it anew: `new` even when it existed.

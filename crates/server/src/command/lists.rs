@@ -8,8 +8,9 @@
 //! - [`move_element`]: pop from one list and push onto another (or the same) atomically;
 //! - [`pop_first`]: pop from the first non-empty list of several (LMPOP).
 //!
-//! Each takes the shard(s) already locked by the caller (`Keyspace::lock` / `lock_keys`) and the
-//! command's clock, checks the type first (WRONGTYPE leaves everything untouched), and changes an
+//! Each takes the shard(s) already locked by the caller (`Keyspace::lock` / `lock_keys`), the
+//! command's clock and the live `list-max-listpack-size` ([`list_limit`], which decides when a
+//! list is a listpack or a quicklist), checks the type first (WRONGTYPE leaves everything untouched), and changes an
 //! entry only when it really changes (a no-op leaves its version, and any WATCH, alone).
 //! Everything here is deterministic given the arguments and the state, as the log's replay needs.
 //! This module depends only on the store's list value and the argument helpers, never on
@@ -20,7 +21,8 @@ use crate::args::{int_arg, is, parse_i64};
 use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
 use gradus_proto::Frame;
-use gradus_store::{End, ListValue, MultiLock, Shard, Value};
+use gradus_store::{End, ListLimit, ListValue, MultiLock, Shard, Value};
+use std::sync::atomic::Ordering;
 
 const W: u32 = flags::WRITE;
 const R: u32 = flags::READONLY;
@@ -29,27 +31,37 @@ const D: u32 = flags::DENYOOM;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("lpush", -3, W | D | F, KEY1, "list", "Prepends one or more elements to a list. Creates the key if it doesn't exist.", lpush).notifies(&[(crate::notify::LIST, "lpush")]),
-    cmd("rpush", -3, W | D | F, KEY1, "list", "Appends one or more elements to a list. Creates the key if it doesn't exist.", rpush).notifies(&[(crate::notify::LIST, "rpush")]),
-    cmd("lpushx", -3, W | D | F, KEY1, "list", "Prepends one or more elements to a list only when the list exists.", lpushx).notifies_if_changed(&[(crate::notify::LIST, "lpush")]),
-    cmd("rpushx", -3, W | D | F, KEY1, "list", "Appends an element to a list only when the list exists.", rpushx).notifies_if_changed(&[(crate::notify::LIST, "rpush")]),
-    cmd("lpop", -2, W | F, KEY1, "list", "Returns the first elements in a list after removing it. Deletes the list if the last element was popped.", lpop).notifies_if_changed(&[(crate::notify::LIST, "lpop")]),
-    cmd("rpop", -2, W | F, KEY1, "list", "Returns and removes the last elements of a list. Deletes the list if the last element was popped.", rpop).notifies_if_changed(&[(crate::notify::LIST, "rpop")]),
-    cmd("llen", 2, R | F, KEY1, "list", "Returns the length of a list.", llen),
+    cmd("lpush", -3, W | D | F, KEY1, "list", "Prepends one or more elements to a list. Creates the key if it doesn't exist.", lpush).notifies(&[(crate::notify::LIST, "lpush")]).key_flags(&["RW insert"]),
+    cmd("rpush", -3, W | D | F, KEY1, "list", "Appends one or more elements to a list. Creates the key if it doesn't exist.", rpush).notifies(&[(crate::notify::LIST, "rpush")]).key_flags(&["RW insert"]),
+    cmd("lpushx", -3, W | D | F, KEY1, "list", "Prepends one or more elements to a list only when the list exists.", lpushx).notifies_if_changed(&[(crate::notify::LIST, "lpush")]).key_flags(&["RW insert"]),
+    cmd("rpushx", -3, W | D | F, KEY1, "list", "Appends an element to a list only when the list exists.", rpushx).notifies_if_changed(&[(crate::notify::LIST, "rpush")]).key_flags(&["RW insert"]),
+    cmd("lpop", -2, W | F, KEY1, "list", "Returns the first elements in a list after removing it. Deletes the list if the last element was popped.", lpop).notifies_if_changed(&[(crate::notify::LIST, "lpop")]).key_flags(&["RW access delete"]),
+    cmd("rpop", -2, W | F, KEY1, "list", "Returns and removes the last elements of a list. Deletes the list if the last element was popped.", rpop).notifies_if_changed(&[(crate::notify::LIST, "rpop")]).key_flags(&["RW access delete"]),
+    cmd("llen", 2, R | F, KEY1, "list", "Returns the length of a list.", llen).key_flags(&["RO"]),
     cmd("lrange", 4, R, KEY1, "list", "Returns a range of elements from a list.", lrange),
     cmd("lindex", 3, R, KEY1, "list", "Returns an element from a list by its index.", lindex),
-    cmd("lset", 4, W | D, KEY1, "list", "Sets the value of an element in a list by its index.", lset).notifies(&[(crate::notify::LIST, "lset")]),
-    cmd("linsert", 5, W | D, KEY1, "list", "Inserts an element before or after another element in a list.", linsert),
-    cmd("lrem", 4, W, KEY1, "list", "Removes elements from a list. Deletes the list if the last element was removed.", lrem).notifies_if_changed(&[(crate::notify::LIST, "lrem")]),
-    cmd("ltrim", 4, W, KEY1, "list", "Removes elements from both ends a list. Deletes the list if all elements were trimmed.", ltrim).notifies(&[(crate::notify::LIST, "ltrim")]),
+    cmd("lset", 4, W | D, KEY1, "list", "Sets the value of an element in a list by its index.", lset).notifies(&[(crate::notify::LIST, "lset")]).key_flags(&["RW update"]),
+    cmd("linsert", 5, W | D, KEY1, "list", "Inserts an element before or after another element in a list.", linsert).key_flags(&["RW insert"]),
+    cmd("lrem", 4, W, KEY1, "list", "Removes elements from a list. Deletes the list if the last element was removed.", lrem).notifies_if_changed(&[(crate::notify::LIST, "lrem")]).key_flags(&["RW delete"]),
+    cmd("ltrim", 4, W, KEY1, "list", "Removes elements from both ends a list. Deletes the list if all elements were trimmed.", ltrim).notifies(&[(crate::notify::LIST, "ltrim")]).key_flags(&["RW delete"]),
     cmd("lpos", -3, R, KEY1, "list", "Returns the index of matching elements in a list.", lpos),
-    cmd("lmove", 5, W | D, (1, 2, 1), "list", "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.", lmove),
-    cmd("rpoplpush", 3, W | D, (1, 2, 1), "list", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.", rpoplpush),
-    cmd("lmpop", -4, W, NO_KEYS, "list", "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.", lmpop).with_numkeys(1),
+    cmd("lmove", 5, W | D, (1, 2, 1), "list", "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.", lmove).key_flags(&["RW access delete", "RW insert"]),
+    cmd("rpoplpush", 3, W | D, (1, 2, 1), "list", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.", rpoplpush).key_flags(&["RW access delete", "RW insert"]),
+    cmd("lmpop", -4, W, NO_KEYS, "list", "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.", lmpop).with_numkeys(1).key_flags(&["RW access delete"]),
 ];
 
 // ---------------------------------------------------------------------------------------------
 // Core operations (reused by the blocking variants)
+
+/// The live `list-max-listpack-size`: what one pack of a list holds (see `gradus_store::list`).
+pub(crate) fn list_limit(ctx: &Ctx<'_>) -> ListLimit {
+    ListLimit::from_fill(
+        ctx.shared
+            .live
+            .list_max_listpack_size
+            .load(Ordering::Relaxed),
+    )
+}
 
 /// The list at `key` for reading: Ok(None) when absent, WRONGTYPE for another type.
 pub fn read_list<'s>(
@@ -96,6 +108,7 @@ pub fn push(
     items: &[Bytes],
     only_existing: bool,
     now: u64,
+    limit: ListLimit,
 ) -> Result<usize, CmdError> {
     let exists = read_list(shard, key, now)?.is_some();
     if !exists && (only_existing || items.is_empty()) {
@@ -106,7 +119,7 @@ pub fn push(
         now,
         || Value::List(ListValue::new()),
         |value| match value {
-            Value::List(l) => l.push(end, items),
+            Value::List(l) => l.push(end, items, limit),
             // Unreachable after read_list; a fresh empty list is dropped again by upsert.
             _ => 0,
         },
@@ -122,6 +135,7 @@ pub fn pop(
     end: End,
     count: usize,
     now: u64,
+    limit: ListLimit,
 ) -> Result<Option<Vec<Bytes>>, CmdError> {
     if read_list(shard, key, now)?.is_none() {
         return Ok(None);
@@ -130,7 +144,7 @@ pub fn pop(
         return Ok(Some(Vec::new()));
     }
     Ok(Some(change_list(shard, key, now, |l| {
-        l.pop_many(end, count)
+        l.pop_many(end, count, limit)
     })))
 }
 
@@ -145,19 +159,20 @@ pub fn move_element(
     from: End,
     to: End,
     now: u64,
+    limit: ListLimit,
 ) -> Result<Option<Bytes>, CmdError> {
     if read_list(lock.shard(src), src, now)?.is_none() {
         return Ok(None);
     }
     if src == dst {
         return Ok(change_list(lock.shard(src), src, now, |l| {
-            let item = l.pop(from)?;
-            l.push(to, std::slice::from_ref(&item));
+            let item = l.pop(from, limit)?;
+            l.push(to, std::slice::from_ref(&item), limit);
             Some(item)
         }));
     }
     read_list(lock.shard(dst), dst, now)?;
-    let popped = change_list(lock.shard(src), src, now, |l| l.pop(from));
+    let popped = change_list(lock.shard(src), src, now, |l| l.pop(from, limit));
     if let Some(item) = &popped {
         push(
             lock.shard(dst),
@@ -166,6 +181,7 @@ pub fn move_element(
             std::slice::from_ref(item),
             false,
             now,
+            limit,
         )?;
     }
     Ok(popped)
@@ -180,9 +196,10 @@ pub fn pop_first(
     end: End,
     count: usize,
     now: u64,
+    limit: ListLimit,
 ) -> Result<Option<(Bytes, Vec<Bytes>)>, CmdError> {
     for key in keys {
-        if let Some(items) = pop(lock.shard(key), key, end, count, now)? {
+        if let Some(items) = pop(lock.shard(key), key, end, count, now, limit)? {
             return Ok(Some((key.clone(), items)));
         }
     }
@@ -236,8 +253,9 @@ fn bulks(items: Vec<Bytes>) -> Frame {
 fn push_generic(ctx: &mut Ctx<'_>, args: &[Bytes], end: End, only_existing: bool) -> CmdResult {
     let key = &args[1];
     let now = ctx.now_ms;
+    let limit = list_limit(ctx);
     let mut shard = ctx.db().lock(key);
-    let len = push(&mut shard, key, end, &args[2..], only_existing, now)?;
+    let len = push(&mut shard, key, end, &args[2..], only_existing, now, limit)?;
     Ok(Frame::Integer(len as i64))
 }
 
@@ -266,8 +284,9 @@ fn pop_generic(ctx: &mut Ctx<'_>, args: &[Bytes], end: End) -> CmdResult {
     let count = args.get(2).map(|a| positive_arg(a, None)).transpose()?;
     let key = &args[1];
     let now = ctx.now_ms;
+    let limit = list_limit(ctx);
     let mut shard = ctx.db().lock(key);
-    let popped = pop(&mut shard, key, end, count.unwrap_or(1), now)?;
+    let popped = pop(&mut shard, key, end, count.unwrap_or(1), now, limit)?;
     Ok(match (count, popped) {
         (None, None) => Frame::Null,
         (None, Some(mut items)) => items.pop().map_or(Frame::Null, Frame::Bulk),
@@ -316,6 +335,7 @@ fn lindex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 fn lset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let (key, item) = (&args[1], &args[3]);
     let now = ctx.now_ms;
+    let limit = list_limit(ctx);
     let mut shard = ctx.db().lock(key);
     // Redis looks the key up before it parses the index.
     let Some(list) = read_list(&mut shard, key, now)? else {
@@ -325,7 +345,7 @@ fn lset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if list.get(index).is_none() {
         return Err(CmdError::err("index out of range"));
     }
-    change_list(&mut shard, key, now, |l| l.set(index, item));
+    change_list(&mut shard, key, now, |l| l.set(index, item, limit));
     Ok(Frame::ok())
 }
 
@@ -339,6 +359,7 @@ fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     };
     let (key, pivot, item) = (&args[1], &args[3], &args[4]);
     let now = ctx.now_ms;
+    let limit = list_limit(ctx);
     let mut shard = ctx.db().lock(key);
     let Some(list) = read_list(&mut shard, key, now)? else {
         return Ok(Frame::Integer(0));
@@ -346,7 +367,9 @@ fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if !list.iter().any(|e| e == &pivot[..]) {
         return Ok(Frame::Integer(-1));
     }
-    let len = change_list(&mut shard, key, now, |l| l.insert(pivot, item, after));
+    let len = change_list(&mut shard, key, now, |l| {
+        l.insert(pivot, item, after, limit)
+    });
     drop(shard);
     if len.is_some() {
         ctx.notify(crate::notify::LIST, "linsert", key);
@@ -358,6 +381,7 @@ fn lrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let count = int_arg(&args[2])?;
     let (key, item) = (&args[1], &args[3]);
     let now = ctx.now_ms;
+    let limit = list_limit(ctx);
     let mut shard = ctx.db().lock(key);
     let Some(list) = read_list(&mut shard, key, now)? else {
         return Ok(Frame::Integer(0));
@@ -365,7 +389,7 @@ fn lrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if !list.iter().any(|e| e == &item[..]) {
         return Ok(Frame::Integer(0));
     }
-    let removed = change_list(&mut shard, key, now, |l| l.remove(item, count));
+    let removed = change_list(&mut shard, key, now, |l| l.remove(item, count, limit));
     Ok(Frame::Integer(removed as i64))
 }
 
@@ -374,10 +398,11 @@ fn ltrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let stop = int_arg(&args[3])?;
     let key = &args[1];
     let now = ctx.now_ms;
+    let limit = list_limit(ctx);
     let mut shard = ctx.db().lock(key);
     if read_list(&mut shard, key, now)?.is_some() {
         // Redis signals the key as modified even when nothing was trimmed.
-        change_list(&mut shard, key, now, |l| l.trim(start, stop));
+        change_list(&mut shard, key, now, |l| l.trim(start, stop, limit));
     }
     Ok(Frame::ok())
 }
@@ -457,9 +482,10 @@ fn lpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 fn move_generic(ctx: &mut Ctx<'_>, args: &[Bytes], from: End, to: End) -> CmdResult {
     let (src, dst) = (&args[1], &args[2]);
     let now = ctx.now_ms;
+    let limit = list_limit(ctx);
     let db = ctx.db();
     let mut lock = db.lock_keys([src.as_ref(), dst.as_ref()]);
-    let moved = move_element(&mut lock, src, dst, from, to, now)?;
+    let moved = move_element(&mut lock, src, dst, from, to, now, limit)?;
     drop(lock);
     if moved.is_some() {
         // Redis: the push, then the pop, then `del` for a source left empty.
@@ -512,9 +538,10 @@ fn lmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let keys = &args[2..where_at];
     let now = ctx.now_ms;
+    let limit = list_limit(ctx);
     let db = ctx.db();
     let mut lock = db.lock_keys(keys.iter().map(|k| k.as_ref()));
-    let popped = pop_first(&mut lock, keys, end, count.unwrap_or(1), now)?;
+    let popped = pop_first(&mut lock, keys, end, count.unwrap_or(1), now, limit)?;
     drop(lock);
     Ok(match popped {
         None => Frame::NullArray,
@@ -552,6 +579,8 @@ fn popped_all(ctx: &mut Ctx<'_>, key: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const L: ListLimit = ListLimit::REDIS_DEFAULT;
     use gradus_store::Keyspace;
 
     fn b(s: &str) -> Bytes {
@@ -572,7 +601,7 @@ mod tests {
     fn push_and_pop_keep_redis_order_and_delete_empty_lists() {
         let mut shard = Shard::new();
         assert_eq!(
-            push(&mut shard, b"l", End::Left, &items(&["a", "b"]), true, 0).unwrap(),
+            push(&mut shard, b"l", End::Left, &items(&["a", "b"]), true, 0, L).unwrap(),
             0
         );
         assert!(
@@ -586,13 +615,14 @@ mod tests {
                 End::Left,
                 &items(&["a", "b", "c"]),
                 false,
-                0
+                0,
+                L
             )
             .unwrap(),
             3
         );
         assert_eq!(
-            push(&mut shard, b"l", End::Right, &items(&["d"]), true, 0).unwrap(),
+            push(&mut shard, b"l", End::Right, &items(&["d"]), true, 0, L).unwrap(),
             4
         );
         assert_eq!(
@@ -600,27 +630,27 @@ mod tests {
             items(&["c", "b", "a", "d"])
         );
         assert_eq!(
-            pop(&mut shard, b"l", End::Right, 0, 0).unwrap(),
+            pop(&mut shard, b"l", End::Right, 0, 0, L).unwrap(),
             Some(vec![])
         );
         assert_eq!(
-            pop(&mut shard, b"l", End::Right, 2, 0).unwrap(),
+            pop(&mut shard, b"l", End::Right, 2, 0, L).unwrap(),
             Some(items(&["d", "a"]))
         );
         assert_eq!(
-            pop(&mut shard, b"l", End::Left, 5, 0).unwrap(),
+            pop(&mut shard, b"l", End::Left, 5, 0, L).unwrap(),
             Some(items(&["c", "b"]))
         );
-        assert_eq!(pop(&mut shard, b"l", End::Left, 1, 0).unwrap(), None);
+        assert_eq!(pop(&mut shard, b"l", End::Left, 1, 0, L).unwrap(), None);
         assert_eq!(shard.len(), 0, "the emptied list is deleted");
         assert_eq!(shard.used_bytes(), 0);
         shard.set(b"s", Value::string(b("x")), None, 0);
         assert!(matches!(
-            push(&mut shard, b"s", End::Left, &items(&["a"]), false, 0),
+            push(&mut shard, b"s", End::Left, &items(&["a"]), false, 0, L),
             Err(CmdError::WrongType)
         ));
         assert!(matches!(
-            pop(&mut shard, b"s", End::Left, 1, 0),
+            pop(&mut shard, b"s", End::Left, 1, 0, L),
             Err(CmdError::WrongType)
         ));
     }
@@ -636,11 +666,12 @@ mod tests {
             &items(&["1", "2", "3"]),
             false,
             0,
+            L,
         )
         .unwrap();
         let mut lock = db.lock_keys([&b"a"[..], &b"a"[..]]);
         assert_eq!(
-            move_element(&mut lock, b"a", b"a", End::Left, End::Right, 0).unwrap(),
+            move_element(&mut lock, b"a", b"a", End::Left, End::Right, 0, L).unwrap(),
             Some(b("1"))
         );
         assert_eq!(
@@ -650,7 +681,7 @@ mod tests {
         drop(lock);
         let mut lock = db.lock_keys([&b"a"[..], &b"s"[..], &b"b"[..]]);
         assert!(matches!(
-            move_element(&mut lock, b"a", b"s", End::Left, End::Left, 0),
+            move_element(&mut lock, b"a", b"s", End::Left, End::Left, 0, L),
             Err(CmdError::WrongType)
         ));
         assert_eq!(
@@ -659,7 +690,7 @@ mod tests {
             "nothing moved"
         );
         for _ in 0..3 {
-            move_element(&mut lock, b"a", b"b", End::Right, End::Left, 0).unwrap();
+            move_element(&mut lock, b"a", b"b", End::Right, End::Left, 0, L).unwrap();
         }
         assert!(contents(lock.shard(b"a"), b"a").is_none());
         assert_eq!(
@@ -667,15 +698,15 @@ mod tests {
             items(&["2", "3", "1"])
         );
         assert_eq!(
-            move_element(&mut lock, b"a", b"s", End::Left, End::Left, 0).unwrap(),
+            move_element(&mut lock, b"a", b"s", End::Left, End::Left, 0, L).unwrap(),
             None
         );
         assert_eq!(
-            pop_first(&mut lock, &items(&["a", "b"]), End::Left, 2, 0).unwrap(),
+            pop_first(&mut lock, &items(&["a", "b"]), End::Left, 2, 0, L).unwrap(),
             Some((b("b"), items(&["2", "3"])))
         );
         assert!(matches!(
-            pop_first(&mut lock, &items(&["a", "s", "b"]), End::Left, 1, 0),
+            pop_first(&mut lock, &items(&["a", "s", "b"]), End::Left, 1, 0, L),
             Err(CmdError::WrongType)
         ));
     }

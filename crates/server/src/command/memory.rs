@@ -26,7 +26,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         sub("memory|malloc-stats", 2, flags::READONLY, "Returns the allocator statistics."),
         sub("memory|purge", 2, flags::ADMIN, "Asks the allocator to release memory."),
         sub("memory|stats", 2, flags::READONLY, "Returns details about memory usage."),
-        sub("memory|usage", -3, READ, "Estimates the memory usage of a key."),
+        sub("memory|usage", -3, READ, "Estimates the memory usage of a key.").with_keys((2, 2, 1)).key_flags(&["RO"]),
     ]),
 ];
 

@@ -119,6 +119,9 @@ pub mod flags {
     /// Runs the connection's queued commands (EXEC): held back by CLIENT PAUSE WRITE when one
     /// of them would be.
     pub const RUNS_QUEUED: u32 = 1 << 28;
+    /// Its keys may be none (Redis' `no_mandatory_keys`: EVAL, FCALL, whose `numkeys` may be
+    /// 0): `COMMAND GETKEYS` answers an empty list then, not an error.
+    pub const NO_MANDATORY_KEYS: u32 = 1 << 29;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -136,6 +139,7 @@ pub mod flags {
         (MOVABLE_KEYS, "movablekeys"),
         (SKIP_SLOWLOG, "skip_slowlog"),
         (PUBSUB, "pubsub"),
+        (NO_MANDATORY_KEYS, "no_mandatory_keys"),
     ];
 }
 
@@ -182,6 +186,24 @@ pub struct CommandSpec {
     /// arguments from `first` to `last` (-1: the last one), and whether they are patterns
     /// (PSUBSCRIBE's must equal one of the user's patterns, as in Redis).
     pub channels: Option<ChannelArgs>,
+    /// What the command does with each of its keys, as Redis 7's key-spec flags say it
+    /// (`COMMAND GETKEYSANDFLAGS`): see [`KeyFlags`].
+    pub key_flags: KeyFlags,
+}
+
+/// A row's key-spec flags (Redis' names: `RO`/`RW`/`OW`/`RM`, then `access`, `update`,
+/// `insert`, `delete`), one space-separated list per key in the order
+/// [`CommandSpec::key_indexes`] finds them, the last one serving every key after it (MSET's
+/// keys are all `OW update`; LMOVE's are `RW access delete` then `RW insert`).
+#[derive(Debug, Clone, Copy)]
+pub enum KeyFlags {
+    /// None given: a read's keys are `RO access`, a write's `RW access update` (Redis' most
+    /// common flags for each).
+    Default,
+    /// The same for any arguments.
+    Fixed(&'static [&'static str]),
+    /// Depending on the arguments (Redis' `variable_flags`: SET … GET reads its key).
+    Computed(fn(&[Bytes]) -> &'static [&'static str]),
 }
 
 /// Where a pub/sub command's channel arguments are (see [`CommandSpec::channels`]).
@@ -396,6 +418,45 @@ impl CommandSpec {
         self
     }
 
+    /// The same row with key positions (a subcommand row's: `sub(...).with_keys((2, 2, 1))`,
+    /// MEMORY USAGE's key, for `COMMAND INFO` and `COMMAND GETKEYS`).
+    pub const fn with_keys(mut self, keys: (i32, i32, i32)) -> CommandSpec {
+        self.first_key = keys.0;
+        self.last_key = keys.1;
+        self.step = keys.2;
+        self
+    }
+
+    /// The same row with the key-spec flags of its keys (table rows:
+    /// `cmd(...).key_flags(&["RW access delete", "RW insert"])`; see [`KeyFlags`]).
+    pub const fn key_flags(mut self, flags: &'static [&'static str]) -> CommandSpec {
+        self.key_flags = KeyFlags::Fixed(flags);
+        self
+    }
+
+    /// Like [`CommandSpec::key_flags`], computed from the arguments.
+    pub const fn key_flags_by(
+        mut self,
+        flags: fn(&[Bytes]) -> &'static [&'static str],
+    ) -> CommandSpec {
+        self.key_flags = KeyFlags::Computed(flags);
+        self
+    }
+
+    /// The key-spec flags of the `n`th key (from 0) that [`CommandSpec::key_indexes`] finds in
+    /// `args`.
+    pub fn flags_of_key(&self, args: &[Bytes], n: usize) -> Vec<&'static str> {
+        let list: &[&str] = match self.key_flags {
+            KeyFlags::Fixed(list) => list,
+            KeyFlags::Computed(f) => f(args),
+            KeyFlags::Default if self.has(flags::WRITE) => &["RW access update"],
+            KeyFlags::Default => &["RO access"],
+        };
+        list.get(n)
+            .or(list.last())
+            .map_or_else(Vec::new, |l| l.split(' ').collect())
+    }
+
     /// Indexes of the key arguments in `args` (the command name first). For a `numkeys`
     /// command, none when its `numkeys` is not a count of arguments that are there.
     pub fn key_indexes(&self, args: &[Bytes]) -> Vec<usize> {
@@ -464,6 +525,7 @@ pub const fn cmd(
         channels: None,
         notify: None,
         read_keys: None,
+        key_flags: KeyFlags::Default,
     }
 }
 
@@ -505,13 +567,6 @@ pub const fn sub(
 fn container_handler(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     Err(CmdError::err("subcommand rows are run by their container"))
 }
-
-/// Redis keeps small hashes and sorted sets (up to this many entries) in a listpack, which
-/// HSCAN/ZSCAN return in one page with cursor 0; Gradus mirrors that for client compatibility.
-pub const LISTPACK_MAX_ENTRIES: usize = 128;
-/// ... and only while every field, value or member is at most this long (the store's values
-/// follow the same limit to name their encodings for OBJECT ENCODING).
-pub use gradus_store::value::LISTPACK_MAX_VALUE;
 
 /// No key arguments.
 pub const NO_KEYS: (i32, i32, i32) = (0, 0, 0);

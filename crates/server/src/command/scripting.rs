@@ -81,18 +81,24 @@ const GC_PAUSE: i32 = 400;
 /// [`MemoryLimit`]); past it the allocation fails and the script stops with an error.
 const SCRIPT_MEMORY_LIMIT: usize = 256 * 1024 * 1024;
 
-const SCRIPT_FLAGS: u32 =
-    flags::OWN_GATE | flags::DENYOOM | flags::NOSCRIPT | flags::SKIP_MONITOR | flags::REPLICATES;
-const SCRIPT_RO_FLAGS: u32 = flags::OWN_GATE | flags::NOSCRIPT | flags::SKIP_MONITOR;
+// Their keys follow `numkeys` (`with_numkeys`), and may be none.
+const SCRIPT_FLAGS: u32 = flags::OWN_GATE
+    | flags::DENYOOM
+    | flags::NOSCRIPT
+    | flags::SKIP_MONITOR
+    | flags::REPLICATES
+    | flags::NO_MANDATORY_KEYS;
+const SCRIPT_RO_FLAGS: u32 =
+    flags::OWN_GATE | flags::NOSCRIPT | flags::SKIP_MONITOR | flags::NO_MANDATORY_KEYS;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("eval", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Executes a server-side Lua script.", eval),
-    cmd("evalsha", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Executes a server-side Lua script by SHA1 digest.", evalsha),
-    cmd("eval_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Executes a read-only server-side Lua script.", eval_ro),
-    cmd("evalsha_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Executes a read-only server-side Lua script by SHA1 digest.", evalsha_ro),
-    cmd("fcall", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Invokes a function.", fcall),
-    cmd("fcall_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Invokes a read-only function.", fcall_ro),
+    cmd("eval", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Executes a server-side Lua script.", eval).with_numkeys(2).key_flags(&["RW access update"]),
+    cmd("evalsha", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Executes a server-side Lua script by SHA1 digest.", evalsha).with_numkeys(2).key_flags(&["RW access update"]),
+    cmd("eval_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Executes a read-only server-side Lua script.", eval_ro).with_numkeys(2).key_flags(&["RO access"]),
+    cmd("evalsha_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Executes a read-only server-side Lua script by SHA1 digest.", evalsha_ro).with_numkeys(2).key_flags(&["RO access"]),
+    cmd("fcall", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Invokes a function.", fcall).with_numkeys(2).key_flags(&["RW access update"]),
+    cmd("fcall_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Invokes a read-only function.", fcall_ro).with_numkeys(2).key_flags(&["RO access"]),
     cmd("script", -2, flags::NO_MULTI | flags::NOSCRIPT, NO_KEYS, "scripting", "A container for Lua scripts management commands.", script).with_subcommands(&[
         sub("script|load", 3, flags::NO_MULTI | flags::NOSCRIPT, "Loads a server-side Lua script to the script cache."),
         sub("script|exists", -3, flags::NO_MULTI | flags::NOSCRIPT, "Determines whether server-side Lua scripts exist in the script cache."),
@@ -1344,6 +1350,8 @@ local flag_bits = {['no-writes'] = 1, ['allow-oom'] = 2, ['allow-stale'] = 4, ['
   ['allow-cross-slot-keys'] = 16}
 local raw_select, raw_tostring = select, tostring
 local function fail(msg) raw_error(msg, 0) end
+local load_api = {log = true, LOG_DEBUG = true, LOG_VERBOSE = true, LOG_NOTICE = true,
+  LOG_WARNING = true, REDIS_VERSION = true, REDIS_VERSION_NUM = true}
 -- Reading a global the sandbox does not have is an error in a script too, as in Redis 7 (a
 -- script's environment reads through `base`). Regression:
 -- `test_an_error_escaping_a_script_names_the_script_and_its_line`.
@@ -1399,25 +1407,36 @@ hidden.library_env = function(collect)
     local err = collect(name, callback, bits, description)
     if err then fail(err) end
   end
+  local function nonexistent(k)
+    raw_error("Script attempted to access nonexistent global variable '" .. raw_tostring(k) .. "'", 3)
+  end
+  -- While the library's code runs, Redis 7.2 gives it only `redis` with these (its "load
+  -- library globals"): anything else, `math` or `redis.call` alike, does not exist. A function
+  -- that kept that table finds `register_function` refusing once the load is over.
+  local function register_after_load()
+    raw_error('redis.register_function can only be called on FUNCTION LOAD command', 2)
+  end
   local lib_redis = raw_setmetatable({}, {
     __index = function(_, k)
       if k == 'register_function' then
         if loading then return register_function end
-        return nil
+        return register_after_load
       end
-      if loading and (k == 'call' or k == 'pcall') then
-        raw_error("Script attempted to access nonexistent global variable '" .. k .. "'", 2)
-      end
+      if not load_api[k] then nonexistent(k) end
       return base.redis[k]
     end,
     __newindex = readonly_error, __metatable = false})
-  local env = raw_setmetatable({}, {
+  local env
+  env = raw_setmetatable({}, {
     __index = function(_, k)
-      if k == 'redis' then return lib_redis end
-      local v = raw_rawget(base, k)
-      if v == nil then
-        raw_error("Script attempted to access nonexistent global variable '" .. raw_tostring(k) .. "'", 2)
+      if loading then
+        if k == 'redis' then return lib_redis end
+        nonexistent(k)
       end
+      -- `_G` is the environment itself, read-only, as a Redis 7.2 function sees its globals.
+      if k == '_G' then return env end
+      local v = raw_rawget(base, k)
+      if v == nil then nonexistent(k) end
       return v
     end,
     __newindex = readonly_error, __metatable = false})

@@ -35,6 +35,7 @@ pub const COMMANDS: &[CommandSpec] = &[
         sub("command|info", -2, flags::LOADING, "Returns information about one, multiple or all commands."),
         sub("command|docs", -2, flags::LOADING, "Returns documentary information about one, multiple or all commands."),
         sub("command|getkeys", -3, flags::LOADING, "Extracts the key names from an arbitrary command."),
+        sub("command|getkeysandflags", -3, flags::LOADING, "Extracts the key names and access flags for an arbitrary command."),
         sub("command|help", 2, flags::LOADING, "Returns helpful text about the different subcommands."),
     ]),
     cmd("dbsize", 1, flags::READONLY | flags::FAST | flags::READS_KEYSPACE, NO_KEYS, "server", "Returns the number of keys in the database.", dbsize).with_acl(category::KEYSPACE),
@@ -745,25 +746,8 @@ fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                     .collect(),
             ))
         }
-        "getkeys" if args.len() >= 3 => {
-            let Some(spec) = t.get(&args[2]) else {
-                return Err(CmdError::err("Invalid command specified"));
-            };
-            let inner = &args[2..];
-            if !spec.arity_ok(inner.len()) {
-                return Err(CmdError::err(
-                    "Invalid number of arguments specified for command",
-                ));
-            }
-            let keys = spec.key_indexes(inner);
-            if keys.is_empty() {
-                return Err(CmdError::err("The command has no key arguments"));
-            }
-            Ok(Frame::Array(
-                keys.into_iter()
-                    .map(|i| Frame::Bulk(inner[i].clone()))
-                    .collect(),
-            ))
+        "getkeys" | "getkeysandflags" if args.len() >= 3 => {
+            get_keys(&args[2..], sub.as_str() == "getkeysandflags")
         }
         "help" => Ok(Frame::Array(
             [
@@ -780,6 +764,8 @@ fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 "    Return documentation details about multiple commands.",
                 "GETKEYS <full-command>",
                 "    Return the keys from a full command.",
+                "GETKEYSANDFLAGS <full-command>",
+                "    Return the keys and the access flags from a full command.",
                 "HELP",
                 "    Print this help.",
             ]
@@ -792,6 +778,51 @@ fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             sub: show(&args[1]),
         }),
     }
+}
+
+/// COMMAND GETKEYS / GETKEYSANDFLAGS of the command `inner`, with Redis' checks in its order
+/// (`getKeysSubcommandImpl`): the command (or subcommand) is known, it has keys at all, its
+/// arity holds; then its keys, or an empty list when it may have none (EVAL … 0), or an error.
+/// With `with_flags`, each key comes with its key-spec flags (see `KeyFlags`).
+fn get_keys(inner: &[Bytes], with_flags: bool) -> CmdResult {
+    let t = table();
+    let spec = match t.get(&inner[0]) {
+        Some(spec) if !spec.subcommands.is_empty() && inner.len() >= 2 => {
+            let row = spec.resolve(inner);
+            if std::ptr::eq(row, spec) {
+                return Err(CmdError::err("Invalid command specified"));
+            }
+            row
+        }
+        Some(spec) => spec,
+        None => return Err(CmdError::err("Invalid command specified")),
+    };
+    if spec.first_key <= 0 && spec.numkeys_at == 0 && spec.store_keyword_from == 0 {
+        return Err(CmdError::err("The command has no key arguments"));
+    }
+    if !spec.arity_ok(inner.len()) {
+        return Err(CmdError::err(
+            "Invalid number of arguments specified for command",
+        ));
+    }
+    let keys = spec.key_indexes(inner);
+    if keys.is_empty() && !spec.has(flags::NO_MANDATORY_KEYS) {
+        return Err(CmdError::err("Invalid arguments specified for command"));
+    }
+    Ok(Frame::Array(
+        keys.into_iter()
+            .enumerate()
+            .map(|(n, i)| {
+                let key = Frame::Bulk(inner[i].clone());
+                if !with_flags {
+                    return key;
+                }
+                let names = spec.flags_of_key(inner, n);
+                let names = names.into_iter().map(simple).collect();
+                Frame::Array(vec![key, Frame::Set(names)])
+            })
+            .collect(),
+    ))
 }
 
 /// MONITOR: from now on the connection is sent every command its tenant's connections run

@@ -7,8 +7,10 @@
 //! first and call `modify`/`upsert` only when the set really changes, so a no-op leaves the
 //! entry's version (WATCH) alone, as Redis does. SPOP's outcome is random: it is flagged
 //! `SELF_LOGGED` and logs what it removed (`SREM key member…`, or `DEL key` when it took every
-//! member), so a replay is exact. This module depends on the store's values, the argument
-//! helpers and the scan/random helpers of `hashes`, never on connections or the codec.
+//! member), so a replay is exact. Every write passes the live `set-max-*` limits
+//! ([`set_limits`]), which decide when a set moves up from intset to listpack to hashtable. This
+//! module depends on the store's values, the argument helpers and the scan/random helpers of
+//! `hashes`, never on connections or the codec.
 
 use super::hashes::{parse_scan_cursor, parse_scan_options, random_picks, scan_reply};
 use super::{cmd, flags, CommandSpec, Ctx, KEY1, NO_KEYS};
@@ -17,8 +19,9 @@ use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
 use gradus_store::glob::glob_match;
 use gradus_store::scan::{scan_position, scan_step};
-use gradus_store::{Member, MultiLock, SetValue, Shard, Value};
+use gradus_store::{Member, MultiLock, SetLimits, SetValue, Shard, Value};
 use rand::Rng;
+use std::sync::atomic::Ordering;
 
 const W: u32 = flags::WRITE;
 const R: u32 = flags::READONLY;
@@ -31,22 +34,22 @@ const KEYS: (i32, i32, i32) = (1, -1, 1);
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("sadd", -3, W | D | F, KEY1, "set", "Adds one or more members to a set. Creates the key if it doesn't exist.", sadd).notifies_if_changed(&[(crate::notify::SET, "sadd")]),
-    cmd("srem", -3, W | F, KEY1, "set", "Removes one or more members from a set. Deletes the set if the last member was removed.", srem).notifies_if_changed(&[(crate::notify::SET, "srem")]),
+    cmd("sadd", -3, W | D | F, KEY1, "set", "Adds one or more members to a set. Creates the key if it doesn't exist.", sadd).notifies_if_changed(&[(crate::notify::SET, "sadd")]).key_flags(&["RW insert"]),
+    cmd("srem", -3, W | F, KEY1, "set", "Removes one or more members from a set. Deletes the set if the last member was removed.", srem).notifies_if_changed(&[(crate::notify::SET, "srem")]).key_flags(&["RW delete"]),
     cmd("smembers", 2, R, KEY1, "set", "Returns all members of a set.", smembers),
-    cmd("sismember", 3, R | F, KEY1, "set", "Determines whether a member belongs to a set.", sismember),
+    cmd("sismember", 3, R | F, KEY1, "set", "Determines whether a member belongs to a set.", sismember).key_flags(&["RO"]),
     cmd("smismember", -3, R | F, KEY1, "set", "Determines whether multiple members belong to a set.", smismember),
-    cmd("scard", 2, R | F, KEY1, "set", "Returns the number of members in a set.", scard),
-    cmd("spop", -2, W | F | RND | flags::SELF_LOGGED, KEY1, "set", "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped.", spop).notifies_if_changed(&[(crate::notify::SET, "spop")]),
+    cmd("scard", 2, R | F, KEY1, "set", "Returns the number of members in a set.", scard).key_flags(&["RO"]),
+    cmd("spop", -2, W | F | RND | flags::SELF_LOGGED, KEY1, "set", "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped.", spop).notifies_if_changed(&[(crate::notify::SET, "spop")]).key_flags(&["RW access delete"]),
     cmd("srandmember", -2, R | RND, KEY1, "set", "Get one or multiple random members from a set", srandmember),
-    cmd("smove", 4, W | F, (1, 2, 1), "set", "Moves a member from one set to another.", smove),
+    cmd("smove", 4, W | F, (1, 2, 1), "set", "Moves a member from one set to another.", smove).key_flags(&["RW access delete", "RW insert"]),
     cmd("sinter", -2, R, KEYS, "set", "Returns the intersect of multiple sets.", sinter),
     cmd("sintercard", -3, R, NO_KEYS, "set", "Returns the number of members of the intersect of multiple sets.", sintercard).with_numkeys(1),
-    cmd("sinterstore", -3, W | D, KEYS, "set", "Stores the intersect of multiple sets in a key.", sinterstore).reads(2, -1),
+    cmd("sinterstore", -3, W | D, KEYS, "set", "Stores the intersect of multiple sets in a key.", sinterstore).reads(2, -1).key_flags(&["RW update", "RO access"]),
     cmd("sunion", -2, R, KEYS, "set", "Returns the union of multiple sets.", sunion),
-    cmd("sunionstore", -3, W | D, KEYS, "set", "Stores the union of multiple sets in a key.", sunionstore).reads(2, -1),
+    cmd("sunionstore", -3, W | D, KEYS, "set", "Stores the union of multiple sets in a key.", sunionstore).reads(2, -1).key_flags(&["OW update", "RO access"]),
     cmd("sdiff", -2, R, KEYS, "set", "Returns the difference of multiple sets.", sdiff),
-    cmd("sdiffstore", -3, W | D, KEYS, "set", "Stores the difference of multiple sets in a key.", sdiffstore).reads(2, -1),
+    cmd("sdiffstore", -3, W | D, KEYS, "set", "Stores the difference of multiple sets in a key.", sdiffstore).reads(2, -1).key_flags(&["OW update", "RO access"]),
     cmd("sscan", -3, R, KEY1, "set", "Iterates over members of a set.", sscan),
 ];
 
@@ -91,10 +94,23 @@ fn set_reply(members: impl Iterator<Item = Bytes>) -> gradus_proto::Frame {
     gradus_proto::Frame::Set(members.map(gradus_proto::Frame::Bulk).collect())
 }
 
+/// The live `set-max-intset-entries`, `set-max-listpack-entries` and `set-max-listpack-value`
+/// limits a write keeps a set an intset or a listpack within.
+pub(crate) fn set_limits(ctx: &Ctx<'_>) -> SetLimits {
+    let live = &ctx.shared.live;
+    let as_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    SetLimits {
+        intset_entries: as_usize(live.set_max_intset_entries.load(Ordering::Relaxed)),
+        entries: as_usize(live.set_max_listpack_entries.load(Ordering::Relaxed)),
+        value: as_usize(live.set_max_listpack_value.load(Ordering::Relaxed)),
+    }
+}
+
 fn sadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let key = &args[1];
     let members = &args[2..];
     let now = ctx.now_ms;
+    let limits = set_limits(ctx);
     let mut shard = ctx.db().lock(key);
     let fresh = match read_set(&mut shard, key, now)? {
         None => true,
@@ -106,11 +122,11 @@ fn sadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let added = shard.upsert(
         key,
         now,
-        || Value::set(SetValue::sized_for(&members[0], members.len())),
+        || Value::set(SetValue::sized_for(&members[0], members.len(), limits)),
         |value| match value {
             Value::Set(s) => {
-                s.expect(members.len());
-                members.iter().filter(|m| s.insert(m)).count()
+                s.expect(members.len(), limits);
+                members.iter().filter(|m| s.insert(m, limits)).count()
             }
             _ => 0,
         },
@@ -296,6 +312,7 @@ fn srandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 fn smove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let (src, dst, member) = (&args[1], &args[2], &args[3]);
     let now = ctx.now_ms;
+    let limits = set_limits(ctx);
     let db = ctx.db();
     let mut locked = db.lock_keys([&src[..], &dst[..]]);
     let zero = gradus_proto::Frame::Integer(0);
@@ -319,10 +336,10 @@ fn smove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         target.upsert(
             dst,
             now,
-            || Value::set(SetValue::sized_for(member, 1)),
+            || Value::set(SetValue::sized_for(member, 1, limits)),
             |value| {
                 if let Value::Set(s) = value {
-                    s.insert(member);
+                    s.insert(member, limits);
                 }
             },
         );
@@ -397,6 +414,7 @@ fn intersection(
 /// new set the members of each are added to in turn.
 fn union(ctx: &Ctx<'_>, locked: &mut MultiLock<'_>, keys: &[Bytes]) -> Result<SetValue, CmdError> {
     let sizes = set_sizes(ctx, locked, keys)?;
+    let limits = set_limits(ctx);
     let mut out = SetValue::new();
     for (key, size) in keys.iter().zip(sizes) {
         if size.is_none() {
@@ -404,7 +422,7 @@ fn union(ctx: &Ctx<'_>, locked: &mut MultiLock<'_>, keys: &[Bytes]) -> Result<Se
         }
         if let Some(set) = present(locked, key, ctx.now_ms) {
             for m in set.iter() {
-                m.with_bytes(|b| out.insert(b));
+                m.with_bytes(|b| out.insert(b, limits));
             }
         }
     }
@@ -434,8 +452,9 @@ fn difference(
             members.retain(|m| !set.contains(m));
         }
     }
+    let limits = set_limits(ctx);
     for m in &members {
-        out.insert(m);
+        out.insert(m, limits);
     }
     Ok(out)
 }
@@ -465,11 +484,11 @@ fn stored(ctx: &mut Ctx<'_>, dst: &[u8], (len, deleted): (usize, bool), event: &
     Ok(gradus_proto::Frame::Integer(len as i64))
 }
 
-/// A set built from `members` in their order.
-fn set_of(members: &[Bytes]) -> SetValue {
+/// A set built from `members` in their order, within `limits`.
+fn set_of(members: &[Bytes], limits: SetLimits) -> SetValue {
     let mut set = SetValue::new();
     for m in members {
-        set.insert(m);
+        set.insert(m, limits);
     }
     set
 }
@@ -487,7 +506,12 @@ fn sinterstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let db = ctx.db();
     let mut locked = db.lock_keys(args[1..].iter().map(|k| &k[..]));
     let members = intersection(ctx, &mut locked, keys, 0)?;
-    let done = store(&mut locked, dst, ctx.now_ms, set_of(&members));
+    let done = store(
+        &mut locked,
+        dst,
+        ctx.now_ms,
+        set_of(&members, set_limits(ctx)),
+    );
     drop(locked);
     stored(ctx, dst, done, "sinterstore")
 }
@@ -602,6 +626,7 @@ mod tests {
                 .iter()
                 .map(|m| Bytes::copy_from_slice(m.as_bytes()))
                 .collect::<Vec<_>>(),
+            SetLimits::REDIS_DEFAULT,
         )
     }
 

@@ -30,7 +30,7 @@ const READS: u32 = flags::MOVABLE_KEYS | flags::READS_KEYSPACE;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("sort", -2, flags::WRITE | flags::SELF_LOGGED | flags::DENYOOM | READS, KEY1, "generic", "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.", sort).reads(1, 1),
+    cmd("sort", -2, flags::WRITE | flags::SELF_LOGGED | flags::DENYOOM | READS, KEY1, "generic", "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.", sort).reads(1, 1).key_flags(&["RO access", "OW update"]),
     cmd("sort_ro", -2, flags::READONLY | READS, KEY1, "generic", "Returns the sorted elements of a list, a set, or a sorted set.", sort_ro),
 ];
 

@@ -20,21 +20,21 @@ const F: u32 = flags::FAST;
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("get", 2, R | F, KEY1, "string", "Returns the string value of a key.", get),
-    cmd("set", -3, W, KEY1, "string", "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.", set),
-    cmd("setex", 4, W, KEY1, "string", "Sets the string value and expiration time of a key.", setex),
-    cmd("psetex", 4, W, KEY1, "string", "Sets both string value and expiration time in milliseconds of a key.", psetex),
-    cmd("setnx", 3, W | F, KEY1, "string", "Set the string value of a key only when the key doesn't exist.", setnx).notifies_if_changed(&[(crate::notify::STRING, "set")]),
+    cmd("set", -3, W, KEY1, "string", "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.", set).key_flags_by(set_key_flags),
+    cmd("setex", 4, W, KEY1, "string", "Sets the string value and expiration time of a key.", setex).key_flags(&["OW update"]),
+    cmd("psetex", 4, W, KEY1, "string", "Sets both string value and expiration time in milliseconds of a key.", psetex).key_flags(&["OW update"]),
+    cmd("setnx", 3, W | F, KEY1, "string", "Set the string value of a key only when the key doesn't exist.", setnx).notifies_if_changed(&[(crate::notify::STRING, "set")]).key_flags(&["OW insert"]),
     cmd("getex", -2, flags::WRITE | F, KEY1, "string", "Returns the string value of a key after setting its expiration time.", getex).reads(1, 1),
-    cmd("getdel", 2, flags::WRITE | F, KEY1, "string", "Returns the string value of a key after deleting the key.", getdel).notifies_if_changed(&[(crate::notify::GENERIC, "del")]).reads(1, 1),
+    cmd("getdel", 2, flags::WRITE | F, KEY1, "string", "Returns the string value of a key after deleting the key.", getdel).notifies_if_changed(&[(crate::notify::GENERIC, "del")]).reads(1, 1).key_flags(&["RW access delete"]),
     cmd("getset", 3, W | F, KEY1, "string", "Returns the previous string value of a key after setting it to a new value.", getset).notifies(&[(crate::notify::STRING, "set")]),
     cmd("mget", -2, R | F, (1, -1, 1), "string", "Atomically returns the string values of one or more keys.", mget),
-    cmd("mset", -3, W, (1, -1, 2), "string", "Atomically creates or modifies the string values of one or more keys.", mset).notifies(&[(crate::notify::STRING, "set")]),
-    cmd("msetnx", -3, W, (1, -1, 2), "string", "Atomically modifies the string values of one or more keys only when all keys don't exist.", msetnx).notifies_if_changed(&[(crate::notify::STRING, "set")]),
-    cmd("append", 3, W | F, KEY1, "string", "Appends a string to the value of a key. Creates the key if it doesn't exist.", append).notifies(&[(crate::notify::STRING, "append")]),
-    cmd("strlen", 2, R | F, KEY1, "string", "Returns the length of a string value.", strlen),
+    cmd("mset", -3, W, (1, -1, 2), "string", "Atomically creates or modifies the string values of one or more keys.", mset).notifies(&[(crate::notify::STRING, "set")]).key_flags(&["OW update"]),
+    cmd("msetnx", -3, W, (1, -1, 2), "string", "Atomically modifies the string values of one or more keys only when all keys don't exist.", msetnx).notifies_if_changed(&[(crate::notify::STRING, "set")]).key_flags(&["OW insert"]),
+    cmd("append", 3, W | F, KEY1, "string", "Appends a string to the value of a key. Creates the key if it doesn't exist.", append).notifies(&[(crate::notify::STRING, "append")]).key_flags(&["RW insert"]),
+    cmd("strlen", 2, R | F, KEY1, "string", "Returns the length of a string value.", strlen).key_flags(&["RO"]),
     cmd("getrange", 4, R, KEY1, "string", "Returns a substring of the string stored at a key.", getrange),
     cmd("substr", 4, R, KEY1, "string", "Returns a substring from a string value.", getrange),
-    cmd("setrange", 4, W, KEY1, "string", "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.", setrange).notifies(&[(crate::notify::STRING, "setrange")]),
+    cmd("setrange", 4, W, KEY1, "string", "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.", setrange).notifies(&[(crate::notify::STRING, "setrange")]).key_flags(&["RW update"]),
     cmd("incr", 2, W | F, KEY1, "string", "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", incr).notifies(&[(crate::notify::STRING, "incrby")]),
     cmd("incrby", 3, W | F, KEY1, "string", "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist.", incrby).notifies(&[(crate::notify::STRING, "incrby")]),
     cmd("decr", 2, W | F, KEY1, "string", "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", decr).notifies(&[(crate::notify::STRING, "incrby")]),
@@ -42,6 +42,15 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("lcs", -3, R, (1, 2, 1), "string", "Finds the longest common substring.", lcs),
     cmd("incrbyfloat", 3, W | F, KEY1, "string", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", incrbyfloat).notifies(&[(crate::notify::STRING, "incrbyfloat")]),
 ];
+
+/// SET's key-spec flags (Redis' `setGetKeys`): it overwrites its key, unless GET reads it too.
+fn set_key_flags(args: &[Bytes]) -> &'static [&'static str] {
+    if args.iter().skip(3).any(|a| is(a, "get")) {
+        &["RW access update"]
+    } else {
+        &["OW update"]
+    }
+}
 
 fn str_value(v: &[u8]) -> Value {
     Value::string_copy(v)
@@ -158,12 +167,14 @@ fn set_generic(
         let expires_at = match ttl {
             Ttl::Clear => None,
             Ttl::At(t) => Some(t.max(0) as u64),
-            Ttl::Keep => shard.get(key, now).and_then(|e| e.expires_at()),
+            Ttl::Keep => shard.peek(key, now).and_then(|e| e.expires_at()),
         };
         shard.set(key, str_value(value), expires_at, now);
         return Ok((true, None));
     }
-    let (exists, old_ttl, old) = match shard.get(key, now) {
+    // Looked at with `peek`: the `set` below is the one access (a replaced key's LFU counter
+    // grows once, as from Redis' lookup), here and in the other read-then-set commands.
+    let (exists, old_ttl, old) = match shard.peek(key, now) {
         None => (false, None, None),
         Some(e) => {
             let old = match (&e.value, want_old) {
@@ -407,10 +418,10 @@ fn append(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let max = max_string(ctx);
     let now = ctx.now_ms;
     let mut shard = ctx.db().lock(key);
-    let (old, ttl) = match shard.get(key, now) {
-        None => (Bytes::new(), None),
+    let (old, ttl, existed) = match shard.peek(key, now) {
+        None => (Bytes::new(), None, false),
         Some(e) => match &e.value {
-            Value::Str(b) => (b.to_bytes(), e.expires_at()),
+            Value::Str(b) => (b.to_bytes(), e.expires_at(), true),
             _ => return Err(CmdError::WrongType),
         },
     };
@@ -422,7 +433,14 @@ fn append(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     joined.extend_from_slice(&old);
     joined.extend_from_slice(&args[2]);
     drop(old);
-    shard.set(key, Value::string(Bytes::from(joined)), ttl, now);
+    // Redis stores the argument as SET would for a new key (`int`/`embstr`), and edits an
+    // existing string in place, which OBJECT ENCODING then calls `raw`.
+    let value = if existed {
+        Value::raw_string(Bytes::from(joined))
+    } else {
+        Value::string(Bytes::from(joined))
+    };
+    shard.set(key, value, ttl, now);
     Ok(Frame::Integer(new_len as i64))
 }
 
@@ -465,7 +483,7 @@ fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let max = max_string(ctx);
     let now = ctx.now_ms;
     let mut shard = ctx.db().lock(key);
-    let (old, ttl) = match shard.get(key, now) {
+    let (old, ttl) = match shard.peek(key, now) {
         None => (None, None),
         Some(e) => match &e.value {
             Value::Str(b) => (Some(b.to_bytes()), e.expires_at()),
@@ -486,7 +504,8 @@ fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     buf[offset..needed].copy_from_slice(piece);
     let new_len = buf.len();
-    shard.set(key, Value::string(Bytes::from(buf)), ttl, now);
+    // An edit in place (or a new zero-padded buffer): `raw` for OBJECT ENCODING, as in Redis.
+    shard.set(key, Value::raw_string(Bytes::from(buf)), ttl, now);
     Ok(Frame::Integer(new_len as i64))
 }
 
@@ -494,7 +513,7 @@ fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 fn incr_generic(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> CmdResult {
     let now = ctx.now_ms;
     let mut shard = ctx.db().lock(key);
-    let (current, ttl) = match shard.get(key, now) {
+    let (current, ttl) = match shard.peek(key, now) {
         None => (0, None),
         Some(e) => match &e.value {
             Value::Str(b) => (parse_i64(b).ok_or(CmdError::NotInteger)?, e.expires_at()),
@@ -535,7 +554,7 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut shard = ctx.db().lock(key);
     // Redis checks the key's type before the increment.
     if shard
-        .get(key, now)
+        .peek(key, now)
         .is_some_and(|e| !matches!(e.value, Value::Str(_)))
     {
         return Err(CmdError::WrongType);
@@ -547,7 +566,7 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         Some(Parsed::Finite(v)) => v,
     };
-    let (current, ttl) = match shard.get(key, now) {
+    let (current, ttl) = match shard.peek(key, now) {
         None => (Some(LongDouble::ZERO), None),
         Some(e) => match &e.value {
             Value::Str(b) => match long_double::parse(b) {

@@ -27,7 +27,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("multi", 1, TX, NO_KEYS, "transactions", "Starts a transaction.", multi),
     cmd("exec", 1, flags::NO_QUEUE | flags::LOADING | flags::OWN_GATE | flags::SKIP_SLOWLOG | flags::RUNS_QUEUED, NO_KEYS, "transactions", "Executes all commands in a transaction.", exec),
     cmd("discard", 1, TX, NO_KEYS, "transactions", "Discards a transaction.", discard),
-    cmd("watch", -2, TX, (1, -1, 1), "transactions", "Monitors changes to keys to determine the execution of a transaction.", watch),
+    cmd("watch", -2, TX, (1, -1, 1), "transactions", "Monitors changes to keys to determine the execution of a transaction.", watch).key_flags(&["RO"]),
     cmd("unwatch", 1, TX, NO_KEYS, "transactions", "Forgets about watched keys of a transaction.", unwatch),
 ];
 

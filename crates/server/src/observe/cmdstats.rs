@@ -183,6 +183,27 @@ pub fn percentile_usec(hist: &Histogram<u64>, percentile: f64) -> f64 {
     hist.value_at_percentile(percentile) as f64 / 1000.0
 }
 
+/// `LATENCY HISTOGRAM`'s buckets of a histogram of nanoseconds, as Redis' `fillCommandCDF`
+/// walks it (an HDR logarithmic iteration from 1024 ns, doubling): for each level, the
+/// highest value equivalent to it in microseconds and how many values are at most that, only
+/// where that count grew, up to the level that holds them all.
+pub fn cumulative_buckets_usec(hist: &Histogram<u64>) -> Vec<(u64, u64)> {
+    let total = hist.len();
+    let mut out = Vec::new();
+    let mut previous = 0;
+    let mut level: u64 = 1024;
+    while previous < total && level <= HIST_MAX_NS.saturating_mul(4) {
+        let high = hist.highest_equivalent(level);
+        let cumulative = hist.count_between(0, high);
+        if cumulative > previous {
+            out.push((high / 1000, cumulative));
+            previous = cumulative;
+        }
+        level *= 2;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,5 +236,19 @@ mod tests {
         assert_eq!((s.calls, s.usec, s.failed, s.rejected), (1, 3, 0, 0));
         assert_eq!(s.hist.as_ref().map(|h| h.len()), Some(1));
         assert_eq!(stats.totals()[i].calls, 3, "totals never go back");
+    }
+
+    #[test]
+    fn latency_histogram_buckets_are_redis_power_of_two_levels() {
+        let mut h = Histogram::<u64>::new_with_bounds(HIST_MIN_NS, HIST_MAX_NS, HIST_SIGFIG)
+            .expect("valid bounds");
+        for ns in [500, 900, 1_500, 3_000, 20_000, 20_000] {
+            h.record(ns).expect("in range");
+        }
+        // Redis 7.0.15 prints these levels for such samples: 1, 2, 4, … 16, 33 µs.
+        assert_eq!(
+            cumulative_buckets_usec(&h),
+            vec![(1, 2), (2, 3), (4, 4), (33, 6)]
+        );
     }
 }

@@ -49,8 +49,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use gradus_log::format::MAX_RECORD_LEN;
 use gradus_store::{
-    End, HashValue, ItemMeta, ItemView, ListValue, SetValue, Value, ValueView, ZSetLimits,
-    ZSetValue,
+    End, HashLimits, HashValue, ItemMeta, ItemView, ListLimit, ListValue, SetLimits, SetValue,
+    Value, ValueView, ZSetLimits, ZSetValue,
 };
 
 const TAG_COMMANDS: u8 = 1;
@@ -634,12 +634,13 @@ fn read_value(kind: u8, r: &mut Reader, meta: &mut ItemMeta) -> Result<Value, Re
     })
 }
 
-/// A hash's elements (count, then field and value each), inserted into `h`.
+/// A hash's elements (count, then field and value each), inserted into `h` within Redis'
+/// default limits (as a sorted set's: see [`read_zset_into`]).
 fn read_hash_into(r: &mut Reader, h: &mut HashValue) -> Result<(), RecordError> {
     for _ in 0..r.count(8)? {
         let f = r.bytes()?;
         let v = r.bytes()?;
-        h.insert(&f, &v);
+        h.insert(&f, &v, HashLimits::REDIS_DEFAULT);
     }
     Ok(())
 }
@@ -665,23 +666,25 @@ fn read_zset_into(r: &mut Reader, z: &mut ZSetValue) -> Result<(), RecordError> 
     Ok(())
 }
 
-/// A list's elements (count, then each element), appended to `l` at its tail.
+/// A list's elements (count, then each element), appended to `l` at its tail, in packs of
+/// Redis' default size (as a sorted set's: see [`read_zset_into`]).
 fn read_list_into(r: &mut Reader, l: &mut ListValue) -> Result<(), RecordError> {
     for _ in 0..r.count(4)? {
         let e = r.bytes()?;
-        l.push(End::Right, &[e]);
+        l.push(End::Right, &[e], ListLimit::REDIS_DEFAULT);
     }
     Ok(())
 }
 
-/// A set's members (count, then each member), inserted into `s`, which is made a hashtable at
-/// once when they will not fit a smaller encoding (rather than converted on the way).
+/// A set's members (count, then each member), inserted into `s` within Redis' default limits
+/// (as a sorted set's: see [`read_zset_into`]), which is made a hashtable at once when they
+/// will not fit a smaller encoding (rather than converted on the way).
 fn read_set_into(r: &mut Reader, s: &mut SetValue) -> Result<(), RecordError> {
     let count = r.count(4)?;
-    s.expect(s.len() + count);
+    s.expect(s.len() + count, SetLimits::REDIS_DEFAULT);
     for _ in 0..count {
         let m = r.bytes()?;
-        if !s.insert(&m) {
+        if !s.insert(&m, SetLimits::REDIS_DEFAULT) {
             return Err(RecordError("a set member written twice"));
         }
     }
@@ -876,16 +879,26 @@ mod tests {
         let mut z = ZSetValue::new();
         let mut set = SetValue::new();
         for i in 0..1000 {
-            h.insert(format!("field{i}").as_bytes(), &[b'v'; 40]);
+            h.insert(
+                format!("field{i}").as_bytes(),
+                &[b'v'; 40],
+                HashLimits::REDIS_DEFAULT,
+            );
             z.insert(
                 format!("member{i}").as_bytes(),
                 f64::from(i) / 3.0,
                 ZSetLimits::REDIS_DEFAULT,
             );
-            set.insert(format!("set-member-{i}").as_bytes());
+            set.insert(
+                format!("set-member-{i}").as_bytes(),
+                SetLimits::REDIS_DEFAULT,
+            );
         }
         let long: Bytes = (0..10_000u32).flat_map(|i| i.to_le_bytes()).collect();
-        let l = ListValue::from_items((0..2000).map(|i| format!("element {i} of a list")));
+        let l = ListValue::from_items(
+            (0..2000).map(|i| format!("element {i} of a list")),
+            ListLimit::REDIS_DEFAULT,
+        );
         let meta = ItemMeta {
             client_flags: 7,
             bits: ItemMeta::STALE,
@@ -972,11 +985,14 @@ mod tests {
         let mut pack = SetValue::new();
         let mut table = SetValue::new();
         for i in -20..20i64 {
-            ints.insert(i.to_string().as_bytes());
-            pack.insert(format!("m{i}").as_bytes());
-            table.insert(format!("{i}").repeat(30).as_bytes());
+            ints.insert(i.to_string().as_bytes(), SetLimits::REDIS_DEFAULT);
+            pack.insert(format!("m{i}").as_bytes(), SetLimits::REDIS_DEFAULT);
+            table.insert(
+                format!("{i}").repeat(30).as_bytes(),
+                SetLimits::REDIS_DEFAULT,
+            );
         }
-        table.insert(b"");
+        table.insert(b"", SetLimits::REDIS_DEFAULT);
         let sets = vec![("intset", ints), ("listpack", pack), ("hashtable", table)];
         for (name, set) in &sets {
             assert_eq!(set.encoding(), *name);
@@ -1017,7 +1033,7 @@ mod tests {
     fn items_roundtrip_every_kind() {
         let mut shard = Shard::new();
         let mut h = HashValue::new();
-        h.insert(b"f", b"v");
+        h.insert(b"f", b"v", HashLimits::REDIS_DEFAULT);
         let mut z = ZSetValue::new();
         z.insert(b"m", -1.5, ZSetLimits::REDIS_DEFAULT);
         let sets = set_of_each_encoding();
@@ -1025,8 +1041,11 @@ mod tests {
         shard.set(b"h", Value::hash(h.clone()), None, 0);
         shard.set(b"z", Value::zset(z.clone()), None, 0);
         // A small list and one kept in several packs, with an empty and a long element.
-        let small = ListValue::from_items(["a", "", "c"]);
-        let large = ListValue::from_items((0..3000).map(|i| "x".repeat(i % 40)));
+        let small = ListValue::from_items(["a", "", "c"], ListLimit::REDIS_DEFAULT);
+        let large = ListValue::from_items(
+            (0..3000).map(|i| "x".repeat(i % 40)),
+            ListLimit::REDIS_DEFAULT,
+        );
         assert_eq!(large.encoding(), "quicklist");
         shard.set(b"l", Value::List(small.clone()), Some(12), 0);
         shard.set(b"q", Value::List(large.clone()), None, 0);
@@ -1109,13 +1128,20 @@ mod tests {
         let mut z = ZSetValue::new();
         let mut set = SetValue::new();
         for i in 0..200 {
-            h.insert(format!("field:{i}").as_bytes(), b"some session data, ");
+            h.insert(
+                format!("field:{i}").as_bytes(),
+                b"some session data, ",
+                HashLimits::REDIS_DEFAULT,
+            );
             z.insert(
                 format!("member:{i}").as_bytes(),
                 f64::from(i),
                 ZSetLimits::REDIS_DEFAULT,
             );
-            set.insert(format!("tag:course:{i}").as_bytes());
+            set.insert(
+                format!("tag:course:{i}").as_bytes(),
+                SetLimits::REDIS_DEFAULT,
+            );
         }
         let text = Bytes::from("a:3:{s:4:\"user\";i:42;} ".repeat(200));
         let noise: Bytes = {

@@ -215,8 +215,10 @@ fn partition_of(
 ) -> Option<usize> {
     let spec = table().get(&c.args[0])?;
     // Commands that reach other keyspaces, or keys that neither their key positions nor a
-    // `numkeys` name, run alone.
-    let movable = spec.has(crate::command::flags::MOVABLE_KEYS) && spec.numkeys_at == 0;
+    // `numkeys` name, run alone; so do scripts, whose declared keys (`numkeys`) need not be
+    // all the keys they touch.
+    let movable = spec.has(crate::command::flags::MOVABLE_KEYS)
+        && (spec.numkeys_at == 0 || spec.has(crate::command::flags::NO_MANDATORY_KEYS));
     if spec.other_keyspaces.is_some() || movable {
         return None;
     }

@@ -97,9 +97,7 @@ pub fn start(shared: &Arc<Shared>, target: Option<(String, u16)>, timeout_ms: u6
         state.generation += 1;
         state.generation
     };
-    shared
-        .pauses
-        .pause(PausePurpose::Failover, PauseMode::Write, u64::MAX, now);
+    shared.pause(PausePurpose::Failover, PauseMode::Write, u64::MAX, now);
     tokio::spawn(run(shared.clone(), generation));
 }
 
@@ -114,7 +112,7 @@ pub fn clear(shared: &Shared) {
         state.generation += 1;
     }
     shared.failover.changed.notify_waiters();
-    shared.pauses.unpause(PausePurpose::Failover);
+    shared.unpause(PausePurpose::Failover);
 }
 
 /// Give the failover up (ABORT, a timeout, a refused PSYNC FAILOVER): a server that already

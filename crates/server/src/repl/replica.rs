@@ -585,6 +585,7 @@ fn apply_record(shared: &Shared, client: &mut ClientState, body: &Bytes) -> Resu
             run(shared, outer.client(), c);
         }
         outer.commit().map_err(|e| e.to_string())?;
+        crate::dispatch::flush_broadcasts(shared, client);
     }
     if !client.ready_keys.is_empty() {
         crate::blocking::serve(shared, std::mem::take(&mut client.ready_keys));
