@@ -1023,23 +1023,59 @@ impl Shard {
         create: impl FnOnce() -> Value,
         f: impl FnOnce(&mut Value) -> R,
     ) -> R {
-        self.preserve(key);
-        let live = self
-            .map
-            .get(key)
-            .is_some_and(|entry| !entry.is_expired(now_ms));
-        if !live {
-            self.expire_if_needed(key, now_ms);
-            let value = create();
-            self.used_bytes += entry_size(key.len(), &value);
-            let version = self.bump();
-            let meta = ItemMeta::default();
-            let entry = Entry::with_meta(value, None, version, meta, self.clock, now_ms);
-            self.map.insert_new(Node::new(key, entry));
+        match self.try_upsert(key, now_ms, create, |v| {
+            Ok::<R, std::convert::Infallible>(f(v))
+        }) {
+            Ok(r) => r,
+            Err(never) => match never {},
         }
+    }
+
+    /// [`Shard::upsert`] for a write that may refuse the value it finds (a wrong type, a string
+    /// that is not a number): `f` must leave the value as it was when it returns `Err`, and
+    /// then nothing changes (no new version, so a WATCH of the key still holds). A live key
+    /// costs one hash lookup, so a command needs no separate type check before it.
+    pub fn try_upsert<R, E>(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        create: impl FnOnce() -> Value,
+        f: impl FnOnce(&mut Value) -> Result<R, E>,
+    ) -> Result<R, E> {
+        self.preserve(key);
+        let version = self.next_version + 1;
+        let clock = self.clock;
+        if let Some(entry) = self.map.get_mut(key) {
+            if !entry.is_expired(now_ms) {
+                let before = entry.value.mem_size();
+                let result = f(&mut entry.value)?;
+                let after = entry.value.mem_size();
+                entry.version = version;
+                entry.touch(clock, now_ms);
+                let empty = entry.value.is_empty_collection();
+                self.next_version = version;
+                self.used_bytes = self.used_bytes + after - before;
+                if empty {
+                    self.remove_entry(key);
+                }
+                return Ok(result);
+            }
+        }
+        // Absent or expired: a new value, which `f` may still refuse (then it goes again).
+        self.expire_if_needed(key, now_ms);
+        let value = create();
+        self.used_bytes += entry_size(key.len(), &value);
+        let version = self.bump();
+        let meta = ItemMeta::default();
+        let entry = Entry::with_meta(value, None, version, meta, self.clock, now_ms);
+        self.map.insert_new(Node::new(key, entry));
         // A key just created is not accessed as well (Redis: the write's lookup found nothing;
         // a new key's LFU counter starts at LFU_INIT_VAL).
-        self.apply(key, now_ms, live, f)
+        let result = self.apply(key, now_ms, false, f);
+        if result.is_err() {
+            self.remove_entry(key);
+        }
+        result
     }
 
     /// `f` on the value of `key`, which the caller has checked is present and live; `access`:
@@ -1372,6 +1408,37 @@ mod tests {
         assert_eq!(sh.volatile_count(), 0);
         sh.remove(b"b", 0);
         assert_eq!(sh.used_bytes(), 0);
+    }
+
+    /// `try_upsert` (HSET's and INCR's one-lookup write): a refusal changes nothing, not even
+    /// the version a WATCH compares; a refused new value does not stay behind.
+    #[test]
+    fn try_upsert_refusal_changes_nothing() {
+        let mut sh = Shard::new();
+        sh.set(b"k", s("abc"), Some(5_000), 0);
+        let version = sh.version_of(b"k", 1);
+        let refused: Result<(), &str> = sh.try_upsert(b"k", 1, || s("0"), |_| Err("no"));
+        assert_eq!(refused, Err("no"));
+        assert_eq!(sh.version_of(b"k", 1), version);
+        let done: Result<usize, ()> = sh.try_upsert(
+            b"k",
+            2,
+            || s("0"),
+            |v| {
+                *v = s("abcd");
+                Ok(4)
+            },
+        );
+        assert_eq!(done, Ok(4));
+        assert!(sh.version_of(b"k", 2) > version);
+        assert_eq!(
+            sh.get(b"k", 2).and_then(|e| e.expires_at()),
+            Some(5_000),
+            "TTL kept"
+        );
+        let refused: Result<(), ()> = sh.try_upsert(b"new", 3, || s("0"), |_| Err(()));
+        assert!(refused.is_err());
+        assert!(sh.get(b"new", 3).is_none());
     }
 
     /// Redis' pause.tcl "Test both active and passive expires are skipped during client

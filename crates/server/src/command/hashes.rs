@@ -114,14 +114,22 @@ fn hset_generic(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<i64, CmdError> {
     let now = ctx.now_ms;
     let limits = hash_limits(ctx);
     let mut shard = ctx.db().lock(key);
-    read_hash(&mut shard, key, now)?;
-    Ok(upsert_hash(&mut shard, key, now, |h| {
-        h.expect(args.len() / 2 - 1, limits);
-        args[2..]
-            .chunks_exact(2)
-            .map(|pair| i64::from(h.insert(&pair[0], &pair[1], limits)))
-            .sum()
-    }))
+    // The type check and the write in one lookup of the key.
+    shard.try_upsert(
+        key,
+        now,
+        || Value::hash(HashValue::new()),
+        |value| match value {
+            Value::Hash(h) => {
+                h.expect(args.len() / 2 - 1, limits);
+                Ok(args[2..]
+                    .chunks_exact(2)
+                    .map(|pair| i64::from(h.insert(&pair[0], &pair[1], limits)))
+                    .sum())
+            }
+            _ => Err(CmdError::WrongType),
+        },
+    )
 }
 
 fn hset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {

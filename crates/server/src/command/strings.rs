@@ -513,17 +513,25 @@ fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 fn incr_generic(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> CmdResult {
     let now = ctx.now_ms;
     let mut shard = ctx.db().lock(key);
-    let (current, ttl) = match shard.peek(key, now) {
-        None => (0, None),
-        Some(e) => match &e.value {
-            Value::Str(b) => (parse_i64(b).ok_or(CmdError::NotInteger)?, e.expires_at()),
-            _ => return Err(CmdError::WrongType),
-        },
-    };
-    let next = current.checked_add(delta).ok_or(CmdError::Overflow)?;
+    // Read, check and replace the value in one lookup of the key (its TTL stays); an absent
+    // key counts from 0. A refused increment changes nothing.
     let mut text = itoa::Buffer::new();
-    shard.set(key, str_value(text.format(next).as_bytes()), ttl, now);
-    Ok(Frame::Integer(next))
+    shard
+        .try_upsert(
+            key,
+            now,
+            || str_value(b"0"),
+            |value| match value {
+                Value::Str(b) => {
+                    let current = parse_i64(b).ok_or(CmdError::NotInteger)?;
+                    let next = current.checked_add(delta).ok_or(CmdError::Overflow)?;
+                    *value = str_value(text.format(next).as_bytes());
+                    Ok(next)
+                }
+                _ => Err(CmdError::WrongType),
+            },
+        )
+        .map(Frame::Integer)
 }
 
 fn incr(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
