@@ -48,6 +48,14 @@ def client_id(raw):
     return int(reply.split(b"\r\n")[0].lstrip(b":"))
 
 
+def invalidation_subscriber(server):
+    """A RESP2 connection subscribed to `__redis__:invalidate`, and its id (a REDIRECT target)."""
+    sub = Raw(server)
+    target = client_id(sub)
+    sub.call("SUBSCRIBE", "__redis__:invalidate")
+    return sub, target
+
+
 def resp3_tracker(server, *options):
     t = Raw(server)
     t.call("HELLO", "3")
@@ -80,9 +88,7 @@ def test_flush_sends_a_null_invalidation_in_resp3(gradus, redis_server):
 
 def test_flush_sends_a_null_bulk_not_a_null_array_to_a_resp2_redirect_target(gradus, redis_server):
     def scenario(server):
-        sub = Raw(server)
-        target = client_id(sub)
-        sub.call("SUBSCRIBE", "__redis__:invalidate")
+        sub, target = invalidation_subscriber(server)
         t = Raw(server)
         assert t.call("CLIENT", "TRACKING", "on", "REDIRECT", target) == b"+OK\r\n"
         t.call("GET", "a")
@@ -95,9 +101,7 @@ def test_flush_sends_a_null_bulk_not_a_null_array_to_a_resp2_redirect_target(gra
 
 def test_write_sends_the_key_to_a_resp2_redirect_target(gradus, redis_server):
     def scenario(server):
-        sub = Raw(server)
-        target = client_id(sub)
-        sub.call("SUBSCRIBE", "__redis__:invalidate")
+        sub, target = invalidation_subscriber(server)
         t = Raw(server)
         t.call("CLIENT", "TRACKING", "on", "REDIRECT", target)
         t.call("GET", "a")
@@ -175,9 +179,7 @@ def test_reads_inside_exec_and_scripts_are_tracked(gradus, redis_server):
 
 def test_bcast_prefixes_to_a_resp2_redirect_target(gradus, redis_server):
     def scenario(server):
-        sub = Raw(server)
-        target = client_id(sub)
-        sub.call("SUBSCRIBE", "__redis__:invalidate")
+        sub, target = invalidation_subscriber(server)
         t = Raw(server)
         t.call("CLIENT", "TRACKING", "on", "REDIRECT", target, "BCAST", "PREFIX", "a:", "PREFIX", "b:")
         writer = redis_client(server)
@@ -218,9 +220,7 @@ def test_bcast_invalidations_of_an_exec_are_batched_per_prefix(gradus, redis_ser
     # one message per prefix with its keys sorted; Gradus sent one message per key, so the
     # redirect target of unit/tracking fell behind by two messages.
     def scenario(server):
-        sub = Raw(server)
-        target = client_id(sub)
-        sub.call("SUBSCRIBE", "__redis__:invalidate")
+        sub, target = invalidation_subscriber(server)
         t = Raw(server)
         t.call("CLIENT", "TRACKING", "on", "BCAST", "REDIRECT", target, "PREFIX", "b:", "PREFIX", "a:")
         for c in (("MULTI",), ("INCR", "a:2"), ("INCR", "b:1"), ("INCR", "a:1"), ("INCR", "b:2"),
@@ -249,9 +249,7 @@ def test_keys_read_before_tracking_off_are_forgotten_by_a_flush(gradus, redis_se
     # With no connection tracking, Gradus skipped the table on writes and flushes, so a key
     # read earlier stayed remembered and a later tracker was told of a write it never read.
     def scenario(server):
-        sub = Raw(server)
-        target = client_id(sub)
-        sub.call("SUBSCRIBE", "__redis__:invalidate")
+        sub, target = invalidation_subscriber(server)
         t = Raw(server)
         t.call("CLIENT", "TRACKING", "on")
         t.call("GET", "key1")
@@ -288,9 +286,7 @@ def test_tracking_info_fields_count_keys_items_and_prefixes(gradus, redis_server
 
 def test_lowering_tracking_table_max_keys_evicts_without_a_new_read(gradus, redis_server):
     def scenario(server):
-        sub = Raw(server)
-        target = client_id(sub)
-        sub.call("SUBSCRIBE", "__redis__:invalidate")
+        sub, target = invalidation_subscriber(server)
         t = Raw(server)
         t.call("CLIENT", "TRACKING", "on", "REDIRECT", target)
         t.call("GET", "k1")

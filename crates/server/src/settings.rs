@@ -448,25 +448,17 @@ macro_rules! live_usize {
     };
 }
 
-/// [`Live`] access to an `AtomicU64` of [`LiveSettings`].
+/// [`Live`] access to an `AtomicU64` of [`LiveSettings`]; with a second argument, a function
+/// that puts the new value in force (`live_u64!(lfu_log_factor, crate::quota::apply_access_clock)`:
+/// the keys' access clock is made of it).
 macro_rules! live_u64 {
     ($f:ident) => {
-        Some(Live {
-            get: |l| Value::Int(l.$f.load(Ordering::Relaxed)),
-            set: |l, v| {
-                if let Value::Int(n) = v {
-                    l.$f.store(*n, Ordering::Relaxed);
-                }
-            },
-            apply: None,
-        })
+        live_u64!(@ $f, None)
     };
-}
-
-/// [`Live`] access to an `AtomicU64` of [`LiveSettings`] that the keys' access clock is made
-/// of: setting it puts the clock in force (`crate::quota::apply_access_clock`).
-macro_rules! live_lfu {
-    ($f:ident) => {
+    ($f:ident, $apply:path) => {
+        live_u64!(@ $f, Some($apply))
+    };
+    (@ $f:ident, $apply:expr) => {
         Some(Live {
             get: |l| Value::Int(l.$f.load(Ordering::Relaxed)),
             set: |l, v| {
@@ -474,7 +466,7 @@ macro_rules! live_lfu {
                     l.$f.store(*n, Ordering::Relaxed);
                 }
             },
-            apply: Some(crate::quota::apply_access_clock),
+            apply: $apply,
         })
     };
 }
@@ -568,10 +560,10 @@ pub static SETTINGS: &[Setting] = &[
         }), field: field!(maxmemory_policy),
         doc: "Which keys maxmemory evicts: noeviction, allkeys-lru, volatile-lru, allkeys-lfu, volatile-lfu (the lfu ones keep Redis' access-frequency counter per key instead of the last access time: OBJECT FREQ), allkeys-random, volatile-random or volatile-ttl." },
     Setting { name: "lfu-log-factor", section: Section::Top, key: "lfu-log-factor", kind: Kind::Int { min: 0, max: i32::MAX as u64 }, default: "10",
-        flag: None, live: live_lfu!(lfu_log_factor), field: field!(lfu_log_factor),
+        flag: None, live: live_u64!(lfu_log_factor, crate::quota::apply_access_clock), field: field!(lfu_log_factor),
         doc: "How slowly the lfu policies' per-key counter grows (Redis' logarithmic counter: an access increments it with probability 1/((counter-5)*factor+1), up to 255)." },
     Setting { name: "lfu-decay-time", section: Section::Top, key: "lfu-decay-time", kind: Kind::Int { min: 0, max: i32::MAX as u64 }, default: "1",
-        flag: None, live: live_lfu!(lfu_decay_time), field: field!(lfu_decay_time),
+        flag: None, live: live_u64!(lfu_decay_time, crate::quota::apply_access_clock), field: field!(lfu_decay_time),
         doc: "Minutes after which an idle key's lfu counter loses one (per period elapsed); 0: it never decays." },
     Setting { name: "requirepass", section: Section::Top, key: "requirepass", kind: Kind::Text, default: "",
         flag: flag("PASSWORD"), field: field!(requirepass),

@@ -28,6 +28,7 @@ use bytes::Bytes;
 use hashbrown::HashMap;
 use std::cell::Cell;
 use std::collections::BTreeSet;
+use std::convert::Infallible;
 
 /// `Entry::expires_at` of a key without a TTL (Redis refuses expiry times past `i64::MAX`).
 const NO_EXPIRY: u64 = u64::MAX;
@@ -559,6 +560,41 @@ pub(crate) struct PendingSnapshot {
     retired_nodes: Vec<Node>,
 }
 
+/// What a write to an entry's value did (see [`write_entry`]).
+struct Written<R> {
+    result: R,
+    /// The value's bytes before and after.
+    before: usize,
+    after: usize,
+    /// The value is a collection left empty (its key goes).
+    empty: bool,
+}
+
+/// `f` on `entry`'s value as a write: unless `f` refuses (`Err`, having left the value as it
+/// was), the entry gets `version` and, with `access`, an access. The shard's side is
+/// [`Shard::wrote`]'s.
+fn write_entry<R, E>(
+    entry: &mut Entry,
+    version: u64,
+    clock: AccessClock,
+    now_ms: u64,
+    access: bool,
+    f: impl FnOnce(&mut Value) -> Result<R, E>,
+) -> Result<Written<R>, E> {
+    let before = entry.value.mem_size();
+    let result = f(&mut entry.value)?;
+    entry.version = version;
+    if access {
+        entry.touch(clock, now_ms);
+    }
+    Ok(Written {
+        result,
+        before,
+        after: entry.value.mem_size(),
+        empty: entry.value.is_empty_collection(),
+    })
+}
+
 /// A shard of one keyspace. See the module docs for the invariants.
 #[derive(Debug, Default)]
 pub struct Shard {
@@ -987,31 +1023,15 @@ impl Shard {
         now_ms: u64,
         f: impl FnOnce(&mut Value) -> R,
     ) -> Option<R> {
-        self.preserve(key);
         // One hash lookup on the common path: expiry is checked on the entry itself.
-        let version = self.next_version + 1;
-        let clock = self.clock;
-        let (result, empty) = match self.map.get_mut(key) {
-            None => return None,
-            Some(entry) if !entry.is_expired(now_ms) => {
-                let before = entry.value.mem_size();
-                let result = f(&mut entry.value);
-                let after = entry.value.mem_size();
-                entry.version = version;
-                entry.touch(clock, now_ms);
-                self.used_bytes = self.used_bytes + after - before;
-                (result, entry.value.is_empty_collection())
-            }
-            Some(_) => {
+        match self.write_live(key, now_ms, |v| Ok::<R, Infallible>(f(v))) {
+            Ok(Ok(result)) => Some(result),
+            Ok(Err(never)) => match never {},
+            Err(_) => {
                 self.expire_if_needed(key, now_ms);
-                return None;
+                None
             }
-        };
-        self.next_version = version;
-        if empty {
-            self.remove_entry(key);
         }
-        Some(result)
     }
 
     /// Apply `f` to the value of `key`, creating it with `create()` (and no TTL) when absent.
@@ -1023,9 +1043,7 @@ impl Shard {
         create: impl FnOnce() -> Value,
         f: impl FnOnce(&mut Value) -> R,
     ) -> R {
-        match self.try_upsert(key, now_ms, create, |v| {
-            Ok::<R, std::convert::Infallible>(f(v))
-        }) {
+        match self.try_upsert(key, now_ms, create, |v| Ok::<R, Infallible>(f(v))) {
             Ok(r) => r,
             Err(never) => match never {},
         }
@@ -1042,25 +1060,10 @@ impl Shard {
         create: impl FnOnce() -> Value,
         f: impl FnOnce(&mut Value) -> Result<R, E>,
     ) -> Result<R, E> {
-        self.preserve(key);
-        let version = self.next_version + 1;
-        let clock = self.clock;
-        if let Some(entry) = self.map.get_mut(key) {
-            if !entry.is_expired(now_ms) {
-                let before = entry.value.mem_size();
-                let result = f(&mut entry.value)?;
-                let after = entry.value.mem_size();
-                entry.version = version;
-                entry.touch(clock, now_ms);
-                let empty = entry.value.is_empty_collection();
-                self.next_version = version;
-                self.used_bytes = self.used_bytes + after - before;
-                if empty {
-                    self.remove_entry(key);
-                }
-                return Ok(result);
-            }
-        }
+        let f = match self.write_live(key, now_ms, f) {
+            Ok(result) => return result,
+            Err(f) => f,
+        };
         // Absent or expired: a new value, which `f` may still refuse (then it goes again).
         self.expire_if_needed(key, now_ms);
         let value = create();
@@ -1092,20 +1095,44 @@ impl Shard {
         let Some(entry) = self.map.get_mut(key) else {
             unreachable!("apply: caller checked that the key is present")
         };
-        let before = entry.value.mem_size();
-        let result = f(&mut entry.value);
-        let after = entry.value.mem_size();
-        entry.version = version;
-        if access {
-            entry.touch(clock, now_ms);
+        let Ok(written) = write_entry(entry, version, clock, now_ms, access, |v| {
+            Ok::<R, Infallible>(f(v))
+        });
+        self.wrote(key, version, &written);
+        written.result
+    }
+
+    /// `f` on the value of `key` if it is live, as a write (see [`write_entry`]), in one hash
+    /// lookup; `Err(f)` gives `f` back when the key is absent or expired (left as it is).
+    fn write_live<R, E, F: FnOnce(&mut Value) -> Result<R, E>>(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        f: F,
+    ) -> Result<Result<R, E>, F> {
+        self.preserve(key);
+        let version = self.next_version + 1;
+        let clock = self.clock;
+        match self.map.get_mut(key) {
+            Some(entry) if !entry.is_expired(now_ms) => Ok(write_entry(
+                entry, version, clock, now_ms, true, f,
+            )
+            .map(|written| {
+                self.wrote(key, version, &written);
+                written.result
+            })),
+            _ => Err(f),
         }
-        let empty = entry.value.is_empty_collection();
+    }
+
+    /// The shard's side of a write [`write_entry`] made to `key` with `version`: the version
+    /// handed out, the value's bytes re-accounted, a collection left empty deleted.
+    fn wrote<R>(&mut self, key: &[u8], version: u64, written: &Written<R>) {
         self.next_version = version;
-        self.used_bytes = self.used_bytes + after - before;
-        if empty {
+        self.used_bytes = self.used_bytes + written.after - written.before;
+        if written.empty {
             self.remove_entry(key);
         }
-        result
     }
 
     /// Store `value` under `key` with the given expiry, replacing any previous entry (whose value is
