@@ -220,3 +220,31 @@ def test_a_command_queued_over_maxmemory_is_refused_and_exec_aborts(gradus, redi
 
     ours = assert_same(gradus, redis_server, run)
     assert ours[3] == Err(b"OOM command not allowed when used memory > 'maxmemory'."), ours
+
+
+def test_flush_async_is_counted_in_lazyfree_fields_until_freed(gradus):
+    """INFO memory had no `lazyfree_pending_objects` / `lazyfreed_objects`, so tools (and
+    Redis' own lazyfree.tcl and tracking.tcl, which wait for the pending figure to reach 0)
+    could not tell when a flush's memory was back. Gradus frees a flushed keyspace on a
+    background thread: it is pending until freed, then counted as freed."""
+    import time
+
+    r = redis_client(gradus)
+    before = r.info("memory")
+    assert before["lazyfree_pending_objects"] >= 0
+    freed = before["lazyfreed_objects"]
+    pipe = r.pipeline(transaction=False)
+    for i in range(20_000):
+        pipe.set(f"lazy:{i}", "x" * 32)
+    pipe.execute()
+    assert r.execute_command("FLUSHDB", "ASYNC") in (b"OK", "OK", True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        now = r.info("memory")
+        if now["lazyfree_pending_objects"] == 0 and now["lazyfreed_objects"] > freed:
+            break
+        time.sleep(0.05)
+    now = r.info("memory")
+    assert now["lazyfree_pending_objects"] == 0
+    assert now["lazyfreed_objects"] > freed
+    assert r.dbsize() == 0

@@ -229,6 +229,16 @@ fn memory(shared: &Shared, out: &mut String) {
     );
     line!(out, "mem_fragmentation_bytes:{}", rss as i64 - used as i64);
     line!(out, "mem_allocator:mimalloc");
+    line!(
+        out,
+        "lazyfree_pending_objects:{}",
+        crate::command::server::LAZYFREE_PENDING.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
+        "lazyfreed_objects:{}",
+        crate::command::server::LAZYFREED.load(Ordering::Relaxed)
+    );
     let max = shared.live.maxmemory.load(Ordering::Relaxed) as u64;
     let policy = shared.live.maxmemory_policy.load(Ordering::Relaxed);
     line!(out, "maxmemory:{max}");

@@ -15,7 +15,7 @@ use crate::tenancy::acl::category;
 use bytes::Bytes;
 use gradus_proto::Frame;
 use gradus_store::glob::glob_match;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const ADMIN: u32 = flags::ADMIN | flags::LOADING;
 
@@ -86,13 +86,29 @@ fn flush_mode(args: &[Bytes]) -> Result<bool, CmdError> {
 /// Free flushed contents on a background thread: a flush detaches the maps in O(1) and the reply
 /// never waits for millions of frees (SYNC and ASYNC are accepted and behave alike; the keys are
 /// gone for every client the moment the command returns either way).
+///
+/// INFO's `lazyfree_pending_objects` / `lazyfreed_objects` count these background frees (one
+/// per flushed keyspace: Redis counts values; tools and Redis' tests wait for the pending
+/// figure to reach 0). Process-wide, like the server they describe.
 pub(crate) fn dispose<T: Send + 'static>(old: T) {
+    LAZYFREE_PENDING.fetch_add(1, Ordering::Relaxed);
     std::thread::Builder::new()
         .name("gradus-reclaim".into())
-        .spawn(move || drop(old))
+        .spawn(move || {
+            drop(old);
+            LAZYFREE_PENDING.fetch_sub(1, Ordering::Relaxed);
+            LAZYFREED.fetch_add(1, Ordering::Relaxed);
+        })
         .map(drop)
-        .unwrap_or_else(|e| tracing::warn!(error = %e, "no reclaim thread; freeing inline"));
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "no reclaim thread; freed inline");
+            LAZYFREE_PENDING.fetch_sub(1, Ordering::Relaxed);
+        });
 }
+
+/// Flushed keyspaces being freed in the background now, and freed so far (see [`dispose`]).
+pub(crate) static LAZYFREE_PENDING: AtomicU64 = AtomicU64::new(0);
+pub(crate) static LAZYFREED: AtomicU64 = AtomicU64::new(0);
 
 fn flushdb(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     flush_mode(args)?;
