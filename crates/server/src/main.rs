@@ -10,8 +10,8 @@ use gradus_server::{Cli, Config, Server};
 /// mimalloc is also faster on the request path's small allocations. Counted, so INFO's
 /// `used_memory` is what the allocator really handed out (`gradus_server::alloc`).
 #[global_allocator]
-static GLOBAL: gradus_server::alloc::CountingAlloc<mimalloc::MiMalloc> =
-    gradus_server::alloc::CountingAlloc(mimalloc::MiMalloc);
+static GLOBAL: gradus_server::alloc::CountingAlloc<gradus_server::alloc::Mimalloc> =
+    gradus_server::alloc::CountingAlloc(gradus_server::alloc::Mimalloc);
 
 fn main() -> std::process::ExitCode {
     GLOBAL.activate();
@@ -77,6 +77,11 @@ fn main() -> std::process::ExitCode {
         signals.forward_to(server.shared());
         server.run().await
     });
+    // A script past busy-reply-threshold still runs on one of the runtime's threads (SHUTDOWN
+    // NOSAVE does not wait for it, as in Redis): exit without joining that thread.
+    if gradus_server::command::scripting::busy_error().is_some() {
+        runtime.shutdown_background();
+    }
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -843,10 +843,7 @@ impl Shard {
     /// Bytes `key` and its value take (MEMORY USAGE): its block, its share of the table, the
     /// value's allocations and its place in the expiry index. None when the key is not live.
     pub fn memory_usage(&mut self, key: &[u8], now_ms: u64) -> Option<usize> {
-        if self.expired_for_read(key, now_ms) {
-            return None;
-        }
-        let entry = self.map.get(key)?;
+        let entry = self.live_mut(key, now_ms)?;
         let expiry = if entry.expires_at().is_some() {
             EXPIRY_INDEX_BYTES
         } else {
@@ -944,13 +941,26 @@ impl Shard {
 
     /// The live entry for `key`, reclaiming it first if it expired.
     pub fn get(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
-        if self.expired_for_read(key, now_ms) {
-            return None;
-        }
         let clock = self.clock;
-        let entry = self.map.get_mut(key)?;
+        let entry = self.live_mut(key, now_ms)?;
         entry.touch(clock, now_ms);
         Some(entry)
+    }
+
+    /// The live entry of `key` in one hash lookup, unchanged; an expired one is dealt with as
+    /// [`Shard::expired_for_read`] does and reads as absent. (Checked code needs two lookups
+    /// here: the borrow checker cannot see that the expired path hands out no borrow.)
+    fn live_mut(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Entry> {
+        let entry: *mut Entry = self.map.get_mut(key)?;
+        // SAFETY: `entry` points into a block `self.map` owns, valid until the map is touched
+        // again. The expired path reads it before touching `self` and never after; the live
+        // path turns it into a borrow tied to `&mut self`, so nothing can touch the map while
+        // that borrow lives.
+        if unsafe { (*entry).is_expired(now_ms) } {
+            self.expired_for_read(key, now_ms);
+            return None;
+        }
+        Some(unsafe { &mut *entry })
     }
 
     /// Whether `key` holds a live entry, changing nothing (an expired one is left for expiry).
@@ -961,10 +971,7 @@ impl Shard {
     /// The live entry for `key` without counting an access (OBJECT looks at a key this way):
     /// its last-access time stays as it was. An expired key is reclaimed first.
     pub fn peek(&mut self, key: &[u8], now_ms: u64) -> Option<&Entry> {
-        if self.expired_for_read(key, now_ms) {
-            return None;
-        }
-        self.map.get(key)
+        self.live_mut(key, now_ms).map(|e| &*e)
     }
 
     /// The sorted set at `key` becomes a skiplist if it is a listpack (Redis' SORT converts the
@@ -991,12 +998,8 @@ impl Shard {
         now_ms: u64,
         bump: bool,
     ) -> Option<(&Entry, ItemMeta, u64)> {
-        if self.map.get(key)?.is_expired(now_ms) {
-            self.expired_for_read(key, now_ms);
-            return None;
-        }
         let clock = self.clock;
-        let entry = self.map.get_mut(key)?;
+        let entry = self.live_mut(key, now_ms)?;
         let before = entry.meta();
         let idle_s = u64::from(entry.idle_ticks_by(clock, now_ms)) / 100;
         if bump {
