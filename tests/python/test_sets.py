@@ -18,7 +18,7 @@ import random
 import pytest
 import redis
 
-from resp import RawConnection, Set
+from resp import NULL_ARRAY, NULL_BULK, Err, RawConnection, Set, Simple
 from servers import redis_client
 from test_durability import client, dump, persistence, retry_busy
 
@@ -305,3 +305,43 @@ def test_laravel_tagged_cache_behaves_as_on_redis(gradus, redis_server, protocol
     theirs = run_tagged_cache(redis_server, protocol)
     assert ours == theirs
     assert sum(1 for v in ours.values() if isinstance(v, list)) >= 3, "reference sets are kept"
+
+
+# --- one-lookup writes ------------------------------------------------------------------------
+
+
+def test_one_lookup_writes_keep_redis_replies_and_watch(gradus, redis_server):
+    """SADD, LPUSH/LPUSHX and LPOP check the type and write in one lookup of the key: a wrong
+    type is refused with nothing changed, LPUSHX on a missing key creates nothing, and an SADD
+    that adds nothing is no write (a WATCH of the key holds, as in Redis, where SADD signals a
+    modified key only when it added a member). Same replies as redis-server."""
+    for server in (redis_server, gradus):
+        watcher = RawConnection(server.host, server.port)
+        other = RawConnection(server.host, server.port)
+        other.call("FLUSHALL")
+        assert other.call("SADD", "s", "a", "b") == 2
+        assert other.call("SET", "str", "x") == Simple(b"OK")
+        assert watcher.call("WATCH", "s") == Simple(b"OK")
+        assert other.call("SADD", "s", "a", "b") == 0
+        assert watcher.call("MULTI") == Simple(b"OK")
+        assert watcher.call("SCARD", "s") == Simple(b"QUEUED")
+        assert watcher.call("EXEC") == [2], server
+        assert watcher.call("WATCH", "s") == Simple(b"OK")
+        assert other.call("SADD", "s", "a", "c") == 1
+        assert watcher.call("MULTI") == Simple(b"OK")
+        assert watcher.call("SCARD", "s") == Simple(b"QUEUED")
+        assert watcher.call("EXEC") == NULL_ARRAY, server
+        for cmd in (("SADD", "str", "m"), ("LPUSH", "str", "e"), ("LPUSHX", "str", "e"),
+                    ("LPOP", "str"), ("RPOP", "str", "2")):
+            reply = other.call(*cmd)
+            assert isinstance(reply, Err) and reply.text.startswith("WRONGTYPE"), (server, cmd)
+        assert other.call("GET", "str") == b"x"
+        assert other.call("LPUSHX", "missing", "e") == 0
+        assert other.call("EXISTS", "missing") == 0
+        assert other.call("RPUSH", "l", "1", "2", "3") == 3
+        assert other.call("LPOP", "l", "2") == [b"1", b"2"]
+        assert other.call("RPOP", "l") == b"3"
+        assert other.call("EXISTS", "l") == 0
+        assert other.call("LPOP", "l") == NULL_BULK
+        watcher.close()
+        other.close()

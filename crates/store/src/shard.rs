@@ -1026,12 +1026,29 @@ impl Shard {
         now_ms: u64,
         f: impl FnOnce(&mut Value) -> R,
     ) -> Option<R> {
-        // One hash lookup on the common path: expiry is checked on the entry itself.
-        match self.write_live(key, now_ms, |v| Ok::<R, Infallible>(f(v))) {
-            Ok(Ok(result)) => Some(result),
-            Ok(Err(never)) => match never {},
-            Err(_) => {
-                self.expire_if_needed(key, now_ms);
+        self.try_modify(key, now_ms, |v| Ok::<R, Infallible>(f(v)))
+            .map(|r| match r {
+                Ok(result) => result,
+                Err(never) => match never {},
+            })
+    }
+
+    /// [`Shard::modify`] for a write that may refuse the value it finds (a wrong type): `f`
+    /// must leave the value as it was when it returns `Err`, and then nothing changes, as in
+    /// [`Shard::try_upsert`]. None when the key is absent. One hash lookup on the common path
+    /// (expiry is checked on the entry itself), so a command needs no type check before it.
+    pub fn try_modify<R, E>(
+        &mut self,
+        key: &[u8],
+        now_ms: u64,
+        f: impl FnOnce(&mut Value) -> Result<R, E>,
+    ) -> Option<Result<R, E>> {
+        match self.write_live(key, now_ms, f) {
+            Ok(result) => Some(result),
+            Err((_, expired)) => {
+                if expired {
+                    self.expire_if_needed(key, now_ms);
+                }
                 None
             }
         }
@@ -1065,10 +1082,14 @@ impl Shard {
     ) -> Result<R, E> {
         let f = match self.write_live(key, now_ms, f) {
             Ok(result) => return result,
-            Err(f) => f,
+            Err((f, expired)) => {
+                if expired {
+                    self.expire_if_needed(key, now_ms);
+                }
+                f
+            }
         };
         // Absent or expired: a new value, which `f` may still refuse (then it goes again).
-        self.expire_if_needed(key, now_ms);
         let value = create();
         self.used_bytes += entry_size(key.len(), &value);
         let version = self.bump();
@@ -1106,13 +1127,14 @@ impl Shard {
     }
 
     /// `f` on the value of `key` if it is live, as a write (see [`write_entry`]), in one hash
-    /// lookup; `Err(f)` gives `f` back when the key is absent or expired (left as it is).
+    /// lookup; `Err((f, expired))` gives `f` back when the key is absent or expired (left as it
+    /// is: `expired` says there is an entry to reclaim).
     fn write_live<R, E, F: FnOnce(&mut Value) -> Result<R, E>>(
         &mut self,
         key: &[u8],
         now_ms: u64,
         f: F,
-    ) -> Result<Result<R, E>, F> {
+    ) -> Result<Result<R, E>, (F, bool)> {
         self.preserve(key);
         let version = self.next_version + 1;
         let clock = self.clock;
@@ -1124,7 +1146,8 @@ impl Shard {
                 self.wrote(key, version, &written);
                 written.result
             })),
-            _ => Err(f),
+            Some(_) => Err((f, true)),
+            None => Err((f, false)),
         }
     }
 

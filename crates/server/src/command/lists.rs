@@ -110,20 +110,15 @@ pub fn push(
     now: u64,
     limit: ListLimit,
 ) -> Result<usize, CmdError> {
-    let exists = read_list(shard, key, now)?.is_some();
-    if !exists && (only_existing || items.is_empty()) {
-        return Ok(0);
+    let push = |value: &mut Value| match value {
+        Value::List(l) => Ok(l.push(end, items, limit)),
+        _ => Err(CmdError::WrongType),
+    };
+    if only_existing || items.is_empty() {
+        return shard.try_modify(key, now, push).unwrap_or(Ok(0));
     }
-    Ok(shard.upsert(
-        key,
-        now,
-        || Value::List(ListValue::new()),
-        |value| match value {
-            Value::List(l) => l.push(end, items, limit),
-            // Unreachable after read_list; a fresh empty list is dropped again by upsert.
-            _ => 0,
-        },
-    ))
+    // The type check and the write in one lookup of the key.
+    shard.try_upsert(key, now, || Value::List(ListValue::new()), push)
 }
 
 /// Pop up to `count` elements from `end` of the list at `key`, in the order popped; the key is
@@ -137,15 +132,16 @@ pub fn pop(
     now: u64,
     limit: ListLimit,
 ) -> Result<Option<Vec<Bytes>>, CmdError> {
-    if read_list(shard, key, now)?.is_none() {
-        return Ok(None);
-    }
     if count == 0 {
-        return Ok(Some(Vec::new()));
+        return read_list(shard, key, now).map(|l| l.map(|_| Vec::new()));
     }
-    Ok(Some(change_list(shard, key, now, |l| {
-        l.pop_many(end, count, limit)
-    })))
+    // The type check and the pop in one lookup of the key.
+    shard
+        .try_modify(key, now, |value| match value {
+            Value::List(l) => Ok(l.pop_many(end, count, limit)),
+            _ => Err(CmdError::WrongType),
+        })
+        .transpose()
 }
 
 /// Pop one element from `from` of the list `src` and push it at `to` of the list `dst` (which

@@ -112,26 +112,26 @@ fn sadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let now = ctx.now_ms;
     let limits = set_limits(ctx);
     let mut shard = ctx.db().lock(key);
-    let fresh = match read_set(&mut shard, key, now)? {
-        None => true,
-        Some(s) => members.iter().any(|m| !s.contains(m)),
-    };
-    if !fresh {
-        return Ok(gradus_proto::Frame::Integer(0));
-    }
-    let added = shard.upsert(
+    // The type check, the membership check and the write in one lookup of the key. Adding
+    // nothing is no write (no new version: a WATCH of the key holds, as in Redis).
+    let added = shard.try_upsert(
         key,
         now,
         || Value::set(SetValue::sized_for(&members[0], members.len(), limits)),
         |value| match value {
-            Value::Set(s) => {
+            Value::Set(s) if members.iter().any(|m| !s.contains(m)) => {
                 s.expect(members.len(), limits);
-                members.iter().filter(|m| s.insert(m, limits)).count()
+                Ok(members.iter().filter(|m| s.insert(m, limits)).count())
             }
-            _ => 0,
+            Value::Set(_) => Err(None),
+            _ => Err(Some(CmdError::WrongType)),
         },
     );
-    Ok(gradus_proto::Frame::Integer(added as i64))
+    match added {
+        Ok(n) => Ok(gradus_proto::Frame::Integer(n as i64)),
+        Err(None) => Ok(gradus_proto::Frame::Integer(0)),
+        Err(Some(e)) => Err(e),
+    }
 }
 
 fn srem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# User-space instructions per request of Gradus and redis-server, counted by valgrind's callgrind:
+# a figure that does not move with machine noise, where ops/s on a shared 2-core box moves by
+# ±40 % between runs of one binary.
+#
+#   scripts/bench-instructions.sh [requests] [gradus-binary ...]
+#   TESTS=lpush,get,…   redis-benchmark tests (default: get,set,lpush,rpush,lpop,sadd)
+#   PIPELINE=n          redis-benchmark -P (default 16: the request path, not the syscalls)
+#
+# Each server runs under callgrind on loopback, persistence off (Gradus `--durability none
+# --threads 1`, redis-server `--save '' --appendonly no`), and gets one redis-benchmark run
+# (`-c 50 -d 3 -n REQUESTS -P PIPELINE -t TEST`), then is shut down. The figure is the whole
+# process' instruction count divided by the requests, less an idle run's count (start-up and
+# shutdown). Kernel time (the socket calls) is not counted: it is the same calls for both
+# servers at equal pipelining. Prints a Markdown table on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REQUESTS=${1:-100000}
+shift || true
+BINARIES=("$@")
+if [ ${#BINARIES[@]} -eq 0 ]; then
+  cargo build --release -q -p gradus-server
+  BINARIES=("${CARGO_TARGET_DIR:-target}/release/gradus")
+fi
+for tool in valgrind callgrind_annotate redis-benchmark redis-server redis-cli; do
+  command -v "$tool" >/dev/null || { echo "$tool not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
+done
+PORT=7481
+TMP=$(mktemp -d)
+trap 'redis-cli -p $PORT shutdown nosave >/dev/null 2>&1 || true; rm -rf "$TMP"' EXIT
+
+count() { # test requests command... → instructions of the whole run
+  local test=$1 n=$2; shift 2
+  rm -rf "$TMP/run" && mkdir "$TMP/run"
+  valgrind --tool=callgrind --callgrind-out-file="$TMP/run/cg.out" "$@" >"$TMP/run/log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 300); do redis-cli -p $PORT ping >/dev/null 2>&1 && break; sleep 0.2; done
+  if [ "$n" -gt 0 ]; then
+    redis-benchmark -p $PORT -t "$test" -c 50 -d 3 -n "$n" -P "${PIPELINE:-16}" -q >/dev/null 2>&1
+  fi
+  redis-cli -p $PORT shutdown nosave >/dev/null 2>&1 || true
+  wait "$pid" || true
+  callgrind_annotate "$TMP/run/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
+}
+
+server() { # target → its command line
+  if [ "$1" = redis ]; then
+    echo "redis-server --port $PORT --save '' --appendonly no --dir $TMP/run"
+  else
+    echo "$1 --port $PORT --memcached-port 0 --dir $TMP/run/data --durability none --threads 1 --loglevel warn"
+  fi
+}
+
+TARGETS=(redis "${BINARIES[@]}")
+header="| test | pipeline |"
+rule="|---|---|"
+for t in "${TARGETS[@]}"; do header="$header $(basename "$t") instructions/request |"; rule="$rule---|"; done
+for t in "${BINARIES[@]}"; do header="$header $(basename "$t") / redis |"; rule="$rule---|"; done
+echo "$header"
+echo "$rule"
+declare -A idle
+for t in "${TARGETS[@]}"; do
+  # shellcheck disable=SC2046
+  idle[$t]=$(eval count get 0 $(server "$t"))
+done
+for test in $(echo "${TESTS:-get,set,lpush,rpush,lpop,sadd}" | tr , ' '); do
+  line="| ${test^^} | ${PIPELINE:-16} |"
+  declare -A per
+  for t in "${TARGETS[@]}"; do
+    # shellcheck disable=SC2046
+    total=$(eval count "$test" "$REQUESTS" $(server "$t"))
+    per[$t]=$(( (total - idle[$t]) / REQUESTS ))
+    line="$line $(printf "%d" "${per[$t]}") |"
+  done
+  for t in "${BINARIES[@]}"; do
+    line="$line $(awk -v a="${per[$t]}" -v b="${per[redis]}" 'BEGIN { printf "%.2fx", a / b }') |"
+  done
+  echo "$line"
+done
