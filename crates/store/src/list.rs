@@ -20,9 +20,10 @@
 //! a clone of a large list is O(1) (packs are `Arc`-shared in a persistent vector) and the first
 //! write to a shared pack afterwards copies that pack only.
 //!
-//! This module depends on nothing but `bytes`, `imbl` and `crate::varint`; it knows nothing of keys or
-//! commands.
+//! This module depends on nothing but `bytes`, `imbl`, `crate::varint` and `crate::table`'s
+//! allocation classes; it knows nothing of keys or commands.
 
+use crate::table::reserve_in_class;
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -534,7 +535,7 @@ fn put_entry(buf: &mut Vec<u8>, at: std::ops::Range<usize>, item: &[u8]) {
     let n = 2 * k + item.len();
     let old = buf.len();
     if n > at.len() {
-        buf.reserve_exact(n - at.len());
+        reserve_in_class(buf, n - at.len());
         buf.resize(old + n - at.len(), 0);
     }
     buf.copy_within(at.end..old, at.start + n);
@@ -617,7 +618,7 @@ impl Pack {
     fn push(&mut self, end: End, item: &[u8]) {
         match end {
             End::Right => {
-                self.buf.reserve_exact(entry_len(item.len()));
+                reserve_in_class(&mut self.buf, entry_len(item.len()));
                 write_entry(&mut self.buf, item);
             }
             End::Left => put_entry(&mut self.buf, 0..0, item),
@@ -1370,8 +1371,10 @@ mod tests {
             &[b"item1", b"item2", b"item3", b"item4", b"item5"],
             L,
         );
-        // Five 5-byte entries of 7 bytes each: one buffer of exactly that size.
-        assert_eq!(list.mem_size(), 35);
+        // Five 5-byte entries of 7 bytes each: one buffer of that size's allocation class
+        // (the block the allocator hands out for 35 bytes; the buffer grows within it).
+        assert_eq!(list.mem_size(), crate::table::alloc_class(35));
+        assert_eq!(list.mem_size(), 40);
         assert_eq!(list.encoding(), "listpack");
         for _ in 0..5 {
             list.pop(End::Left, L);

@@ -7,9 +7,10 @@
 //! `set-max-intset-entries`, `set-max-listpack-entries` and `set-max-listpack-value`), and never
 //! back. Memory is counted from the buffers' and tables' real capacities, in O(1).
 //!
-//! May import `value` (the shared [`Parts`] of large collections), `bytes` and `hashbrown`;
-//! nothing here knows about keys, shards, expiry or commands.
+//! May import `value` (the shared [`Parts`] of large collections), `table` (allocation
+//! classes), `bytes` and `hashbrown`; nothing here knows about keys, shards, expiry or commands.
 
+use crate::table::reserve_in_class;
 use crate::value::Parts;
 use bytes::Bytes;
 use hashbrown::HashMap;
@@ -462,7 +463,7 @@ impl SetValue {
                     && member.len() <= limits.value
                     && buf.len() + packed_len(member) <= PACKED_MAX_BYTES
                 {
-                    buf.reserve_exact(packed_len(member));
+                    reserve_in_class(buf, packed_len(member));
                     put_packed(buf, member);
                     *count += 1;
                     return true;

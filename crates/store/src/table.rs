@@ -155,6 +155,17 @@ pub fn alloc_class(n: usize) -> usize {
     words.next_multiple_of(step) * 8
 }
 
+/// Room for `extra` more bytes in `buf`: when it must grow, it takes the whole size class its
+/// new length falls in ([`alloc_class`]), the block the allocator hands out for it anyway. A
+/// packed collection growing one small entry at a time (LPUSH, HSET, SADD) then reallocates
+/// once per class instead of on every write, at the same memory.
+pub fn reserve_in_class(buf: &mut Vec<u8>, extra: usize) {
+    let need = buf.len() + extra;
+    if need > buf.capacity() {
+        buf.reserve_exact(alloc_class(need) - buf.len());
+    }
+}
+
 /// The key of the live block at `addr`.
 ///
 /// # Safety

@@ -7,6 +7,7 @@
 use crate::list::ListValue;
 use crate::set::SetValue;
 use crate::string::StrValue;
+use crate::table::reserve_in_class;
 use crate::zset::ZSetValue;
 use bytes::Bytes;
 use hashbrown::HashMap;
@@ -504,7 +505,7 @@ impl HashValue {
                     && self.len < limits.entries
                     && grows_to(0) + packed_len(field) <= PACKED_MAX_BYTES =>
                 {
-                    buf.reserve_exact(packed_len(field) + packed_len(value));
+                    reserve_in_class(buf, packed_len(field) + packed_len(value));
                     put_packed(buf, field);
                     put_packed(buf, value);
                     self.len += 1;
