@@ -23,7 +23,7 @@ if [ ${#BINARIES[@]} -eq 0 ]; then
   BINARIES=("${CARGO_TARGET_DIR:-target}/release/gradus")
 fi
 for tool in valgrind callgrind_annotate redis-benchmark redis-server redis-cli; do
-  command -v "$tool" >/dev/null || { echo "$tool not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
+  command -v "$tool" >/dev/null || { echo "$tool not found (Debian: apt-get install valgrind redis-server redis-tools)" >&2; exit 1; }
 done
 PORT=7481
 TMP=$(mktemp -d)
