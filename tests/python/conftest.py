@@ -97,6 +97,11 @@ def _redis_emulation_argv(binary: str, port: int, dir: Path, extra: List[str]) -
         if flag in ("--requirepass", "--maxclients"):
             argv += [flag, extra[i + 1]]
             i += 2
+        elif flag == "--threads":
+            # Gradus' worker threads: redis-server serves from one thread whatever the number
+            # (and answers BUSY while a script runs past busy-reply-threshold, as Gradus does
+            # with two or more).
+            i += 2
         else:
             pytest.skip(f"GRADUS_TARGET=redis: no redis-server equivalent for {flag}")
     return argv

@@ -19,7 +19,7 @@ from typing import List
 import pytest
 import redis
 
-from resp import Map, RawConnection
+from resp import Map, RawConnection, Set
 from servers import redis_client
 from test_differential import close_enough, format_history, full_scan
 from test_durability import client, dump, persistence, retry_busy
@@ -228,6 +228,41 @@ def test_a_large_list_answers_like_redis(gradus, redis_server, protocol):
     finally:
         ours.close()
         theirs.close()
+
+
+# COMMAND GETKEYS / GETKEYSANDFLAGS of SORT and SORT_RO, and the keys Redis (7.0 and 7.2
+# alike: `sortGetKeys`) finds.
+SORT_GETKEYS = [
+    (("sort", "abc", "store", "def"), [b"abc", b"def"]),
+    (("sort", "abc", "BY", "w_*", "GET", "#", "GET", "h_*->f", "STORE", "def"), [b"abc", b"def"]),
+    (("sort", "abc", "store", "d1", "store", "d2"), [b"abc", b"d2"]),
+    (("sort", "abc", "limit", "0", "1", "alpha", "desc", "store", "def"), [b"abc", b"def"]),
+    (("sort", "abc", "limit", "store", "x"), [b"abc"]),
+    (("sort", "abc", "get", "store"), [b"abc"]),
+    (("sort", "abc", "store"), [b"abc"]),
+    (("sort", "abc"), [b"abc"]),
+    (("sort_ro", "abc", "by", "w_*", "get", "#"), [b"abc"]),
+]
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_command_getkeys_finds_the_sort_store_key(gradus, redis_server, protocol):
+    """Regression: COMMAND GETKEYS SORT abc STORE def answered only `abc`; Redis reports the
+    STORE destination too (the last STORE's; BY and GET patterns name no key), with the flags
+    `OW update` in GETKEYSANDFLAGS. Checked against the expected keys and redis-server."""
+    from differential import assert_same_replies
+
+    script = []
+    for cmd, _ in SORT_GETKEYS:
+        script.append(("COMMAND", "GETKEYS", *cmd))
+        script.append(("COMMAND", "GETKEYSANDFLAGS", *cmd))
+    replies = assert_same_replies(gradus, redis_server, script, protocol)
+    for (cmd, keys), found, flagged in zip(SORT_GETKEYS, replies[::2], replies[1::2]):
+        assert found == keys, cmd
+        assert [entry[0] for entry in flagged] == keys, cmd
+    with_store = replies[1][1][1]
+    flags = with_store.items if isinstance(with_store, Set) else with_store
+    assert sorted(getattr(f, "value", f) for f in flags) == [b"OW", b"update"], with_store
 
 
 @pytest.mark.parametrize("protocol", [2, 3])

@@ -222,6 +222,39 @@ def test_a_command_queued_over_maxmemory_is_refused_and_exec_aborts(gradus, redi
     assert ours[3] == Err(b"OOM command not allowed when used memory > 'maxmemory'."), ours
 
 
+def test_a_read_over_maxmemory_evicts_before_it_replies(gradus_factory, redis_server):
+    """Regression: Gradus evicted under `maxmemory` only before a write that may grow memory,
+    so with `maxmemory` lowered below `used_memory` reads (DBSIZE, GET) still found every key
+    until some write came. Redis evicts before any command (`processCommand`; 7.0 and 7.2 also
+    start evicting when CONFIG SET lowers the limit): the read's reply already counts without
+    the evicted keys. Compared with redis-server, on a cache database (durability none)."""
+    from differential import assert_same
+
+    cache = gradus_factory() if target_is_redis() else gradus_factory("--durability", "none")
+
+    def scenario(server):
+        r = redis_client(server, 2)
+        r.config_set("maxmemory-policy", "allkeys-random")
+        pipe = r.pipeline(transaction=False)
+        for i in range(300):
+            pipe.set(f"k:{i}", b"x" * 10_000)
+        pipe.execute()
+        evicted = r.info("stats")["evicted_keys"]
+        used = r.info("memory")["used_memory"]
+        # Room for about half the keys.
+        r.config_set("maxmemory", used - 1_500_000)
+        try:
+            left = r.dbsize()
+            missing = r.get("nokey")
+            now_evicted = r.info("stats")["evicted_keys"]
+        finally:
+            r.config_set("maxmemory", 0)
+            r.config_set("maxmemory-policy", "noeviction")
+        return [0 < left < 300, missing, now_evicted - evicted >= 300 - left > 0]
+
+    assert assert_same(cache, redis_server, scenario) == [True, None, True]
+
+
 def test_flush_async_is_counted_in_lazyfree_fields_until_freed(gradus):
     """INFO memory had no `lazyfree_pending_objects` / `lazyfreed_objects`, so tools (and
     Redis' own lazyfree.tcl and tracking.tcl, which wait for the pending figure to reach 0)

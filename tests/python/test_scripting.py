@@ -1,5 +1,6 @@
 """Lua scripting: EVAL/EVALSHA/SCRIPT, redis.call/pcall, the Lua <-> RESP conversion rules,
-atomic effects logging (replay never re-runs Lua) and the script time limit."""
+atomic effects logging (replay never re-runs Lua) and the script time limit (with one worker
+thread; BUSY replies with more: test_busy_scripts.py)."""
 
 from __future__ import annotations
 
@@ -249,7 +250,10 @@ def test_script_writes_survive_a_restart_as_effects(gradus):
 
 
 @pytest.mark.gradus_only
-def test_infinite_loop_is_stopped_and_server_stays_responsive(gradus):
+def test_infinite_loop_is_stopped_and_server_stays_responsive(gradus_factory):
+    """With one worker thread a script is stopped at the threshold (with more, it runs on and
+    others get BUSY: test_busy_scripts.py)."""
+    gradus = gradus_factory("--threads", "1")
     client = redis_client(gradus, 2)
     other = redis_client(gradus, 2)
     try:
@@ -444,9 +448,11 @@ def test_an_error_escaping_a_script_names_the_script_and_its_line(gradus, redis_
 
 
 @pytest.mark.gradus_only
-def test_busy_reply_threshold_sets_the_script_time_limit(gradus):
+def test_busy_reply_threshold_sets_the_script_time_limit(gradus_factory):
     """`busy-reply-threshold` (alias `lua-time-limit`, which harnesses set) is the time after
-    which a script is stopped; CONFIG SET of either was refused as unknown."""
+    which a script is stopped with one worker thread (with more, others are answered BUSY:
+    test_busy_scripts.py); CONFIG SET of either was refused as unknown."""
+    gradus = gradus_factory("--threads", "1")
     client = redis_client(gradus, 2)
     try:
         assert client.config_get("busy-reply-threshold") == {"busy-reply-threshold": "5000"}

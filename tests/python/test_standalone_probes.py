@@ -76,6 +76,13 @@ GETKEYS = [
     ("COMMAND", "GETKEYSANDFLAGS", "eval", "return 1", "2", "a", "b"),
     ("COMMAND", "GETKEYSANDFLAGS", "fcall_ro", "f", "1", "a"),
     ("COMMAND", "GETKEYSANDFLAGS", "set", "k1"),
+    # MIGRATE: its key, or the keys after KEYS (Redis' key specs, then `migrateGetKeys`).
+    ("COMMAND", "GETKEYSANDFLAGS", "migrate", "h", "1", "k", "0", "5"),
+    ("COMMAND", "GETKEYSANDFLAGS", "migrate", "h", "1", "", "0", "5", "COPY", "AUTH", "keys", "KEYS", "a", "b"),
+    ("COMMAND", "GETKEYS", "migrate", "h", "1", "", "0", "5", "AUTH2", "u", "p", "keys", "a"),
+    ("COMMAND", "GETKEYS", "migrate", "h", "1", "k", "0", "5", "KEYS", "a"),
+    ("COMMAND", "GETKEYS", "migrate", "h", "1", "", "0", "5", "KEYS"),
+    ("COMMAND", "GETKEYS", "migrate", "h", "1", "k", "0"),
 ]
 
 

@@ -315,3 +315,36 @@ def test_prefix_collisions_name_the_prefixes_as_redis_orders_them(gradus, redis_
         return out
 
     assert_same(gradus, redis_server, scenario)
+
+
+def test_invalidations_of_keys_evicted_before_a_read_precede_its_reply(gradus_factory, redis_server):
+    """Redis' tracking.tcl "Tracking invalidation message of eviction keys should be before
+    response": a write admitted just under `maxmemory` takes the server over it; the next
+    command, a read, first evicts (Redis' `processCommand` runs `performEvictions` before any
+    command), so the evicted key's invalidation reaches its tracker before the read's reply.
+    Gradus evicted only before writes, so GETBIT answered with nothing evicted. A cache
+    database (durability none: maxmemory never evicts a logged one)."""
+    from conftest import target_is_redis
+
+    cache = gradus_factory() if target_is_redis() else gradus_factory("--durability", "none")
+
+    def scenario(server):
+        t = resp3_tracker(server)
+        admin = redis_client(server)
+        used = int(admin.info("memory")["used_memory"])
+        admin.config_set("maxmemory-policy", "volatile-random")
+        admin.config_set("maxmemory", used + 100 * 1024)
+        try:
+            out = [t.call("SETEX", "volatile-key", 10000, "x"), t.call("GET", "volatile-key"),
+                   # 200 KB in one write, admitted while under the limit.
+                   t.call("SETBIT", "big-key", 1600000, 0),
+                   t.call("GETBIT", "big-key", 0)]
+        finally:
+            admin.config_set("maxmemory", 0)
+            admin.config_set("maxmemory-policy", "noeviction")
+        evicted = int(admin.info("stats")["evicted_keys"])
+        return out, evicted, admin.exists("volatile-key", "big-key")
+
+    out, evicted, left = assert_same(cache, redis_server, scenario)
+    assert out[3] == b">2\r\n$10\r\ninvalidate\r\n*1\r\n$12\r\nvolatile-key\r\n:0\r\n", out
+    assert (evicted, left) == (1, 1)

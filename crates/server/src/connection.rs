@@ -64,6 +64,9 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                         wbuf.clear();
                         break 'conn;
                     }
+                    // Over maxmemory, keys are evicted before any command (Redis'
+                    // `processCommand`), their invalidations going out before its reply.
+                    crate::dispatch::evict_before_command(&shared, &mut client, &args, now_ms);
                     // What others pushed before this command goes out before its reply; what
                     // is pushed while it runs (its own keyspace events, messages it published
                     // to itself) after it, as Redis 7.2 postpones them (`afterCommand`).

@@ -8,7 +8,8 @@
 //!
 //! May import: `command` (the table and handlers), `persist::write`, `tenancy` (the rights check),
 //! `client`, `state`, `observe` (timing each command), `repl` (a replica's refusals), `pause`
-//! (CLIENT PAUSE: a paused command is handed back to the connection).
+//! (CLIENT PAUSE: a paused command is handed back to the connection), `quota` (`maxmemory`
+//! evictions before a command, and before one is queued).
 
 use crate::client::ClientState;
 use crate::command::{arity_error, flags, table, CommandSpec, Ctx, Named};
@@ -77,6 +78,15 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
             spec.has(flags::LOADING),
         ) {
             return reject(client, e);
+        }
+    }
+    // A script past `busy-reply-threshold` (see `command::scripting`): only the rows flagged
+    // allow-busy run, as in Redis' `processCommand`; the rest are refused, rather than wait
+    // for the store gate that script may hold (and wait where they can be refused while a
+    // script holds it exclusively).
+    if !row.has(flags::ALLOW_BUSY) {
+        if let Some(busy) = crate::command::scripting::wait_unless_busy() {
+            return refused_while_busy(shared, client, spec, row, busy);
         }
     }
     // CLIENT PAUSE / FAILOVER: a paused command waits (the connection dispatches it again
@@ -175,6 +185,40 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     }
     flush_broadcasts(shared, client);
     reply
+}
+
+/// Redis' `performEvictions` at the top of `processCommand`: while the server is over
+/// `maxmemory`, keys are evicted before the next command runs, a read too. The connection calls
+/// this before it takes the pushes due before a command's reply, so the invalidations and
+/// `evicted` events of the keys evicted reach it before that reply (as Redis' tracking test
+/// "invalidation message of eviction keys should be before response" expects). Nothing is
+/// refused here: when eviction cannot make room, the write path refuses a write that may grow
+/// memory and MULTI refuses to queue (see above). Skipped for unknown commands, for rows that
+/// manage the store gate themselves (EXEC and scripts make room when they may grow; SCRIPT
+/// KILL, SHUTDOWN … must never wait for a running script), and while a script is past
+/// `busy-reply-threshold` (eviction would wait for the gate that script may hold; the command
+/// is then refused with BUSY). When `maxmemory` is 0 (the default) it costs one relaxed load.
+/// Regression: `test_a_read_over_maxmemory_evicts_before_it_replies`.
+pub fn evict_before_command(
+    shared: &Shared,
+    client: &mut ClientState,
+    args: &[Bytes],
+    now_ms: u64,
+) {
+    if !crate::quota::over_maxmemory(shared) || client.from_primary {
+        return;
+    }
+    let Some(spec) = table().get(&args[0]) else {
+        return;
+    };
+    if spec.has(flags::OWN_GATE)
+        || spec.resolve(args).has(flags::OWN_GATE)
+        || crate::command::scripting::wait_unless_busy().is_some()
+    {
+        return;
+    }
+    // A failure (noeviction, nothing left to evict) is the write path's to report.
+    let _ = crate::quota::make_room_in_server(shared, client, now_ms);
 }
 
 /// Send the BCAST invalidations of the keys the command that has just finished wrote (all of
@@ -544,6 +588,25 @@ fn rejected(
         Outcome::Rejected,
     );
     reject(client, err)
+}
+
+/// A command refused with BUSY (a script is past `busy-reply-threshold`), counted as rejected.
+/// EXEC discards the transaction and says why, as Redis' `execCommandAbort`; any other command
+/// marks an open transaction as failed.
+fn refused_while_busy(
+    shared: &Shared,
+    client: &mut ClientState,
+    spec: &'static CommandSpec,
+    row: &'static CommandSpec,
+    busy: &str,
+) -> Frame {
+    let text = if spec.has(flags::RUNS_QUEUED) {
+        client.clear_transaction();
+        format!("EXECABORT Transaction discarded because of: {busy}")
+    } else {
+        busy.to_string()
+    };
+    rejected(shared, client, row, CmdError::Other(text))
 }
 
 /// An error before queueing marks an open transaction as failed (EXEC will answer EXECABORT).

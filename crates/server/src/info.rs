@@ -228,6 +228,9 @@ fn memory(shared: &Shared, out: &mut String) {
         m.fragmentation_ratio()
     );
     line!(out, "mem_fragmentation_bytes:{}", rss as i64 - used as i64);
+    // Redis leaves replication and AOF buffers out of what `maxmemory` is checked against;
+    // here `maxmemory` is checked against all of `used_memory` (see `quota`).
+    line!(out, "mem_not_counted_for_evict:0");
     line!(out, "mem_allocator:mimalloc");
     line!(
         out,
@@ -509,6 +512,11 @@ fn stats(shared: &Shared, out: &mut String) {
         out,
         "keyspace_misses:{}",
         s.keyspace_misses.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
+        "migrate_cached_sockets:{}",
+        shared.migrate_sockets.len()
     );
     let tracking = shared.tracking.stats();
     line!(out, "tracking_total_keys:{}", tracking.keys);

@@ -15,6 +15,7 @@
 //! - [`blocking`]: clients blocked in BLPOP & co., served first-come first-served by writers;
 //! - [`pubsub`]: channel subscriptions by tenant, and each connection's bounded outbox of pushed
 //!   messages (pub/sub, keyspace notifications, invalidations);
+//! - [`migrate`]: MIGRATE's conversation with its target and the cache of its connections;
 //! - [`monitor`]: MONITOR's connections and lines;
 //! - [`pause`]: CLIENT PAUSE and FAILOVER's pause: which commands wait, and their wake-up;
 //! - [`notify`]: keyspace notifications (`notify-keyspace-events`);
@@ -56,6 +57,7 @@ pub mod hll;
 pub mod info;
 pub mod long_double;
 pub mod memcache;
+pub mod migrate;
 pub mod monitor;
 pub mod notify;
 pub mod observe;

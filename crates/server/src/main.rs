@@ -77,6 +77,11 @@ fn main() -> std::process::ExitCode {
         signals.forward_to(server.shared());
         server.run().await
     });
+    // A script past busy-reply-threshold still runs on one of the runtime's threads (SHUTDOWN
+    // NOSAVE does not wait for it, as in Redis): exit without joining that thread.
+    if gradus_server::command::scripting::busy_error().is_some() {
+        runtime.shutdown_background();
+    }
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

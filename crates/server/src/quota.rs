@@ -16,7 +16,8 @@
 //! allocator's count, `crate::alloc`): over it, a write first evicts by `maxmemory-policy` from
 //! the `lru` keyspaces (the largest first; session keyspaces never; without `[[tenants]]`, the
 //! databases of degree `none`), and fails with Redis' OOM error when the policy is `noeviction`
-//! or nothing qualifies.
+//! or nothing qualifies. As in Redis' `processCommand`, any command (a read too) first evicts
+//! while the server is over `maxmemory` (`dispatch::evict_before_command`).
 //!
 //! The policy also decides what keys' access data is (see [`apply_access_clock`]): under
 //! `allkeys-lfu`/`volatile-lfu` Redis' LFU counter, which those policies evict by (lowest
@@ -112,6 +113,14 @@ fn maxmemory_may_evict(shared: &Shared, k: usize) -> bool {
             && shared.persist.degrees.get(k) == Some(&gradus_log::Durability::None)
 }
 
+/// Whether `maxmemory` is set and the server's memory is over it, on a primary (a replica keeps
+/// what its primary sends, as Redis' `replica-ignore-maxmemory`). Before every command (see
+/// `dispatch::evict_before_command`): one relaxed load when `maxmemory` is 0.
+pub(crate) fn over_maxmemory(shared: &Shared) -> bool {
+    let max = shared.live.maxmemory.load(Ordering::Relaxed);
+    max != 0 && !shared.repl.is_replica() && server_used(shared) > max
+}
+
 /// Make room under `maxmemory` (see the module docs).
 pub(crate) fn make_room_in_server(
     shared: &Shared,
@@ -126,6 +135,12 @@ pub(crate) fn make_room_in_server(
         return Err(WriteError::MaxMemory);
     };
     let tenancy = &shared.tenancy;
+    // Nothing may be evicted (only logged keyspaces hold keys): refused without opening a
+    // write transaction, since a server kept over `maxmemory` by them asks before every command.
+    if !(0..tenancy.keyspaces.len()).any(|k| maxmemory_may_evict(shared, k) && used(shared, k) > 0)
+    {
+        return Err(WriteError::MaxMemory);
+    }
     let mut txn = WriteTxn::begin(shared, client, Scope::Evictions(None), now_ms, false)?;
     let result = txn.apply(|client| {
         let mut count = 0;

@@ -235,7 +235,13 @@ impl Server {
         tracing::info!("shutting down");
         tasks.abort_all();
         let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-        while !shared.clients.is_empty() && tokio::time::Instant::now() < deadline {
+        // A script past busy-reply-threshold keeps its connection for as long as it runs, and
+        // every other one can only be answered BUSY: SHUTDOWN NOSAVE then exits at once, as
+        // Redis' (the script's writes are not in the log; see `command::scripting`).
+        while !shared.clients.is_empty()
+            && tokio::time::Instant::now() < deadline
+            && crate::command::scripting::busy_error().is_none()
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // Everything acknowledged at any logged degree is on disk before we exit.

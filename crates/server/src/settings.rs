@@ -547,7 +547,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Most simultaneous client connections; the next one gets \"-ERR max number of clients reached\"." },
     Setting { name: "maxmemory", section: Section::Top, key: "maxmemory", kind: Kind::Size { min: 0, max: UNBOUNDED }, default: "0",
         flag: flag("BYTES"), live: live_usize!(maxmemory), field: field!(maxmemory),
-        doc: "Server-wide limit on used_memory (the allocator's count); over it a write first evicts by maxmemory-policy from keyspaces whose eviction is lru (without [[tenants]]: databases of durability none; never a session keyspace), else fails with OOM; 0: none." },
+        doc: "Server-wide limit on used_memory (the allocator's count); while over it, every command (a read too, as in Redis) first evicts by maxmemory-policy from keyspaces whose eviction is lru (without [[tenants]]: databases of durability none; never a session keyspace), and a write that may grow memory fails with OOM if that freed too little; 0: none." },
     Setting { name: "maxmemory-policy", section: Section::Top, key: "maxmemory-policy", kind: Kind::Enum(crate::quota::POLICIES), default: "noeviction",
         flag: flag("POLICY"), live: Some(Live {
             get: |l| Value::Text(crate::quota::POLICIES[usize::from(l.maxmemory_policy.load(Ordering::Relaxed))].into()),
@@ -690,7 +690,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Most entries the slow log keeps (the oldest go first)." },
     Setting { name: "busy-reply-threshold", section: Section::Top, key: "busy-reply-threshold", kind: Kind::Int { min: 0, max: i64::MAX as u64 }, default: "5000",
         flag: None, live: live_u64!(busy_reply_threshold), field: field!(busy_reply_threshold),
-        doc: "Milliseconds a script or function may run (alias lua-time-limit). Redis starts answering BUSY then; Gradus stops the script, so its keys' locks are released (with one worker nothing else runs meanwhile); 0: never stopped." },
+        doc: "Milliseconds a script or function runs before the server is busy (alias lua-time-limit; 0: never). With two worker threads or more, as in Redis: it runs on, and every other command but the allow-busy ones (SCRIPT KILL, FUNCTION KILL, SHUTDOWN NOSAVE, MULTI, AUTH …) is answered BUSY until it ends or is killed. With one worker nothing else could run meanwhile, so the script is stopped with an error instead." },
     Setting { name: "latency-monitor-threshold", section: Section::Top, key: "latency-monitor-threshold", kind: Kind::Int { min: 0, max: i64::MAX as u64 }, default: "0",
         flag: flag("MILLIS"), live: live_u64!(latency_monitor_threshold), field: field!(latency_monitor_threshold),
         doc: "The latency monitor (LATENCY) samples commands, fsyncs and lock waits that took at least this many milliseconds; 0: off." },

@@ -4,7 +4,7 @@
 //! atomics or a small mutex so the request path reads them without locking anything shared for long.
 //!
 //! May import: `client`, `config`, `persist`, `tenancy`, `blocking`, `pubsub`, `memcache::stats`, `tls`,
-//! `observe`, `repl` (the state they keep); never command modules.
+//! `observe`, `repl`, `migrate` (the state they keep); never command modules.
 
 use crate::client::ClientRegistry;
 use crate::config::Config;
@@ -185,6 +185,8 @@ pub struct Shared {
     pub pauses: crate::pause::Pauses,
     /// FAILOVER's switchover in progress (see `repl::failover`).
     pub failover: crate::repl::failover::Failover,
+    /// MIGRATE's idle connections to its targets (see `migrate`).
+    pub migrate_sockets: crate::migrate::SocketCache,
 }
 
 impl Shared {
@@ -301,6 +303,7 @@ impl Shared {
             repl,
             pauses: Default::default(),
             failover: Default::default(),
+            migrate_sockets: Default::default(),
             run_id: crate::repl::new_id(),
         }
     }

@@ -18,21 +18,21 @@ use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
 use gradus_proto::Frame;
 
+/// Not `noscript`: Redis 7.2 lets scripts call every blocking pop (7.0 kept BLPOP, BRPOP,
+/// BLMOVE, BRPOPLPUSH, BZPOPMIN and BZPOPMAX out), and there, as inside MULTI, nothing waits.
+/// Regression: `test_scripts_run_blocking_pops_without_blocking`.
 const B: u32 = flags::WRITE | flags::SELF_LOGGED | flags::BLOCKING;
-/// Redis 7 keeps the single-key-list forms out of scripts; BLMPOP and BZMPOP are allowed there
-/// (and, like everything in a script, do not wait).
-const BN: u32 = B | flags::NOSCRIPT;
 const KEYS_THEN_TIMEOUT: (i32, i32, i32) = (1, -2, 1);
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("blpop", -3, BN, KEYS_THEN_TIMEOUT, "list", "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", blpop).key_flags(&["RW access delete"]),
-    cmd("brpop", -3, BN, KEYS_THEN_TIMEOUT, "list", "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", brpop).key_flags(&["RW access delete"]),
-    cmd("blmove", 6, BN | flags::DENYOOM, (1, 2, 1), "list", "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.", blmove).key_flags(&["RW access delete", "RW insert"]),
-    cmd("brpoplpush", 4, BN | flags::DENYOOM, (1, 2, 1), "list", "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.", brpoplpush).key_flags(&["RW access delete", "RW insert"]),
+    cmd("blpop", -3, B, KEYS_THEN_TIMEOUT, "list", "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", blpop).key_flags(&["RW access delete"]),
+    cmd("brpop", -3, B, KEYS_THEN_TIMEOUT, "list", "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", brpop).key_flags(&["RW access delete"]),
+    cmd("blmove", 6, B | flags::DENYOOM, (1, 2, 1), "list", "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.", blmove).key_flags(&["RW access delete", "RW insert"]),
+    cmd("brpoplpush", 4, B | flags::DENYOOM, (1, 2, 1), "list", "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.", brpoplpush).key_flags(&["RW access delete", "RW insert"]),
     cmd("blmpop", -5, B, NO_KEYS, "list", "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", blmpop).with_numkeys(2).key_flags(&["RW access delete"]),
-    cmd("bzpopmin", -3, BN | flags::FAST, KEYS_THEN_TIMEOUT, "sorted-set", "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzpopmin).key_flags(&["RW access delete"]),
-    cmd("bzpopmax", -3, BN | flags::FAST, KEYS_THEN_TIMEOUT, "sorted-set", "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise. Deletes the sorted set if the last element was popped.", bzpopmax).key_flags(&["RW access delete"]),
+    cmd("bzpopmin", -3, B | flags::FAST, KEYS_THEN_TIMEOUT, "sorted-set", "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzpopmin).key_flags(&["RW access delete"]),
+    cmd("bzpopmax", -3, B | flags::FAST, KEYS_THEN_TIMEOUT, "sorted-set", "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise. Deletes the sorted set if the last element was popped.", bzpopmax).key_flags(&["RW access delete"]),
     cmd("zmpop", -4, flags::WRITE | flags::SELF_LOGGED, NO_KEYS, "sorted-set", "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them. Deletes the sorted set if the last member was popped.", zmpop).with_numkeys(1).key_flags(&["RW access delete"]),
     cmd("bzmpop", -5, B, NO_KEYS, "sorted-set", "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzmpop).with_numkeys(2).key_flags(&["RW access delete"]),
 ];

@@ -16,16 +16,20 @@ use gradus_proto::{Frame, ProtocolVersion};
 use std::sync::atomic::Ordering;
 
 const CONN: u32 = flags::FAST | flags::LOADING;
+/// HELLO, AUTH, QUIT and RESET run while a script is past `busy-reply-threshold` (Redis'
+/// `allow_busy`); they touch no key, so they run without the store gate, which that script may
+/// hold for as long as it runs.
+const BUSY_OK: u32 = flags::ALLOW_BUSY | flags::OWN_GATE;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("ping", -1, CONN | flags::SUBSCRIBED_OK, NO_KEYS, "connection", "Returns the server's liveliness response.", ping),
     cmd("echo", 2, CONN, NO_KEYS, "connection", "Returns the given string.", echo),
-    cmd("hello", -1, CONN | flags::NO_AUTH | flags::NOSCRIPT | flags::SECRET_ARGS, NO_KEYS, "connection", "Handshakes with the Redis server.", hello),
-    cmd("auth", -2, CONN | flags::NO_AUTH | flags::NOSCRIPT | flags::SECRET_ARGS, NO_KEYS, "connection", "Authenticates the connection.", auth),
+    cmd("hello", -1, CONN | BUSY_OK | flags::NO_AUTH | flags::NOSCRIPT | flags::SECRET_ARGS, NO_KEYS, "connection", "Handshakes with the Redis server.", hello),
+    cmd("auth", -2, CONN | BUSY_OK | flags::NO_AUTH | flags::NOSCRIPT | flags::SECRET_ARGS, NO_KEYS, "connection", "Authenticates the connection.", auth),
     cmd("select", 2, CONN, NO_KEYS, "connection", "Changes the selected database.", select),
-    cmd("quit", -1, CONN | flags::SUBSCRIBED_OK | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Closes the connection.", quit),
-    cmd("reset", 1, CONN | flags::SUBSCRIBED_OK | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Resets the connection.", reset),
+    cmd("quit", -1, CONN | BUSY_OK | flags::SUBSCRIBED_OK | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Closes the connection.", quit),
+    cmd("reset", 1, CONN | BUSY_OK | flags::SUBSCRIBED_OK | flags::NO_AUTH | flags::NO_QUEUE | flags::NOSCRIPT, NO_KEYS, "connection", "Resets the connection.", reset),
     cmd("client", -2, flags::LOADING | flags::NOSCRIPT, NO_KEYS, "connection", "A container for client connection commands.", client).with_subcommands(&[
         sub("client|id", 2, flags::LOADING | flags::NOSCRIPT, "Returns the unique client ID of the connection."),
         sub("client|getname", 2, flags::LOADING | flags::NOSCRIPT, "Returns the name of the connection."),

@@ -23,8 +23,8 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("restore", -4, flags::WRITE | flags::DENYOOM, KEY1, "generic", "Creates a key from the serialized representation of a value.", restore).key_flags(&["OW update"]),
 ];
 
-/// The value in the codec's terms.
-fn to_rdb(value: &Value) -> RdbValue {
+/// The value in the codec's terms (MIGRATE's payloads are made from it too).
+pub(super) fn to_rdb(value: &Value) -> RdbValue {
     match value {
         Value::Str(b) => RdbValue::Str(b.to_bytes()),
         Value::Hash(h) => RdbValue::Hash(

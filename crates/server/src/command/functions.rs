@@ -38,9 +38,10 @@ pub const COMMANDS: &[CommandSpec] = &[
         cmd("function|restore", -3, CHANGES | flags::DENYOOM, NO_KEYS, "", "Restores all libraries from a payload.", function),
         cmd("function|list", -2, READS, NO_KEYS, "", "Returns information about all libraries.", function),
         cmd("function|dump", 2, READS, NO_KEYS, "", "Dumps all libraries into a serialized binary payload.", function),
-        // Answer while a script runs, even one that holds the gate exclusively.
-        cmd("function|stats", 2, READS | flags::OWN_GATE, NO_KEYS, "", "Returns information about a function during execution.", function),
-        cmd("function|kill", 2, READS | flags::OWN_GATE, NO_KEYS, "", "Terminates a function during execution.", function),
+        // Answer while a script runs, even one that holds the gate exclusively, and while one
+        // is past busy-reply-threshold.
+        cmd("function|stats", 2, READS | flags::OWN_GATE | flags::ALLOW_BUSY, NO_KEYS, "", "Returns information about a function during execution.", function),
+        cmd("function|kill", 2, READS | flags::OWN_GATE | flags::ALLOW_BUSY, NO_KEYS, "", "Terminates a function during execution.", function),
         cmd("function|help", 2, READS, NO_KEYS, "", "Returns helpful text about the different subcommands.", function),
     ]),
 ];
@@ -59,7 +60,7 @@ fn function(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         "restore" => restore(ctx, args),
         "list" => list(ctx, args),
         "dump" if args.len() == 2 => dump(ctx),
-        "stats" if args.len() == 2 => Ok(stats(ctx)),
+        "stats" if args.len() == 2 => stats(ctx),
         "kill" if args.len() == 2 => super::scripting::kill_running(true),
         "help" if args.len() == 2 => Ok(help()),
         "delete" | "dump" | "stats" | "kill" | "help" => {
@@ -344,7 +345,11 @@ fn dump(ctx: &mut Ctx<'_>) -> CmdResult {
     Ok(Frame::Bulk(gradus_proto::rdb::dump_functions(&codes)))
 }
 
-fn stats(ctx: &mut Ctx<'_>) -> Frame {
+/// FUNCTION STATS; refused while an EVAL script is past busy-reply-threshold, as in Redis.
+fn stats(ctx: &mut Ctx<'_>) -> CmdResult {
+    if let Some(busy) = super::scripting::busy_eval_error() {
+        return Err(busy);
+    }
     let libraries = ctx.shared.functions.get(tenant(ctx));
     let bulk = |s: &str| Frame::Bulk(Bytes::copy_from_slice(s.as_bytes()));
     let running = match super::scripting::running_function() {
@@ -352,13 +357,13 @@ fn stats(ctx: &mut Ctx<'_>) -> Frame {
             (bulk("name"), bulk(&name)),
             (
                 bulk("command"),
-                Frame::Array(vec![bulk(&command), bulk(&name)]),
+                Frame::Array(command.into_iter().map(Frame::Bulk).collect()),
             ),
             (bulk("duration_ms"), Frame::Integer(millis as i64)),
         ]),
         None => Frame::Null,
     };
-    Frame::Map(vec![
+    Ok(Frame::Map(vec![
         (bulk("running_script"), running),
         (
             bulk("engines"),
@@ -376,7 +381,7 @@ fn stats(ctx: &mut Ctx<'_>) -> Frame {
                 ]),
             )]),
         ),
-    ])
+    ]))
 }
 
 fn help() -> Frame {

@@ -22,6 +22,7 @@ pub mod keys;
 pub mod lists;
 pub mod locks;
 pub mod memory;
+pub mod migrate;
 pub mod pubsub;
 pub mod replication;
 pub mod scripting;
@@ -122,6 +123,12 @@ pub mod flags {
     /// Its keys may be none (Redis' `no_mandatory_keys`: EVAL, FCALL, whose `numkeys` may be
     /// 0): `COMMAND GETKEYS` answers an empty list then, not an error.
     pub const NO_MANDATORY_KEYS: u32 = 1 << 29;
+    /// Runs while a script or function is past `busy-reply-threshold` (Redis' `allow_busy`:
+    /// AUTH, HELLO, the transaction commands, RESET, QUIT, SHUTDOWN, SCRIPT|FUNCTION KILL,
+    /// FUNCTION STATS, REPLCONF); every other command is refused with BUSY then (see
+    /// `command::scripting`). Such a row must not wait for the store gate or a shard while
+    /// that script runs: it is `OWN_GATE` (or waits for nothing).
+    pub const ALLOW_BUSY: u32 = 1 << 30;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -140,6 +147,7 @@ pub mod flags {
         (SKIP_SLOWLOG, "skip_slowlog"),
         (PUBSUB, "pubsub"),
         (NO_MANDATORY_KEYS, "no_mandatory_keys"),
+        (ALLOW_BUSY, "allow_busy"),
     ];
 }
 
@@ -170,6 +178,10 @@ pub struct CommandSpec {
     /// word (GEORADIUS … STORE key): the first argument index searched for those words (Redis'
     /// keyword key specs' `startfrom`); 0 otherwise. See [`store_keyword_keys`].
     pub store_keyword_from: usize,
+    /// For a command flagged `movablekeys` whose keys only its own parsing finds (Redis'
+    /// `get_keys_function`: SORT … STORE key, wherever STORE comes): that parsing, giving the
+    /// key indexes in `args`. It replaces the key positions above in [`CommandSpec::key_indexes`].
+    pub keys_by: Option<KeysBy>,
     /// Other keyspaces of the caller's tenant the command writes, named by SELECT number in
     /// its arguments (MOVE, COPY … DB, SWAPDB): the write path's scope and replay follow them.
     pub other_keyspaces: Option<OtherKeyspaces>,
@@ -189,7 +201,14 @@ pub struct CommandSpec {
     /// What the command does with each of its keys, as Redis 7's key-spec flags say it
     /// (`COMMAND GETKEYSANDFLAGS`): see [`KeyFlags`].
     pub key_flags: KeyFlags,
+    /// For a row flagged `secret_args` whose secrets are not where AUTH's and HELLO's are
+    /// (MIGRATE … AUTH password / AUTH2 username password): the arguments `from..to` to show
+    /// as `(redacted)` (see `observe::slowlog::secret_args`).
+    pub secrets: Option<SecretsAt>,
 }
+
+/// Where a command's secrets are (see [`CommandSpec::secrets`]): `(from, to)`, `to` exclusive.
+pub type SecretsAt = fn(&[Bytes]) -> (usize, usize);
 
 /// A row's key-spec flags (Redis' names: `RO`/`RW`/`OW`/`RM`, then `access`, `update`,
 /// `insert`, `delete`), one space-separated list per key in the order
@@ -205,6 +224,9 @@ pub enum KeyFlags {
     /// Depending on the arguments (Redis' `variable_flags`: SET … GET reads its key).
     Computed(fn(&[Bytes]) -> &'static [&'static str]),
 }
+
+/// A command's own key finder (see [`CommandSpec::keys_by`]): the indexes of its keys in `args`.
+pub type KeysBy = fn(&[Bytes]) -> Vec<usize>;
 
 /// Where a pub/sub command's channel arguments are (see [`CommandSpec::channels`]).
 #[derive(Debug, Clone, Copy)]
@@ -418,6 +440,22 @@ impl CommandSpec {
         self
     }
 
+    /// The same row with its keys found by `keys` (table rows: `cmd(...).keys_by(sort_keys)`;
+    /// see [`CommandSpec::keys_by`]); flags it `movablekeys`.
+    pub const fn keys_by(mut self, keys: KeysBy) -> CommandSpec {
+        self.keys_by = Some(keys);
+        self.flags |= flags::MOVABLE_KEYS;
+        self
+    }
+
+    /// The same row with its secrets found by `at` (table rows: `cmd(...).secrets_at(f)`;
+    /// see [`CommandSpec::secrets`]); flags it `secret_args`.
+    pub const fn secrets_at(mut self, at: SecretsAt) -> CommandSpec {
+        self.secrets = Some(at);
+        self.flags |= flags::SECRET_ARGS;
+        self
+    }
+
     /// The same row with key positions (a subcommand row's: `sub(...).with_keys((2, 2, 1))`,
     /// MEMORY USAGE's key, for `COMMAND INFO` and `COMMAND GETKEYS`).
     pub const fn with_keys(mut self, keys: (i32, i32, i32)) -> CommandSpec {
@@ -460,6 +498,9 @@ impl CommandSpec {
     /// Indexes of the key arguments in `args` (the command name first). For a `numkeys`
     /// command, none when its `numkeys` is not a count of arguments that are there.
     pub fn key_indexes(&self, args: &[Bytes]) -> Vec<usize> {
+        if let Some(keys_by) = self.keys_by {
+            return keys_by(args);
+        }
         let mut keys = self.fixed_key_indexes(args);
         if self.store_keyword_from > 0 {
             keys.extend(store_keyword_keys(args, self.store_keyword_from));
@@ -520,12 +561,14 @@ pub const fn cmd(
         subcommands: &[],
         numkeys_at: 0,
         store_keyword_from: 0,
+        keys_by: None,
         other_keyspaces: None,
         acl_categories: 0,
         channels: None,
         notify: None,
         read_keys: None,
         key_flags: KeyFlags::Default,
+        secrets: None,
     }
 }
 
@@ -591,6 +634,7 @@ pub fn table() -> &'static CommandTable {
             hyperloglog::COMMANDS,
             keys::COMMANDS,
             dump::COMMANDS,
+            migrate::COMMANDS,
             hashes::COMMANDS,
             zsets::COMMANDS,
             geo::COMMANDS,

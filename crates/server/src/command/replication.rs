@@ -19,7 +19,8 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("replicaof", 3, ADMIN | flags::LOADING, NO_KEYS, "server", "Configures a server as replica of another, or promotes it to a master.", replicaof).with_acl(category::DANGEROUS),
     cmd("slaveof", 3, ADMIN | flags::LOADING, NO_KEYS, "server", "Sets a Redis server as a replica of another, or promotes it to being a master.", replicaof).with_acl(category::DANGEROUS),
     cmd("role", 1, flags::NOSCRIPT | flags::LOADING | flags::FAST, NO_KEYS, "server", "Returns the replication role.", role).with_acl(category::DANGEROUS),
-    cmd("replconf", -1, ADMIN | flags::NO_MULTI | flags::LOADING, NO_KEYS, "server", "An internal command for configuring the replication stream.", replconf).with_acl(category::DANGEROUS),
+    // Runs while a script is past busy-reply-threshold (Redis' allow_busy); touches no key.
+    cmd("replconf", -1, ADMIN | flags::NO_MULTI | flags::LOADING | flags::ALLOW_BUSY | flags::OWN_GATE, NO_KEYS, "server", "An internal command for configuring the replication stream.", replconf).with_acl(category::DANGEROUS),
     cmd("psync", -3, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "An internal command used in replication.", psync).with_acl(category::DANGEROUS),
     cmd("sync", 1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "An internal command used in replication.", sync).with_acl(category::DANGEROUS),
 ];

@@ -32,12 +32,37 @@
 //! the script's *effects*, never its text: replay never runs Lua, so `TIME` or `math.random`
 //! inside a script come back with the same values.
 //!
-//! A script cannot run forever: an instruction-count hook aborts it after `busy-reply-threshold`
-//! ms ([`SCRIPT_TIME_LIMIT`] by default), or when SCRIPT KILL / FUNCTION KILL asks if it has not
-//! written, and keeps aborting it if the script catches the error with `pcall`.
+//! Long scripts (Redis' BUSY): an instruction-count hook looks at the clock every
+//! [`HOOK_EVERY`] instructions. Once a script or function has run `busy-reply-threshold` ms
+//! ([`SCRIPT_TIME_LIMIT`] by default; 0: never):
+//! - with two worker threads or more (a multi-threaded runtime) it runs on, as in Redis 7.2.
+//!   [`SCRIPTS`] counts it, and while it does dispatch refuses every command not flagged
+//!   `allow-busy` with `-BUSY Redis is busy running a script. You can only call SCRIPT KILL or
+//!   SHUTDOWN NOSAVE.` (`FUNCTION KILL` when only functions are past it), EXEC with `EXECABORT
+//!   … BUSY …` (its transaction discarded). SCRIPT KILL / FUNCTION KILL stop it unless it has
+//!   written (`UNKILLABLE`; the first write and a kill exclude each other, whichever comes
+//!   first wins), and its caller gets Redis' `ERR Script killed by user with SCRIPT KILL...
+//!   script: <name>, on @user_script:<line>.` (that text for functions too). SHUTDOWN NOSAVE
+//!   exits without waiting for it, so its writes are never logged.
+//!   Commands that come while a script holds the store gate exclusively wait for it before
+//!   they reach the gate ([`wait_unless_busy`]: dispatch, memcached, WATCH), where they can be
+//!   told BUSY when it passes the threshold, as Redis answers them; those that wait for the
+//!   keys of a key-locked script (its shards) wait until it ends or is killed. And the thread
+//!   running the script hands its queued tasks and its place among the workers to a new thread
+//!   ([`hand_off_worker`]); else what was queued on it, and the network when the other workers
+//!   sleep, would wait for the script (as they may before the threshold: a script occupies its
+//!   worker while it runs);
+//! - with one worker (a current-thread runtime: the default on two cores) nothing else could
+//!   run to answer BUSY or take a KILL, so the hook aborts the script with `ERR Script killed:
+//!   it ran longer than the script time limit` (Gradus' own; its writes so far stand, as after
+//!   any error). FUNCTION LOAD's run of a library's code is always aborted after 500 ms.
 //!
-//! This module depends on the command table and dispatch only; it must not touch the log directly
-//! other than through `shared.persist`.
+//! Either way a killed script stays killed if it catches the error with `pcall`. A short run
+//! costs what it did (a clock reading per hook call, no allocation or lock); a run holding the
+//! gate exclusively adds two atomic additions; only a run that passes the threshold does more.
+//!
+//! This module depends on the command table and dispatch only (and on tokio for the hand-off
+//! above); it must not touch the log directly other than through `shared.persist`.
 
 mod lua_stack;
 
@@ -54,19 +79,33 @@ use lua_stack::one_line;
 use mlua::{
     ffi, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState,
 };
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::os::raw::c_int;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Longest a script may run before it is aborted (Redis' `busy-reply-threshold` is 5 s too,
-/// but Redis only starts answering BUSY; here the script is stopped so its locks are released).
+/// `busy-reply-threshold`'s default, as Redis': how long a script runs before other commands
+/// are answered BUSY (with one worker: before it is aborted; see the module docs).
 pub const SCRIPT_TIME_LIMIT: Duration = Duration::from_secs(5);
+/// Redis' replies to a command refused while an EVAL script (`BUSY_SCRIPT`) or only functions
+/// (`BUSY_FUNCTION`) run past `busy-reply-threshold`.
+pub const BUSY_SCRIPT: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+pub const BUSY_FUNCTION: &str =
+    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
+/// The reply of a script stopped by SCRIPT KILL or FUNCTION KILL (Redis 7.2's text for both;
+/// the script's name and line follow).
+const KILLED_BY_USER_TEXT: &str = "ERR Script killed by user with SCRIPT KILL...";
+/// The reply of a script aborted at the time limit (one worker; see the module docs).
+const TIME_LIMIT_TEXT: &str = "ERR Script killed: it ran longer than the script time limit";
+/// How long [`hand_off_worker`] waits for its tasks to be picked up before it lets the script
+/// run on regardless.
+const HAND_OFF_WAIT: Duration = Duration::from_secs(1);
 /// Longest FUNCTION LOAD may run a library's code (Redis' load timeout).
 const LOAD_TIME_LIMIT: Duration = Duration::from_millis(500);
 /// The hook runs every this many VM instructions.
@@ -104,8 +143,9 @@ pub const COMMANDS: &[CommandSpec] = &[
         sub("script|exists", -3, flags::NO_MULTI | flags::NOSCRIPT, "Determines whether server-side Lua scripts exist in the script cache."),
         // Empties every tenant's script cache: an administrator's right.
         sub("script|flush", -2, flags::ADMIN | flags::NO_MULTI | flags::NOSCRIPT, "Removes all server-side Lua scripts from the script cache."),
-        // Answers while a script runs, even one that holds the gate exclusively.
-        cmd("script|kill", 2, flags::OWN_GATE | flags::NO_MULTI | flags::NOSCRIPT, NO_KEYS, "", "Terminates a server-side Lua script during execution.", script),
+        // Answers while a script runs, even one that holds the gate exclusively, and while one
+        // is past busy-reply-threshold.
+        cmd("script|kill", 2, flags::OWN_GATE | flags::ALLOW_BUSY | flags::NO_MULTI | flags::NOSCRIPT, NO_KEYS, "", "Terminates a server-side Lua script during execution.", script),
         sub("script|help", 2, flags::NO_MULTI | flags::NOSCRIPT, "Returns helpful text about the different subcommands."),
     ]),
 ];
@@ -279,6 +319,7 @@ fn eval_cached(
             read_only,
             cross_key: &script.cross_key,
             function: false,
+            called_as: &args[..2],
         },
     )
 }
@@ -319,6 +360,7 @@ fn fcall_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResul
             read_only,
             cross_key: &function.cross_key,
             function: true,
+            called_as: &args[..2],
         },
     )
 }
@@ -426,6 +468,8 @@ struct Invocation<'a> {
     /// Set when a key-locked run touched an undeclared key (then it always runs exclusively).
     cross_key: &'a AtomicBool,
     function: bool,
+    /// The command and its first argument as the caller sent them (FUNCTION STATS).
+    called_as: &'a [Bytes],
 }
 
 enum Target<'a> {
@@ -472,8 +516,9 @@ impl ScriptRun<'_> {
     /// joins the script's write transaction (or the EXEC's running the script): the script's
     /// writes are logged as one record after it has run, and one that would take that record
     /// over the log's limit is refused before it is applied (the script's earlier writes stand,
-    /// as after any error in a script).
-    fn call(&mut self, args: Vec<Bytes>) -> Frame {
+    /// as after any error in a script). `slot`: the state's, where the first write and a KILL
+    /// meet.
+    fn call(&mut self, args: Vec<Bytes>, slot: &RunSlot) -> Frame {
         if self.abort.is_some() {
             return CmdError::err("the script was stopped").to_frame();
         }
@@ -506,6 +551,10 @@ impl ScriptRun<'_> {
             if !declares(self.shared, spec, &args, self.client.db, declared) {
                 return self.undeclared(spec, &args);
             }
+        }
+        if spec.runs_as_write() && !self.wrote && !slot.claim_write() {
+            // SCRIPT KILL / FUNCTION KILL came first: it stops before writing anything.
+            return Frame::Error(KILLED_BY_USER_TEXT.into());
         }
         dispatch::feed_monitors(self.shared, self.client, spec, &args, true);
         let row = spec.resolve(&args);
@@ -636,6 +685,8 @@ fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
         }
     }
     let mut txn = WriteTxn::begin_exclusive(shared, ctx.client, now, grows)?;
+    // Commands that come while it holds the gate wait for it where they can be told BUSY.
+    let _exclusive = ExclusiveRun::start();
     let reply = execute(
         &RefCell::new(ScriptRun {
             shared,
@@ -655,7 +706,7 @@ fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
 
 /// Run the script on this thread's Lua state; the reply frame (errors included).
 fn execute(run: &RefCell<ScriptRun<'_>>, inv: &Invocation<'_>) -> Frame {
-    // `busy-reply-threshold` (0: never stopped; a century is as good as never).
+    // `busy-reply-threshold` (0: never reached).
     let limit = match run
         .borrow()
         .shared
@@ -663,7 +714,7 @@ fn execute(run: &RefCell<ScriptRun<'_>>, inv: &Invocation<'_>) -> Frame {
         .busy_reply_threshold
         .load(Ordering::Relaxed)
     {
-        0 => Duration::from_secs(100 * 365 * 24 * 3600),
+        0 => NEVER,
         ms => Duration::from_millis(ms),
     };
     with_vm(|vm| {
@@ -736,17 +787,147 @@ const KILLED_BY_TIME: u8 = 1;
 const KILLED_BY_USER: u8 = 2;
 const KILLED_TO_RESTART: u8 = 3;
 
+/// A run's [`RunSlot::write_or_kill`]: neither yet, it has written, or a user killed it.
+const FRESH: u8 = 0;
+const WROTE: u8 = 1;
+const KILL_CLAIMED: u8 = 2;
+
+/// What runs now, for dispatch (see the module docs): scripts and functions past
+/// `busy-reply-threshold` on a multi-threaded runtime (EVAL scripts from [`BUSY_EVAL_UNIT`],
+/// functions from [`BUSY_FUNCTION_UNIT`]) and scripts holding the store gate exclusively
+/// (from [`EXCLUSIVE_UNIT`]), 16 bits each. Dispatch loads it once per command
+/// ([`wait_unless_busy`]); an exclusive run's start and end, and a run passing the threshold,
+/// write it.
+static SCRIPTS: AtomicU64 = AtomicU64::new(0);
+const BUSY_EVAL_UNIT: u64 = 1;
+const BUSY_FUNCTION_UNIT: u64 = 1 << 16;
+const EXCLUSIVE_UNIT: u64 = 1 << 32;
+const BUSY_EVALS: u64 = 0xffff;
+const BUSY_ANY: u64 = 0xffff_ffff;
+
+/// Commands waiting in [`wait_for_exclusive_scripts`], and what they wait on: a change of
+/// [`SCRIPTS`] is announced under [`WAIT_LOCK`] when there are any (no lock otherwise).
+static WAITERS: AtomicUsize = AtomicUsize::new(0);
+static WAIT_LOCK: Mutex<()> = Mutex::new(());
+static WAIT_CHANGE: Condvar = Condvar::new();
+
+fn busy_unit(function: bool) -> u64 {
+    if function {
+        BUSY_FUNCTION_UNIT
+    } else {
+        BUSY_EVAL_UNIT
+    }
+}
+
+/// Change [`SCRIPTS`] (`add` or subtract `unit`) and wake the commands waiting on it.
+fn scripts_change(unit: u64, add: bool) {
+    if add {
+        SCRIPTS.fetch_add(unit, Ordering::SeqCst);
+    } else {
+        SCRIPTS.fetch_sub(unit, Ordering::SeqCst);
+    }
+    if WAITERS.load(Ordering::SeqCst) != 0 {
+        let _lock = WAIT_LOCK.lock();
+        WAIT_CHANGE.notify_all();
+    }
+}
+
+/// While a script or function runs past `busy-reply-threshold` (see the module docs): the BUSY
+/// reply every command not flagged `allow-busy` gets. One atomic load.
+#[inline]
+pub fn busy_error() -> Option<&'static str> {
+    let scripts = SCRIPTS.load(Ordering::Relaxed);
+    if scripts & BUSY_ANY == 0 {
+        None
+    } else if scripts & BUSY_EVALS != 0 {
+        Some(BUSY_SCRIPT)
+    } else {
+        Some(BUSY_FUNCTION)
+    }
+}
+
+/// Before a command that may wait for the store gate (dispatch, for every command not flagged
+/// `allow-busy`; the memcached front end; WATCH): the BUSY reply it gets instead, if a script
+/// is past the threshold. While a script holds the gate exclusively and none is past the
+/// threshold it waits here first, for that script to end (then it runs, as it would have
+/// after waiting at the gate) or to pass the threshold (then it is refused): so a command that
+/// came while the script ran is answered BUSY, as in Redis, rather than left waiting at the
+/// gate until the script is killed. Nothing to wait for: one atomic load.
+#[inline]
+pub fn wait_unless_busy() -> Option<&'static str> {
+    if SCRIPTS.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    wait_for_exclusive_scripts()
+}
+
+#[cold]
+fn wait_for_exclusive_scripts() -> Option<&'static str> {
+    let held = |scripts: u64| scripts & BUSY_ANY == 0 && scripts >= EXCLUSIVE_UNIT;
+    if held(SCRIPTS.load(Ordering::SeqCst)) {
+        // Counted before the check under the lock: a change after it is announced (see
+        // `scripts_change`); the timeout is only a safety net.
+        WAITERS.fetch_add(1, Ordering::SeqCst);
+        let mut lock = WAIT_LOCK.lock();
+        while held(SCRIPTS.load(Ordering::SeqCst)) {
+            WAIT_CHANGE.wait_for(&mut lock, Duration::from_millis(100));
+        }
+        drop(lock);
+        WAITERS.fetch_sub(1, Ordering::SeqCst);
+    }
+    busy_error()
+}
+
+/// Counts a script's run under the exclusive gate in [`SCRIPTS`] for as long as it lives.
+struct ExclusiveRun;
+
+impl ExclusiveRun {
+    fn start() -> ExclusiveRun {
+        scripts_change(EXCLUSIVE_UNIT, true);
+        ExclusiveRun
+    }
+}
+
+impl Drop for ExclusiveRun {
+    fn drop(&mut self) {
+        scripts_change(EXCLUSIVE_UNIT, false);
+    }
+}
+
+/// FUNCTION STATS' refusal while an EVAL script runs past `busy-reply-threshold` (Redis:
+/// FUNCTION STATS answers only about functions).
+pub fn busy_eval_error() -> Option<CmdError> {
+    (SCRIPTS.load(Ordering::Relaxed) & BUSY_EVALS != 0).then(|| CmdError::Other(BUSY_SCRIPT.into()))
+}
+
 /// What SCRIPT KILL, FUNCTION KILL and FUNCTION STATS see of the script a thread runs: one per
 /// Lua state, registered once (so a script's start and end only store atomics).
 pub struct RunSlot {
     running: AtomicBool,
     function: AtomicBool,
-    wrote: AtomicBool,
+    /// [`FRESH`], [`WROTE`] or [`KILL_CLAIMED`]: the run's first write and a user's kill
+    /// exclude each other (one compare-and-swap each), so a kill never stops a script that has
+    /// written (Redis' UNKILLABLE) and a script a kill got to first writes nothing.
+    write_or_kill: AtomicU8,
+    /// The run is counted in [`SCRIPTS`] (it passed the threshold on a multi-threaded runtime).
+    busy: AtomicBool,
     killed: Arc<AtomicBool>,
     kill_reason: AtomicU8,
-    /// The running function's start, name and command (FUNCTION STATS). The name's buffer is
-    /// reused from call to call: an FCALL copies the name into it without allocating.
-    started: Mutex<(Instant, String, &'static str)>,
+    /// The running function's start, name and command (FUNCTION STATS), and its arguments
+    /// (numkeys, keys, args) once it is past the threshold. The name's buffer is reused from
+    /// call to call: an FCALL copies the name into it without allocating.
+    started: Mutex<RunningFunction>,
+}
+
+/// See [`RunSlot::started`].
+struct RunningFunction {
+    at: Instant,
+    name: String,
+    /// FCALL or FCALL_RO and the function's name, as the caller wrote them (copied: the
+    /// request's buffer is not kept alive).
+    command: String,
+    called_name: String,
+    args: Vec<Bytes>,
 }
 
 impl RunSlot {
@@ -754,12 +935,135 @@ impl RunSlot {
         RunSlot {
             running: AtomicBool::new(false),
             function: AtomicBool::new(false),
-            wrote: AtomicBool::new(false),
+            write_or_kill: AtomicU8::new(FRESH),
+            busy: AtomicBool::new(false),
             killed,
             kill_reason: AtomicU8::new(0),
-            started: Mutex::new((Instant::now(), String::new(), "")),
+            started: Mutex::new(RunningFunction {
+                at: Instant::now(),
+                name: String::new(),
+                command: String::new(),
+                called_name: String::new(),
+                args: Vec::new(),
+            }),
         }
     }
+
+    /// Before the run's first write: false when a kill got there first (nothing may be written).
+    fn claim_write(&self) -> bool {
+        match self
+            .write_or_kill
+            .compare_exchange(FRESH, WROTE, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) | Err(WROTE) => true,
+            Err(_) => false,
+        }
+    }
+
+    /// SCRIPT KILL / FUNCTION KILL: stop the run unless it has written; whether it will stop.
+    fn claim_kill(&self) -> bool {
+        match self.write_or_kill.compare_exchange(
+            FRESH,
+            KILL_CLAIMED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) | Err(KILL_CLAIMED) => {
+                self.kill_reason.store(KILLED_BY_USER, Ordering::Relaxed);
+                self.killed.store(true, Ordering::Release);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The hook saw the run pass `busy-reply-threshold`: on a multi-threaded runtime, count it
+    /// in [`SCRIPTS`], note a function's arguments for FUNCTION STATS, hand this worker's other
+    /// tasks on, and let it run on (true); elsewhere, false (it is aborted).
+    fn enter_busy(&self) -> bool {
+        let multi_threaded = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if !multi_threaded {
+            return false;
+        }
+        let function = self.function.load(Ordering::Relaxed);
+        if function {
+            if let Some(context) = CALL_CONTEXT.with(Cell::get) {
+                // SAFETY: the context is this run's (the hook runs inside it); its keys and
+                // arguments live until the run ends.
+                let (keys, argv) = unsafe { (&*context.keys, &*context.argv) };
+                let mut started = self.started.lock();
+                started.args.clear();
+                started.args.push(Bytes::from(keys.len().to_string()));
+                started.args.extend(keys.iter().chain(argv).cloned());
+            }
+        }
+        self.busy.store(true, Ordering::Relaxed);
+        scripts_change(busy_unit(function), true);
+        tracing::warn!(
+            function,
+            "a script has run longer than busy-reply-threshold: other commands get BUSY until \
+             it ends or SCRIPT KILL / FUNCTION KILL stops it"
+        );
+        hand_off_worker();
+        true
+    }
+
+    /// The run has ended: no longer counted in [`SCRIPTS`].
+    fn leave_busy(&self) {
+        if self.busy.swap(false, Ordering::Relaxed) {
+            let function = self.function.load(Ordering::Relaxed);
+            scripts_change(busy_unit(function), false);
+            if function {
+                self.started.lock().args.clear();
+            }
+        }
+    }
+}
+
+/// Marks a slot running for as long as it lives, so a run that unwinds (a panic) is neither
+/// left running nor left counted in [`SCRIPTS`] (which would refuse every command for good).
+struct Running<'a>(&'a RunSlot);
+
+impl<'a> Running<'a> {
+    fn start(slot: &'a RunSlot) -> Running<'a> {
+        slot.running.store(true, Ordering::Release);
+        Running(slot)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.running.store(false, Ordering::Release);
+        self.0.leave_busy();
+    }
+}
+
+/// Called from the instruction hook of a script that has just passed the threshold, on a
+/// worker of the multi-threaded runtime: gives this worker's queued tasks and its place among
+/// the workers to a new thread (`block_in_place`), and keeps this thread for the script.
+/// Without it what waits on this worker waits for the script, so no BUSY reply and no KILL
+/// may be served: the task in its LIFO slot (never stolen; the accept loop, say), and the
+/// network itself when the other workers sleep (tokio wakes one only when there is a task to
+/// steal, and a sleeping worker does not poll for I/O) or wait at the store gate for this very
+/// script (commands that reached it before a key-locked script's threshold).
+///
+/// `block_in_place` hands the worker over when it starts and takes it back when its closure
+/// returns if the new thread has not picked it up yet; so the closure waits until a task
+/// spawned here beforehand has run: run by the new thread, or stolen by another worker, which
+/// shows that one is awake (and, as every command now gets BUSY before the gate, stays free).
+/// At most [`HAND_OFF_WAIT`]: the script then runs on regardless. Not on a current-thread
+/// runtime (`block_in_place` would panic there; the caller checks).
+fn hand_off_worker() {
+    let picked_up = Arc::new(AtomicBool::new(false));
+    let flag = picked_up.clone();
+    tokio::spawn(async move { flag.store(true, Ordering::Release) });
+    tokio::task::block_in_place(|| {
+        let until = Instant::now() + HAND_OFF_WAIT;
+        while !picked_up.load(Ordering::Acquire) && Instant::now() < until {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    });
 }
 
 fn running_slots() -> &'static Mutex<Vec<Arc<RunSlot>>> {
@@ -768,51 +1072,58 @@ fn running_slots() -> &'static Mutex<Vec<Arc<RunSlot>>> {
 }
 
 /// SCRIPT KILL (`function` false) / FUNCTION KILL: stop the running script(s) of that kind that
-/// have not written, with Redis' replies.
+/// have not written, with Redis' replies: OK, UNKILLABLE (one has written: it runs on), the
+/// other kind's BUSY reply when only a script of the other kind runs past the threshold (SCRIPT
+/// KILL does not stop a function, nor FUNCTION KILL a script), else NOTBUSY.
 pub fn kill_running(function: bool) -> CmdResult {
     let slots = running_slots().lock();
-    let mut found = false;
+    let (mut found, mut unkillable, mut other_busy) = (false, false, false);
     for slot in slots.iter() {
-        if !slot.running.load(Ordering::Acquire)
-            || slot.function.load(Ordering::Relaxed) != function
-        {
+        if !slot.running.load(Ordering::Acquire) {
+            continue;
+        }
+        if slot.function.load(Ordering::Relaxed) != function {
+            other_busy |= slot.busy.load(Ordering::Relaxed);
             continue;
         }
         found = true;
-        if slot.wrote.load(Ordering::Relaxed) {
-            return Err(CmdError::Other(
-                "UNKILLABLE Sorry the script already executed write commands against the dataset. \
-                 You can either wait the script termination or kill the server in a hard way \
-                 using the SHUTDOWN NOSAVE command."
-                    .into(),
-            ));
-        }
+        unkillable |= !slot.claim_kill();
     }
-    if !found {
+    if unkillable {
         return Err(CmdError::Other(
-            "NOTBUSY No scripts in execution right now.".into(),
+            "UNKILLABLE Sorry the script already executed write commands against the dataset. \
+             You can either wait the script termination or kill the server in a hard way \
+             using the SHUTDOWN NOSAVE command."
+                .into(),
         ));
     }
-    for slot in slots.iter() {
-        if slot.running.load(Ordering::Acquire) && slot.function.load(Ordering::Relaxed) == function
-        {
-            slot.kill_reason.store(KILLED_BY_USER, Ordering::Relaxed);
-            slot.killed.store(true, Ordering::Release);
-        }
+    if found {
+        return Ok(Frame::ok());
     }
-    Ok(Frame::ok())
+    if other_busy {
+        let busy = if function { BUSY_SCRIPT } else { BUSY_FUNCTION };
+        return Err(CmdError::Other(busy.into()));
+    }
+    Err(CmdError::Other(
+        "NOTBUSY No scripts in execution right now.".into(),
+    ))
 }
 
 /// FUNCTION STATS' `running_script`: a function running now (name, command, duration in ms).
-pub fn running_function() -> Option<(String, String, u64)> {
+pub fn running_function() -> Option<(String, Vec<Bytes>, u64)> {
     let slots = running_slots().lock();
     slots.iter().find_map(|slot| {
         (slot.running.load(Ordering::Acquire) && slot.function.load(Ordering::Relaxed)).then(|| {
             let started = slot.started.lock();
+            let command = [started.command.as_bytes(), started.called_name.as_bytes()]
+                .into_iter()
+                .map(Bytes::copy_from_slice)
+                .chain(started.args.iter().cloned())
+                .collect();
             (
-                started.1.clone(),
-                started.2.to_string(),
-                started.0.elapsed().as_millis() as u64,
+                started.name.clone(),
+                command,
+                started.at.elapsed().as_millis() as u64,
             )
         })
     })
@@ -884,12 +1195,37 @@ struct Vm {
     /// Set by the time-limit hook or a KILL; read by the `pcall`/`xpcall` wrappers so a script
     /// cannot swallow its own kill. Reset for each script.
     killed: Arc<AtomicBool>,
-    /// When the running script is killed.
-    deadline: Rc<Cell<Instant>>,
-    /// How long a run may take ([`SCRIPT_TIME_LIMIT`]; tests shorten it).
+    /// What the instruction hook reads besides the kill flag; reset for each run.
+    hook: Rc<HookState>,
+    /// `busy-reply-threshold` ([`SCRIPT_TIME_LIMIT`]; tests shorten it).
     time_limit: Duration,
     /// This state's entry among the running scripts.
     slot: Arc<RunSlot>,
+}
+
+/// What a state's instruction hook reads (besides the kill flag), set for each run.
+struct HookState {
+    /// When the run passes `busy-reply-threshold` (or FUNCTION LOAD's limit).
+    deadline: Cell<Instant>,
+    /// Past the deadline the run may go on, answered BUSY about, if the runtime allows (a
+    /// script or function); false: it is aborted (a library's code at FUNCTION LOAD).
+    may_run_on: Cell<bool>,
+    /// The line of the user's code a kill stopped, for the reply (0: not known).
+    kill_line: Cell<i32>,
+}
+
+/// As good as never (`busy-reply-threshold` 0; a run past the threshold).
+const NEVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The line a hook call stopped in, when it is the user's code (a script, or a library's
+/// functions) rather than the prelude.
+fn user_code_line(debug: &mlua::Debug<'_>) -> Option<i32> {
+    let source = debug.source();
+    matches!(
+        source.source.as_deref(),
+        Some("@user_script" | "@user_function")
+    )
+    .then(|| debug.curr_line())
 }
 
 impl Drop for Vm {
@@ -916,22 +1252,36 @@ impl Vm {
             .load(PRELUDE)
             .set_name("=prelude")
             .call((hidden.clone(), read_killed))?;
-        let deadline = Rc::new(Cell::new(Instant::now()));
+        let hook = Rc::new(HookState {
+            deadline: Cell::new(Instant::now()),
+            may_run_on: Cell::new(false),
+            kill_line: Cell::new(0),
+        });
         let slot = Arc::new(RunSlot::new(killed.clone()));
-        let (hook_flag, hook_deadline, hook_slot) =
-            (killed.clone(), deadline.clone(), slot.clone());
+        let (hook_flag, hook_state, hook_slot) = (killed.clone(), hook.clone(), slot.clone());
         lua.set_hook(
             HookTriggers::new().every_nth_instruction(HOOK_EVERY),
-            move |_, _| {
-                if hook_flag.load(Ordering::Relaxed) || Instant::now() > hook_deadline.get() {
+            move |_, debug| {
+                if hook_flag.load(Ordering::Relaxed) {
+                    // Killed: raise again wherever it runs now, so `pcall` cannot keep it.
+                    if let Some(line) = user_code_line(&debug) {
+                        hook_state.kill_line.set(line);
+                    }
+                    return Err(mlua::Error::runtime(TIME_LIMIT_TEXT));
+                }
+                if Instant::now() > hook_state.deadline.get() {
+                    if hook_state.may_run_on.get() && hook_slot.enter_busy() {
+                        // Runs on, answered BUSY about (see the module docs); the clock needs
+                        // no more reading for this run.
+                        hook_state.deadline.set(Instant::now() + NEVER);
+                        return Ok(VmState::Continue);
+                    }
                     if !hook_flag.swap(true, Ordering::Relaxed) {
                         hook_slot
                             .kill_reason
                             .store(KILLED_BY_TIME, Ordering::Relaxed);
                     }
-                    return Err(mlua::Error::runtime(
-                        "ERR Script killed: it ran longer than the script time limit",
-                    ));
+                    return Err(mlua::Error::runtime(TIME_LIMIT_TEXT));
                 }
                 Ok(VmState::Continue)
             },
@@ -959,7 +1309,7 @@ impl Vm {
             argv,
             entry,
             killed,
-            deadline,
+            hook,
             time_limit: SCRIPT_TIME_LIMIT,
             slot,
         })
@@ -1030,7 +1380,9 @@ impl Vm {
             .map_err(|e| format!("Error compiling function: {}", lua_message(&e)))?;
         let collected: RefCell<Vec<Registered>> = RefCell::new(Vec::new());
         self.killed.store(false, Ordering::Relaxed);
-        self.deadline.set(Instant::now() + LOAD_TIME_LIMIT);
+        // A library's code never runs on past its limit: FUNCTION LOAD fails (Redis').
+        self.hook.deadline.set(Instant::now() + LOAD_TIME_LIMIT);
+        self.hook.may_run_on.set(false);
         let outcome = self.lua.scope(|scope| {
             let collect = scope.create_function(
                 |_, (name, callback, flags, description): (mlua::String, Function, u8, Option<mlua::String>)| {
@@ -1107,7 +1459,9 @@ impl Vm {
         // The instruction hook must see this run's kill flag and deadline, not what the last
         // run left (a kill, or a deadline long past after the thread sat idle).
         self.killed.store(false, Ordering::Relaxed);
-        self.deadline.set(Instant::now() + self.time_limit);
+        self.hook.deadline.set(Instant::now() + self.time_limit);
+        self.hook.may_run_on.set(true);
+        self.hook.kill_line.set(0);
         let mut reply = None;
         let out = {
             let _current = CurrentRun::set(CallContext {
@@ -1171,36 +1525,44 @@ impl Vm {
             return Ok(Frame::Error("ERR Function not found".into()));
         };
         self.slot.kill_reason.store(0, Ordering::Relaxed);
-        self.slot.wrote.store(false, Ordering::Relaxed);
+        self.slot.write_or_kill.store(FRESH, Ordering::Relaxed);
         self.slot.function.store(inv.function, Ordering::Relaxed);
         let now = Instant::now();
         if inv.function {
             let mut started = self.slot.started.lock();
-            started.0 = now;
-            started.1.clear();
-            started.1.push_str(inv.name);
-            started.2 = if inv.read_only { "fcall_ro" } else { "fcall" };
+            started.at = now;
+            started.name.clear();
+            started.name.push_str(inv.name);
+            started.command.clear();
+            started.called_name.clear();
+            if let [command, name] = inv.called_as {
+                started.command.push_str(&String::from_utf8_lossy(command));
+                started.called_name.push_str(&String::from_utf8_lossy(name));
+            }
+            started.args.clear();
         }
-        self.slot.running.store(true, Ordering::Release);
         let script = matches!(inv.target, Target::Script { .. });
         let run_ptr = run as *const RefCell<ScriptRun<'_>> as *const ();
-        let result = self.call(func, script, inv.keys, inv.argv, run_ptr);
-        self.slot.running.store(false, Ordering::Release);
+        let result = {
+            let _running = Running::start(&self.slot);
+            self.call(func, script, inv.keys, inv.argv, run_ptr)
+        };
         let value = match result? {
             Ok(frame) => return Ok(frame),
             Err(value) => value,
         };
         let frame = if self.killed.load(Ordering::Relaxed) {
             match self.slot.kill_reason.load(Ordering::Relaxed) {
-                KILLED_BY_USER if inv.function => {
-                    Frame::Error("ERR Script killed by user with FUNCTION KILL...".into())
-                }
-                KILLED_BY_USER => {
-                    Frame::Error("ERR Script killed by user with SCRIPT KILL...".into())
-                }
-                _ => Frame::Error(
-                    "ERR Script killed: it ran longer than the script time limit".into(),
-                ),
+                // Redis' reply, with where the script was (as its error handler adds).
+                KILLED_BY_USER => Frame::Error(match self.hook.kill_line.get() {
+                    0 => format!("{KILLED_BY_USER_TEXT} script: {}", inv.name),
+                    line => format!(
+                        "{KILLED_BY_USER_TEXT} script: {}, on @user_{}:{line}.",
+                        inv.name,
+                        if inv.function { "function" } else { "script" }
+                    ),
+                }),
+                _ => Frame::Error(TIME_LIMIT_TEXT.into()),
             }
         } else if matches!(&value, Value::String(s) if s.as_bytes() == LUA_MEMORY_ERROR.as_bytes())
         {
@@ -1731,9 +2093,7 @@ unsafe fn run_call(state: *mut ffi::lua_State, context: &CallContext) -> Frame {
             let Ok(mut run) = run.try_borrow_mut() else {
                 return CmdError::err("redis.call re-entered").to_frame();
             };
-            let frame = run.call(args);
-            // KILL must not stop a script that has written (Redis' UNKILLABLE).
-            slot.wrote.store(run.wrote, Ordering::Relaxed);
+            let frame = run.call(args, slot);
             if run.abort.is_some() && !killed.swap(true, Ordering::Relaxed) {
                 // pcall must not swallow it: the script stops here.
                 slot.kill_reason.store(KILLED_TO_RESTART, Ordering::Relaxed);
@@ -1747,6 +2107,24 @@ unsafe fn run_call(state: *mut ffi::lua_State, context: &CallContext) -> Frame {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run's first write and a user's kill exclude each other, whichever comes first: a kill
+    /// never stops a script that has written (UNKILLABLE), and a script a kill got to first
+    /// writes nothing. (Checked then set, they raced across threads: a kill that saw no write
+    /// could land after the script's first write.)
+    #[test]
+    fn the_first_write_and_a_kill_exclude_each_other() {
+        let slot = RunSlot::new(Arc::new(AtomicBool::new(false)));
+        assert!(slot.claim_write() && slot.claim_write());
+        assert!(!slot.claim_kill());
+        assert!(!slot.killed.load(Ordering::Relaxed));
+
+        let slot = RunSlot::new(Arc::new(AtomicBool::new(false)));
+        assert!(slot.claim_kill() && slot.claim_kill());
+        assert!(slot.killed.load(Ordering::Relaxed));
+        assert_eq!(slot.kill_reason.load(Ordering::Relaxed), KILLED_BY_USER);
+        assert!(!slot.claim_write());
+    }
 
     #[test]
     fn sha1_matches_redis() {
@@ -2056,7 +2434,7 @@ mod state_reuse {
         let many: Vec<Bytes> = (0..1000).map(|i| Bytes::from(i.to_string())).collect();
         for i in 0..6 {
             let long_ago = Instant::now().checked_sub(Duration::from_secs(10));
-            vm.deadline.set(long_ago.unwrap_or_else(Instant::now));
+            vm.hook.deadline.set(long_ago.unwrap_or_else(Instant::now));
             vm.killed.store(i % 2 == 1, Ordering::Relaxed);
             // ~12,000 instructions: the hook (every 10,000) fires while it runs.
             assert_eq!(

@@ -47,10 +47,13 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("bgsave", -1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Asynchronously saves the database(s) to disk.", bgsave),
     cmd("bgrewriteaof", 1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Asynchronously rewrites the append-only file to disk (here: a snapshot, after which the log it covers is removed).", bgrewriteaof),
     cmd("lastsave", 1, flags::LOADING | flags::FAST | flags::RANDOM, NO_KEYS, "server", "Returns the Unix timestamp of the last successful save to disk.", lastsave),
-    cmd("wait", 3, flags::NOSCRIPT, NO_KEYS, "generic", "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.", wait),
+    // Not `noscript` since Redis 7.2: in a script, as inside MULTI, WAIT answers at once.
+    cmd("wait", 3, 0, NO_KEYS, "generic", "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.", wait),
     cmd("waitaof", 4, flags::NO_MULTI, NO_KEYS, "generic", "Blocks until all of the preceding write commands sent by the connection are written to the append-only file of the master and/or replicas.", waitaof),
     cmd("monitor", 1, ADMIN | flags::NO_MULTI | flags::NOSCRIPT | flags::LOADING, NO_KEYS, "server", "Listens for all requests received by the server in real-time.", monitor),
-    cmd("shutdown", -1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Synchronously saves the database(s) to disk and shuts down the Redis server.", shutdown),
+    // Runs while a script is past busy-reply-threshold (Redis' allow_busy: SHUTDOWN NOSAVE ends
+    // such a script), so without the store gate, which that script may hold.
+    cmd("shutdown", -1, ADMIN | flags::NO_MULTI | flags::ALLOW_BUSY | flags::OWN_GATE, NO_KEYS, "server", "Synchronously saves the database(s) to disk and shuts down the Redis server.", shutdown),
 ];
 
 fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -396,6 +399,13 @@ fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 return Err(CmdError::err("No shutdown in progress."));
             }
             return Err(CmdError::Syntax);
+        }
+    }
+    // While a script is past busy-reply-threshold only SHUTDOWN NOSAVE runs (Redis): the
+    // script's writes are never logged, and the process exits without waiting for it.
+    if !args[1..].iter().any(|a| is(a, "nosave")) {
+        if let Some(busy) = super::scripting::busy_error() {
+            return Err(CmdError::Other(busy.to_string()));
         }
     }
     tracing::info!(client = ctx.client.id, "SHUTDOWN requested");

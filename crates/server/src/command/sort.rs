@@ -30,9 +30,32 @@ const READS: u32 = flags::MOVABLE_KEYS | flags::READS_KEYSPACE;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("sort", -2, flags::WRITE | flags::SELF_LOGGED | flags::DENYOOM | READS, KEY1, "generic", "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.", sort).reads(1, 1).key_flags(&["RO access", "OW update"]),
+    cmd("sort", -2, flags::WRITE | flags::SELF_LOGGED | flags::DENYOOM | READS, KEY1, "generic", "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.", sort).keys_by(sort_keys).reads(1, 1).key_flags(&["RO access", "OW update"]),
     cmd("sort_ro", -2, flags::READONLY | READS, KEY1, "generic", "Returns the sorted elements of a list, a set, or a sorted set.", sort_ro),
 ];
+
+/// SORT's keys as Redis' `sortGetKeys` finds them (COMMAND GETKEYS, ACL key rules, client-side
+/// caching): the sorted key, then the destination after the last `STORE` that has an argument
+/// after it. Like Redis it skips the arguments of LIMIT (2), GET and BY (1) and nothing else,
+/// and it does not skip a STORE's argument (`STORE store x` stores into `x`); the BY and GET
+/// patterns name no key of their own (they depend on the sorted value).
+/// Regression: `test_command_getkeys_finds_the_sort_store_key`.
+fn sort_keys(args: &[Bytes]) -> Vec<usize> {
+    let mut store = None;
+    let mut i = 2;
+    while i < args.len() {
+        let a = &args[i];
+        if is(a, "limit") {
+            i += 2;
+        } else if is(a, "get") || is(a, "by") {
+            i += 1;
+        } else if is(a, "store") && i + 1 < args.len() {
+            store = Some(i + 1);
+        }
+        i += 1;
+    }
+    std::iter::once(1).chain(store).collect()
+}
 
 /// The elements of a value SORT can sort, in the value's own order, and whether that order
 /// means something (a sorted set's or a list's does; a set's does not, so SORT … STORE of a set
@@ -425,6 +448,26 @@ mod tests {
 
     fn pattern(p: &'static str) -> Pattern {
         Pattern::parse(&Bytes::from_static(p.as_bytes()))
+    }
+
+    #[test]
+    fn sort_keys_are_found_as_redis_sort_get_keys_finds_them() {
+        let keys = |words: &str| {
+            let args: Vec<Bytes> = words
+                .split(' ')
+                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+                .collect();
+            table().get(b"sort").expect("row").key_indexes(&args)
+        };
+        assert_eq!(keys("sort k"), vec![1]);
+        assert_eq!(keys("sort k store d"), vec![1, 3]);
+        assert_eq!(keys("sort k STORE d store e"), vec![1, 5], "the last STORE");
+        assert_eq!(keys("sort k by w_* get # store d"), vec![1, 7]);
+        assert_eq!(keys("sort k get store"), vec![1], "a GET pattern");
+        assert_eq!(keys("sort k limit store x"), vec![1], "LIMIT skips two");
+        assert_eq!(keys("sort k limit 0 store store d"), vec![1, 6]);
+        assert_eq!(keys("sort k store store x"), vec![1, 4]);
+        assert_eq!(keys("sort k alpha store"), vec![1], "STORE without a key");
     }
 
     #[test]

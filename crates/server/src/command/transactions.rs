@@ -21,14 +21,19 @@ use gradus_proto::Frame;
 use std::sync::atomic::Ordering;
 
 const TX: u32 = flags::NO_QUEUE | flags::FAST | flags::LOADING;
+/// MULTI, DISCARD, WATCH and UNWATCH run while a script is past `busy-reply-threshold` (Redis'
+/// `allow_busy`: a pipelined MULTI … EXEC must not lose its MULTI to BUSY and run half its
+/// commands outside a transaction, Redis PR #7022), so they never wait for the store gate: only
+/// WATCH reads the keyspace, and it takes the gate itself (see [`watch`]).
+const TX_BUSY: u32 = TX | flags::ALLOW_BUSY | flags::OWN_GATE;
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("multi", 1, TX, NO_KEYS, "transactions", "Starts a transaction.", multi),
+    cmd("multi", 1, TX_BUSY, NO_KEYS, "transactions", "Starts a transaction.", multi),
     cmd("exec", 1, flags::NO_QUEUE | flags::LOADING | flags::OWN_GATE | flags::SKIP_SLOWLOG | flags::RUNS_QUEUED, NO_KEYS, "transactions", "Executes all commands in a transaction.", exec),
-    cmd("discard", 1, TX, NO_KEYS, "transactions", "Discards a transaction.", discard),
-    cmd("watch", -2, TX, (1, -1, 1), "transactions", "Monitors changes to keys to determine the execution of a transaction.", watch).key_flags(&["RO"]),
-    cmd("unwatch", 1, TX, NO_KEYS, "transactions", "Forgets about watched keys of a transaction.", unwatch),
+    cmd("discard", 1, TX_BUSY, NO_KEYS, "transactions", "Discards a transaction.", discard),
+    cmd("watch", -2, TX_BUSY, (1, -1, 1), "transactions", "Monitors changes to keys to determine the execution of a transaction.", watch).key_flags(&["RO"]),
+    cmd("unwatch", 1, TX_BUSY, NO_KEYS, "transactions", "Forgets about watched keys of a transaction.", unwatch),
 ];
 
 fn multi(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
@@ -48,10 +53,21 @@ fn discard(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     Ok(Frame::ok())
 }
 
+/// A watched key's version that no key ever has: EXEC finds it changed.
+const CHANGED: u64 = u64::MAX;
+
+/// Runs without the dispatcher's gate (it is allow-busy): it takes the gate shared itself to
+/// read the keys' versions, after waiting out a script that holds it exclusively
+/// (`scripting::wait_unless_busy`), except while a script is past `busy-reply-threshold`. That
+/// script may hold the gate for as long as it runs, and WATCH must not wait for it: the keys are
+/// then watched as already changed, so EXEC answers nil and the client tries again (a spurious
+/// retry, never a lost update). Redis would watch them as they are.
 fn watch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if ctx.client.multi.is_some() {
         return Err(CmdError::err("WATCH inside MULTI is not allowed"));
     }
+    let busy = super::scripting::wait_unless_busy().is_some();
+    let _gate = (!busy).then(|| ctx.shared.store.shared(ctx.client.id));
     let db_index = ctx.client.db;
     for key in &args[1..] {
         let already = ctx
@@ -62,7 +78,11 @@ fn watch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         if already {
             continue;
         }
-        let version = ctx.db().lock(key).version_of(key, ctx.now_ms);
+        let version = if busy {
+            CHANGED
+        } else {
+            ctx.db().lock(key).version_of(key, ctx.now_ms)
+        };
         ctx.client.watched.push(Watch {
             db: db_index,
             key: Bytes::copy_from_slice(key),

@@ -243,6 +243,16 @@ impl<'a> Session<'a> {
     /// One command to its protocol's handlers: the meta commands are in [`super::meta`], the
     /// text ones in [`super::text`].
     fn run(&mut self, command: Command, out: &mut BytesMut) -> Flow {
+        // A Lua script past busy-reply-threshold may hold the store gate for as long as it runs
+        // (see `command::scripting`): a command that would wait for it is refused, as RESP
+        // commands get BUSY, so no worker thread waits for that script.
+        if !matches!(
+            command,
+            Command::Quit | Command::Version | Command::Verbosity { .. } | Command::MetaNoop
+        ) && crate::command::scripting::wait_unless_busy().is_some()
+        {
+            return server_error(out, "SERVER_ERROR busy running a script");
+        }
         match command {
             Command::MetaNoop => self.meta_noop(out),
             Command::MetaDebug { key, base64 } => {

@@ -8,7 +8,8 @@
 //!
 //! The mutex is taken only for a command that was slow (and by SLOWLOG itself).
 //!
-//! May import: `client`, `command` (flags). Nothing else.
+//! May import: `client`, `command` (flags, and the table's rows for where secrets are). Nothing
+//! else.
 
 use crate::client::ClientState;
 use crate::command::{flags, CommandSpec};
@@ -139,9 +140,16 @@ fn kept_args(args: &[Bytes], secret: bool) -> Vec<Bytes> {
 }
 
 /// The arguments of a command flagged `secret_args` that Redis shows as `(redacted)` (in the
-/// slow log and to MONITOR): every one after AUTH's name, or HELLO's two after its `AUTH`
-/// word; `(from, to)`, to exclusive (`(usize::MAX, 0)`: none).
+/// slow log and to MONITOR): those its row says (MIGRATE's; see `CommandSpec::secrets`), else
+/// every one after AUTH's name, or HELLO's two after its `AUTH` word; `(from, to)`, to
+/// exclusive (`(usize::MAX, 0)`: none).
 pub fn secret_args(args: &[Bytes]) -> (usize, usize) {
+    let row = args
+        .first()
+        .and_then(|name| crate::command::table().get(name));
+    if let Some(at) = row.and_then(|row| row.secrets) {
+        return at(args);
+    }
     match args.iter().position(|a| a.eq_ignore_ascii_case(b"auth")) {
         Some(0) => (1, usize::MAX),
         Some(at) => (at + 1, at + 3),
