@@ -83,7 +83,7 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                             _ = shared.pauses.changed() => {}
                             _ = handle.killed() => break 'conn,
                             _ = shutdown.changed() => break 'conn,
-                            _ = peer_closed(stream.tcp()) => break 'conn,
+                            _ = crate::socket::peer_closed(stream.tcp()) => break 'conn,
                         }
                         now_ms = gradus_store::now_ms();
                         reply = dispatch(&shared, &mut client, args, now_ms);
@@ -105,7 +105,7 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                             // The reply first: its future sets up its own clean-up when made.
                             biased;
                             reply = work.complete(shared.clone(), &mut client) => reply,
-                            _ = peer_closed(stream.tcp()) => break 'conn,
+                            _ = crate::socket::peer_closed(stream.tcp()) => break 'conn,
                         };
                         crate::dispatch::finish_deferred(&shared, &mut client, &reply);
                         crate::dispatch::flush_broadcasts(&shared, &mut client);
@@ -288,18 +288,6 @@ pub(crate) fn http_request_refused(shared: &Shared, client: &ClientState, port: 
              (POST or Host: commands) to Gradus. This is likely due to an attacker attempting to \
              use Cross Protocol Scripting to compromise your Gradus instance. Connection aborted."
         );
-    }
-}
-
-/// Resolves when the peer has closed the connection (end of stream or an error); pends while the
-/// peer is connected, including when it has sent more requests (they wait in the socket). Looks
-/// at the TCP socket under a TLS stream: a TLS close_notify counts as data, only a FIN or a reset
-/// as gone.
-async fn peer_closed(stream: &tokio::net::TcpStream) {
-    let mut byte = [0u8; 1];
-    match stream.peek(&mut byte).await {
-        Ok(0) | Err(_) => {}
-        Ok(_) => std::future::pending().await,
     }
 }
 

@@ -1,6 +1,8 @@
 //! The Gradus server. The request path is the module list:
 //!
 //! - [`server`]: bind, accept, maxclients, active expiry timer, signals and graceful shutdown;
+//! - [`socket`]: a client's TCP socket, registered for reading only (requests are served in the
+//!   order they arrive, as in redis-server);
 //! - [`connection`]: bytes ↔ requests/replies for one client, pipelining, output batching;
 //! - [`dispatch`]: table lookup, arity, auth, MULTI queueing, the store gate;
 //! - [`alloc`]: the counting global allocator behind `used_memory`;
@@ -68,6 +70,7 @@ pub mod quota;
 pub mod repl;
 pub mod server;
 pub mod settings;
+pub mod socket;
 pub mod state;
 pub mod tenancy;
 pub mod tls;

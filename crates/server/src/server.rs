@@ -14,6 +14,7 @@ use crate::client::ClientState;
 use crate::config::Config;
 use crate::connection;
 use crate::error::ServerError;
+use crate::socket::Socket;
 use crate::state::Shared;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -298,12 +299,20 @@ pub(crate) fn spawn_connection<P, T>(
     stream: TcpStream,
     client: ClientState,
     tls: bool,
-    plain: impl FnOnce(Arc<Shared>, TcpStream, ClientState) -> P,
+    plain: impl FnOnce(Arc<Shared>, Socket, ClientState) -> P,
     secure: impl FnOnce(Arc<Shared>, crate::tls::TlsStream, ClientState) -> T + Send + 'static,
 ) where
     P: std::future::Future<Output = ()> + Send + 'static,
     T: std::future::Future<Output = ()> + Send + 'static,
 {
+    let stream = match Socket::new(stream) {
+        Ok(stream) => stream,
+        Err(e) => {
+            tracing::warn!(client = %client.handle.addr, error = %e, "cannot register the connection");
+            connection::close(&shared, &client);
+            return;
+        }
+    };
     if !tls {
         tokio::spawn(plain(shared, stream, client));
         return;

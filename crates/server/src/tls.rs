@@ -14,8 +14,9 @@
 //! an `Arc` (when a connection is accepted) or to swap it (CONFIG SET); connections already open
 //! keep the configuration they were accepted with, new ones get the new certificate.
 //!
-//! A connection's byte stream is either a plain `TcpStream` or a rustls stream over one; both are
-//! a [`ClientStream`], which the RESP and memcached connection loops are generic over.
+//! A connection's byte stream is either a plain [`Socket`] or a rustls stream over one; both are
+//! a [`ClientStream`], which the RESP and memcached connection loops are generic over (as are a
+//! replica's link to its primary, over tokio's `TcpStream`, plain or TLS).
 //!
 //! The client side (`tls-replication`: a replica's link to its primary) is built by
 //! [`build_client`] from the same settings, as redis-server builds it: the primary's certificate
@@ -25,7 +26,8 @@
 //! are set, else `tls-cert-file`/`tls-key-file`. It is built anew for each connection attempt,
 //! so CONFIG SET of any of these settings holds for the next link.
 //!
-//! May import: `state` (the live settings, for a reload); nothing about commands or protocols.
+//! May import: `state` (the live settings, for a reload), `socket`; nothing about commands or
+//! protocols.
 
 use parking_lot::RwLock;
 use rustls_pki_types::pem::PemObject;
@@ -36,6 +38,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls;
 
+use crate::socket::{Socket, SocketOps};
+
 /// How long a client has to complete the TLS handshake before the connection is dropped (an
 /// idle or slow peer must not hold a connection slot open).
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -44,11 +48,17 @@ pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 /// TCP socket under it (for `TCP_NODELAY` and to notice a peer that hung up).
 pub trait ClientStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// The TCP socket under the stream.
-    fn tcp(&self) -> &TcpStream;
+    fn tcp(&self) -> &dyn SocketOps;
+}
+
+impl ClientStream for Socket {
+    fn tcp(&self) -> &dyn SocketOps {
+        self
+    }
 }
 
 impl ClientStream for TcpStream {
-    fn tcp(&self) -> &TcpStream {
+    fn tcp(&self) -> &dyn SocketOps {
         self
     }
 }
@@ -56,7 +66,10 @@ impl ClientStream for TcpStream {
 /// The socket under a TLS connection, read through a buffer: rustls asks for at most 4 KiB of
 /// ciphertext at a time, so a pipelined batch of 16 KiB records would otherwise cost a read
 /// system call per 4 KiB (this way, one per [`TLS_READ_BUFFER`]). Writes go straight through.
-pub type TlsSocket = tokio::io::BufReader<TcpStream>;
+pub type TlsSocket = tokio::io::BufReader<Socket>;
+
+/// The socket under a replica's TLS link to its primary, read through a buffer as [`TlsSocket`].
+pub type TlsClientSocket = tokio::io::BufReader<TcpStream>;
 
 /// The read buffer under a TLS connection: two full TLS records.
 pub const TLS_READ_BUFFER: usize = 2 * (16 * 1024 + 256);
@@ -65,16 +78,16 @@ pub const TLS_READ_BUFFER: usize = 2 * (16 * 1024 + 256);
 pub type TlsStream = tokio_rustls::server::TlsStream<TlsSocket>;
 
 impl ClientStream for TlsStream {
-    fn tcp(&self) -> &TcpStream {
+    fn tcp(&self) -> &dyn SocketOps {
         self.get_ref().0.get_ref()
     }
 }
 
 /// A replica's TLS link to its primary (see [`build_client`]).
-pub type TlsClientStream = tokio_rustls::client::TlsStream<TlsSocket>;
+pub type TlsClientStream = tokio_rustls::client::TlsStream<TlsClientSocket>;
 
 impl ClientStream for TlsClientStream {
-    fn tcp(&self) -> &TcpStream {
+    fn tcp(&self) -> &dyn SocketOps {
         self.get_ref().0.get_ref()
     }
 }
