@@ -120,6 +120,7 @@ impl AsyncRead for Socket {
             // SAFETY: `recv` writes at most `unfilled.len()` bytes into the slice and reports
             // how many; exactly those are then marked initialized and filled.
             let unfilled = unsafe { buf.unfilled_mut() };
+            let room = unfilled.len();
             let read = guard.try_io(|io| {
                 let n = unsafe {
                     libc::recv(
@@ -137,6 +138,12 @@ impl AsyncRead for Socket {
             });
             match read {
                 Ok(Ok(n)) => {
+                    if 0 < n && n < room {
+                        // A short read emptied the socket (as tokio's own streams assume): the
+                        // next read waits for the next event instead of trying and failing
+                        // first, one `recv` less per request. The closed state is kept.
+                        guard.clear_ready();
+                    }
                     unsafe { buf.assume_init(n) };
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
