@@ -240,6 +240,9 @@ pub struct ClientState {
     /// What the replica said with REPLCONF listening-port / ip-address.
     pub repl_listening_port: u64,
     pub repl_announced_ip: Option<String>,
+    /// How much room the next socket read gets (see `connection::between_batches`): 16 KiB,
+    /// doubled while reads fill it, up to `connection::MAX_READ_BUFFER`.
+    pub read_room: usize,
 }
 
 impl ClientState {
@@ -287,6 +290,7 @@ impl ClientState {
             postponed: None,
             repl_listening_port: 0,
             repl_announced_ip: None,
+            read_room: crate::connection::READ_BUFFER,
         }
     }
 
