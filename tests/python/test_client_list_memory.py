@@ -69,3 +69,24 @@ def test_client_info_fields_and_memory_like_redis(gradus, redis_server):
     assert ours_clients["bcast"]["flags"] == theirs_clients["bcast"]["flags"] == "tB"
     assert ours_clients["bcast"]["redir"] == theirs_clients["bcast"]["redir"] == "0"
     assert ours_clients["sub"]["redir"] == theirs_clients["sub"]["redir"] == "-1"
+
+
+def test_read_buffer_room_is_added_only_when_little_is_left(gradus):
+    """Regression: a connection whose reads fill its buffer gets more room for the next read,
+    but the room was topped up before *every* read; a command that kept part of the buffer (a
+    queued MULTI command, a tracked key) then made each request take a fresh 16 KiB buffer.
+    200 commands queued one round trip at a time pinned ~3.2 MB; they take a few KiB."""
+    conn = RawConnection(gradus.host, gradus.port)
+    admin = RawConnection(gradus.host, gradus.port)
+
+    def used():
+        info = text(admin.call("INFO", "memory")).decode()
+        return int(info.split("used_memory:")[1].split("\r\n")[0])
+
+    assert conn.call("MULTI").value == b"OK"
+    before = used()
+    for i in range(200):
+        assert conn.call("SET", f"k{i}", "v").value == b"QUEUED"
+    grown = used() - before
+    assert len(conn.call("EXEC")) == 200
+    assert grown < 1_000_000, f"200 queued commands took {grown} bytes"

@@ -217,10 +217,11 @@ pub(crate) async fn between_batches<S: ClientStream>(
     if !flush(shared, stream, wbuf, client).await || shutting_down(shutdown) {
         return false;
     }
-    if rbuf.capacity() - rbuf.len() < 4096 {
-        rbuf.reserve(READ_BUFFER);
-    }
-    if rbuf.capacity() - rbuf.len() < client.read_room {
+    // Room is added only when little is left (or, for a connection whose batches outgrew 16
+    // KiB, less than half its room): a key a command kept (a tracked key, a queued MULTI
+    // command) may still share the buffer, and adding room then takes a new one.
+    let free = rbuf.capacity() - rbuf.len();
+    if free < 4096 || (client.read_room > READ_BUFFER && free < client.read_room / 2) {
         rbuf.reserve(client.read_room);
     }
     let room = rbuf.capacity() - rbuf.len();
