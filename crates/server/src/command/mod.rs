@@ -655,8 +655,25 @@ pub fn table() -> &'static CommandTable {
 }
 
 /// Name → spec lookup over the table.
+/// How many buckets [`CommandTable`] sorts its names into (a power of two).
+const NAME_BUCKET_BITS: u32 = 10;
+
+/// A name's bucket: a hash of its length and of its first, second and last bytes with the case
+/// bit set (`'s'` and `'S'` alike), so a name and its other-case spellings meet, and most
+/// buckets hold one command.
+fn name_bucket(name: &[u8]) -> usize {
+    let at = |i: usize| u32::from(name.get(i).map_or(0, |b| b | 0x20));
+    let mixed = (name.len() as u32).wrapping_mul(0x9E37_79B1)
+        ^ at(0)
+        ^ (at(1) << 8)
+        ^ (at(name.len().wrapping_sub(1)) << 16);
+    (mixed.wrapping_mul(0x85EB_CA6B) >> (32 - NAME_BUCKET_BITS)) as usize
+}
+
 pub struct CommandTable {
-    by_name: hashbrown::HashMap<&'static [u8], &'static CommandSpec>,
+    /// The commands by name length and first letter (see [`name_bucket`]): a lookup compares
+    /// the name with the few rows of its bucket, case-insensitively, with no hashing and no copy.
+    by_name: Vec<Vec<(&'static [u8], &'static CommandSpec)>>,
     all: Vec<&'static CommandSpec>,
     /// Every row, subcommand rows included, with its family (a subcommand row: its
     /// container's group), numbered for per-command statistics.
@@ -667,12 +684,24 @@ pub struct CommandTable {
 
 impl CommandTable {
     fn new(families: &[&'static [CommandSpec]]) -> Self {
-        let mut by_name = hashbrown::HashMap::new();
+        let mut by_name: Vec<Vec<(&'static [u8], &'static CommandSpec)>> =
+            vec![Vec::new(); 1 << NAME_BUCKET_BITS];
         let mut all = Vec::new();
         for family in families {
             for spec in family.iter() {
-                let dup = by_name.insert(spec.name.as_bytes(), spec);
-                assert!(dup.is_none(), "command {} defined twice", spec.name);
+                let name = spec.name.as_bytes();
+                assert!(
+                    !name.iter().any(u8::is_ascii_uppercase),
+                    "command {} is not lower case",
+                    spec.name
+                );
+                let bucket = &mut by_name[name_bucket(name)];
+                assert!(
+                    !bucket.iter().any(|(other, _)| *other == name),
+                    "command {} defined twice",
+                    spec.name
+                );
+                bucket.push((name, spec));
                 all.push(spec);
             }
         }
@@ -715,16 +744,19 @@ impl CommandTable {
             .expect("a row of the command table")
     }
 
-    /// Case-insensitive lookup without allocating for names up to 32 bytes.
+    /// Case-insensitive lookup by name, run once per command: no copy, no general hash.
     pub fn get(&self, name: &[u8]) -> Option<&'static CommandSpec> {
-        let mut buf = [0u8; 32];
-        if name.len() > buf.len() {
-            return None;
-        }
-        let lower = &mut buf[..name.len()];
-        lower.copy_from_slice(name);
-        lower.make_ascii_lowercase();
-        self.by_name.get(&*lower).copied()
+        self.by_name[name_bucket(name)]
+            .iter()
+            .find(|(row, _)| {
+                // Rows are lower case (checked when the table is made): one byte converted.
+                row.len() == name.len()
+                    && row
+                        .iter()
+                        .zip(name)
+                        .all(|(r, n)| *r == n.to_ascii_lowercase())
+            })
+            .map(|(_, spec)| *spec)
     }
 
     pub fn all(&self) -> &[&'static CommandSpec] {
@@ -906,6 +938,43 @@ mod tests {
         assert_eq!(need(&["get", "k"]), Perms::READ);
         assert_eq!(need(&["set", "k", "v"]), Perms::WRITE);
         assert_eq!(need(&["ping"]), Perms::NONE);
+    }
+
+    #[test]
+    fn every_command_is_found_by_its_name_in_any_case() {
+        for spec in table().all() {
+            let lower = spec.name.as_bytes();
+            let upper = spec.name.to_ascii_uppercase();
+            let mixed: Vec<u8> = lower
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    if i % 2 == 0 {
+                        b.to_ascii_uppercase()
+                    } else {
+                        *b
+                    }
+                })
+                .collect();
+            for name in [lower, upper.as_bytes(), &mixed] {
+                let found = table().get(name).expect("found");
+                assert!(std::ptr::eq(found, *spec), "{}", spec.name);
+            }
+        }
+        for unknown in [
+            &b""[..],
+            b"g",
+            b"gett",
+            b"ge",
+            b"\x07et",
+            b"set\0",
+            &[b's'; 40],
+        ] {
+            assert!(table().get(unknown).is_none(), "{unknown:?}");
+        }
+        // The lookup stays a handful of comparisons.
+        let longest = table().by_name.iter().map(Vec::len).max().unwrap_or(0);
+        assert!(longest <= 4, "a name bucket holds {longest} commands");
     }
 
     #[test]
