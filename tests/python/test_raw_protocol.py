@@ -490,6 +490,41 @@ def test_requests_on_two_connections_run_in_the_order_they_arrive(gradus):
     assert delivered == 0, f"{delivered} of 200 PUBLISHes overtook the PUNSUBSCRIBE before them"
 
 
+def test_pipelined_request_runs_before_a_later_one_elsewhere(gradus):
+    """A connection's second request, sent before it read the reply to its first, still runs
+    before a request another connection sends after it, as in redis-server. Regression: replies
+    held back to the end of the worker's pass (written together, as Redis' `beforeSleep`) let
+    connections woken meanwhile run first, and 18-28 of 300 PUBLISHes reached the subscriber
+    whose PUNSUBSCRIBE was sent before them. Eight other connections keep each pass busy."""
+    others = [socket.create_connection((gradus.host, gradus.port), timeout=5) for _ in range(8)]
+    delivered = 0
+    try:
+        for _ in range(300):
+            publisher = socket.create_connection((gradus.host, gradus.port), timeout=5)
+            sub = socket.create_connection((gradus.host, gradus.port), timeout=5)
+            try:
+                for other in others:
+                    other.sendall(b"*1\r\n$4\r\nPING\r\n")
+                sub.sendall(b"*2\r\n$10\r\nPSUBSCRIBE\r\n$7\r\nchan1.*\r\n")
+                sub.sendall(b"*1\r\n$12\r\nPUNSUBSCRIBE\r\n")
+                publisher.sendall(b"*3\r\n$7\r\nPUBLISH\r\n$8\r\nchan1.hi\r\n$5\r\nhello\r\n")
+                reply = b""
+                while not reply.endswith(b"\r\n"):
+                    reply += publisher.recv(100)
+                delivered += reply != b":0\r\n"
+                for other in others:
+                    pong = b""
+                    while not pong.endswith(b"\r\n"):
+                        pong += other.recv(100)
+            finally:
+                sub.close()
+                publisher.close()
+    finally:
+        for other in others:
+            other.close()
+    assert delivered == 0, f"{delivered} of 300 PUBLISHes overtook the PUNSUBSCRIBE sent before them"
+
+
 def test_client_reply_off_on_and_skip_as_in_redis(gradus, redis_server):
     """CLIENT REPLY OFF withholds every reply until CLIENT REPLY ON (whose OK is sent), SKIP
     withholds its own and the next command's (and changes nothing under OFF), errors are

@@ -37,6 +37,9 @@ pub trait SocketOps: Send + Sync {
     /// Ready when the peer has closed the connection (end of stream or an error); pending while
     /// it is connected, including when it has sent more bytes (they stay in the socket).
     fn poll_peer_closed(&self, cx: &mut Context<'_>) -> Poll<()>;
+    /// Ready when the event loop has seen the socket readable since its last read emptied it
+    /// (bytes, or the peer's end, may wait): nothing is read or cleared.
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<()>;
 }
 
 /// Resolves when the peer of `socket` has closed the connection (see
@@ -190,6 +193,11 @@ impl AsyncWrite for Socket {
 }
 
 impl SocketOps for Socket {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        // The guard is dropped without clearing: the readiness stays for the read that follows.
+        self.io.poll_read_ready(cx).map(|_| ())
+    }
+
     fn set_nodelay(&self, on: bool) -> io::Result<()> {
         self.stream().set_nodelay(on)
     }
@@ -220,6 +228,10 @@ impl SocketOps for Socket {
 }
 
 impl SocketOps for tokio::net::TcpStream {
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        tokio::net::TcpStream::poll_read_ready(self, cx).map(|_| ())
+    }
+
     fn set_nodelay(&self, on: bool) -> io::Result<()> {
         tokio::net::TcpStream::set_nodelay(self, on)
     }
@@ -292,6 +304,28 @@ mod tests {
             server.writable.is_none(),
             "the write-side registration is dropped"
         );
+    }
+
+    #[tokio::test]
+    async fn read_readiness_is_seen_without_reading_and_cleared_by_a_short_read() {
+        let (mut server, mut client) = pair().await;
+        let ready = |s: &Socket| {
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            s.poll_read_ready(&mut cx).is_ready()
+        };
+        assert!(!ready(&server), "nothing has arrived");
+        client.write_all(b"ping").await.unwrap();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            std::future::poll_fn(|cx| server.poll_read_ready(cx)),
+        )
+        .await
+        .expect("the bytes are seen");
+        assert!(ready(&server), "looking does not clear the readiness");
+        let mut got = [0u8; 16];
+        let n = server.read(&mut got).await.unwrap();
+        assert_eq!(&got[..n], b"ping");
+        assert!(!ready(&server), "a short read emptied the socket");
     }
 
     #[tokio::test]
