@@ -460,6 +460,42 @@ def test_shutdown_closes_idle_connections_at_once(gradus_factory):
             conn.close()
 
 
+def _line(conn: socket.socket) -> bytes:
+    """Read until a reply line ends (the replies here are one line each)."""
+    got = b""
+    while not got.endswith(b"\r\n"):
+        got += conn.recv(100)
+    return got
+
+
+def _publishes_that_overtook(gradus, rounds, wait_for_subscribe, others=()):
+    """Rounds in which a PUBLISH sent right after another connection's PUNSUBSCRIBE still
+    reached it. Each round opens its publisher just before its subscriber; the subscriber's
+    PSUBSCRIBE reply is read first or not (`wait_for_subscribe`); `others` each send a PING
+    beside it, so the worker's pass holds several connections."""
+    delivered = 0
+    for _ in range(rounds):
+        publisher = socket.create_connection((gradus.host, gradus.port), timeout=5)
+        sub = socket.create_connection((gradus.host, gradus.port), timeout=5)
+        try:
+            for other in others:
+                other.sendall(b"*1\r\n$4\r\nPING\r\n")
+            sub.sendall(b"*2\r\n$10\r\nPSUBSCRIBE\r\n$7\r\nchan1.*\r\n")
+            if wait_for_subscribe:
+                buf = b""
+                while not buf.endswith(b":1\r\n"):
+                    buf += sub.recv(1000)
+            sub.sendall(b"*1\r\n$12\r\nPUNSUBSCRIBE\r\n")
+            publisher.sendall(b"*3\r\n$7\r\nPUBLISH\r\n$8\r\nchan1.hi\r\n$5\r\nhello\r\n")
+            delivered += _line(publisher) != b":0\r\n"
+            for other in others:
+                _line(other)
+        finally:
+            sub.close()
+            publisher.close()
+    return delivered
+
+
 def test_requests_on_two_connections_run_in_the_order_they_arrive(gradus):
     """A request that reaches the server before another connection's runs before it, as in
     redis-server's single event loop (Redis' own pubsub.tcl and list.tcl rely on it): a PUBLISH
@@ -469,24 +505,7 @@ def test_requests_on_two_connections_run_in_the_order_they_arrive(gradus):
     accepted together were served in the order they were *accepted* (each entered epoll's ready
     list as writable at once), so under CPU load a new publisher's PUBLISH could still overtake
     (~1 round in 6000): each round here opens its publisher just before its subscriber."""
-    delivered = 0
-    for _ in range(200):
-        publisher = socket.create_connection((gradus.host, gradus.port), timeout=5)
-        sub = socket.create_connection((gradus.host, gradus.port), timeout=5)
-        try:
-            sub.sendall(b"*2\r\n$10\r\nPSUBSCRIBE\r\n$7\r\nchan1.*\r\n")
-            buf = b""
-            while not buf.endswith(b":1\r\n"):
-                buf += sub.recv(1000)
-            sub.sendall(b"*1\r\n$12\r\nPUNSUBSCRIBE\r\n")
-            publisher.sendall(b"*3\r\n$7\r\nPUBLISH\r\n$8\r\nchan1.hi\r\n$5\r\nhello\r\n")
-            reply = b""
-            while not reply.endswith(b"\r\n"):
-                reply += publisher.recv(100)
-            delivered += reply != b":0\r\n"
-        finally:
-            sub.close()
-            publisher.close()
+    delivered = _publishes_that_overtook(gradus, 200, wait_for_subscribe=True)
     assert delivered == 0, f"{delivered} of 200 PUBLISHes overtook the PUNSUBSCRIBE before them"
 
 
@@ -497,28 +516,8 @@ def test_pipelined_request_runs_before_a_later_one_elsewhere(gradus):
     connections woken meanwhile run first, and 18-28 of 300 PUBLISHes reached the subscriber
     whose PUNSUBSCRIBE was sent before them. Eight other connections keep each pass busy."""
     others = [socket.create_connection((gradus.host, gradus.port), timeout=5) for _ in range(8)]
-    delivered = 0
     try:
-        for _ in range(300):
-            publisher = socket.create_connection((gradus.host, gradus.port), timeout=5)
-            sub = socket.create_connection((gradus.host, gradus.port), timeout=5)
-            try:
-                for other in others:
-                    other.sendall(b"*1\r\n$4\r\nPING\r\n")
-                sub.sendall(b"*2\r\n$10\r\nPSUBSCRIBE\r\n$7\r\nchan1.*\r\n")
-                sub.sendall(b"*1\r\n$12\r\nPUNSUBSCRIBE\r\n")
-                publisher.sendall(b"*3\r\n$7\r\nPUBLISH\r\n$8\r\nchan1.hi\r\n$5\r\nhello\r\n")
-                reply = b""
-                while not reply.endswith(b"\r\n"):
-                    reply += publisher.recv(100)
-                delivered += reply != b":0\r\n"
-                for other in others:
-                    pong = b""
-                    while not pong.endswith(b"\r\n"):
-                        pong += other.recv(100)
-            finally:
-                sub.close()
-                publisher.close()
+        delivered = _publishes_that_overtook(gradus, 300, wait_for_subscribe=False, others=others)
     finally:
         for other in others:
             other.close()
