@@ -654,7 +654,6 @@ pub fn table() -> &'static CommandTable {
     })
 }
 
-/// Name → spec lookup over the table.
 /// How many buckets [`CommandTable`] sorts its names into (a power of two).
 const NAME_BUCKET_BITS: u32 = 10;
 
@@ -670,9 +669,10 @@ fn name_bucket(name: &[u8]) -> usize {
     (mixed.wrapping_mul(0x85EB_CA6B) >> (32 - NAME_BUCKET_BITS)) as usize
 }
 
+/// Name → spec lookup over the table.
 pub struct CommandTable {
-    /// The commands by name length and first letter (see [`name_bucket`]): a lookup compares
-    /// the name with the few rows of its bucket, case-insensitively, with no hashing and no copy.
+    /// The commands in buckets by [`name_bucket`] (at most four rows each): a lookup compares
+    /// the name with the rows of its bucket, case-insensitively, without copying it.
     by_name: Vec<Vec<(&'static [u8], &'static CommandSpec)>>,
     all: Vec<&'static CommandSpec>,
     /// Every row, subcommand rows included, with its family (a subcommand row: its
