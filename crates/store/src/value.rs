@@ -109,9 +109,9 @@ impl ValueKind {
 pub enum Value {
     /// Short strings inline, long ones shared (see [`crate::string`]).
     Str(StrValue),
-    // A hash is boxed: an entry holds a `Value` inline for every key, so the enum is as small as
-    // its string case (40 bytes).
-    Hash(Box<HashValue>),
+    /// Inline: a packed hash is its buffer and its field count (32 bytes, no larger than the
+    /// string case: an entry holds a `Value` inline for every key, see the size test).
+    Hash(HashValue),
     /// Inline: a sorted set is as small as a `Bytes` (a listpack is just its exact-sized buffer).
     ZSet(ZSetValue),
     List(ListValue),
@@ -137,9 +137,9 @@ impl Value {
         Value::Str(StrValue::raw(bytes))
     }
 
-    /// A hash value (boxed: see the enum).
+    /// A hash value (held inline: see the enum).
     pub fn hash(h: HashValue) -> Value {
-        Value::Hash(Box::new(h))
+        Value::Hash(h)
     }
 
     /// A sorted-set value (held inline: see the enum).
@@ -320,12 +320,12 @@ impl<V: Clone> Parts<V> {
 /// under ([`HashLimits`], the live settings, passed in by the caller) it is one packed buffer
 /// (insertion order, as Redis' listpack); past them a hash map, kept in shared parts once large
 /// ([`Parts`]), and it stays a map (Redis never converts back either).
+///
+/// Held inline in its key's entry (see [`Value`]): a packed hash costs its buffer and nothing
+/// else (it was boxed, a 48-byte allocation per hash, measured in `docs/benchmarks/memory.md`).
 #[derive(Debug, Clone)]
 pub struct HashValue {
     repr: HashRepr,
-    len: usize,
-    /// Heap bytes of the map form (the packed form is its buffer's capacity).
-    pub(crate) bytes: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -333,25 +333,37 @@ enum HashRepr {
     /// `[field length][field][value length][value]` per field, in insertion order, the lengths
     /// LEB128 (`crate::varint`: one byte up to 127, so a hash within Redis' default limits
     /// costs what it did with byte lengths, and a configured value limit above 255 still packs).
-    /// Memory only: snapshots and log records write fields and values, not this buffer.
-    Packed(Vec<u8>),
-    /// Boxed: most hashes are small, and keep the packed form's 24 bytes.
-    Map(Box<Parts<Bytes>>),
+    /// Memory only: snapshots and log records write fields and values, not this buffer. `len`
+    /// is the field count (a packed hash holds at most `hash-max-listpack-entries` fields, and
+    /// never more than [`PACKED_MAX_BYTES`] bytes, so it fits 32 bits).
+    Packed { buf: Vec<u8>, len: u32 },
+    /// Boxed: most hashes are small, and keep the packed form's 32 bytes.
+    Map(Box<MapHash>),
+}
+
+/// A hash in map form: its parts, field count and heap bytes.
+#[derive(Debug, Clone)]
+struct MapHash {
+    parts: Parts<Bytes>,
+    len: usize,
+    /// Heap bytes of the parts (see [`map_field_bytes`]).
+    bytes: usize,
 }
 
 impl Default for HashValue {
     fn default() -> Self {
         HashValue {
-            repr: HashRepr::Packed(Vec::new()),
-            len: 0,
-            bytes: 0,
+            repr: HashRepr::Packed {
+                buf: Vec::new(),
+                len: 0,
+            },
         }
     }
 }
 
 impl PartialEq for HashValue {
     fn eq(&self, other: &Self) -> bool {
-        self.len == other.len && self.iter().all(|(f, v)| other.get(f) == Some(v))
+        self.len() == other.len() && self.iter().all(|(f, v)| other.get(f) == Some(v))
     }
 }
 
@@ -426,29 +438,31 @@ impl HashValue {
         Self::default()
     }
     pub fn len(&self) -> usize {
-        self.len
+        match &self.repr {
+            HashRepr::Packed { len, .. } => *len as usize,
+            HashRepr::Map(m) => m.len,
+        }
     }
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
     /// Whether the hash is kept in shared parts (for tests).
     pub fn is_split(&self) -> bool {
-        matches!(&self.repr, HashRepr::Map(m) if m.is_split())
+        matches!(&self.repr, HashRepr::Map(m) if m.parts.is_split())
     }
-    /// Approximate heap bytes held. O(1).
+    /// Approximate heap bytes held beside the entry that holds the hash inline. O(1).
     pub fn mem_size(&self) -> usize {
-        std::mem::size_of::<HashValue>()
-            + match &self.repr {
-                HashRepr::Packed(buf) => buf.capacity(),
-                HashRepr::Map(_) => self.bytes,
-            }
+        match &self.repr {
+            HashRepr::Packed { buf, .. } => buf.capacity(),
+            HashRepr::Map(m) => std::mem::size_of::<MapHash>() + m.bytes,
+        }
     }
     pub fn get(&self, field: &[u8]) -> Option<&[u8]> {
         match &self.repr {
-            HashRepr::Packed(buf) => packed_fields(buf)
+            HashRepr::Packed { buf, .. } => packed_fields(buf)
                 .find(|p| p.field == field)
                 .map(|p| p.value),
-            HashRepr::Map(map) => map.get(field).map(|v| &v[..]),
+            HashRepr::Map(m) => m.parts.get(field).map(|v| &v[..]),
         }
     }
     pub fn contains(&self, field: &[u8]) -> bool {
@@ -456,10 +470,11 @@ impl HashValue {
     }
     /// The packed form becomes a map (for good): past the listpack limits.
     fn convert_to_map(&mut self, size_hint: usize) {
-        let HashRepr::Packed(buf) = &self.repr else {
+        let HashRepr::Packed { buf, len } = &self.repr else {
             return;
         };
-        let mut map = HashMap::with_capacity(size_hint.max(self.len + 1));
+        let len = *len as usize;
+        let mut map = HashMap::with_capacity(size_hint.max(len + 1));
         let mut bytes = 0;
         for p in packed_fields(buf) {
             bytes += map_field_bytes(p.field.len(), p.value.len());
@@ -468,8 +483,11 @@ impl HashValue {
                 Bytes::copy_from_slice(p.value),
             );
         }
-        self.bytes = bytes;
-        self.repr = HashRepr::Map(Box::new(Parts::Flat(map)));
+        self.repr = HashRepr::Map(Box::new(MapHash {
+            parts: Parts::Flat(map),
+            len,
+            bytes,
+        }));
     }
     /// About to write `new_fields` fields (an HSET's pairs, a RESTORE's fields): a packed hash
     /// that could not hold that many becomes a map now (Redis' `hashTypeTryConversion`, which
@@ -482,7 +500,7 @@ impl HashValue {
     /// Insert or overwrite; true when the field is new. A packed hash stays packed while it
     /// keeps within `limits` (the live settings), else becomes a map for good.
     pub fn insert(&mut self, field: &[u8], value: &[u8], limits: HashLimits) -> bool {
-        if let HashRepr::Packed(buf) = &mut self.repr {
+        if let HashRepr::Packed { buf, len } = &mut self.repr {
             let fits = field.len() <= limits.value && value.len() <= limits.value;
             let found = packed_fields(buf)
                 .find(|p| p.field == field)
@@ -502,35 +520,35 @@ impl HashValue {
                     return false;
                 }
                 None if fits
-                    && self.len < limits.entries
+                    && (*len as usize) < limits.entries
                     && grows_to(0) + packed_len(field) <= PACKED_MAX_BYTES =>
                 {
                     reserve_in_class(buf, packed_len(field) + packed_len(value));
                     put_packed(buf, field);
                     put_packed(buf, value);
-                    self.len += 1;
+                    *len += 1;
                     return true;
                 }
                 _ => self.convert_to_map(0),
             }
         }
-        let HashRepr::Map(parts) = &mut self.repr else {
+        let HashRepr::Map(m) = &mut self.repr else {
             unreachable!("converted above")
         };
         let value = Bytes::copy_from_slice(value);
         let new_len = value.len();
-        let map = parts.map_of_mut(field);
+        let map = m.parts.map_of_mut(field);
         if let Some(old) = map.get_mut(field) {
             let old_len = old.len();
             *old = value;
-            self.bytes = self.bytes - map_field_bytes(field.len(), old_len)
+            m.bytes = m.bytes - map_field_bytes(field.len(), old_len)
                 + map_field_bytes(field.len(), new_len);
             return false;
         }
         map.insert(Bytes::copy_from_slice(field), value);
-        self.bytes += map_field_bytes(field.len(), new_len);
-        self.len += 1;
-        parts.grew_to(self.len);
+        m.bytes += map_field_bytes(field.len(), new_len);
+        m.len += 1;
+        m.parts.grew_to(m.len);
         true
     }
     /// `OBJECT ENCODING`: `listpack` while the hash has stayed within the listpack limits since
@@ -539,30 +557,30 @@ impl HashValue {
     /// (HSCAN answers a packed hash whole, as Redis does a listpack: see [`HashValue::is_packed`].)
     pub fn encoding(&self) -> &'static str {
         match self.repr {
-            HashRepr::Packed(_) => "listpack",
+            HashRepr::Packed { .. } => "listpack",
             HashRepr::Map(_) => "hashtable",
         }
     }
     /// Whether the hash is packed (`listpack`).
     pub fn is_packed(&self) -> bool {
-        matches!(self.repr, HashRepr::Packed(_))
+        matches!(self.repr, HashRepr::Packed { .. })
     }
     pub fn remove(&mut self, field: &[u8]) -> bool {
         match &mut self.repr {
-            HashRepr::Packed(buf) => {
+            HashRepr::Packed { buf, len } => {
                 let Some(p) = packed_fields(buf).find(|p| p.field == field) else {
                     return false;
                 };
                 let (start, end) = (p.start, p.end);
                 buf.drain(start..end);
                 shrink_if_loose(buf);
-                self.len -= 1;
+                *len -= 1;
                 true
             }
-            HashRepr::Map(parts) => match parts.map_of_mut(field).remove(field) {
+            HashRepr::Map(m) => match m.parts.map_of_mut(field).remove(field) {
                 Some(v) => {
-                    self.bytes -= map_field_bytes(field.len(), v.len());
-                    self.len -= 1;
+                    m.bytes -= map_field_bytes(field.len(), v.len());
+                    m.len -= 1;
                     true
                 }
                 None => false,
@@ -572,8 +590,8 @@ impl HashValue {
     /// Fields and values: in insertion order while packed, in no particular order after.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + Clone {
         let (packed, map) = match &self.repr {
-            HashRepr::Packed(buf) => (Some(packed_fields(buf)), None),
-            HashRepr::Map(parts) => (None, Some(parts.iter())),
+            HashRepr::Packed { buf, .. } => (Some(packed_fields(buf)), None),
+            HashRepr::Map(m) => (None, Some(m.parts.iter())),
         };
         packed
             .into_iter()
@@ -603,7 +621,11 @@ mod tests {
         assert!(h.insert(b"g", b"", D));
         assert!(h.remove(b"f"));
         assert!(h.remove(b"g"));
-        assert_eq!(Value::hash(h).mem_size(), std::mem::size_of::<HashValue>());
+        assert_eq!(
+            Value::hash(h).mem_size(),
+            0,
+            "inline: nothing beside the entry"
+        );
     }
 
     #[test]
@@ -697,8 +719,8 @@ mod tests {
 
     fn map_of(h: &HashValue) -> &Parts<Bytes> {
         match &h.repr {
-            HashRepr::Map(parts) => parts,
-            HashRepr::Packed(_) => panic!("packed"),
+            HashRepr::Map(m) => &m.parts,
+            HashRepr::Packed { .. } => panic!("packed"),
         }
     }
 
@@ -737,7 +759,18 @@ mod tests {
         }
         assert!(h.remove(b"new"));
         assert!(h.is_empty());
-        assert_eq!(Value::hash(h).mem_size(), std::mem::size_of::<HashValue>());
+        assert_eq!(Value::hash(h).mem_size(), std::mem::size_of::<MapHash>());
+    }
+
+    /// A hash is held inline in its key's entry: it must not make `Value` larger than its
+    /// string case (a `Bytes` and the tag).
+    #[test]
+    fn a_hash_is_no_larger_than_a_string() {
+        assert!(std::mem::size_of::<HashValue>() <= std::mem::size_of::<StrValue>());
+        assert_eq!(
+            std::mem::size_of::<Value>(),
+            std::mem::size_of::<Bytes>() + 8
+        );
     }
 
     #[test]
