@@ -52,6 +52,36 @@ pub fn payload_room(want: usize, have: usize) -> usize {
 /// grows as arguments really arrive.
 const MAX_PREALLOC_ARGS: usize = 1024;
 
+/// Most arguments a command may have to take [`RequestDecoder`]'s fast path (see
+/// `decode_whole`); longer commands are decoded argument by argument.
+const FAST_ARGS: usize = 16;
+
+/// A `<prefix>N\r\n` header at `at` in `b` with N written the plain way (1 to 19 digits, no sign,
+/// no leading zero but for `0` itself): `(N, offset just past the header)`. `None` for anything
+/// else, complete or not — the general path decides what that is.
+#[inline]
+fn short_header(b: &[u8], at: usize, prefix: u8) -> Option<(usize, usize)> {
+    if *b.get(at)? != prefix {
+        return None;
+    }
+    let digits = at + 1;
+    let mut n: usize = 0;
+    let mut i = digits;
+    loop {
+        match *b.get(i)? {
+            c @ b'0'..=b'9' if i - digits < 19 => n = n * 10 + usize::from(c - b'0'),
+            b'\r' => break,
+            _ => return None,
+        }
+        i += 1;
+    }
+    let plain = i > digits && (b[digits] != b'0' || i == digits + 1);
+    if !plain || *b.get(i + 1)? != b'\n' {
+        return None;
+    }
+    Some((n, i + 2))
+}
+
 /// Stateful request decoder: one per connection.
 ///
 /// Handles RESP multibulk (`*N\r\n$len\r\n...`) and inline commands (any command whose first
@@ -152,6 +182,57 @@ impl RequestDecoder {
     /// Contract: between calls the caller may only append to `buf` (never drop or rewrite its
     /// front), since the decoder remembers how far it has scanned.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtoError> {
+        if self.remaining == 0 && self.scanned == 0 {
+            if let Some(args) = self.decode_whole(buf) {
+                return Ok(Some(args));
+            }
+        }
+        self.decode_general(buf)
+    }
+
+    /// The common case at the start of a command: a multibulk of at most [`FAST_ARGS`] plain
+    /// arguments that is all in `buf`. Its headers are read without consuming anything, then the
+    /// command is split off `buf` once and its arguments are slices of that one `Bytes` (one
+    /// reference-count increment each, as before, but none of `split_to`'s bookkeeping per
+    /// argument). `None` when the command is anything else — incomplete, longer, malformed,
+    /// over a limit —: nothing has been consumed and [`Self::decode_general`] decodes it (or
+    /// reports its error) from the same state, so the two paths cannot disagree. At most one
+    /// attempt per command: once the general path has consumed its count line, `remaining` is
+    /// set until the command is complete.
+    #[inline]
+    fn decode_whole(&mut self, buf: &mut BytesMut) -> Option<Vec<Bytes>> {
+        let b: &[u8] = buf;
+        let (count, mut pos) = short_header(b, 0, b'*')?;
+        if count == 0 || count > FAST_ARGS || count > self.limits.max_array_len {
+            return None;
+        }
+        let mut spans = [(0usize, 0usize); FAST_ARGS];
+        for span in spans.iter_mut().take(count) {
+            let (len, at) = short_header(b, pos, b'$')?;
+            if len > self.limits.max_bulk_len {
+                return None;
+            }
+            let end = at.checked_add(len)?;
+            if b.get(end..end.checked_add(2)?)? != b"\r\n" {
+                return None;
+            }
+            *span = (at, len);
+            pos = end + 2;
+        }
+        let mut whole = buf.split_to(pos).freeze();
+        let mut args = Vec::with_capacity(count);
+        for &(at, len) in &spans[..count - 1] {
+            args.push(whole.slice(at..at + len));
+        }
+        let (at, len) = spans[count - 1];
+        whole.advance(at);
+        whole.truncate(len);
+        args.push(whole);
+        Some(args)
+    }
+
+    /// Decodes at most one command from the front of `buf`, in any state (see [`Self::decode`]).
+    fn decode_general(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtoError> {
         if self.remaining == 0 {
             match buf.first() {
                 None => return Ok(None),
@@ -484,6 +565,93 @@ mod tests {
             v.extend_from_slice(b"\r\n");
         }
         v
+    }
+
+    /// The fast path (`decode_whole`) against the general one alone: the same inputs fed in the
+    /// same pieces give the same commands, errors, consumed bytes and decoder state after every
+    /// call. Inputs are plain commands of 1 to 20 arguments (around `FAST_ARGS`), with headers
+    /// and terminators sometimes made odd (leading zeros, signs, long counts, missing `\n`, bad
+    /// terminators, inline lines) and limits sometimes small, cut at random points.
+    #[test]
+    fn the_fast_path_decodes_exactly_as_the_general_one() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        let command = (
+            prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 1..20),
+            0u8..12,
+            any::<u16>(),
+        )
+            .prop_map(|(args, odd, at)| {
+                let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+                let mut v = multibulk(&refs);
+                let at = usize::from(at) % v.len();
+                match odd {
+                    0 => v.insert(1, b'0'),
+                    1 => v.insert(1, b'+'),
+                    2 => v.insert(1, b'-'),
+                    3 => v[at] = b'\r',
+                    4 => v[at] = b'$',
+                    5 => v.truncate(at),
+                    6 => v = b"PING inline\r\n".to_vec(),
+                    7 => v.splice(0..0, b"*0\r\n".iter().copied()).for_each(drop),
+                    _ => {}
+                }
+                v
+            });
+        let case = (
+            prop::collection::vec(command, 1..8),
+            prop::collection::vec(1usize..64, 1..32),
+            any::<bool>(),
+        );
+        let mut runner = TestRunner::new(Config {
+            cases: 2000,
+            ..Config::default()
+        });
+        runner
+            .run(&case, |(commands, cuts, small)| {
+                let limits = if small {
+                    Limits {
+                        max_bulk_len: 16,
+                        max_array_len: 4,
+                        max_inline_len: 64,
+                    }
+                } else {
+                    Limits::default()
+                };
+                let input: Vec<u8> = commands.concat();
+                let (mut fast, mut general) =
+                    (RequestDecoder::new(limits), RequestDecoder::new(limits));
+                let (mut fb, mut gb) = (BytesMut::new(), BytesMut::new());
+                let mut at = 0;
+                let mut cut = cuts.iter().cycle();
+                while at < input.len() {
+                    let end = (at + cut.next().unwrap()).min(input.len());
+                    fb.extend_from_slice(&input[at..end]);
+                    gb.extend_from_slice(&input[at..end]);
+                    at = end;
+                    loop {
+                        let (f, g) = (fast.decode(&mut fb), general.decode_general(&mut gb));
+                        prop_assert_eq!(&f, &g);
+                        prop_assert_eq!(&fb[..], &gb[..]);
+                        prop_assert_eq!(
+                            (fast.remaining, fast.scanned, fast.pending, fast.bulk_len),
+                            (
+                                general.remaining,
+                                general.scanned,
+                                general.pending,
+                                general.bulk_len
+                            )
+                        );
+                        match f {
+                            Ok(Some(_)) => continue,
+                            Ok(None) => break,
+                            Err(_) => return Ok(()),
+                        }
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
     }
 
     /// Decodes everything in `input` at once: all commands, then the first error if any.
