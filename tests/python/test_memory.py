@@ -281,3 +281,57 @@ def test_flush_async_is_counted_in_lazyfree_fields_until_freed(gradus):
     assert now["lazyfree_pending_objects"] == 0
     assert now["lazyfreed_objects"] > freed
     assert r.dbsize() == 0
+
+
+@gradus_only
+def test_idle_connections_give_back_the_buffers_of_big_values(gradus_factory):
+    """A connection that sent (or was sent) one big value gives its grown buffers back once it
+    has nothing pending, and the allocator returns the memory to the system. Regression: each
+    connection kept the read buffer a big SET had grown, so eight connections that had each set
+    one 32 MiB value held ~330 MB while idle (redis-server: nothing beyond the value), and the
+    process stayed at its peak after that. Here: eight connections set one 8 MiB value each (the
+    same key) and read it back; once they are idle, the process holds about the value."""
+    import socket
+    import time
+
+    server = gradus_factory("--durability", "none")
+    value = b"v" * (8 << 20)
+    request = b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n%s\r\n" % (len(value), value)
+    get = b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n"
+    reply = b"$%d\r\n%s\r\n" % (len(value), value)
+    start = rss(server)
+    conns = []
+    try:
+        for _ in range(8):
+            s = socket.create_connection((server.host, server.port), timeout=30)
+            conns.append(s)
+            s.sendall(request)
+            assert s.recv(16) == b"+OK\r\n"
+            s.sendall(get)
+            got = b""
+            while len(got) < len(reply):
+                chunk = s.recv(1 << 20)
+                assert chunk, "connection closed"
+                got += chunk
+            assert got == reply
+        held = None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            held = rss(server) - start
+            if held < 3 * len(value):
+                break
+            time.sleep(0.2)
+        assert held < 3 * len(value), (
+            f"idle process holds {held >> 20} MiB for one {len(value) >> 20} MiB value"
+        )
+        # The connections still work, with buffers of the usual size.
+        for s in conns:
+            s.sendall(b"PING\r\n")
+            assert s.recv(16) == b"+PONG\r\n"
+        clients = redis_client(server, 2).execute_command("CLIENT", "LIST").decode()
+        for line in clients.splitlines():
+            free = int(line.split(" qbuf-free=")[1].split()[0])
+            assert free <= 1 << 20, line
+    finally:
+        for s in conns:
+            s.close()

@@ -237,6 +237,29 @@ pub fn purge() {
     unsafe { libmimalloc_sys::mi_collect(true) }
 }
 
+/// Set by [`ask_purge`], taken by [`purge_if_asked`].
+static PURGE_ASKED: AtomicBool = AtomicBool::new(false);
+
+/// Ask for a [`purge`] soon: a large buffer was freed (see `connection::give_back_big_buffers`).
+pub fn ask_purge() {
+    PURGE_ASKED.store(true, Ordering::Relaxed);
+}
+
+/// [`purge`] if it was asked for since the last call (the server's housekeeping calls this
+/// every [`PURGE_PERIOD`] on the worker thread, as redis-server's jemalloc purges dirty pages
+/// from a background thread). True when it purged.
+pub fn purge_if_asked() -> bool {
+    let asked = PURGE_ASKED.swap(false, Ordering::Relaxed);
+    if asked {
+        purge();
+    }
+    asked
+}
+
+/// How often the server looks whether a purge was asked for: at most one purge per period,
+/// however many big buffers are freed in it.
+pub const PURGE_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[cfg(test)]
 mod tests {
     use super::*;

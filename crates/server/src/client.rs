@@ -243,6 +243,9 @@ pub struct ClientState {
     /// How much room the next socket read gets (see `connection::between_batches`): 16 KiB,
     /// doubled while reads fill it, up to `connection::MAX_READ_BUFFER`.
     pub read_room: usize,
+    /// The capacity the read buffer reached when it was made large for one request (a big
+    /// argument), or 0: it is given back once empty (see `connection::between_batches`).
+    pub big_read_buffer: usize,
 }
 
 impl ClientState {
@@ -291,6 +294,7 @@ impl ClientState {
             repl_listening_port: 0,
             repl_announced_ip: None,
             read_room: crate::connection::READ_BUFFER,
+            big_read_buffer: 0,
         }
     }
 

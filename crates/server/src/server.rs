@@ -213,6 +213,7 @@ impl Server {
             shared.clone(),
         ));
         tasks.spawn(expiry_loop(shared.clone()));
+        tasks.spawn(purge_loop());
         tasks.spawn(crate::repl::primary::ping_task(shared.clone()));
         crate::repl::stream_locks(&shared);
         if let Some((host, port)) = crate::repl::parse_replicaof(&shared.config.replicaof) {
@@ -401,6 +402,18 @@ const REPLICA_EXPIRY_MARGIN_MS: u64 = 60_000;
 /// The expiry timer's period at `hz` cycles per second.
 fn expiry_period(hz: u64) -> Duration {
     Duration::from_millis(1000 / hz.clamp(1, 1000))
+}
+
+/// Gives memory back to the system after big buffers were freed (see `alloc::purge_if_asked`).
+/// Runs on the runtime, so on the worker thread that freed them (mimalloc collects the calling
+/// thread's pages).
+async fn purge_loop() {
+    let mut tick = tokio::time::interval(crate::alloc::PURGE_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        crate::alloc::purge_if_asked();
+    }
 }
 
 async fn expiry_loop(shared: Arc<Shared>) {
