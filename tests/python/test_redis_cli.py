@@ -133,3 +133,54 @@ def test_redis_benchmark_smoke(gradus):
     for name in ("PING_INLINE", "PING_MBULK", "SET", "GET", "INCR", "MSET (10 keys)"):
         assert re.search(re.escape(name) + r": [0-9.]+ requests per second", out), out
     assert "ERR" not in out and "Error" not in out, out
+
+
+def test_rdb_backup_with_redis_cli_loads_into_redis_server(gradus, _servers, tmp_path):
+    """`redis-cli --rdb FILE` (REPLCONF rdb-only 1, then SYNC) saves a Redis RDB file that
+    redis-check-rdb accepts and redis-server loads with the same keys, values, expiries and
+    databases. Regression: the reply was Gradus' replication stream, which redis-check-rdb
+    refused ("Wrong signature") and no Redis tool could read."""
+    import redis as redis_py
+
+    check_rdb = shutil.which("redis-check-rdb")
+    if check_rdb is None:
+        pytest.skip("redis-check-rdb is not installed (run scripts/install-deps.sh)")
+    r = redis_py.Redis(host=gradus.host, port=gradus.port)
+    r.set("int", 12345)
+    r.set("str", "hello " * 20, ex=1000)
+    r.rpush("list", *[f"e{i}" for i in range(300)])
+    r.hset("hash", mapping={f"f{i}": f"v{i}" for i in range(20)})
+    r.zadd("zset", {"a": 1, "b": 2.5, "c": -3})
+    r.sadd("ints", 1, 2, 3)
+    r.sadd("strs", "x", "y")
+    r3 = redis_py.Redis(host=gradus.host, port=gradus.port, db=3)
+    r3.set("in-db-3", "three")
+    def contents(client, key):
+        kind = client.type(key)
+        read = {
+            b"string": client.get,
+            b"list": lambda k: client.lrange(k, 0, -1),
+            b"hash": client.hgetall,
+            b"set": client.smembers,
+            b"zset": lambda k: client.zrange(k, 0, -1, withscores=True),
+        }[kind]
+        return kind, read(key)
+
+    expected = {}
+    for db, client in ((0, r), (3, r3)):
+        for key in client.keys("*"):
+            expected[(db, key)] = contents(client, key)
+    path = tmp_path / "dump.rdb"
+    cli(gradus, "--rdb", path)
+    checked = subprocess.run([check_rdb, str(path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20)
+    assert b"RDB looks OK" in checked.stdout, checked.stdout.decode()
+    peer = _servers.start_redis("--dir", str(tmp_path), "--dbfilename", "dump.rdb")
+    loaded = {}
+    for db in (0, 3):
+        client = redis_py.Redis(host=peer.host, port=peer.port, db=db)
+        for key in client.keys("*"):
+            loaded[(db, key)] = contents(client, key)
+        if db == 0:
+            assert 900 < client.ttl("str") <= 1000
+            assert client.ttl("int") == -1
+    assert loaded == expected

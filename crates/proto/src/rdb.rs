@@ -206,6 +206,98 @@ pub fn dump(value: &RdbValue) -> Result<Bytes> {
     Ok(out.freeze())
 }
 
+/// A whole RDB file (what `redis-cli --rdb` saves, what redis-server loads at start), written
+/// in pieces: the `REDIS0010` header and `redis-ver`/`redis-bits`/`ctime` aux fields, then for
+/// each database a SELECTDB, each key with its expiry (milliseconds) and its object as [`dump`]
+/// encodes it, and the EOF opcode with the CRC-64 of the whole file. [`RdbFile::take`] hands out
+/// what has been written so far, so a caller can stream a file of any size; the checksum runs
+/// across the pieces.
+pub struct RdbFile {
+    out: BytesMut,
+    crc: crc::Digest<'static, u64>,
+    db: Option<u64>,
+}
+
+// RDB opcodes (rdb.h).
+const OPCODE_AUX: u8 = 250;
+const OPCODE_EXPIRETIME_MS: u8 = 252;
+const OPCODE_SELECTDB: u8 = 254;
+const OPCODE_EOF: u8 = 255;
+
+impl RdbFile {
+    /// A file whose aux fields say `redis_ver` and `ctime` (Unix seconds).
+    pub fn new(redis_ver: &str, ctime: u64) -> RdbFile {
+        let mut out = BytesMut::with_capacity(64 * 1024);
+        out.put_slice(format!("REDIS{DUMP_RDB_VERSION:04}").as_bytes());
+        for (name, value) in [
+            ("redis-ver", redis_ver.to_string()),
+            ("redis-bits", "64".to_string()),
+            ("ctime", ctime.to_string()),
+        ] {
+            out.put_u8(OPCODE_AUX);
+            put_string(&mut out, name.as_bytes());
+            put_string(&mut out, value.as_bytes());
+        }
+        RdbFile {
+            out,
+            crc: CRC64.digest(),
+            db: None,
+        }
+    }
+
+    /// Append `key` of database `db` with `value` and, when it has one, its expiry (Unix ms).
+    /// Fails, writing nothing, for a value [`dump`] refuses.
+    pub fn key(
+        &mut self,
+        db: u64,
+        key: &[u8],
+        expires_at_ms: Option<u64>,
+        value: &RdbValue,
+    ) -> Result<()> {
+        let object = dump(value)?;
+        if self.db != Some(db) {
+            self.out.put_u8(OPCODE_SELECTDB);
+            put_len(&mut self.out, db);
+            self.db = Some(db);
+        }
+        if let Some(at) = expires_at_ms {
+            self.out.put_u8(OPCODE_EXPIRETIME_MS);
+            self.out.put_u64_le(at);
+        }
+        // The object's type byte, then its key, then its body (`dump` without its footer).
+        self.out.put_u8(object[0]);
+        put_string(&mut self.out, key);
+        self.out.put_slice(&object[1..object.len() - FOOTER_LEN]);
+        Ok(())
+    }
+
+    /// Bytes written since the last call.
+    pub fn len(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Whether nothing was written since the last [`RdbFile::take`].
+    pub fn is_empty(&self) -> bool {
+        self.out.is_empty()
+    }
+
+    /// What was written since the last call (counted into the checksum).
+    pub fn take(&mut self) -> Bytes {
+        let piece = self.out.split().freeze();
+        self.crc.update(&piece);
+        piece
+    }
+
+    /// The rest of the file: what was not taken yet, the EOF opcode and the checksum.
+    pub fn finish(mut self) -> Bytes {
+        self.out.put_u8(OPCODE_EOF);
+        let mut rest = self.out.split();
+        self.crc.update(&rest);
+        rest.put_u64_le(self.crc.finalize());
+        rest.freeze()
+    }
+}
+
 fn check_distinct<'a>(items: impl Iterator<Item = &'a [u8]>, len: usize) -> Result<()> {
     if len == 0 {
         return Err(RdbError::Empty);

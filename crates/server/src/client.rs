@@ -246,6 +246,9 @@ pub struct ClientState {
     /// The capacity the read buffer reached when it was made large for one request (a big
     /// argument), or 0: it is given back once empty (see `connection::between_batches`).
     pub big_read_buffer: usize,
+    /// `REPLCONF rdb-only 1` (`redis-cli --rdb`): a SYNC/PSYNC then gets an RDB file and no
+    /// stream (see `repl::primary::send_rdb`).
+    pub rdb_only: bool,
 }
 
 impl ClientState {
@@ -295,6 +298,7 @@ impl ClientState {
             repl_announced_ip: None,
             read_room: crate::connection::READ_BUFFER,
             big_read_buffer: 0,
+            rdb_only: false,
         }
     }
 

@@ -1004,3 +1004,50 @@ fn function_payloads_round_trip_and_read_redis_own() {
         .unwrap_err()
         .is_footer());
 }
+
+/// An RDB file: header, aux fields, SELECTDB only when the database changes, an expiry before
+/// its key, each object as `dump` encodes it, and a checksum over the whole file however it was
+/// taken in pieces.
+#[test]
+fn an_rdb_file_holds_each_key_after_its_database_and_expiry_with_a_whole_file_checksum() {
+    let mut file = RdbFile::new("7.2.0", 1_700_000_000);
+    file.key(0, b"a", None, &RdbValue::Str(b("1"))).unwrap();
+    let first = file.take();
+    assert!(first.starts_with(b"REDIS0010\xfa\x09redis-ver\x057.2.0"));
+    file.key(0, b"s", Some(0x0102_0304_0506), &RdbValue::Str(b("xy")))
+        .unwrap();
+    file.key(3, b"l", None, &RdbValue::List(vec![b("e")]))
+        .unwrap();
+    assert_eq!(
+        file.key(3, b"empty", None, &RdbValue::Set(vec![])),
+        Err(RdbError::Empty),
+        "a value Redis cannot hold is refused, nothing written"
+    );
+    let rest = file.finish();
+    let whole = [&first[..], &rest[..]].concat();
+    let (body, crc) = whole.split_at(whole.len() - 8);
+    assert_eq!(crc, crc64(body).to_le_bytes());
+    assert_eq!(body.last(), Some(&0xff));
+    let db0 = body.windows(2).position(|w| w == [0xfe, 0]).unwrap();
+    let db3 = body.windows(2).position(|w| w == [0xfe, 3]).unwrap();
+    assert!(db0 < db3);
+    assert_eq!(
+        body.windows(2)
+            .filter(|w| w[0] == 0xfe && w[1] <= 3)
+            .count(),
+        2
+    );
+    let expiry = body
+        .windows(7)
+        .position(|w| w == [0xfc, 6, 5, 4, 3, 2, 1])
+        .unwrap();
+    // The expiry, then the string type, the key "s" and its value "xy".
+    assert_eq!(&body[expiry + 9..expiry + 9 + 6], b"\x00\x01s\x02xy");
+    let list = dump(&RdbValue::List(vec![b("e")])).unwrap();
+    let at = body.windows(2).position(|w| w == [list[0], 1]).unwrap();
+    assert_eq!(&body[at + 2..at + 3], b"l");
+    assert_eq!(
+        &body[at + 3..at + 3 + list.len() - 11],
+        &list[1..list.len() - 10]
+    );
+}

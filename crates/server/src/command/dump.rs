@@ -14,7 +14,8 @@ use bytes::Bytes;
 use gradus_proto::rdb::{self, RdbValue};
 use gradus_proto::Frame;
 use gradus_store::{
-    HashLimits, HashValue, ListLimit, ListValue, SetLimits, SetValue, Value, ZSetLimits, ZSetValue,
+    HashLimits, HashValue, ListLimit, ListValue, SetLimits, SetValue, Value, ValueView, ZSetLimits,
+    ZSetValue,
 };
 
 #[rustfmt::skip]
@@ -25,16 +26,21 @@ pub const COMMANDS: &[CommandSpec] = &[
 
 /// The value in the codec's terms (MIGRATE's payloads are made from it too).
 pub(super) fn to_rdb(value: &Value) -> RdbValue {
+    view_to_rdb(value.view())
+}
+
+/// [`to_rdb`] of a borrowed value (a snapshot's items: see `repl::primary::send_rdb`).
+pub(crate) fn view_to_rdb(value: ValueView<'_>) -> RdbValue {
     match value {
-        Value::Str(b) => RdbValue::Str(b.to_bytes()),
-        Value::Hash(h) => RdbValue::Hash(
+        ValueView::Str(b) => RdbValue::Str(Bytes::copy_from_slice(b)),
+        ValueView::Hash(h) => RdbValue::Hash(
             h.iter()
                 .map(|(f, v)| (Bytes::copy_from_slice(f), Bytes::copy_from_slice(v)))
                 .collect(),
         ),
-        Value::ZSet(z) => RdbValue::ZSet(z.iter().map(|(m, s)| (m.to_bytes(), s)).collect()),
-        Value::List(l) => RdbValue::List(l.iter().map(Bytes::copy_from_slice).collect()),
-        Value::Set(s) => RdbValue::Set(s.iter().map(|m| m.to_bytes()).collect()),
+        ValueView::ZSet(z) => RdbValue::ZSet(z.iter().map(|(m, s)| (m.to_bytes(), s)).collect()),
+        ValueView::List(l) => RdbValue::List(l.iter().map(Bytes::copy_from_slice).collect()),
+        ValueView::Set(s) => RdbValue::Set(s.iter().map(|m| m.to_bytes()).collect()),
     }
 }
 

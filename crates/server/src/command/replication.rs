@@ -123,7 +123,9 @@ fn replconf(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 .ok_or(CmdError::NotInteger)?;
         } else if is(option, "ip-address") {
             ctx.client.repl_announced_ip = Some(String::from_utf8_lossy(value).into_owned());
-        } else if is(option, "capa") || is(option, "rdb-only") || is(option, "rdb-filter-only") {
+        } else if is(option, "rdb-only") {
+            ctx.client.rdb_only = &value[..] == b"1";
+        } else if is(option, "capa") || is(option, "rdb-filter-only") {
         } else if is(option, "ack") || is(option, "getack") {
             // No reply, as Redis (a replica's ACK on an ordinary connection).
             ctx.client.reply_queued = true;
@@ -165,6 +167,8 @@ fn psync(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         .ok_or(CmdError::NotInteger)?;
     ctx.client.repl_takeover = Some(crate::repl::primary::PsyncRequest {
         from: Some((replid, offset.max(0) as u64)),
+        psync: true,
+        rdb_only: ctx.client.rdb_only,
     });
     ctx.client.reply_queued = true;
     Ok(Frame::Null)
@@ -172,7 +176,11 @@ fn psync(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 /// SYNC: a full resync, always.
 fn sync(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
-    ctx.client.repl_takeover = Some(crate::repl::primary::PsyncRequest { from: None });
+    ctx.client.repl_takeover = Some(crate::repl::primary::PsyncRequest {
+        from: None,
+        psync: false,
+        rdb_only: ctx.client.rdb_only,
+    });
     ctx.client.reply_queued = true;
     Ok(Frame::Null)
 }

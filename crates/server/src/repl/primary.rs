@@ -26,6 +26,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 #[derive(Debug, Clone)]
 pub struct PsyncRequest {
     pub from: Option<(String, u64)>,
+    /// PSYNC (answered `+FULLRESYNC …` first), not SYNC.
+    pub psync: bool,
+    /// After `REPLCONF rdb-only 1`: an RDB file and no stream (see [`send_rdb`]).
+    pub rdb_only: bool,
 }
 
 /// How often the primary puts a PING frame in the stream while replicas are connected.
@@ -101,6 +105,15 @@ pub async fn serve<S: ClientStream>(
     request: PsyncRequest,
 ) {
     let handle = client.handle.clone();
+    if request.rdb_only {
+        let (_, mut writer) = tokio::io::split(stream);
+        let (tenant, psync) = (client.tenant, request.psync);
+        if let Err(e) = send_rdb(&shared, &mut writer, &handle, tenant, psync).await {
+            tracing::info!(client = handle.id, error = %e, "RDB transfer ended");
+        }
+        let _ = writer.shutdown().await;
+        return;
+    }
     handle.set_role(crate::client::ClientRole::Replica);
     let ip = client
         .repl_announced_ip
@@ -160,19 +173,7 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
     link: &Arc<ReplicaLink>,
 ) -> std::io::Result<()> {
     shared.repl.sync_full.fetch_add(1, Ordering::Relaxed);
-    // One snapshot at a time: the store keeps one armed snapshot per shard, so a log snapshot
-    // and a replica's sync take turns.
-    let p = &shared.persist;
-    while p.snapshot_in_progress.swap(true, Ordering::AcqRel) {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    struct Release<'a>(&'a std::sync::atomic::AtomicBool);
-    impl Drop for Release<'_> {
-        fn drop(&mut self) {
-            self.0.store(false, Ordering::Release);
-        }
-    }
-    let _release = Release(&p.snapshot_in_progress);
+    let _turn = snapshot_turn(shared).await;
     let (replid, offset, sink, libraries) = {
         let _exclusive = shared.store.exclusive();
         let (replid, offset) = shared.repl.begin_full_sync(link);
@@ -238,6 +239,88 @@ async fn full_sync<W: tokio::io::AsyncWrite + Unpin>(
     write_out(writer, &out, link).await
 }
 
+/// The only snapshot in progress, until dropped: the store keeps one armed snapshot per shard,
+/// so a log snapshot, a replica's sync and an RDB transfer take turns.
+async fn snapshot_turn(shared: &Shared) -> impl Drop + Send + '_ {
+    let flag = &shared.persist.snapshot_in_progress;
+    while flag.swap(true, Ordering::AcqRel) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    struct Release<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Release<'_> {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Release);
+        }
+    }
+    Release(flag)
+}
+
+/// `REPLCONF rdb-only 1`, then SYNC or PSYNC: what `redis-cli --rdb` sends to take a backup. The
+/// reply is a Redis RDB file of the connection's tenant's keyspaces (each as its SELECT index,
+/// every key with its expiry) in the diskless form Redis sends it (`$EOF:<40-byte mark>`, the
+/// file, the mark), after `+FULLRESYNC <replid> <offset>` for PSYNC; then the connection ends.
+/// It was the Gradus replication stream, which no Redis tool reads (`redis-check-rdb`: "Wrong
+/// signature"). The snapshot is the one replicas get (key-granular copy-on-write, no pause of
+/// writers); Redis functions are not included.
+async fn send_rdb<W: tokio::io::AsyncWrite + Unpin>(
+    shared: &Arc<Shared>,
+    writer: &mut W,
+    handle: &crate::client::ClientHandle,
+    tenant: usize,
+    psync: bool,
+) -> std::io::Result<()> {
+    let _turn = snapshot_turn(shared).await;
+    let (replid, offset, sink) = {
+        let _exclusive = shared.store.exclusive();
+        (
+            shared.repl.replid(),
+            shared.repl.offset(),
+            shared.store.arm_snapshot(),
+        )
+    };
+    let mark = sha1_smol::Sha1::from(format!("{replid}:{offset}:{}", handle.id))
+        .digest()
+        .to_string();
+    let mut head = String::new();
+    if psync {
+        head.push_str(&format!("+FULLRESYNC {replid} {offset}\r\n"));
+    }
+    head.push_str(&format!("$EOF:{mark}\r\n"));
+    tracing::info!(client = handle.id, "RDB transfer (rdb-only sync)");
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let walker = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let now = gradus_store::now_ms();
+            let mut file = gradus_proto::rdb::RdbFile::new(crate::REDIS_COMPAT_VERSION, now / 1000);
+            let tenancy = &shared.tenancy;
+            let mut open = true;
+            sink.drain(&shared.store, now, |g, key, item| {
+                if !open || tenancy.tenant_of(g) != Some(tenant) {
+                    return;
+                }
+                let value = crate::command::dump::view_to_rdb(item.value);
+                let db = tenancy.select_of(g) as u64;
+                if file.key(db, key, item.expires_at, &value).is_err() {
+                    return; // an empty collection: nothing Redis could hold
+                }
+                if file.len() >= 64 * 1024 && tx.blocking_send(file.take()).is_err() {
+                    open = false;
+                }
+            });
+            if open {
+                let _ = tx.blocking_send(file.finish());
+            }
+        })
+    };
+    write_unless_killed(writer, head.as_bytes(), handle).await?;
+    while let Some(piece) = rx.recv().await {
+        write_unless_killed(writer, &piece, handle).await?;
+    }
+    walker.await.map_err(std::io::Error::other)?;
+    write_unless_killed(writer, mark.as_bytes(), handle).await
+}
+
 /// Write `bytes`, unless the link is killed first (dropped over its output limit, CLIENT KILL,
 /// shutdown): a replica that stops reading must not hold its connection's task in a write.
 async fn write_out<W: tokio::io::AsyncWrite + Unpin>(
@@ -245,12 +328,21 @@ async fn write_out<W: tokio::io::AsyncWrite + Unpin>(
     bytes: &[u8],
     link: &ReplicaLink,
 ) -> std::io::Result<()> {
+    write_unless_killed(writer, bytes, &link.handle).await
+}
+
+/// Write `bytes`, unless the connection is killed first.
+async fn write_unless_killed<W: tokio::io::AsyncWrite + Unpin>(
+    writer: &mut W,
+    bytes: &[u8],
+    handle: &crate::client::ClientHandle,
+) -> std::io::Result<()> {
     tokio::select! {
         written = async {
             writer.write_all(bytes).await?;
             writer.flush().await
         } => written,
-        _ = link.handle.killed() => Err(std::io::Error::other("replica link killed")),
+        _ = handle.killed() => Err(std::io::Error::other("connection killed")),
     }
 }
 
