@@ -167,7 +167,6 @@ fn psync(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         .ok_or(CmdError::NotInteger)?;
     ctx.client.repl_takeover = Some(crate::repl::primary::PsyncRequest {
         from: Some((replid, offset.max(0) as u64)),
-        psync: true,
         rdb_only: ctx.client.rdb_only,
     });
     ctx.client.reply_queued = true;
@@ -178,7 +177,6 @@ fn psync(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 fn sync(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     ctx.client.repl_takeover = Some(crate::repl::primary::PsyncRequest {
         from: None,
-        psync: false,
         rdb_only: ctx.client.rdb_only,
     });
     ctx.client.reply_queued = true;

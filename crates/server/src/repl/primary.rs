@@ -22,12 +22,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// What a replica asked for: `PSYNC replid offset` (`None`: `SYNC`, or `PSYNC ? -1`).
+/// What a replica asked for: `PSYNC replid offset` (`None`: `SYNC`; `PSYNC ? -1` comes as `("?", 0)`,
+/// which never continues). An RDB transfer answers PSYNC with `+FULLRESYNC …` first, SYNC without.
 #[derive(Debug, Clone)]
 pub struct PsyncRequest {
     pub from: Option<(String, u64)>,
-    /// PSYNC (answered `+FULLRESYNC …` first), not SYNC.
-    pub psync: bool,
     /// After `REPLCONF rdb-only 1`: an RDB file and no stream (see [`send_rdb`]).
     pub rdb_only: bool,
 }
@@ -107,7 +106,7 @@ pub async fn serve<S: ClientStream>(
     let handle = client.handle.clone();
     if request.rdb_only {
         let (_, mut writer) = tokio::io::split(stream);
-        let (tenant, psync) = (client.tenant, request.psync);
+        let (tenant, psync) = (client.tenant, request.from.is_some());
         if let Err(e) = send_rdb(&shared, &mut writer, &handle, tenant, psync).await {
             tracing::info!(client = handle.id, error = %e, "RDB transfer ended");
         }
