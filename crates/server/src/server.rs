@@ -444,27 +444,14 @@ async fn expiry_loop(shared: Arc<Shared>) {
         if shared.pauses.writes_paused(gradus_store::now_ms()) {
             continue;
         }
-        let sweeper = shared.clone();
-        // The sweep takes shard locks; keep it off the async workers' fast path.
-        let removed = tokio::task::spawn_blocking(move || {
-            let now = gradus_store::now_ms();
-            let repl = &sweeper.repl;
-            if repl.is_active() && repl.is_replica() {
-                // A replica deletes what its primary's stream deletes; it reclaims on its own
-                // only keys its primary let expire without a DEL (reclaimed there by a read)
-                // long ago. Reads here already see them as missing.
-                sweeper.store.sweep_expired(
-                    now.saturating_sub(REPLICA_EXPIRY_MARGIN_MS),
-                    SWEEP_BUDGET_PER_SHARD,
-                )
-            } else if repl.is_active() {
-                crate::repl::primary::sweep_and_stream(&sweeper, now, SWEEP_BUDGET_PER_SHARD)
-            } else {
-                sweeper.store.sweep_expired(now, SWEEP_BUDGET_PER_SHARD)
-            }
-        })
-        .await
-        .unwrap_or(0);
+        // Without a key that has a TTL there is nothing to sweep: no shard lock, no hop to a
+        // blocking thread (an idle server used to lock every shard of every keyspace ten times
+        // a second).
+        let removed = if shared.store.has_volatile_keys() {
+            sweep(&shared).await
+        } else {
+            0
+        };
         if removed > 0 {
             tracing::trace!(removed, "active expiry");
         }
@@ -474,6 +461,31 @@ async fn expiry_loop(shared: Arc<Shared>) {
         let max_keys = shared.live.tracking_table_max_keys.load(Ordering::Relaxed);
         shared.tracking.limit(max_keys as usize);
     }
+}
+
+/// One active-expiry cycle: reclaim expired keys in every keyspace; returns how many.
+async fn sweep(shared: &Arc<Shared>) -> usize {
+    let sweeper = shared.clone();
+    // The sweep takes shard locks; keep it off the async workers' fast path.
+    tokio::task::spawn_blocking(move || {
+        let now = gradus_store::now_ms();
+        let repl = &sweeper.repl;
+        if repl.is_active() && repl.is_replica() {
+            // A replica deletes what its primary's stream deletes; it reclaims on its own
+            // only keys its primary let expire without a DEL (reclaimed there by a read)
+            // long ago. Reads here already see them as missing.
+            sweeper.store.sweep_expired(
+                now.saturating_sub(REPLICA_EXPIRY_MARGIN_MS),
+                SWEEP_BUDGET_PER_SHARD,
+            )
+        } else if repl.is_active() {
+            crate::repl::primary::sweep_and_stream(&sweeper, now, SWEEP_BUDGET_PER_SHARD)
+        } else {
+            sweeper.store.sweep_expired(now, SWEEP_BUDGET_PER_SHARD)
+        }
+    })
+    .await
+    .unwrap_or(0)
 }
 
 /// Hand on locks whose lease ran out (every 10 ms: the lease is a safety net for a hung holder,

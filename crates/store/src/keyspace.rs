@@ -51,6 +51,9 @@ pub struct Keyspace {
     index: usize,
     /// Bytes held by all shards, kept current by [`ShardGuard`] (readable without locking).
     used: AtomicUsize,
+    /// Keys with a TTL in all shards, kept current by [`ShardGuard`] as `used` is: active expiry
+    /// skips a keyspace without any instead of locking its every shard ten times a second.
+    volatile: AtomicUsize,
     /// Keys removed by eviction since start.
     evictions: AtomicU64,
     /// The [`AccessClock`] of its shards ([`AccessClock::to_bits`]).
@@ -62,13 +65,24 @@ pub struct Keyspace {
 }
 
 /// A locked shard. Dereferences to [`Shard`]; when dropped it adds the shard's change in memory
-/// use to the keyspace total, so memory limits are checked without locking every shard.
+/// use and in keys with a TTL to the keyspace totals, so memory limits are checked, and active
+/// expiry skips a keyspace without TTLs, without locking every shard.
 pub struct ShardGuard<'a> {
     guard: ManuallyDrop<MutexGuard<'a, Shard>>,
     /// The lock belongs to a [`HeldShards`] of this thread: dropping the guard must not unlock.
     borrowed: bool,
     used_before: usize,
-    total: &'a AtomicUsize,
+    volatile_before: usize,
+    keyspace: &'a Keyspace,
+}
+
+/// Add the change from `before` to `now` to `total`.
+fn add_change(total: &AtomicUsize, before: usize, now: usize) {
+    if now > before {
+        total.fetch_add(now - before, Ordering::Relaxed);
+    } else if now < before {
+        total.fetch_sub(before - now, Ordering::Relaxed);
+    }
 }
 
 impl std::ops::Deref for ShardGuard<'_> {
@@ -86,14 +100,16 @@ impl std::ops::DerefMut for ShardGuard<'_> {
 
 impl Drop for ShardGuard<'_> {
     fn drop(&mut self) {
-        let now = self.guard.used_bytes();
-        if now > self.used_before {
-            self.total
-                .fetch_add(now - self.used_before, Ordering::Relaxed);
-        } else if now < self.used_before {
-            self.total
-                .fetch_sub(self.used_before - now, Ordering::Relaxed);
-        }
+        add_change(
+            &self.keyspace.used,
+            self.used_before,
+            self.guard.used_bytes(),
+        );
+        add_change(
+            &self.keyspace.volatile,
+            self.volatile_before,
+            self.guard.volatile_count(),
+        );
         if !self.borrowed {
             // SAFETY: dropped once, here; a borrowed guard was made without locking and must
             // leave the lock to its `HeldShards`.
@@ -203,6 +219,7 @@ impl Keyspace {
             hasher: DefaultHashBuilder::default(),
             index,
             used: AtomicUsize::new(0),
+            volatile: AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
             clock: AtomicU64::new(AccessClock::Lru.to_bits()),
             expiry_held_until: AtomicU64::new(0),
@@ -217,6 +234,11 @@ impl Keyspace {
     /// Approximate bytes held by keys and values (no locking).
     pub fn used_bytes(&self) -> usize {
         self.used.load(Ordering::Relaxed)
+    }
+
+    /// Keys with a TTL (no locking).
+    pub fn volatile_keys(&self) -> usize {
+        self.volatile.load(Ordering::Relaxed)
     }
 
     /// Keys evicted since start.
@@ -254,12 +276,13 @@ impl Keyspace {
         let mut guard = guard;
         guard.set_access_clock(self.access_clock());
         guard.hold_expiry_until(self.expiry_held_until.load(Ordering::Relaxed));
-        let used_before = guard.used_bytes();
+        let (used_before, volatile_before) = (guard.used_bytes(), guard.volatile_count());
         ShardGuard {
             guard: ManuallyDrop::new(guard),
             borrowed,
             used_before,
-            total: &self.used,
+            volatile_before,
+            keyspace: self,
         }
     }
 
@@ -623,6 +646,9 @@ impl Keyspace {
     /// Reclaim up to `budget_per_shard` expired keys in every shard; returns the keys removed.
     pub fn sweep_expired_keys(&self, now_ms: u64, budget_per_shard: usize) -> Vec<Bytes> {
         let mut keys = Vec::new();
+        if self.volatile_keys() == 0 {
+            return keys;
+        }
         for i in 0..SHARDS {
             self.shard(i)
                 .sweep_expired_with(now_ms, budget_per_shard, |k| keys.push(k.clone()));
@@ -632,6 +658,9 @@ impl Keyspace {
 
     /// Reclaim up to `budget_per_shard` expired keys in every shard; returns how many were removed.
     pub fn sweep_expired(&self, now_ms: u64, budget_per_shard: usize) -> usize {
+        if self.volatile_keys() == 0 {
+            return 0;
+        }
         (0..SHARDS)
             .map(|i| self.shard(i).sweep_expired(now_ms, budget_per_shard))
             .sum()
@@ -651,6 +680,38 @@ mod tests {
             None,
             0,
         );
+    }
+
+    /// The keyspace's count of keys with a TTL (what lets active expiry skip a keyspace
+    /// without locking its shards) follows every way a TTL comes and goes, and equals the sum
+    /// of the shards' own counts.
+    #[test]
+    fn the_volatile_count_follows_ttls_set_cleared_removed_swept_and_flushed() {
+        let ks = Keyspace::new();
+        let counted = |ks: &Keyspace| ks.stats().1;
+        for i in 0..100 {
+            let key = format!("k{i}");
+            let ttl = (i % 2 == 0).then_some(1_000 + i as u64);
+            ks.lock(key.as_bytes())
+                .set(key.as_bytes(), Value::string(Bytes::from_static(b"v")), ttl, 0);
+        }
+        assert_eq!((ks.volatile_keys(), counted(&ks)), (50, 50));
+        // PERSIST-like: the TTL cleared; EXPIRE-like: one set on a key without one.
+        ks.lock(b"k0").set_expiry(b"k0", None, 0);
+        ks.lock(b"k1").set_expiry(b"k1", Some(5_000), 0);
+        // A key with a TTL deleted, one overwritten without a TTL.
+        ks.lock(b"k2").remove(b"k2", 0);
+        ks.lock(b"k4")
+            .set(b"k4", Value::string(Bytes::from_static(b"w")), None, 0);
+        assert_eq!((ks.volatile_keys(), counted(&ks)), (48, 48));
+        // The sweep reclaims the keys due by 1 050 ms (k6 … k50 with even numbers: 23 keys).
+        let swept = ks.sweep_expired(1_050, usize::MAX);
+        assert_eq!(swept, 23);
+        assert_eq!((ks.volatile_keys(), counted(&ks)), (25, 25));
+        drop(ks.flush());
+        assert_eq!((ks.volatile_keys(), counted(&ks)), (0, 0));
+        // Nothing to sweep: the keyspace is skipped, and reports so.
+        assert_eq!(ks.sweep_expired(u64::MAX, usize::MAX), 0);
     }
 
     /// A hold keeps other threads out of its shards; on its own thread, locking a held shard

@@ -54,6 +54,12 @@ impl Store {
         }
     }
 
+    /// Whether any keyspace holds a key with a TTL (no locking): active expiry has nothing to
+    /// do otherwise.
+    pub fn has_volatile_keys(&self) -> bool {
+        self.keyspaces.iter().any(|k| k.volatile_keys() > 0)
+    }
+
     /// Active expiry: reclaim up to `budget_per_shard` expired keys per shard in every keyspace.
     /// Takes a shared hold of the gate itself (it is called from a timer, not from a command).
     pub fn sweep_expired(&self, now_ms: u64, budget_per_shard: usize) -> usize {
