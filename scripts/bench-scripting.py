@@ -10,7 +10,8 @@ server has no functions). Tests:
           absent, so GET + return 0; the held-lock case adds a DEL)
   script4 EVALSHA of a 4-command script (SET, INCR, GET, EXPIRE) on 2 keys
   fcall4  FCALL of the same 4 commands as a Redis 7 function
-Prints a Markdown table of medians and every round's figures, and each server's CPU time per
+Prints a Markdown table of medians and every round's figures, the geometric mean of the paired
+per-round ratios with its 95 % interval (scripts/paired-ratios.py), and each server's CPU time per
 request (user + system time of the server process over the run, from /proc/PID/stat, divided by
 the requests: far less sensitive to other load on the machine than throughput).
 """
@@ -69,6 +70,16 @@ def run(port, args, requests):
     out = out.stdout
     line = [l for l in out.splitlines() if l and not l.startswith('"test"')][-1]
     return float(line.split(",")[1].strip('"'))
+
+
+def load_paired_ratios():
+    """scripts/paired-ratios.py as a module (its name is not an identifier)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "paired-ratios.py")
+    spec = importlib.util.spec_from_file_location("paired_ratios", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main():
@@ -139,6 +150,16 @@ def main():
         print("\nper round (server CPU µs per request):")
         for (test, name), values in cpu.items():
             print(f"{test:8} {name:18} " + " ".join(f"{v:.1f}" for v in values))
+        # The rows scripts/paired-ratios.py reads (several runs' reports can be pooled).
+        short = {"redis-server": "redis", "Gradus": "gradus", "Gradus (before)": "baseline"}
+        lines = [f"{short[name]},1,{r + 1},{test},{ops:.0f},{cpu[(test, name)][r]:.1f}"
+                 for (test, name), values in figures.items() for r, ops in enumerate(values)]
+        print("\nper round (target, pipeline, round, test, ops/s, server CPU µs per request):\n")
+        print("```")
+        print("\n".join(lines))
+        print("```\n")
+        paired = load_paired_ratios()
+        paired.print_table(paired.summarize(paired.rows(lines, "this run")))
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
