@@ -553,10 +553,60 @@ def test_reset_restores_the_default_degree(gradus_factory):
 # --- 5: snapshots and log truncation -------------------------------------------
 
 
+def test_a_big_dataset_is_not_snapshotted_for_every_snapshot_log_bytes_of_writes(
+    gradus_factory, tmp_path
+):
+    """Regression: the size trigger fired on `snapshot-log-bytes` of log alone, so a dataset
+    several times that size was written out whole again and again (400 MB of 4 KiB values under
+    SET: 5 snapshots of 400 MB in 400 000 requests, a third of the process' CPU). Like Redis'
+    `auto-aof-rewrite-percentage`, the log must also have grown by `snapshot-log-percentage`
+    (100 by default) of the last snapshot's size."""
+    config = write_config(
+        tmp_path, "[durability]\nsnapshot-log-bytes = 65536\nsegment-bytes = 16384\n"
+    )
+    server = gradus_factory("--config", config)
+    r = client(server)
+    # ~1 MiB of incompressible values, then a snapshot of them: the base of the percentage.
+    pipe = r.pipeline(transaction=False)
+    for i in range(1000):
+        pipe.set(f"big:{i}", os.urandom(1024))
+    pipe.execute()
+    r.save()
+    info = persistence(r)
+    base_bytes, saves = info["gradus_snapshot_size_bytes"], info["rdb_saves"]
+    assert base_bytes > 1000 * 1024, info
+
+    def write_log(nbytes):
+        start = persistence(r)["gradus_log_bytes_written"]
+        i = 0
+        while persistence(r)["gradus_log_bytes_written"] - start < nbytes:
+            pipe = r.pipeline(transaction=False)
+            for _ in range(50):
+                pipe.set(f"big:{i % 1000}", os.urandom(1024))
+                i += 1
+            pipe.execute()
+
+    # Half the snapshot's size in log: eight times snapshot-log-bytes, yet no snapshot.
+    write_log(base_bytes // 2)
+    time.sleep(1.2)  # over two checks of the snapshot trigger (every 500 ms)
+    info = persistence(r)
+    assert info["rdb_saves"] == saves, info
+    # Past the snapshot's whole size: the next one follows within a few checks.
+    write_log(base_bytes // 2 + 65536)
+    deadline = time.monotonic() + 10
+    while persistence(r)["rdb_saves"] == saves and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert persistence(r)["rdb_saves"] == saves + 1, persistence(r)
+    r.close()
+
+
 def test_snapshots_truncate_the_log_and_recover(gradus_factory, tmp_path):
     config = write_config(
         tmp_path,
-        "[durability]\nsnapshot-log-bytes = 65536\nsegment-bytes = 16384\n",
+        # The bytes alone trigger snapshots here (the percentage of the snapshot's size has
+        # its own test below).
+        "[durability]\nsnapshot-log-bytes = 65536\nsnapshot-log-percentage = 0\n"
+        "segment-bytes = 16384\n",
     )
     server = gradus_factory("--config", config)
     r = client(server)

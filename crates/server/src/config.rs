@@ -182,6 +182,7 @@ pub struct DurabilityConfig {
     pub segment_bytes: u64,
     pub direct_io: bool,
     pub snapshot_log_bytes: u64,
+    pub snapshot_log_percentage: u64,
     pub snapshot_interval_s: u64,
     pub snapshot_compression: bool,
 }
@@ -358,6 +359,7 @@ impl Config {
                 segment_bytes: 0,
                 direct_io: false,
                 snapshot_log_bytes: 0,
+                snapshot_log_percentage: 0,
                 snapshot_interval_s: 0,
                 snapshot_compression: false,
             },

@@ -250,6 +250,7 @@ impl Shared {
             snapshot_in_progress: Default::default(),
             last_save_unix: AtomicU64::new(crate::persist::unix_now()),
             bytes_at_last_snapshot: AtomicU64::new(0),
+            last_snapshot_bytes: AtomicU64::new(crate::info::data_dir_sizes(&config.dir).1),
             last_snapshot_status: Mutex::new("ok".into()),
             snapshot_failures: AtomicU64::new(0),
             snapshot_requested: std::sync::atomic::AtomicBool::new(false),

@@ -692,8 +692,12 @@ mod tests {
         for i in 0..100 {
             let key = format!("k{i}");
             let ttl = (i % 2 == 0).then_some(1_000 + i as u64);
-            ks.lock(key.as_bytes())
-                .set(key.as_bytes(), Value::string(Bytes::from_static(b"v")), ttl, 0);
+            ks.lock(key.as_bytes()).set(
+                key.as_bytes(),
+                Value::string(Bytes::from_static(b"v")),
+                ttl,
+                0,
+            );
         }
         assert_eq!((ks.volatile_keys(), counted(&ks)), (50, 50));
         // PERSIST-like: the TTL cleared; EXPIRE-like: one set on a key without one.

@@ -47,6 +47,9 @@ pub struct Persistence {
     pub last_save_unix: AtomicU64,
     /// Log bytes written when the last snapshot was armed.
     pub bytes_at_last_snapshot: AtomicU64,
+    /// Size of the last snapshot written (at start-up: of the snapshot files found), the base of
+    /// `snapshot-log-percentage`.
+    pub last_snapshot_bytes: AtomicU64,
     pub last_snapshot_status: Mutex<String>,
     /// Snapshots that failed since start (INFO `gradus_snapshot_failures`).
     pub snapshot_failures: AtomicU64,

@@ -167,7 +167,8 @@ pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
     p.snapshot_started_ms.store(0, Ordering::Relaxed);
     p.snapshot_in_progress.store(false, Ordering::Release);
     match &result {
-        Ok(_) => {
+        Ok(written) => {
+            p.last_snapshot_bytes.store(*written, Ordering::Relaxed);
             p.snapshots_written.fetch_add(1, Ordering::Relaxed);
             p.last_save_unix.store(unix_now(), Ordering::Relaxed);
             *p.last_snapshot_status.lock() = "ok".into();
