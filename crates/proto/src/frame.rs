@@ -20,7 +20,7 @@ pub enum ProtocolVersion {
 }
 
 /// One reply value.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Frame {
     /// Status reply `+text`. Any `\r`/`\n` inside is sent as a space.
     Simple(Bytes),
@@ -38,6 +38,10 @@ pub enum Frame {
     NullArray,
     /// `*n` array.
     Array(Vec<Frame>),
+    /// `*n` array of bulk strings kept in wire form: a long LRANGE or SMEMBERS reply built as
+    /// one buffer instead of one allocation per element. Equal to the [`Frame::Array`] of the
+    /// same [`Frame::Bulk`]s.
+    Bulks(BulkArray),
     /// RESP3 `%n` map of key/value pairs; RESP2: flat array of 2n.
     Map(Vec<(Frame, Frame)>),
     /// RESP3 `~n` set; RESP2: array.
@@ -136,6 +140,11 @@ pub fn encode(frame: &Frame, version: ProtocolVersion, out: &mut BytesMut) {
                 encode(item, version, out);
             }
         }
+        Frame::Bulks(bulks) => {
+            out.reserve(bulks.wire.len() + 24);
+            encode_array_header(bulks.count, out);
+            out.put_slice(&bulks.wire);
+        }
         Frame::Map(pairs) => {
             encode_map_header(pairs.len(), version, out);
             for (k, v) in pairs {
@@ -171,6 +180,121 @@ pub fn encode(frame: &Frame, version: ProtocolVersion, out: &mut BytesMut) {
         Frame::Boolean(b) => encode_bool(*b, version, out),
         Frame::Verbatim { format, text } => encode_verbatim(format, text, version, out),
         Frame::BigNumber(digits) => encode_big_number(digits, version, out),
+    }
+}
+
+/// An array of bulk strings in wire form (`$len\r\n{data}\r\n` each; the same bytes in RESP2
+/// and RESP3), built by [`BulkArray::push`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BulkArray {
+    count: usize,
+    wire: Vec<u8>,
+}
+
+impl BulkArray {
+    /// An empty array with room for `count` elements of `bytes` data bytes in all.
+    pub fn with_capacity(count: usize, bytes: usize) -> Self {
+        BulkArray {
+            count: 0,
+            wire: Vec::with_capacity(bytes + count * 8),
+        }
+    }
+
+    /// Appends one bulk string.
+    #[inline]
+    pub fn push(&mut self, data: &[u8]) {
+        let header = HeaderLine::new(b'$', data.len());
+        self.wire.reserve(header.len + data.len() + 2);
+        self.wire.extend_from_slice(header.as_bytes());
+        self.wire.extend_from_slice(data);
+        self.wire.extend_from_slice(b"\r\n");
+        self.count += 1;
+    }
+
+    /// How many elements.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The elements in order.
+    pub fn iter(&self) -> BulkArrayIter<'_> {
+        BulkArrayIter { rest: &self.wire }
+    }
+}
+
+impl<'a> FromIterator<&'a [u8]> for BulkArray {
+    fn from_iter<I: IntoIterator<Item = &'a [u8]>>(items: I) -> Self {
+        let items = items.into_iter();
+        let mut out = BulkArray::with_capacity(items.size_hint().0, 0);
+        for item in items {
+            out.push(item);
+        }
+        out
+    }
+}
+
+/// The elements of a [`BulkArray`], read back from the wire form it wrote itself.
+#[derive(Debug, Clone)]
+pub struct BulkArrayIter<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for BulkArrayIter<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        // `$` digits CRLF data CRLF, as `push` wrote it.
+        let digits_end = self.rest.iter().position(|&b| b == b'\r')?;
+        let len = self
+            .rest
+            .get(1..digits_end)?
+            .iter()
+            .fold(0usize, |n, d| n * 10 + usize::from(d - b'0'));
+        let start = digits_end + 2;
+        let data = self.rest.get(start..start + len)?;
+        self.rest = self.rest.get(start + len + 2..).unwrap_or(&[]);
+        Some(data)
+    }
+}
+
+impl PartialEq for Frame {
+    fn eq(&self, other: &Self) -> bool {
+        use Frame::*;
+        match (self, other) {
+            (Simple(a), Simple(b)) => a == b,
+            (Error(a), Error(b)) => a == b,
+            (Integer(a), Integer(b)) => a == b,
+            (Bulk(a), Bulk(b)) => a == b,
+            (Null, Null) | (NullArray, NullArray) => true,
+            (Array(a), Array(b)) | (Set(a), Set(b)) | (Push(a), Push(b)) => a == b,
+            (Bulks(a), Bulks(b)) => a == b,
+            (Array(a), Bulks(b)) | (Bulks(b), Array(a)) => {
+                a.len() == b.len()
+                    && a.iter()
+                        .zip(b.iter())
+                        .all(|(x, y)| matches!(x, Bulk(x) if x[..] == *y))
+            }
+            (Map(a), Map(b)) => a == b,
+            (Double(a), Double(b)) | (HumanDouble(a), HumanDouble(b)) => a == b,
+            (Boolean(a), Boolean(b)) => a == b,
+            (
+                Verbatim {
+                    format: f1,
+                    text: t1,
+                },
+                Verbatim {
+                    format: f2,
+                    text: t2,
+                },
+            ) => f1 == f2 && t1 == t2,
+            (BigNumber(a), BigNumber(b)) => a == b,
+            _ => false,
+        }
     }
 }
 
@@ -595,5 +719,32 @@ mod tests {
         assert_eq!(format_double(-2.0), "-2");
         assert_eq!(format_double_human(1e20), "100000000000000000000");
         assert_eq!(format_double_human(10.5), "10.5");
+    }
+
+    #[test]
+    fn a_bulk_array_is_written_and_read_back_as_the_array_of_its_bulks() {
+        let items: Vec<&[u8]> = vec![b"a", b"", b"with\r\ncrlf", &[0u8, 255, 13], &[b'x'; 300]];
+        let bulks: BulkArray = items.iter().copied().collect();
+        assert_eq!(bulks.len(), 5);
+        assert_eq!(bulks.iter().collect::<Vec<_>>(), items);
+        let array = Frame::Array(items.iter().map(|i| Frame::bulk_from_slice(i)).collect());
+        for version in [Resp2, Resp3] {
+            assert_eq!(
+                Frame::Bulks(bulks.clone()).to_bytes(version),
+                array.to_bytes(version)
+            );
+        }
+        assert_eq!(Frame::Bulks(bulks.clone()), array);
+        assert_eq!(array, Frame::Bulks(bulks.clone()));
+        let mut other = bulks.clone();
+        other.push(b"more");
+        assert_ne!(Frame::Bulks(other), array);
+        let empty = BulkArray::default();
+        assert!(empty.is_empty());
+        assert_eq!(Frame::Bulks(empty).to_bytes(Resp3), &b"*0\r\n"[..]);
+        assert_ne!(
+            Frame::Bulks(bulks),
+            Frame::Array(items.iter().map(|_| Frame::Integer(1)).collect())
+        );
     }
 }

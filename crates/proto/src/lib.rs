@@ -26,7 +26,7 @@ pub use frame::{
     encode, encode_array_header, encode_big_number, encode_bool, encode_bulk, encode_double,
     encode_error, encode_integer, encode_map_header, encode_null, encode_null_array, encode_ok,
     encode_push_header, encode_set_header, encode_simple, encode_verbatim, format_double,
-    format_double_human, format_fixed17, Frame, ProtocolVersion,
+    format_double_human, format_fixed17, BulkArray, BulkArrayIter, Frame, ProtocolVersion,
 };
 pub use num::parse_strict_i64;
 pub use reply::parse_frame;

@@ -312,8 +312,8 @@ fn lrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let key = &args[1];
     let mut shard = ctx.db().lock(key);
     let list = lookup_list(ctx, &mut shard, key)?;
-    Ok(Frame::Array(list.map_or_else(Vec::new, |l| {
-        l.range(start, stop).into_iter().map(bulk).collect()
+    Ok(Frame::Bulks(list.map_or_else(Default::default, |l| {
+        l.range(start, stop).into_iter().collect()
     })))
 }
 

@@ -118,6 +118,17 @@ pub(super) unsafe fn push_frame(state: *mut ffi::lua_State, frame: &Frame) {
                 ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
             }
         }
+        Frame::Bulks(items) => {
+            if ffi::lua_checkstack(state, 3) == 0 {
+                ffi::lua_pushboolean(state, 0);
+                return;
+            }
+            ffi::lua_createtable(state, items.len().min(c_int::MAX as usize) as c_int, 0);
+            for (i, item) in items.iter().enumerate() {
+                push_bytes(state, item);
+                ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
+            }
+        }
         Frame::Map(pairs) => {
             if ffi::lua_checkstack(state, 3) == 0 {
                 ffi::lua_pushboolean(state, 0);
