@@ -21,7 +21,6 @@ use crate::state::Shared;
 use bytes::Bytes;
 use gradus_proto::Frame;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 /// Run (or queue) one command and return its reply.
 ///
@@ -328,7 +327,7 @@ pub fn run_observed(
         && (client.record.is_some() || spec.has(flags::EXCLUSIVE) || row.has(flags::EXCLUSIVE))
         && crate::observe::slowlog_on(&shared.live))
     .then(|| args.clone());
-    let started = Instant::now();
+    let started = quanta::Instant::now();
     // The body takes the arguments when it hands them to the write path.
     let reply = body(shared, client, &mut args);
     let elapsed = started.elapsed();

@@ -558,7 +558,7 @@ impl ScriptRun<'_> {
         }
         dispatch::feed_monitors(self.shared, self.client, spec, &args, true);
         let row = spec.resolve(&args);
-        let started = Instant::now();
+        let started = quanta::Instant::now();
         let reply = if spec.runs_as_write() {
             self.wrote = true;
             dispatch::run_write(self.shared, self.client, spec, args, self.now_ms)
