@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 /// A fencing token: strictly increasing across all grants of the table, and across promotions
 /// (its bits from [`EPOCH_SHIFT`] up are the epoch).
@@ -146,6 +146,18 @@ struct Table {
 pub struct LockTable {
     table: Mutex<Table>,
     stats: LockStats,
+    /// Told whenever a holder gets a lease, so the lease timer can sleep while none is held
+    /// (see [`LockTable::lease_granted`]).
+    lease_granted: Notify,
+}
+
+/// What [`LockTable::expire_leases`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseScan {
+    /// Locks handed on because their lease ran out.
+    pub expired: usize,
+    /// Whether a holder with a lease is left (the timer must come back).
+    pub leased_left: bool,
 }
 
 /// Number of buckets of a [`MicrosHistogram`].
@@ -216,7 +228,13 @@ impl Table {
     }
 
     /// Give the lock at `key` to the first waiter still waiting, or drop it when none is.
-    fn hand_over(&mut self, key: &(usize, Bytes), now: Instant, stats: &LockStats) {
+    fn hand_over(
+        &mut self,
+        key: &(usize, Bytes),
+        now: Instant,
+        stats: &LockStats,
+        lease_granted: &Notify,
+    ) {
         if let Some(state) = self.locks.get(key) {
             let token = state.holder.token;
             self.emit(|| LockEvent::Released {
@@ -248,6 +266,9 @@ impl Table {
                     since: now,
                     lease: waiter.lease,
                 };
+                if waiter.lease.is_some() {
+                    lease_granted.notify_one();
+                }
                 self.emit(|| granted_event(key, token, waiter.lease));
                 return;
             }
@@ -287,6 +308,9 @@ impl LockTable {
                 },
             );
             self.stats.granted_at_once.fetch_add(1, Ordering::Relaxed);
+            if lease.is_some() {
+                self.lease_granted.notify_one();
+            }
             t.emit(|| granted_event(&(db, Bytes::copy_from_slice(name)), token, lease));
             return Acquire::Granted(token);
         }
@@ -340,7 +364,7 @@ impl LockTable {
             Some((_, state)) if state.holder.token != token => Err(ReleaseError::WrongToken),
             Some((key, _)) => {
                 let key = key.clone();
-                t.hand_over(&key, Instant::now(), &self.stats);
+                t.hand_over(&key, Instant::now(), &self.stats, &self.lease_granted);
                 Ok(())
             }
         }
@@ -369,31 +393,43 @@ impl LockTable {
         }
         let now = Instant::now();
         for key in &held {
-            t.hand_over(key, now, &self.stats);
+            t.hand_over(key, now, &self.stats, &self.lease_granted);
         }
         held.len()
     }
 
     /// Hand on every lock whose lease ran out. Returns how many expired.
-    pub fn expire_leases(&self, now: Instant) -> usize {
+    pub fn expire_leases(&self, now: Instant) -> LeaseScan {
         let mut t = self.table.lock();
-        let expired: Vec<(usize, Bytes)> = t
-            .locks
-            .iter()
-            .filter(|(_, s)| {
-                s.holder
-                    .lease
-                    .is_some_and(|lease| now.duration_since(s.holder.since) >= lease)
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
+        let mut expired: Vec<(usize, Bytes)> = Vec::new();
+        let mut leased_left = false;
+        for (key, state) in &t.locks {
+            if let Some(lease) = state.holder.lease {
+                if now.duration_since(state.holder.since) >= lease {
+                    expired.push(key.clone());
+                } else {
+                    leased_left = true;
+                }
+            }
+        }
         self.stats
             .lease_expirations
             .fetch_add(expired.len() as u64, Ordering::Relaxed);
         for key in &expired {
-            t.hand_over(key, now, &self.stats);
+            t.hand_over(key, now, &self.stats, &self.lease_granted);
+            // The next holder may have a lease of its own (then it notified).
         }
-        expired.len()
+        LeaseScan {
+            expired: expired.len(),
+            leased_left,
+        }
+    }
+
+    /// Completes once a holder has been given a lease since the last call completed (at once
+    /// when one was given in between: the notification is kept). The lease timer waits here
+    /// while [`LeaseScan::leased_left`] is false instead of waking every tick.
+    pub async fn lease_granted(&self) {
+        self.lease_granted.notified().await;
     }
 
     /// How long `token` has held `name` (None when it does not): right after a waiter's grant
@@ -447,6 +483,9 @@ impl LockTable {
                         waiters: VecDeque::new(),
                     },
                 );
+                if lease_ms.is_some() {
+                    self.lease_granted.notify_one();
+                }
             }
             LockEvent::Released { db, name, token } => {
                 if t.locks
@@ -478,6 +517,7 @@ impl LockTable {
                     Some(lease) => lease,
                     None => held + orphan_lease,
                 });
+                self.lease_granted.notify_one();
             }
         }
     }
@@ -680,10 +720,13 @@ mod tests {
         let t = LockTable::new();
         granted(t.acquire(0, b"s", 1, Some(Duration::from_millis(10)), None));
         let (_, mut r2) = queued(t.acquire(0, b"s", 2, None, None));
-        assert_eq!(t.expire_leases(Instant::now()), 0);
+        assert_eq!(t.expire_leases(Instant::now()).expired, 0);
         assert_eq!(
             t.expire_leases(Instant::now() + Duration::from_millis(20)),
-            1
+            LeaseScan {
+                expired: 1,
+                leased_left: false
+            }
         );
         assert!(r2.try_recv().is_ok());
         assert_eq!(t.info(0, b"s").unwrap().lease_left, None);
@@ -764,9 +807,66 @@ mod tests {
         let a = replica.info(0, b"a").unwrap();
         assert!(a.lease_left.is_some_and(|l| l <= Duration::from_secs(30)));
         assert_eq!(
-            replica.expire_leases(Instant::now() + Duration::from_secs(31)),
+            replica
+                .expire_leases(Instant::now() + Duration::from_secs(31))
+                .expired,
             1
         );
+    }
+
+    /// Whether `lease_granted` completes within a few milliseconds.
+    fn lease_notified(t: &LockTable) -> bool {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(5), t.lease_granted())
+                .await
+                .is_ok()
+        })
+    }
+
+    #[test]
+    fn the_lease_timer_is_told_of_every_lease_and_of_none_else() {
+        let t = LockTable::new();
+        // No lease: nothing to wake the timer for.
+        let t1 = granted(t.acquire(0, b"a", 1, None, None));
+        assert!(!lease_notified(&t));
+        assert_eq!(
+            t.expire_leases(Instant::now()),
+            LeaseScan {
+                expired: 0,
+                leased_left: false
+            }
+        );
+        // A waiter with a lease, handed the lock on release.
+        let (_, _r2) = queued(t.acquire(0, b"a", 2, Some(Duration::from_secs(30)), None));
+        assert!(!lease_notified(&t));
+        t.release(0, b"a", t1).unwrap();
+        assert!(lease_notified(&t));
+        assert!(t.expire_leases(Instant::now()).leased_left);
+        // A lease granted at once.
+        granted(t.acquire(0, b"b", 3, Some(Duration::from_millis(10)), None));
+        assert!(lease_notified(&t));
+        assert!(!lease_notified(&t), "one notification per lease");
+        // Expired and handed to a waiter with a lease: the timer is told again.
+        let (_, _r4) = queued(t.acquire(0, b"b", 4, Some(Duration::from_millis(10)), None));
+        let later = Instant::now() + Duration::from_secs(60);
+        assert_eq!(t.expire_leases(later).expired, 2);
+        assert!(lease_notified(&t));
+        // Orphans given a lease at promotion.
+        let replica = LockTable::new();
+        replica.apply(&LockEvent::Granted {
+            db: 0,
+            name: Bytes::from_static(b"o"),
+            token: 7,
+            lease_ms: None,
+        });
+        assert!(!lease_notified(&replica));
+        replica.promote(Duration::from_secs(30));
+        assert!(lease_notified(&replica));
+        assert!(replica.expire_leases(Instant::now()).leased_left);
     }
 
     #[test]
