@@ -38,9 +38,10 @@ pub enum Frame {
     NullArray,
     /// `*n` array.
     Array(Vec<Frame>),
-    /// `*n` array of bulk strings kept in wire form: a long LRANGE or SMEMBERS reply built as
-    /// one buffer instead of one allocation per element. Equal to the [`Frame::Array`] of the
-    /// same [`Frame::Bulk`]s.
+    /// `*n` array (or, made with [`BulkArray::into_set`], RESP3 `~n` set) of bulk strings kept
+    /// in wire form: a long LRANGE or SMEMBERS reply built as one buffer instead of one
+    /// allocation per element. Equal to the [`Frame::Array`] (or [`Frame::Set`]) of the same
+    /// [`Frame::Bulk`]s.
     Bulks(BulkArray),
     /// RESP3 `%n` map of key/value pairs; RESP2: flat array of 2n.
     Map(Vec<(Frame, Frame)>),
@@ -142,7 +143,11 @@ pub fn encode(frame: &Frame, version: ProtocolVersion, out: &mut BytesMut) {
         }
         Frame::Bulks(bulks) => {
             out.reserve(bulks.wire.len() + 24);
-            encode_array_header(bulks.count, out);
+            if bulks.set {
+                encode_set_header(bulks.count, version, out);
+            } else {
+                encode_array_header(bulks.count, out);
+            }
             out.put_slice(&bulks.wire);
         }
         Frame::Map(pairs) => {
@@ -189,6 +194,8 @@ pub fn encode(frame: &Frame, version: ProtocolVersion, out: &mut BytesMut) {
 pub struct BulkArray {
     count: usize,
     wire: Vec<u8>,
+    /// A RESP3 set (`~`) rather than an array; RESP2 has only arrays.
+    set: bool,
 }
 
 impl BulkArray {
@@ -197,7 +204,15 @@ impl BulkArray {
         BulkArray {
             count: 0,
             wire: Vec::with_capacity(bytes + count * 8),
+            set: false,
         }
+    }
+
+    /// The same elements as a set reply (RESP3 `~`, an array in RESP2): SMEMBERS and the set
+    /// algebra.
+    pub fn into_set(mut self) -> Self {
+        self.set = true;
+        self
     }
 
     /// Appends one bulk string.
@@ -273,7 +288,12 @@ impl PartialEq for Frame {
             (Null, Null) | (NullArray, NullArray) => true,
             (Array(a), Array(b)) | (Set(a), Set(b)) | (Push(a), Push(b)) => a == b,
             (Bulks(a), Bulks(b)) => a == b,
-            (Array(a), Bulks(b)) | (Bulks(b), Array(a)) => {
+            (Array(a), Bulks(b))
+            | (Bulks(b), Array(a))
+            | (Set(a), Bulks(b))
+            | (Bulks(b), Set(a))
+                if b.set == (matches!(self, Set(_)) || matches!(other, Set(_))) =>
+            {
                 a.len() == b.len()
                     && a.iter()
                         .zip(b.iter())
@@ -743,8 +763,18 @@ mod tests {
         assert!(empty.is_empty());
         assert_eq!(Frame::Bulks(empty).to_bytes(Resp3), &b"*0\r\n"[..]);
         assert_ne!(
-            Frame::Bulks(bulks),
+            Frame::Bulks(bulks.clone()),
             Frame::Array(items.iter().map(|_| Frame::Integer(1)).collect())
         );
+        // As a set: `~` in RESP3, equal to the Set and not to the Array of the same bulks.
+        let set = Frame::Set(items.iter().map(|i| Frame::bulk_from_slice(i)).collect());
+        let as_set = Frame::Bulks(bulks.into_set());
+        for version in [Resp2, Resp3] {
+            assert_eq!(as_set.to_bytes(version), set.to_bytes(version));
+        }
+        assert_eq!(as_set, set);
+        assert_eq!(set, as_set);
+        assert_ne!(as_set, array);
+        assert_ne!(array, as_set);
     }
 }

@@ -227,8 +227,8 @@ fn hkeys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let key = &args[1];
     let mut shard = ctx.db().lock(key);
     let hash = lookup_hash(ctx, &mut shard, key)?;
-    Ok(Frame::Array(hash.map_or_else(Vec::new, |h| {
-        h.iter().map(|(f, _)| bulk(f)).collect()
+    Ok(Frame::Bulks(hash.map_or_else(Default::default, |h| {
+        h.iter().map(|(f, _)| f).collect()
     })))
 }
 
@@ -236,8 +236,8 @@ fn hvals(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let key = &args[1];
     let mut shard = ctx.db().lock(key);
     let hash = lookup_hash(ctx, &mut shard, key)?;
-    Ok(Frame::Array(hash.map_or_else(Vec::new, |h| {
-        h.iter().map(|(_, v)| bulk(v)).collect()
+    Ok(Frame::Bulks(hash.map_or_else(Default::default, |h| {
+        h.iter().map(|(_, v)| v).collect()
     })))
 }
 

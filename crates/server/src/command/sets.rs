@@ -89,6 +89,16 @@ fn bulk(member: Member<'_>) -> gradus_proto::Frame {
     gradus_proto::Frame::Bulk(member.to_bytes())
 }
 
+/// Members read in place as Redis replies a set (a RESP3 set, an array in RESP2), written
+/// into one buffer (see `Frame::Bulks`).
+fn members_reply<'a>(members: impl Iterator<Item = Member<'a>>) -> gradus_proto::Frame {
+    let mut out = gradus_proto::BulkArray::with_capacity(members.size_hint().0, 0).into_set();
+    for member in members {
+        member.with_bytes(|b| out.push(b));
+    }
+    gradus_proto::Frame::Bulks(out)
+}
+
 /// Members as Redis replies a set: a RESP3 set (an array in RESP2).
 fn set_reply(members: impl Iterator<Item = Bytes>) -> gradus_proto::Frame {
     gradus_proto::Frame::Set(members.map(gradus_proto::Frame::Bulk).collect())
@@ -152,9 +162,7 @@ fn smembers(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let key = &args[1];
     let mut shard = ctx.db().lock(key);
     let set = lookup_set(ctx, &mut shard, key)?;
-    Ok(set_reply(
-        set.into_iter().flat_map(|s| s.iter()).map(|m| m.to_bytes()),
-    ))
+    Ok(members_reply(set.into_iter().flat_map(|s| s.iter())))
 }
 
 fn sismember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -553,7 +561,7 @@ fn sunion(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let db = ctx.db();
     let mut locked = db.lock_keys(keys.iter().map(|k| &k[..]));
     let result = union(ctx, &mut locked, keys)?;
-    Ok(set_reply(result.iter().map(|m| m.to_bytes())))
+    Ok(members_reply(result.iter()))
 }
 
 fn sunionstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -571,7 +579,7 @@ fn sdiff(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let db = ctx.db();
     let mut locked = db.lock_keys(keys.iter().map(|k| &k[..]));
     let result = difference(ctx, &mut locked, keys)?;
-    Ok(set_reply(result.iter().map(|m| m.to_bytes())))
+    Ok(members_reply(result.iter()))
 }
 
 fn sdiffstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
