@@ -704,8 +704,15 @@ fn zrange_generic(
     let Some(z) = lookup_zset(ctx, &mut shard, key)? else {
         return Ok(Frame::Array(Vec::new()));
     };
+    if !req.with_scores {
+        // Members only: written in place into one buffer (see `Frame::Bulks`).
+        let items = select_ref(z, &req.range, req.reverse, req.offset, req.limit);
+        return Ok(Frame::Bulks(
+            items.iter().map(|(m, _)| m.as_slice()).collect(),
+        ));
+    }
     let items = select(z, &req.range, req.reverse, req.offset, req.limit);
-    Ok(scored_reply(items, req.with_scores, resp))
+    Ok(scored_reply(items, true, resp))
 }
 
 fn zrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
