@@ -38,10 +38,11 @@ pub enum Frame {
     NullArray,
     /// `*n` array.
     Array(Vec<Frame>),
-    /// `*n` array (or, made with [`BulkArray::into_set`], RESP3 `~n` set) of bulk strings kept
-    /// in wire form: a long LRANGE or SMEMBERS reply built as one buffer instead of one
-    /// allocation per element. Equal to the [`Frame::Array`] (or [`Frame::Set`]) of the same
-    /// [`Frame::Bulk`]s.
+    /// `*n` array (or, made with [`BulkArray::into_set`], RESP3 `~n` set; with
+    /// [`BulkArray::into_map`], RESP3 `%n` map of its elements taken in pairs) of bulk strings
+    /// kept in wire form: a long LRANGE, SMEMBERS or HGETALL reply built as one buffer instead
+    /// of one allocation per element. Equal to the [`Frame::Array`] (or [`Frame::Set`], or
+    /// [`Frame::Map`]) of the same [`Frame::Bulk`]s.
     Bulks(BulkArray),
     /// RESP3 `%n` map of key/value pairs; RESP2: flat array of 2n.
     Map(Vec<(Frame, Frame)>),
@@ -143,10 +144,10 @@ pub fn encode(frame: &Frame, version: ProtocolVersion, out: &mut BytesMut) {
         }
         Frame::Bulks(bulks) => {
             out.reserve(bulks.wire.len() + 24);
-            if bulks.set {
-                encode_set_header(bulks.count, version, out);
-            } else {
-                encode_array_header(bulks.count, out);
+            match bulks.shape {
+                Shape::Array => encode_array_header(bulks.count, out),
+                Shape::Set => encode_set_header(bulks.count, version, out),
+                Shape::Map => encode_map_header(bulks.count / 2, version, out),
             }
             out.put_slice(&bulks.wire);
         }
@@ -194,8 +195,17 @@ pub fn encode(frame: &Frame, version: ProtocolVersion, out: &mut BytesMut) {
 pub struct BulkArray {
     count: usize,
     wire: Vec<u8>,
-    /// A RESP3 set (`~`) rather than an array; RESP2 has only arrays.
-    set: bool,
+    /// What RESP3 sends it as; RESP2 has only arrays.
+    shape: Shape,
+}
+
+/// The aggregate a [`BulkArray`] is sent as in RESP3.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Shape {
+    #[default]
+    Array,
+    Set,
+    Map,
 }
 
 impl BulkArray {
@@ -204,14 +214,21 @@ impl BulkArray {
         BulkArray {
             count: 0,
             wire: Vec::with_capacity(bytes + count * 8),
-            set: false,
+            shape: Shape::Array,
         }
     }
 
     /// The same elements as a set reply (RESP3 `~`, an array in RESP2): SMEMBERS and the set
     /// algebra.
     pub fn into_set(mut self) -> Self {
-        self.set = true;
+        self.shape = Shape::Set;
+        self
+    }
+
+    /// The elements taken in pairs as a map reply (RESP3 `%`, a flat array in RESP2): HGETALL.
+    /// The caller pushes an even number of elements, key then value.
+    pub fn into_map(mut self) -> Self {
+        self.shape = Shape::Map;
         self
     }
 
@@ -277,6 +294,14 @@ impl<'a> Iterator for BulkArrayIter<'a> {
     }
 }
 
+/// Whether `frames` (`len` of them) are the bulks of `b`, in order.
+fn same_bulks<'f>(frames: impl Iterator<Item = &'f Frame>, len: usize, b: &BulkArray) -> bool {
+    len == b.len()
+        && frames
+            .zip(b.iter())
+            .all(|(x, y)| matches!(x, Frame::Bulk(x) if x[..] == *y))
+}
+
 impl PartialEq for Frame {
     fn eq(&self, other: &Self) -> bool {
         use Frame::*;
@@ -288,17 +313,17 @@ impl PartialEq for Frame {
             (Null, Null) | (NullArray, NullArray) => true,
             (Array(a), Array(b)) | (Set(a), Set(b)) | (Push(a), Push(b)) => a == b,
             (Bulks(a), Bulks(b)) => a == b,
-            (Array(a), Bulks(b))
-            | (Bulks(b), Array(a))
-            | (Set(a), Bulks(b))
-            | (Bulks(b), Set(a))
-                if b.set == (matches!(self, Set(_)) || matches!(other, Set(_))) =>
-            {
-                a.len() == b.len()
-                    && a.iter()
-                        .zip(b.iter())
-                        .all(|(x, y)| matches!(x, Bulk(x) if x[..] == *y))
+            (Array(a), Bulks(b)) | (Bulks(b), Array(a)) if b.shape == Shape::Array => {
+                same_bulks(a.iter(), a.len(), b)
             }
+            (Set(a), Bulks(b)) | (Bulks(b), Set(a)) if b.shape == Shape::Set => {
+                same_bulks(a.iter(), a.len(), b)
+            }
+            (Map(a), Bulks(b)) | (Bulks(b), Map(a)) if b.shape == Shape::Map => same_bulks(
+                a.iter().flat_map(|(k, v)| [k, v]),
+                a.len().saturating_mul(2),
+                b,
+            ),
             (Map(a), Map(b)) => a == b,
             (Double(a), Double(b)) | (HumanDouble(a), HumanDouble(b)) => a == b,
             (Boolean(a), Boolean(b)) => a == b,
@@ -776,5 +801,25 @@ mod tests {
         assert_eq!(set, as_set);
         assert_ne!(as_set, array);
         assert_ne!(array, as_set);
+        // As a map: `%` of the pairs in RESP3, the flat array in RESP2.
+        let kv: BulkArray = items[..4].iter().copied().collect();
+        let map = Frame::Map(vec![
+            (
+                Frame::bulk_from_slice(items[0]),
+                Frame::bulk_from_slice(items[1]),
+            ),
+            (
+                Frame::bulk_from_slice(items[2]),
+                Frame::bulk_from_slice(items[3]),
+            ),
+        ]);
+        let as_map = Frame::Bulks(kv.clone().into_map());
+        for version in [Resp2, Resp3] {
+            assert_eq!(as_map.to_bytes(version), map.to_bytes(version));
+        }
+        assert_eq!(as_map.to_bytes(Resp3)[..4], b"%2\r\n"[..]);
+        assert_eq!(as_map, map);
+        assert_eq!(map, as_map);
+        assert_ne!(Frame::Bulks(kv), map);
     }
 }

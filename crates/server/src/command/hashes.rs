@@ -14,7 +14,7 @@ use super::{arity_error, cmd, flags, CommandSpec, Ctx, KEY1};
 use crate::args::{int_arg, is, parse_i64};
 use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
-use gradus_proto::{Frame, ProtocolVersion};
+use gradus_proto::{BulkArray, Frame, ProtocolVersion};
 use gradus_store::glob::glob_match;
 use gradus_store::scan::{scan_position, scan_step};
 use gradus_store::{HashLimits, HashValue, Shard, Value};
@@ -218,9 +218,12 @@ fn hgetall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let key = &args[1];
     let mut shard = ctx.db().lock(key);
     let hash = lookup_hash(ctx, &mut shard, key)?;
-    Ok(Frame::Map(hash.map_or_else(Vec::new, |h| {
-        h.iter().map(|(f, v)| (bulk(f), bulk(v))).collect()
-    })))
+    Ok(Frame::Bulks(
+        hash.map_or_else(Default::default, |h| {
+            h.iter().flat_map(|(f, v)| [f, v]).collect::<BulkArray>()
+        })
+        .into_map(),
+    ))
 }
 
 fn hkeys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
