@@ -1,10 +1,11 @@
 //! Property tests of the public codec API (bounded case counts, a few seconds in debug builds):
 //! multibulk and quoted-inline roundtrips under random chunking, decoder robustness and bounded
-//! memory on arbitrary bytes, and `encode` → `parse_frame` roundtrips for random frames.
+//! memory on arbitrary bytes, `encode` → `parse_frame` roundtrips for random frames, and
+//! `BulkArray` replies against the frames they stand for.
 
 use bytes::{Bytes, BytesMut};
 use gradus_proto::{
-    encode, parse_frame, Frame, Limits, ProtoError, ProtocolVersion, RequestDecoder,
+    encode, parse_frame, BulkArray, Frame, Limits, ProtoError, ProtocolVersion, RequestDecoder,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -228,5 +229,33 @@ proptest! {
         prop_assert!(buf.is_empty());
         let want: Vec<Frame> = frames.iter().map(resp3_view).collect();
         prop_assert_eq!(got, want);
+    }
+
+    /// (4) A `BulkArray` gives back what was pushed, and in each of its three shapes encodes
+    /// exactly as the `Frame::Array`, `Frame::Set` or `Frame::Map` of the same bulks, in both
+    /// protocol versions, and compares equal to it.
+    #[test]
+    fn bulk_array_is_its_frames(items in vec(vec(any::<u8>(), 0..300), 0..40)) {
+        let bulks: BulkArray = items.iter().map(|i| &i[..]).collect();
+        prop_assert_eq!(bulks.iter().map(<[u8]>::to_vec).collect::<Vec<_>>(), items.clone());
+        let each = || items.iter().map(|i| Frame::Bulk(Bytes::copy_from_slice(i)));
+        let even = items.len() / 2 * 2;
+        let pairs: Vec<(Frame, Frame)> = items[..even]
+            .chunks(2)
+            .map(|p| (Frame::Bulk(Bytes::copy_from_slice(&p[0])), Frame::Bulk(Bytes::copy_from_slice(&p[1]))))
+            .collect();
+        let map_bulks: BulkArray = items[..even].iter().map(|i| &i[..]).collect();
+        let cases = [
+            (Frame::Bulks(bulks.clone()), Frame::Array(each().collect())),
+            (Frame::Bulks(bulks.into_set()), Frame::Set(each().collect())),
+            (Frame::Bulks(map_bulks.into_map()), Frame::Map(pairs)),
+        ];
+        for (fast, plain) in &cases {
+            for version in [ProtocolVersion::Resp2, ProtocolVersion::Resp3] {
+                prop_assert_eq!(fast.to_bytes(version), plain.to_bytes(version));
+            }
+            prop_assert_eq!(fast, plain);
+            prop_assert_eq!(plain, fast);
+        }
     }
 }
