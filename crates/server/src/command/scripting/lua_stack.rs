@@ -108,44 +108,41 @@ pub(super) unsafe fn push_frame(state: *mut ffi::lua_State, frame: &Frame) {
         Frame::Simple(s) => push_field_table(state, b"ok", s),
         Frame::Error(e) => push_field_table(state, b"err", e.as_bytes()),
         Frame::Array(items) | Frame::Set(items) | Frame::Push(items) => {
-            if ffi::lua_checkstack(state, 3) == 0 {
-                ffi::lua_pushboolean(state, 0);
-                return;
-            }
-            ffi::lua_createtable(state, items.len().min(c_int::MAX as usize) as c_int, 0);
-            for (i, item) in items.iter().enumerate() {
-                push_frame(state, item);
-                ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
-            }
+            push_table(state, items.len(), items.iter(), |state, item| {
+                push_frame(state, item)
+            })
         }
-        Frame::Bulks(items) => {
-            if ffi::lua_checkstack(state, 3) == 0 {
-                ffi::lua_pushboolean(state, 0);
-                return;
-            }
-            ffi::lua_createtable(state, items.len().min(c_int::MAX as usize) as c_int, 0);
-            for (i, item) in items.iter().enumerate() {
-                push_bytes(state, item);
-                ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
-            }
-        }
-        Frame::Map(pairs) => {
-            if ffi::lua_checkstack(state, 3) == 0 {
-                ffi::lua_pushboolean(state, 0);
-                return;
-            }
-            ffi::lua_createtable(
-                state,
-                (pairs.len() * 2).min(c_int::MAX as usize) as c_int,
-                0,
-            );
-            for (i, (k, v)) in pairs.iter().enumerate() {
-                push_frame(state, k);
-                ffi::lua_rawseti(state, -2, 2 * i as ffi::lua_Integer + 1);
-                push_frame(state, v);
-                ffi::lua_rawseti(state, -2, 2 * i as ffi::lua_Integer + 2);
-            }
-        }
+        Frame::Bulks(items) => push_table(state, items.len(), items.iter(), |state, item| {
+            push_bytes(state, item)
+        }),
+        Frame::Map(pairs) => push_table(
+            state,
+            pairs.len().saturating_mul(2),
+            pairs.iter().flat_map(|(k, v)| [k, v]),
+            |state, item| push_frame(state, item),
+        ),
+    }
+}
+
+/// Push a table of the `len` values `items` (1-based), each pushed by `push`; `false` instead
+/// when the Lua stack has no room for the nesting.
+///
+/// # Safety
+/// As [`push_frame`]; `push` pushes exactly one value.
+unsafe fn push_table<T>(
+    state: *mut ffi::lua_State,
+    len: usize,
+    items: impl Iterator<Item = T>,
+    push: impl Fn(*mut ffi::lua_State, T),
+) {
+    if ffi::lua_checkstack(state, 3) == 0 {
+        ffi::lua_pushboolean(state, 0);
+        return;
+    }
+    ffi::lua_createtable(state, len.min(c_int::MAX as usize) as c_int, 0);
+    for (i, item) in items.enumerate() {
+        push(state, item);
+        ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
     }
 }
 
