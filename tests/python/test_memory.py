@@ -99,20 +99,23 @@ name = "small"
 
 @gradus_only
 @pytest.mark.parametrize("value_size", [300, 1000])
+@pytest.mark.parametrize("threads", [1, 4])
 def test_a_keyspace_limited_to_n_mib_never_grows_the_process_by_more_than_1_2_n(
-        gradus_factory, tmp_path: Path, value_size: int):
+        gradus_factory, tmp_path: Path, value_size: int, threads: int):
     """Regression for the limits counting payload bytes only: a keyspace limited to 64 MiB could hold
-    ~220 MiB of real memory. Two and a half times the limit is written through it. The target is RSS
-    growth of at most ~1.2 × the limit, not met yet: measured 1.22-1.34 × (release build) and
-    1.44-1.54 × (debug build, 300-byte values, on a quiet machine), most likely memory freed by
-    eviction that the allocator has not yet reused. Asserted: 1.75 ×, which still fails the bug this
-    guards against (3.4 ×) and any regression towards it."""
+    ~220 MiB of real memory. Two and a half times the limit is written through it, on one
+    connection. With one worker thread (the default on a 2-core machine) the process grows by at
+    most 1.2 × the limit, the target: measured 1.01-1.06 × (release and debug builds, 2026-11-29).
+    With four workers it is not met: 1.40-1.53 × with 300-byte values, 1.13-1.16 × with 1000-byte
+    ones (1.14 × with two workers), the connection's task moving between workers so that blocks it
+    frees sit in other threads' allocator pages (see docs/benchmarks/memory.md); asserted there:
+    2 ×, which still fails the bug this guards against (3.4 ×)."""
     limit_mib = 32
     hashed = subprocess.run([str(gradus_binary()), "passwd"], input="small-pass\n", capture_output=True,
                             text=True, check=True).stdout.strip()
     config = tmp_path / "limited.toml"
     config.write_text(LIMITED.format(hash=hashed, limit_mib=limit_mib))
-    server = gradus_factory("--config", str(config))
+    server = gradus_factory("--config", str(config), "--threads", str(threads))
     r = redis_client(server, 2, username="small", password="small-pass", single_connection_client=True)
     r.ping()
     start = rss(server)
@@ -129,7 +132,9 @@ def test_a_keyspace_limited_to_n_mib_never_grows_the_process_by_more_than_1_2_n(
     peak = max(peak, rss(server))
     assert r.dbsize() < keys, "the keyspace evicted"
     grown = peak - start
-    assert grown <= 1.75 * (limit_mib << 20), grown / (1 << 20)
+    bound = 1.2 if threads == 1 else 2.0
+    print(f"threads={threads} value_size={value_size}: RSS grew {grown / (limit_mib << 20):.2f} x the limit")
+    assert grown <= bound * (limit_mib << 20), grown / (limit_mib << 20)
 
 
 @gradus_only
