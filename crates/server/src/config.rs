@@ -42,6 +42,9 @@ pub struct Config {
     /// Transparent huge pages off for the process (Redis' `disable-thp`; see
     /// [`crate::alloc::disable_thp`]).
     pub disable_thp: bool,
+    /// Redis' `enable-debug-command`: whether DEBUG runs (`yes`), only from a loopback
+    /// connection (`local`), or never (`no`, the default).
+    pub enable_debug_command: String,
     pub loglevel: String,
     pub memcached_port: u16,
     pub memcached_db: usize,
@@ -301,6 +304,7 @@ impl Config {
             hz: 0,
             threads: 0,
             disable_thp: false,
+            enable_debug_command: String::new(),
             loglevel: String::new(),
             memcached_port: 0,
             memcached_db: 0,

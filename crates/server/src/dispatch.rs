@@ -44,6 +44,16 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
             CmdError::WrongArity(row.name.to_string()),
         );
     }
+    // DEBUG unless `enable-debug-command` allows it, before authentication, as Redis'
+    // `processCommand` refuses a protected command.
+    if spec.has(flags::PROTECTED) && !crate::command::diagnostics::debug_allowed(shared, client) {
+        return rejected(
+            shared,
+            client,
+            row,
+            CmdError::err(crate::command::diagnostics::DEBUG_NOT_ALLOWED),
+        );
+    }
     if !client.authenticated && !spec.has(flags::NO_AUTH) {
         if shared.auth_required() {
             return rejected(shared, client, row, CmdError::NoAuth);

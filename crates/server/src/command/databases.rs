@@ -229,7 +229,7 @@ const SHARED_REFCOUNT: i64 = i32::MAX as i64;
 const SHARED_INTEGERS: i64 = 10_000;
 
 /// `OBJECT REFCOUNT` of a value: shared small integers as Redis reports them, 1 otherwise.
-fn refcount(value: &gradus_store::Value) -> i64 {
+pub(super) fn refcount(value: &gradus_store::Value) -> i64 {
     match value {
         gradus_store::Value::Str(b) if value.encoding() == "int" => match parse_i64(b) {
             Some(n) if (0..SHARED_INTEGERS).contains(&n) => SHARED_REFCOUNT,

@@ -1,10 +1,14 @@
-//! Diagnostics commands: SLOWLOG and LATENCY, with Redis 7.2's replies.
+//! Diagnostics commands: SLOWLOG, LATENCY and DEBUG, with Redis 7.2's replies.
 //!
 //! SLOWLOG is per tenant for users without the `admin` right: they see, count and reset only
 //! the entries of their own tenant's connections. LATENCY is server-wide, so it needs `admin`.
-//! The data lives in `observe`; these handlers only read it and shape replies.
+//! The data lives in `observe`; these handlers only read it and shape replies. DEBUG is refused
+//! unless `enable-debug-command` allows it (checked by `dispatch`, before authentication, as
+//! Redis refuses a protected command), and has the subcommands test harnesses use: SLEEP
+//! (stalls the worker, as Redis' main thread sleeps), OBJECT, LOG, ERROR and HELP.
 //!
-//! May import: `observe` (the slow log and the latency monitor), `args`, `state`.
+//! May import: `observe` (the slow log and the latency monitor), `args`, `state`, `dump` (the
+//! serialized length DEBUG OBJECT reports).
 
 use super::{cmd, flags, sub, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, parse_i64, show};
@@ -33,7 +37,91 @@ pub const COMMANDS: &[CommandSpec] = &[
         sub("latency|histogram", -2, ADMIN, "Returns the cumulative distribution of latencies of a subset or all commands."),
         sub("latency|help", 2, flags::LOADING, "Returns helpful text about the different subcommands."),
     ]),
+    cmd("debug", -2, ADMIN | flags::NOSCRIPT | flags::PROTECTED, NO_KEYS, "server", "A container for debugging commands.", debug),
 ];
+
+/// Redis' refusal of DEBUG when `enable-debug-command` does not allow it.
+pub const DEBUG_NOT_ALLOWED: &str = "DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.";
+
+/// Whether `enable-debug-command` lets this connection run DEBUG (Redis'
+/// `allowProtectedAction`: `local` means a loopback peer).
+pub fn debug_allowed(shared: &crate::state::Shared, client: &crate::client::ClientState) -> bool {
+    match shared.config.enable_debug_command.as_str() {
+        "yes" => true,
+        "local" => client.handle.addr.ip().is_loopback(),
+        _ => false,
+    }
+}
+
+const DEBUG_HELP: &[&str] = &[
+    "DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ERROR <string>",
+    "    Return a Redis protocol error with <string> as message. Useful for clients",
+    "    unit tests to simulate Redis errors.",
+    "LOG <message>",
+    "    Write <message> to the server log.",
+    "OBJECT <key>",
+    "    Show low level info about `key` and associated value.",
+    "SLEEP <seconds>",
+    "    Stop the server for <seconds>. Decimals allowed.",
+    "HELP",
+    "    Print this help.",
+];
+
+fn debug(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let sub = String::from_utf8_lossy(&args[1]).to_lowercase();
+    match (sub.as_str(), args.len()) {
+        ("help", 2) => Ok(help(DEBUG_HELP)),
+        ("sleep", 3) => {
+            // Redis reads the seconds with `strtod` and sleeps that long on its only thread: a
+            // number it cannot read is 0.
+            let secs = std::str::from_utf8(&args[2])
+                .ok()
+                .and_then(|t| t.trim().parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .unwrap_or(0.0);
+            std::thread::sleep(std::time::Duration::from_secs_f64(secs.min(1e9)));
+            Ok(Frame::ok())
+        }
+        ("object", 3) => debug_object(ctx, &args[2]),
+        ("log", 3) => {
+            tracing::warn!("DEBUG LOG: {}", String::from_utf8_lossy(&args[2]));
+            Ok(Frame::ok())
+        }
+        ("error", 3) => Ok(Frame::Error(
+            String::from_utf8_lossy(&args[2]).replace(['\r', '\n'], " "),
+        )),
+        _ => Err(CmdError::err(format!(
+            "unknown subcommand or wrong number of arguments for '{}'. Try DEBUG HELP.",
+            String::from_utf8_lossy(&args[1])
+        ))),
+    }
+}
+
+/// `DEBUG OBJECT key`: Redis' line (the value's address, reference count, encoding, serialized
+/// length, LRU clock in seconds and idle seconds); the key is not touched.
+fn debug_object(ctx: &mut Ctx<'_>, key: &Bytes) -> CmdResult {
+    let now = ctx.now_ms;
+    let db = ctx.db();
+    let mut shard = db.lock(key);
+    let clock = shard.access_clock();
+    let Some(entry) = shard.peek(key, now) else {
+        return Err(CmdError::err("no such key"));
+    };
+    // DUMP's payload less its type byte, RDB version (2 bytes) and CRC (8): Redis'
+    // `rdbSavedObjectLen`.
+    let serialized = gradus_proto::rdb::dump(&super::dump::to_rdb(&entry.value))
+        .map_or(0, |d| d.len().saturating_sub(11));
+    let idle_s = u64::from(entry.idle_ticks_by(clock, now)) / 100;
+    // Redis' LRU clock: seconds, 24 bits.
+    let lru = (now / 1000).wrapping_sub(idle_s) & ((1 << 24) - 1);
+    Ok(Frame::Simple(Bytes::from(format!(
+        "Value at:{:p} refcount:{} encoding:{} serializedlength:{serialized} lru:{lru} lru_seconds_idle:{idle_s}",
+        &entry.value,
+        super::databases::refcount(&entry.value),
+        entry.value.encoding(),
+    ))))
+}
 
 const SLOWLOG_HELP: &[&str] = &[
     "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",

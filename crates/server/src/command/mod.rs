@@ -129,6 +129,9 @@ pub mod flags {
     /// `command::scripting`). Such a row must not wait for the store gate or a shard while
     /// that script runs: it is `OWN_GATE` (or waits for nothing).
     pub const ALLOW_BUSY: u32 = 1 << 30;
+    /// Refused unless a setting allows it, before authentication (Redis' `protected`: DEBUG,
+    /// by `enable-debug-command`; see `dispatch`).
+    pub const PROTECTED: u32 = 1 << 31;
 
     pub(crate) const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
