@@ -58,6 +58,8 @@ def test_client_info_fields_and_memory_like_redis(gradus, redis_server):
         assert ours[field] == theirs[field], field
     for field in ("qbuf-free", "rbs", "rbp", "tot-mem"):
         assert int(ours[field]) > 0 and int(theirs[field]) > 0, field
+    # The socket's descriptor (regression: Gradus showed -1, Redis' value for fake clients).
+    assert int(ours["fd"]) > 2 and int(theirs["fd"]) > 2, (ours["fd"], theirs["fd"])
     # A MULTI with one queued command: Redis' `argv_len_sums`.
     assert ours_clients["multi"]["multi-mem"] == theirs_clients["multi"]["multi-mem"] == "33"
     assert ours_clients["multi"]["flags"] == theirs_clients["multi"]["flags"] == "x"

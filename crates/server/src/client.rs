@@ -467,6 +467,9 @@ pub struct ClientHandle {
     pub id: u64,
     pub addr: SocketAddr,
     pub laddr: SocketAddr,
+    /// The socket's descriptor, as CLIENT LIST's `fd` shows it; -1 where none is known (a
+    /// replica's link to its primary, internal clients), as Redis shows its fake clients.
+    pub fd: std::sync::atomic::AtomicI32,
     pub created: Instant,
     pub name: Mutex<Option<String>>,
     pub lib_name: Mutex<Option<String>>,
@@ -519,6 +522,7 @@ impl ClientHandle {
             id,
             addr,
             laddr,
+            fd: std::sync::atomic::AtomicI32::new(-1),
             created: Instant::now(),
             name: Mutex::new(None),
             lib_name: Mutex::new(None),
@@ -736,10 +740,11 @@ impl ClientHandle {
             + rbs
             + omem;
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbp} obl={obl} oll={oll} omem={omem} tot-mem={tot_mem} events=r cmd={} user={} redir={redir} resp={} lib-name={} lib-ver={} durability={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbp} obl={obl} oll={oll} omem={omem} tot-mem={tot_mem} events=r cmd={} user={} redir={redir} resp={} lib-name={} lib-ver={} durability={}",
             self.id,
             self.addr,
             self.laddr,
+            self.fd.load(Ordering::Relaxed),
             name,
             age,
             idle_ms / 1000,

@@ -372,6 +372,9 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, tls: bool) {
         }
         let laddr = stream.local_addr().unwrap_or(addr);
         let handle = shared.clients.register(addr, laddr);
+        handle
+            .fd
+            .store(std::os::fd::AsRawFd::as_raw_fd(&stream), Ordering::Relaxed);
         let mut client = ClientState::new(handle, !shared.auth_required());
         if shared.tenancy.multi_tenant {
             // Nobody's until AUTH: no rights, and invisible to every tenant's CLIENT LIST.

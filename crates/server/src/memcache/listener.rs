@@ -63,6 +63,9 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, tls: bool) 
         }
         let laddr = stream.local_addr().unwrap_or(addr);
         let handle = shared.clients.register(addr, laddr);
+        handle
+            .fd
+            .store(std::os::fd::AsRawFd::as_raw_fd(&stream), Ordering::Relaxed);
         // The connection does its own (memcached -Y style) login when requirepass is set; this
         // flag is the RESP dispatcher's, which memcached connections never go through.
         let client = ClientState::new(handle, true);
