@@ -468,3 +468,23 @@ def test_busy_reply_threshold_sets_the_script_time_limit(gradus_factory):
     finally:
         client.config_set("busy-reply-threshold", 5000)
         client.close()
+
+
+def test_a_lua_number_out_of_integer_range_is_returned_as_redis_does(gradus, redis_server):
+    """Regression (found by a differential seed): a script returning a number at or past 2^63 —
+    `redis.call('DECRBY', k, 1)` from i64::MAX gives 9223372036854775806, which a Lua number holds
+    as 2^63 — answered 9223372036854775807 (Rust's saturating cast) where redis-server answers
+    -9223372036854775808 (C's cast on x86-64: NaN and anything out of range become the minimum)."""
+    scripts = [
+        ("return redis.call('DECRBY', KEYS[1], 1)", 1, "k"),
+        ("return 2^63", 0), ("return -2^63", 0), ("return 2^64", 0), ("return -2^64", 0),
+        ("return 0/0", 0), ("return 1/0", 0), ("return -1/0", 0), ("return 1e300", 0),
+        ("return 3.99", 0), ("return -3.99", 0), ("return 2^53 + 1", 0),
+    ]
+    replies = {}
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        r.set("k", "9223372036854775807")
+        replies[server.name] = [r.eval(*s) for s in scripts]
+    assert replies[gradus.name] == replies[redis_server.name]
+    assert replies[redis_server.name][:3] == [-9223372036854775808] * 3

@@ -38,6 +38,19 @@ unsafe fn string_at<'a>(state: *mut ffi::lua_State, idx: c_int) -> &'a [u8] {
     std::slice::from_raw_parts(ptr as *const u8, len)
 }
 
+/// A Lua number returned as an integer reply, as redis-server makes it: C's `(long long)` cast,
+/// which on x86-64 truncates toward zero and gives `i64::MIN` for NaN and for anything out of
+/// range (2^63 and above included: 9223372036854775806 read into a Lua number *is* 2^63, so
+/// `return redis.call('DECRBY', k, 1)` from i64::MAX answers -9223372036854775808 in Redis).
+/// Rust's `as` saturates instead (regression: a differential seed answered 9223372036854775807).
+pub(super) fn reply_integer(n: f64) -> i64 {
+    if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&n) {
+        n as i64
+    } else {
+        i64::MIN
+    }
+}
+
 /// A number given to `redis.call`, as the command sees it: an integral value as an integer,
 /// anything else as Rust formats the double. (mlua's rule, which this replaces: a number
 /// within `EPSILON` of its truncation is an integer.)
@@ -218,7 +231,7 @@ unsafe fn string_field<'a>(
 pub(super) unsafe fn to_frame(state: *mut ffi::lua_State, idx: c_int, depth: usize) -> Frame {
     match ffi::lua_type(state, idx) {
         ffi::LUA_TSTRING => Frame::Bulk(Bytes::copy_from_slice(string_at(state, idx))),
-        ffi::LUA_TNUMBER => Frame::Integer(ffi::lua_tonumber(state, idx) as i64),
+        ffi::LUA_TNUMBER => Frame::Integer(reply_integer(ffi::lua_tonumber(state, idx))),
         ffi::LUA_TBOOLEAN if ffi::lua_toboolean(state, idx) != 0 => Frame::Integer(1),
         ffi::LUA_TTABLE if depth < MAX_REPLY_DEPTH => {
             if ffi::lua_checkstack(state, 3) == 0 {
