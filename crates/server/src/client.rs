@@ -469,7 +469,7 @@ pub struct ClientHandle {
     pub laddr: SocketAddr,
     /// The socket's descriptor, as CLIENT LIST's `fd` shows it; -1 where none is known (a
     /// replica's link to its primary, internal clients), as Redis shows its fake clients.
-    pub fd: std::sync::atomic::AtomicI32,
+    pub fd: i32,
     pub created: Instant,
     pub name: Mutex<Option<String>>,
     pub lib_name: Mutex<Option<String>>,
@@ -522,7 +522,7 @@ impl ClientHandle {
             id,
             addr,
             laddr,
-            fd: std::sync::atomic::AtomicI32::new(-1),
+            fd: -1,
             created: Instant::now(),
             name: Mutex::new(None),
             lib_name: Mutex::new(None),
@@ -744,7 +744,7 @@ impl ClientHandle {
             self.id,
             self.addr,
             self.laddr,
-            self.fd.load(Ordering::Relaxed),
+            self.fd,
             name,
             age,
             idle_ms / 1000,
@@ -780,10 +780,13 @@ impl Default for ClientRegistry {
 }
 
 impl ClientRegistry {
-    /// Register a new connection and return its handle.
-    pub fn register(&self, addr: SocketAddr, laddr: SocketAddr) -> Arc<ClientHandle> {
+    /// Register a new connection on socket `fd` (-1: none known) and return its handle.
+    pub fn register(&self, addr: SocketAddr, laddr: SocketAddr, fd: i32) -> Arc<ClientHandle> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let handle = Arc::new(ClientHandle::new(id, addr, laddr));
+        let handle = Arc::new(ClientHandle {
+            fd,
+            ..ClientHandle::new(id, addr, laddr)
+        });
         self.clients.lock().insert(id, handle.clone());
         handle
     }

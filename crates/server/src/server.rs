@@ -371,10 +371,8 @@ async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, tls: bool) {
             continue;
         }
         let laddr = stream.local_addr().unwrap_or(addr);
-        let handle = shared.clients.register(addr, laddr);
-        handle
-            .fd
-            .store(std::os::fd::AsRawFd::as_raw_fd(&stream), Ordering::Relaxed);
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+        let handle = shared.clients.register(addr, laddr, fd);
         let mut client = ClientState::new(handle, !shared.auth_required());
         if shared.tenancy.multi_tenant {
             // Nobody's until AUTH: no rights, and invisible to every tenant's CLIENT LIST.

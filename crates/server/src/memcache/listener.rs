@@ -62,10 +62,8 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, tls: bool) 
             continue;
         }
         let laddr = stream.local_addr().unwrap_or(addr);
-        let handle = shared.clients.register(addr, laddr);
-        handle
-            .fd
-            .store(std::os::fd::AsRawFd::as_raw_fd(&stream), Ordering::Relaxed);
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
+        let handle = shared.clients.register(addr, laddr, fd);
         // The connection does its own (memcached -Y style) login when requirepass is set; this
         // flag is the RESP dispatcher's, which memcached connections never go through.
         let client = ClientState::new(handle, true);

@@ -128,6 +128,7 @@ mod tests {
         let handle = shared.clients.register(
             "127.0.0.1:1".parse().unwrap(),
             "127.0.0.1:2".parse().unwrap(),
+            -1,
         );
         let client = ClientState::new(handle, true);
         let args = vec![

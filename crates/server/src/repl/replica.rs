@@ -412,6 +412,7 @@ fn replication_client(shared: &Arc<Shared>, link: &Link) -> (ClientState, Master
     let handle = shared.clients.register(
         link.stream.tcp().peer_addr().unwrap_or(unspecified),
         link.stream.tcp().local_addr().unwrap_or(unspecified),
+        -1,
     );
     handle.set_role(crate::client::ClientRole::Master);
     let listed = MasterListed {
