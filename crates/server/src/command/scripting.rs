@@ -1026,7 +1026,10 @@ impl RunSlot {
 struct Running<'a>(&'a RunSlot);
 
 impl<'a> Running<'a> {
+    /// Clears the kill flag a previous run left, *then* shows the slot running: a SCRIPT KILL
+    /// that sees it running sets the flag after the clear, so the hook sees that kill.
     fn start(slot: &'a RunSlot) -> Running<'a> {
+        slot.killed.store(false, Ordering::Relaxed);
         slot.running.store(true, Ordering::Release);
         Running(slot)
     }
@@ -1456,9 +1459,9 @@ impl Vm {
         argv: &[Bytes],
         run: *const (),
     ) -> mlua::Result<Result<Frame, Value>> {
-        // The instruction hook must see this run's kill flag and deadline, not what the last
-        // run left (a kill, or a deadline long past after the thread sat idle).
-        self.killed.store(false, Ordering::Relaxed);
+        // The instruction hook must see this run's deadline, not what the last run left (a
+        // deadline long past after the thread sat idle); the kill flag was cleared by
+        // `Running::start`, before a SCRIPT KILL could see this run.
         self.hook.deadline.set(Instant::now() + self.time_limit);
         self.hook.may_run_on.set(true);
         self.hook.kill_line.set(0);
@@ -2239,6 +2242,7 @@ mod state_reuse {
         vm.compile(&sha, &body).unwrap();
         vm.size_lists(keys, argv).unwrap();
         vm.time_limit = Duration::from_millis(200);
+        let _running = Running::start(&vm.slot);
         vm.call(&vm.compiled[&sha], true, keys, argv, std::ptr::null())
             .unwrap()
     }
@@ -2447,6 +2451,33 @@ mod state_reuse {
                 Frame::Integer(1000)
             );
         }
+    }
+
+    /// Regression: `call` cleared the kill flag after `Running::start` had shown the run to
+    /// SCRIPT KILL, so a kill landing between the two answered OK and the script ran on (past
+    /// the threshold, for ever on a multi-threaded runtime; found as a runner that never got a
+    /// reply in test_busy_scripts.py's two-script kill).
+    #[test]
+    fn a_kill_that_sees_the_run_started_stops_it() {
+        let mut vm = Vm::new().unwrap();
+        let body = Bytes::from_static(b"local a = 1 while true do a = a + 1 end");
+        let sha = sha1_hex(&body);
+        vm.compile(&sha, &body).unwrap();
+        vm.time_limit = Duration::from_secs(5);
+        vm.slot.write_or_kill.store(FRESH, Ordering::Relaxed);
+        let started = Instant::now();
+        let out = {
+            let _running = Running::start(&vm.slot);
+            assert!(vm.slot.claim_kill(), "a SCRIPT KILL that saw the run");
+            vm.call(&vm.compiled[&sha], true, &[], &[], std::ptr::null())
+                .unwrap()
+        };
+        assert!(out.is_err());
+        assert_eq!(vm.slot.kill_reason.load(Ordering::Relaxed), KILLED_BY_USER);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "stopped by the kill, not the limit"
+        );
     }
 
     /// SCRIPT FLUSH empties every state's compiled cache.
