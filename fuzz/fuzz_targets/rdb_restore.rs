@@ -15,6 +15,7 @@ fn size(v: &RdbValue) -> (u8, usize) {
         RdbValue::Set(s) => (2, s.len()),
         RdbValue::ZSet(z) => (3, z.len()),
         RdbValue::Hash(h) => (4, h.len()),
+        RdbValue::Stream(s) => (5, s.nodes.len()),
     }
 }
 

@@ -59,6 +59,10 @@ fn to_json(payload: &[u8]) -> Value {
                 .map(|(f, v)| json!([to_hex(f), to_hex(v)]))
                 .collect::<Vec<_>>()),
         ),
+        RdbValue::Stream(s) => (
+            "stream",
+            json!({"length": s.length, "nodes": s.nodes.len(), "groups": s.groups.len()}),
+        ),
     };
     json!({"rdb_type": payload[0], "type": kind, "value": v})
 }

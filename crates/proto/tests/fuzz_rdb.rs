@@ -165,6 +165,7 @@ fn check(input: &[u8]) {
             (RdbValue::Str(a), RdbValue::Str(b)) => assert_eq!(a, b),
             (RdbValue::List(a), RdbValue::List(b)) => assert_eq!(a, b),
             (RdbValue::Hash(a), RdbValue::Hash(b)) => assert_eq!(a, b),
+            (RdbValue::Stream(a), RdbValue::Stream(b)) => assert_eq!(a, b),
             (RdbValue::Set(a), RdbValue::Set(b)) => assert_eq!(a.len(), b.len()),
             (RdbValue::ZSet(a), RdbValue::ZSet(b)) => assert_eq!(a.len(), b.len()),
             (a, b) => panic!("round trip changed the type: {a:?} -> {b:?}"),

@@ -147,6 +147,7 @@ fn normal(v: &RdbValue) -> Normal {
             Normal::ZSet(z.iter().map(|(m, s)| (m.clone(), s.to_bits())).collect())
         }
         RdbValue::Hash(h) => Normal::Hash(h.clone()),
+        RdbValue::Stream(_) => unreachable!("the generator makes no streams"),
     }
 }
 

@@ -27,7 +27,7 @@ use crate::command::{table, CommandSpec};
 use crate::state::Shared;
 use bytes::Bytes;
 use gradus_proto::{Frame, ProtocolVersion};
-use gradus_store::ValueKind;
+use gradus_store::{Shard, StreamId, ValueKind};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -51,6 +51,14 @@ pub enum Op {
     MPop { left: bool, count: usize },
     /// BZMPOP: up to `count` members, replied `[key, [[member, score] …]]`.
     ZMPop { max: bool, count: usize },
+    /// XREAD / XREADGROUP … BLOCK: up to `count` entries (0: all) of the stream that has some,
+    /// after the ID each stream was read from (None: XREADGROUP's `>`), or for a group
+    /// (name, consumer, NOACK); replied as XREAD replies for that stream alone.
+    XRead {
+        count: u64,
+        streams: Vec<(Bytes, Option<StreamId>)>,
+        group: Option<(Bytes, Bytes, bool)>,
+    },
 }
 
 impl Op {
@@ -85,6 +93,60 @@ impl Op {
                 key.clone(),
                 Bytes::from(count.to_string()),
             ],
+            Op::XRead {
+                count,
+                streams,
+                group,
+            } => {
+                let after = streams
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .and_then(|(_, after)| *after);
+                let mut args = match group {
+                    Some((name, consumer, _)) => vec![
+                        word("XREADGROUP"),
+                        word("GROUP"),
+                        name.clone(),
+                        consumer.clone(),
+                    ],
+                    None => vec![word("XREAD")],
+                };
+                if *count > 0 {
+                    args.extend([word("COUNT"), Bytes::from(count.to_string())]);
+                }
+                if group.as_ref().is_some_and(|g| g.2) {
+                    args.push(word("NOACK"));
+                }
+                args.extend([word("STREAMS"), key.clone()]);
+                args.push(match after {
+                    Some(id) => id.to_bytes(),
+                    None => word(">"),
+                });
+                args
+            }
+        }
+    }
+
+    /// Whether `key` in `shard` has something for this waiter now (registration checks it
+    /// under the shard's lock: see the module docs). A stream must have an entry past where
+    /// the read started; any other type just has to exist.
+    pub fn ready(&self, shard: &mut Shard, key: &[u8], now: u64) -> bool {
+        let Op::XRead { streams, group, .. } = self else {
+            return shard.contains_live(key, now);
+        };
+        let Some(s) = shard.peek(key, now).and_then(|e| e.value.as_stream()) else {
+            return false;
+        };
+        let Some(last) = s.last_live() else {
+            return false;
+        };
+        match group {
+            Some((name, _, _)) => s.group(name).is_none_or(|g| last > g.last_id),
+            None => streams
+                .iter()
+                .find(|(k, _)| k == key)
+                .and_then(|(_, after)| *after)
+                .is_some_and(|after| last > after),
         }
     }
 
@@ -113,6 +175,7 @@ impl Op {
             }
             (Op::Move { .. }, Frame::Bulk(v)) => Some(Frame::Bulk(v)),
             (Op::MPop { .. }, reply @ Frame::Array(_)) => Some(reply),
+            (Op::XRead { .. }, reply @ (Frame::Array(_) | Frame::Map(_))) => Some(reply),
             (Op::ZMPop { .. }, Frame::Array(pairs)) if !pairs.is_empty() => {
                 Some(Frame::Array(vec![
                     Frame::Bulk(key.clone()),
@@ -123,12 +186,19 @@ impl Op {
         }
     }
 
+    /// Whether the waiter is answered when its key is deleted or changes type (XREADGROUP: its
+    /// group went with the key; Redis 7.2 runs the command again, which answers NOGROUP).
+    fn unblock_on_nokey(&self) -> bool {
+        matches!(self, Op::XRead { group: Some(_), .. })
+    }
+
     /// The type a key must hold to serve this waiter (Redis serves a blocked client only from a
     /// key of the type it blocked for: a key of another type leaves it blocked).
     fn wants(&self) -> ValueKind {
         match self {
             Op::Pop { .. } | Op::Move { .. } | Op::MPop { .. } => ValueKind::List,
             Op::ZPop { .. } | Op::ZMPop { .. } => ValueKind::ZSet,
+            Op::XRead { .. } => ValueKind::Stream,
         }
     }
 
@@ -350,18 +420,18 @@ pub fn serve(shared: &Shared, ready: Vec<(usize, Bytes)>) {
                     .db(waiter.db)
                     .is_some_and(|ks| ks.lock(&key).live_kind(&key, now) == Some(waiter.op.wants()))
             };
-            if !holds(shared) {
+            if !holds(shared) && !waiter.op.unblock_on_nokey() {
                 // Emptied, or of another type: it stays in its place.
                 *waiter.state.lock() = State::Waiting;
                 break;
             }
-            let done = crate::dispatch::run_write(shared, &mut client, spec, args, now);
+            let done = run_op(shared, &mut client, spec, args, now, false);
             let reply = match done {
                 // The key was of the right type, so the error is the command's own (BLMOVE
                 // into a key of another type: WRONGTYPE), and Redis' re-run of the blocked
                 // command replies with it and unblocks the client. Regression:
                 // `test_a_blocked_move_into_a_key_of_another_type_is_answered_wrongtype`.
-                Frame::Error(_) if holds(shared) => Some(done),
+                Frame::Error(_) if holds(shared) || waiter.op.unblock_on_nokey() => Some(done),
                 done => waiter.op.reply(&key, done),
             };
             let Some(reply) = reply else {
@@ -383,6 +453,27 @@ pub fn serve(shared: &Shared, ready: Vec<(usize, Bytes)>) {
             }
         }
     }
+}
+
+/// Runs a waiter's operation: a write through the write path, a read (XREAD) as a read, under
+/// the store gate's shared hold unless the caller holds the gate already (`gate_held`: a
+/// blocking command's first try, inside its own command).
+pub fn run_op(
+    shared: &Shared,
+    client: &mut ClientState,
+    spec: &'static CommandSpec,
+    args: Vec<Bytes>,
+    now: u64,
+    gate_held: bool,
+) -> Frame {
+    if spec.runs_as_write() {
+        return crate::dispatch::run_write(shared, client, spec, args, now);
+    }
+    if gate_held {
+        return crate::dispatch::run(shared, client, spec, &args, now);
+    }
+    let _gate = shared.store.shared(client.id);
+    crate::dispatch::run(shared, client, spec, &args, now)
 }
 
 /// The blocked client's side: wait until served, unblocked, the deadline (None: forever), the

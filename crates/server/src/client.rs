@@ -227,6 +227,8 @@ pub struct ClientState {
     /// The replication client of a replica: applies the primary's stream (never read-only,
     /// never streamed again by the write path: the replica task feeds its backlog itself).
     pub from_primary: bool,
+    /// A script's `redis.call` is running the command now (XREAD's BLOCK is refused there).
+    pub in_script: bool,
     /// The replication offset after this connection's last streamed write (WAIT waits for it).
     pub repl_offset: u64,
     /// The replication offset a `replicated` write among the pending replies waits for replicas
@@ -290,6 +292,7 @@ impl ClientState {
             pending_misses: Vec::new(),
             reply_queued: false,
             from_primary: false,
+            in_script: false,
             repl_offset: 0,
             replicated_offset: 0,
             repl_takeover: None,

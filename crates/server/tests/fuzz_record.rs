@@ -31,8 +31,35 @@ fn value(rng: &mut StdRng) -> Value {
             b
         }
     };
-    match rng.gen_range(0..5) {
+    match rng.gen_range(0..6) {
         0 => Value::string(piece(rng)),
+        5 => {
+            // Entries over nodes of 3, tombstones, a group with pending entries.
+            use gradus_store::stream::{NewId, NodeLimits};
+            let mut st = gradus_store::StreamValue::new();
+            let limits = NodeLimits {
+                max_bytes: 4096,
+                max_entries: 3,
+            };
+            let n = rng.gen_range(1..20u64);
+            for i in 1..=n {
+                let fields = [Bytes::from(piece(rng)), Bytes::from(piece(rng))];
+                st.add(
+                    NewId::Exact(gradus_store::StreamId::new(i, 0)),
+                    &fields,
+                    0,
+                    limits,
+                )
+                .expect("increasing IDs");
+            }
+            st.delete(gradus_store::StreamId::new(rng.gen_range(1..=n), 0));
+            st.create_group(b"g", gradus_store::StreamId::ZERO, -1);
+            let g = st.group_mut(b"g").expect("created");
+            let alice = Bytes::from_static(b"alice");
+            g.consumer(&alice, 1);
+            g.assign(gradus_store::StreamId::new(n, 0), &alice, 2, 1);
+            Value::Stream(st)
+        }
         3 => Value::List(ListValue::from_items(
             (0..rng.gen_range(1..40)).map(|_| piece(rng)),
             gradus_store::ListLimit::REDIS_DEFAULT,
@@ -131,8 +158,9 @@ fn payload(rng: &mut StdRng) -> (Bytes, Record) {
 }
 
 /// An empty string, hash, sorted set, list and set: what later parts are added to.
-fn empty_values() -> [Value; 5] {
+fn empty_values() -> [Value; 6] {
     [
+        Value::Stream(gradus_store::StreamValue::new()),
         Value::string(Bytes::new()),
         Value::hash(HashValue::new()),
         Value::zset(ZSetValue::new()),
@@ -147,6 +175,7 @@ fn later_part_kind(kind: u8) -> u8 {
     let more = match kind & 0x7f {
         7 => 8,
         9 => 10,
+        11 => 12,
         k => 4 + k % 3,
     };
     (kind & 0x80) | more

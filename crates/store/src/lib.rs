@@ -7,7 +7,8 @@
 //! - [`snapshot`]: point-in-time copies by key-granular copy-on-write;
 //! - [`locks`]: native session locks (FIFO, fencing tokens, leases, waiter cap);
 //! - [`value`]: strings ([`string`]: short ones inline), hashes, sorted sets ([`zset`]: listpack, skiplist), lists ([`list`]: the
-//!   packed list encoding) and sets ([`set`]: intset, listpack, hashtable);
+//!   packed list encoding), sets ([`set`]: intset, listpack, hashtable) and streams ([`stream`]: nodes of
+//!   entries, consumer groups);
 //! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns;
 //! - [`gate`]: the slotted reader-writer lock behind `Store::shared`/`Store::exclusive`;
 //! - [`varint`]: LEB128 lengths (list packs, packed hashes and sets, key blocks).
@@ -26,6 +27,7 @@ pub mod set;
 pub mod shard;
 pub mod snapshot;
 pub mod store;
+pub mod stream;
 pub mod string;
 pub mod table;
 pub mod value;
@@ -41,6 +43,7 @@ pub use shard::{
 };
 pub use snapshot::{ShardCopyTimes, SnapshotSink};
 pub use store::Store;
+pub use stream::{StreamId, StreamValue};
 pub use string::StrValue;
 pub use value::{FieldHasher, HashLimits, HashValue, Value, ValueKind};
 pub use zset::{Score, ScoreBound, ZMember, ZSetLimits, ZSetValue};

@@ -20,6 +20,7 @@
 
 use crate::list::ListValue;
 use crate::set::SetValue;
+use crate::stream::StreamValue;
 use crate::string::StrValue;
 use crate::table::{alloc_class, key_of, EntryMap, Node};
 use crate::value::{HashValue, Value, ValueKind};
@@ -390,6 +391,7 @@ pub enum ValueView<'a> {
     ZSet(&'a ZSetValue),
     List(&'a ListValue),
     Set(&'a SetValue),
+    Stream(&'a StreamValue),
 }
 
 impl ValueView<'_> {
@@ -403,6 +405,7 @@ impl ValueView<'_> {
             ValueView::List(l) => l.mem_size(),
             // The set's own box (see `Value`).
             ValueView::Set(s) => std::mem::size_of::<SetValue>() + s.mem_size(),
+            ValueView::Stream(s) => s.mem_size(),
         }
     }
 }
@@ -416,6 +419,7 @@ impl Value {
             Value::ZSet(z) => ValueView::ZSet(z),
             Value::List(l) => ValueView::List(l),
             Value::Set(s) => ValueView::Set(s),
+            Value::Stream(s) => ValueView::Stream(s),
         }
     }
 }
@@ -814,9 +818,11 @@ impl Shard {
                 }),
                 // A small list's clone copies its one buffer (at most ~8 KiB); a large list's
                 // shares its packs (see `crate::list`).
-                Value::Hash(_) | Value::ZSet(_) | Value::List(_) | Value::Set(_) => {
-                    out.collections.push((k.as_ptr(), k.len(), e.clone()))
-                }
+                Value::Hash(_)
+                | Value::ZSet(_)
+                | Value::List(_)
+                | Value::Set(_)
+                | Value::Stream(_) => out.collections.push((k.as_ptr(), k.len(), e.clone())),
             }
         }
         out.owned

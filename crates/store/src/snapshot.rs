@@ -168,6 +168,7 @@ mod tests {
             ValueView::ZSet(z) => Value::zset(z.clone()),
             ValueView::List(l) => Value::List(l.clone()),
             ValueView::Set(s) => Value::set(s.clone()),
+            ValueView::Stream(s) => Value::Stream(s.clone()),
         }
     }
 

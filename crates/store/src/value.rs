@@ -6,6 +6,7 @@
 
 use crate::list::ListValue;
 use crate::set::SetValue;
+use crate::stream::StreamValue;
 use crate::string::StrValue;
 use crate::table::reserve_in_class;
 use crate::zset::ZSetValue;
@@ -77,6 +78,7 @@ pub enum ValueKind {
     ZSet,
     List,
     Set,
+    Stream,
 }
 
 impl ValueKind {
@@ -88,6 +90,7 @@ impl ValueKind {
             ValueKind::ZSet => "zset",
             ValueKind::List => "list",
             ValueKind::Set => "set",
+            ValueKind::Stream => "stream",
         }
     }
 
@@ -99,6 +102,7 @@ impl ValueKind {
             b"zset" => Some(ValueKind::ZSet),
             b"list" => Some(ValueKind::List),
             b"set" => Some(ValueKind::Set),
+            b"stream" => Some(ValueKind::Stream),
             _ => None,
         }
     }
@@ -117,6 +121,8 @@ pub enum Value {
     List(ListValue),
     /// Inline: a set is as small as a `Bytes` (an intset is just its exact-sized array).
     Set(SetValue),
+    /// Boxed inside (see [`crate::stream`]): a stream is as small as a pointer here.
+    Stream(StreamValue),
 }
 
 impl Value {
@@ -159,6 +165,7 @@ impl Value {
             Value::ZSet(_) => ValueKind::ZSet,
             Value::List(_) => ValueKind::List,
             Value::Set(_) => ValueKind::Set,
+            Value::Stream(_) => ValueKind::Stream,
         }
     }
 
@@ -191,6 +198,14 @@ impl Value {
         }
     }
 
+    /// The stream, if this value is one.
+    pub fn as_stream(&self) -> Option<&StreamValue> {
+        match self {
+            Value::Stream(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// The set, if this value is one.
     pub fn as_set(&self) -> Option<&SetValue> {
         match self {
@@ -208,6 +223,7 @@ impl Value {
             Value::ZSet(z) => z.encoding(),
             Value::List(l) => l.encoding(),
             Value::Set(s) => s.encoding(),
+            Value::Stream(_) => "stream",
         }
     }
 
@@ -219,6 +235,8 @@ impl Value {
             Value::ZSet(z) => z.is_empty(),
             Value::List(l) => l.is_empty(),
             Value::Set(s) => s.is_empty(),
+            // A stream stays when its last entry goes (Redis keeps it, with its groups).
+            Value::Stream(_) => false,
         }
     }
 }

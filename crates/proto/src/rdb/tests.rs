@@ -913,7 +913,7 @@ fn dump_hash_encodings() {
 
 #[test]
 fn unsupported_types() {
-    for t in [6u8, 7, 8, 15, 19, 21, 22, 23, 24, 25, 26, 200, 255] {
+    for t in [6u8, 7, 8, 22, 23, 24, 25, 26, 200, 255] {
         assert_eq!(
             restore(&payload(&[t, 0])),
             Err(RdbError::UnsupportedType(t)),
@@ -1050,4 +1050,982 @@ fn an_rdb_file_holds_each_key_after_its_database_and_expiry_with_a_whole_file_ch
         &body[at + 3..at + 3 + list.len() - 11],
         &list[1..list.len() - 10]
     );
+}
+
+// --- streams -------------------------------------------------------------------------------
+
+/// The hex of `bytes`.
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn stream_of(value: RdbValue) -> RdbStream {
+    match value {
+        RdbValue::Stream(s) => *s,
+        other => panic!("not a stream: {other:?}"),
+    }
+}
+
+fn entry(id: StreamId, deleted: bool, fields: &[(&str, &str)]) -> RdbStreamEntry {
+    RdbStreamEntry {
+        id,
+        deleted,
+        fields: fields.iter().map(|(f, v)| (b(f), b(v))).collect(),
+    }
+}
+
+fn names(names: &[&str]) -> Vec<Bytes> {
+    names.iter().map(|n| b(n)).collect()
+}
+
+fn pel(id: StreamId, delivery_time: u64, delivery_count: u64) -> RdbPending {
+    RdbPending {
+        id,
+        delivery_time,
+        delivery_count,
+    }
+}
+
+fn consumer(name: &str, seen_time: u64, pending: &[StreamId]) -> RdbConsumer {
+    RdbConsumer {
+        name: b(name),
+        seen_time,
+        active_time: None,
+        pending: pending.to_vec(),
+    }
+}
+
+/// A stream body (type byte and object) in RDB type `kind` (15, 19 or 21), written field by
+/// field from the format (strings as `put_string` writes them); for type 21 each consumer's
+/// active time is its seen time plus 1. Nodes, groups and lists are written in the given order.
+fn stream_body(kind: u8, s: &RdbStream) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    out.put_u8(kind);
+    put_len(&mut out, s.nodes.len() as u64);
+    let id = |out: &mut BytesMut, id: StreamId| {
+        out.put_u64(id.0);
+        out.put_u64(id.1);
+    };
+    for node in &s.nodes {
+        let mut key = BytesMut::new();
+        id(&mut key, node.master_id);
+        put_string(&mut out, &key);
+        put_string(&mut out, &stream::node_listpack(node));
+    }
+    put_len(&mut out, s.length);
+    put_len(&mut out, s.last_id.0);
+    put_len(&mut out, s.last_id.1);
+    if kind >= 19 {
+        for v in [
+            s.first_id.0,
+            s.first_id.1,
+            s.max_deleted_id.0,
+            s.max_deleted_id.1,
+            s.entries_added,
+        ] {
+            put_len(&mut out, v);
+        }
+    }
+    put_len(&mut out, s.groups.len() as u64);
+    for g in &s.groups {
+        put_string(&mut out, &g.name);
+        put_len(&mut out, g.last_id.0);
+        put_len(&mut out, g.last_id.1);
+        if kind >= 19 {
+            put_len(&mut out, g.entries_read as u64);
+        }
+        put_len(&mut out, g.pending.len() as u64);
+        for p in &g.pending {
+            id(&mut out, p.id);
+            out.put_u64_le(p.delivery_time);
+            put_len(&mut out, p.delivery_count);
+        }
+        put_len(&mut out, g.consumers.len() as u64);
+        for c in &g.consumers {
+            put_string(&mut out, &c.name);
+            out.put_u64_le(c.seen_time);
+            if kind >= 21 {
+                out.put_u64_le(c.seen_time + 1);
+            }
+            put_len(&mut out, c.pending.len() as u64);
+            for p in &c.pending {
+                id(&mut out, *p);
+            }
+        }
+    }
+    out.to_vec()
+}
+
+/// redis-server 7.0.15, stream-node-max-entries 100:
+/// XADD s 1-1 f v; XADD s 1-2 f 12; XADD s 2-0 a b c -300; XADD s 2-1 f 7000000000;
+/// XDEL s 1-2; XGROUP CREATE s g1 0; XREADGROUP GROUP g1 alice COUNT 2 STREAMS s >;
+/// XGROUP CREATECONSUMER s g1 bob; XREADGROUP GROUP g1 bob COUNT 1 STREAMS s >;
+/// XGROUP CREATE s g0 $; DUMP s
+const REDIS_STREAM_GROUPS: &str =
+    "130110000000000000000100000000000000014050500000001d000301010101\
+    01816602000102010001000181760204010301000101010c01040100010101dfff02020181610281620281630\
+    2ded4020801020101010001f400863ba101000000090401ff030201010101020402026730020181ffffffffff\
+    ffffff0000026731020104030000000000000001000000000000000184d0fe25a201000001000000000000000\
+    2000000000000000085d0fe25a2010000010000000000000002000000000000000185d0fe25a2010000010205\
+    616c69636584d0fe25a2010000020000000000000001000000000000000100000000000000020000000000000\
+    00003626f6285d0fe25a201000001000000000000000200000000000000010a007b71a8bd5be4eea7";
+
+/// redis-server 7.0.15, stream-node-max-entries 3 (three nodes, two LZF-compressed listpacks,
+/// a negative sequence difference, long and 64-bit values):
+/// XADD t 5-9 name alpha-alpha-alpha count 1; XADD t 6-0 name alpha-alpha-alpha count 2;
+/// XADD t 6-1 name beta-beta-beta-beta count 300; XADD t 7-0 other x×100;
+/// XADD t 7-1 name gamma count -1; XADD t 8-0 name y×70 count 9223372036854775807;
+/// XADD t 9-0 name delta count 12345678; XDEL t 7-1; DUMP t
+const REDIS_STREAM_NODES: &str = "13031000000000000000050000000000000009c34053407818780000001800\
+    030100010201846e616d650585636f756e74064010000020010691616c7068612de002050312010105202d040\
+    101dff702e00a1d0002c01d07f80293626574612de005040614c12c020501ff10000000000000000700000000\
+    00000000c34061411007100100001c00020140000b856f74686572060001020100200102e06478e05a0001660\
+    4207a00002003190201846e616d65058567616d6d610685636f756e7406dfff0208601e4095802002e04679e0\
+    3c000048a06201f4ff8000047f090801ff100000000000000009000000000000000031310000000c000101000\
+    10201846e616d650585636f756e740600010201000100018564656c746106f34e61bc00050501ff0609000509\
+    070107000a00196c2d70b56beec9";
+
+/// redis-server 7.0.15: XGROUP CREATE e g $ MKSTREAM; DUMP e
+const REDIS_STREAM_MKSTREAM: &str =
+    "13000000000000000000010167000081ffffffffffffffff00000a00a01a953dfb9cddde";
+
+/// redis-server 7.0.15: XADD d 1-1 a 1; XDEL d 1-1; DUMP d
+const REDIS_STREAM_ALL_DELETED: &str = "13000001010000010101000a00cda16212d34bf396";
+
+/// redis-server 7.0.15, stream-node-max-entries 2: XADD r 100-0 k 1 v one;
+/// XADD r 100-1 k 2 v two; XADD r 101-0 k 3 v three; XADD r 102-0 z 0;
+/// XADD r 103-0 k -5 v five; XGROUP CREATE r readers 0; XGROUP CREATE r 42 100-1;
+/// XREADGROUP GROUP readers c1 COUNT 3 STREAMS r >; XREADGROUP GROUP readers c2 COUNT 1 STREAMS r >;
+/// XCLAIM r readers c2 0 100-1; XACK r readers 100-0; XREADGROUP GROUP 42 c1 COUNT 1 STREAMS r >;
+/// XGROUP CREATECONSUMER r 42 idle; XDEL r 101-0; DUMP r
+const REDIS_STREAM_CLAIMS: &str = "1303100000000000000064000000000000000033330000001200020100010\
+    201816b0281760200010201000100010101836f6e6504050102010001010102018374776f040501ff10000000\
+    0000000065000000000000000035350000001300010101010201816b02817602000103010001000103018574\
+    687265650605010001010100010101817a0200010601ff100000000000000067000000000000000026260000\
+    000c00010100010201816b028176020001020100010001dffb028466697665050501ff044067004064004065\
+    000502c02a40650081ffffffffffffffff01000000000000006500000000000000002fb80226a20100000102\
+    0263312fb80226a201000001000000000000006500000000000000000469646c6530b80226a2010000000772\
+    6561646572734066000403000000000000006400000000000000012fb80226a2010000020000000000000065\
+    00000000000000002fb80226a201000001000000000000006600000000000000002fb80226a2010000010202\
+    63312fb80226a201000001000000000000006500000000000000000263322fb80226a2010000020000000000\
+    0000640000000000000001000000000000006600000000000000000a00d224f6123f181abd";
+
+/// The stream of [`REDIS_STREAM_GROUPS`], as XINFO STREAM s FULL showed it.
+fn redis_stream_groups() -> RdbStream {
+    let (t0, t1) = (1_795_933_786_244, 1_795_933_786_245);
+    RdbStream {
+        nodes: vec![RdbStreamNode {
+            master_id: (1, 1),
+            master_fields: names(&["f"]),
+            entries: vec![
+                entry((1, 1), false, &[("f", "v")]),
+                entry((1, 2), true, &[("f", "12")]),
+                entry((2, 0), false, &[("a", "b"), ("c", "-300")]),
+                entry((2, 1), false, &[("f", "7000000000")]),
+            ],
+        }],
+        length: 3,
+        last_id: (2, 1),
+        first_id: (1, 1),
+        max_deleted_id: (1, 2),
+        entries_added: 4,
+        groups: vec![
+            RdbStreamGroup {
+                name: b("g0"),
+                last_id: (2, 1),
+                entries_read: -1,
+                pending: vec![],
+                consumers: vec![],
+            },
+            RdbStreamGroup {
+                name: b("g1"),
+                last_id: (2, 1),
+                entries_read: 4,
+                pending: vec![pel((1, 1), t0, 1), pel((2, 0), t1, 1), pel((2, 1), t1, 1)],
+                consumers: vec![
+                    consumer("alice", t0, &[(1, 1), (2, 0)]),
+                    consumer("bob", t1, &[(2, 1)]),
+                ],
+            },
+        ],
+    }
+}
+
+fn redis_stream_nodes() -> RdbStream {
+    let x = "x".repeat(100);
+    let y = "y".repeat(70);
+    let nf = names(&["name", "count"]);
+    RdbStream {
+        nodes: vec![
+            RdbStreamNode {
+                master_id: (5, 9),
+                master_fields: nf.clone(),
+                entries: vec![
+                    entry(
+                        (5, 9),
+                        false,
+                        &[("name", "alpha-alpha-alpha"), ("count", "1")],
+                    ),
+                    entry(
+                        (6, 0),
+                        false,
+                        &[("name", "alpha-alpha-alpha"), ("count", "2")],
+                    ),
+                    entry(
+                        (6, 1),
+                        false,
+                        &[("name", "beta-beta-beta-beta"), ("count", "300")],
+                    ),
+                ],
+            },
+            RdbStreamNode {
+                master_id: (7, 0),
+                master_fields: names(&["other"]),
+                entries: vec![
+                    entry((7, 0), false, &[("other", &x)]),
+                    entry((7, 1), true, &[("name", "gamma"), ("count", "-1")]),
+                    entry(
+                        (8, 0),
+                        false,
+                        &[("name", &y), ("count", "9223372036854775807")],
+                    ),
+                ],
+            },
+            RdbStreamNode {
+                master_id: (9, 0),
+                master_fields: nf,
+                entries: vec![entry(
+                    (9, 0),
+                    false,
+                    &[("name", "delta"), ("count", "12345678")],
+                )],
+            },
+        ],
+        length: 6,
+        last_id: (9, 0),
+        first_id: (5, 9),
+        max_deleted_id: (7, 1),
+        entries_added: 7,
+        groups: vec![],
+    }
+}
+
+fn redis_stream_claims() -> RdbStream {
+    let t = 1_795_934_042_159;
+    RdbStream {
+        nodes: vec![
+            RdbStreamNode {
+                master_id: (100, 0),
+                master_fields: names(&["k", "v"]),
+                entries: vec![
+                    entry((100, 0), false, &[("k", "1"), ("v", "one")]),
+                    entry((100, 1), false, &[("k", "2"), ("v", "two")]),
+                ],
+            },
+            RdbStreamNode {
+                master_id: (101, 0),
+                master_fields: names(&["k", "v"]),
+                entries: vec![
+                    entry((101, 0), true, &[("k", "3"), ("v", "three")]),
+                    entry((102, 0), false, &[("z", "0")]),
+                ],
+            },
+            RdbStreamNode {
+                master_id: (103, 0),
+                master_fields: names(&["k", "v"]),
+                entries: vec![entry((103, 0), false, &[("k", "-5"), ("v", "five")])],
+            },
+        ],
+        length: 4,
+        last_id: (103, 0),
+        first_id: (100, 0),
+        max_deleted_id: (101, 0),
+        entries_added: 5,
+        groups: vec![
+            RdbStreamGroup {
+                name: b("42"),
+                last_id: (101, 0),
+                entries_read: -1,
+                pending: vec![pel((101, 0), t, 1)],
+                consumers: vec![consumer("c1", t, &[(101, 0)]), consumer("idle", t + 1, &[])],
+            },
+            RdbStreamGroup {
+                name: b("readers"),
+                last_id: (102, 0),
+                entries_read: 4,
+                pending: vec![
+                    pel((100, 1), t, 2),
+                    pel((101, 0), t, 1),
+                    pel((102, 0), t, 1),
+                ],
+                consumers: vec![
+                    consumer("c1", t, &[(101, 0)]),
+                    consumer("c2", t, &[(100, 1), (102, 0)]),
+                ],
+            },
+        ],
+    }
+}
+
+/// Empty streams as Redis 7.0 writes them.
+fn redis_stream_mkstream() -> RdbStream {
+    RdbStream {
+        groups: vec![RdbStreamGroup {
+            name: b("g"),
+            last_id: (0, 0),
+            entries_read: -1,
+            pending: vec![],
+            consumers: vec![],
+        }],
+        ..RdbStream::default()
+    }
+}
+
+fn redis_stream_all_deleted() -> RdbStream {
+    RdbStream {
+        last_id: (1, 1),
+        max_deleted_id: (1, 1),
+        entries_added: 1,
+        ..RdbStream::default()
+    }
+}
+
+fn redis_streams() -> Vec<(&'static str, RdbStream)> {
+    vec![
+        (REDIS_STREAM_GROUPS, redis_stream_groups()),
+        (REDIS_STREAM_NODES, redis_stream_nodes()),
+        (REDIS_STREAM_CLAIMS, redis_stream_claims()),
+        (REDIS_STREAM_MKSTREAM, redis_stream_mkstream()),
+        (REDIS_STREAM_ALL_DELETED, redis_stream_all_deleted()),
+    ]
+}
+
+#[test]
+fn streams_decode_and_dump_as_redis_7_0() {
+    for (h, expected) in redis_streams() {
+        let p = hex(h);
+        let decoded = stream_of(restore(&p).unwrap());
+        assert_eq!(decoded, expected);
+        let again = dump(&RdbValue::Stream(Box::new(decoded))).unwrap();
+        assert_eq!(to_hex(&again), h, "dump gives Redis' bytes back");
+        // The test encoder agrees with Redis on type 19 too.
+        assert_eq!(payload(&stream_body(19, &expected)), p);
+    }
+}
+
+#[test]
+fn stream_listpack_sizes_are_redis_lp_bytes() {
+    // The listpacks' lengths in the payloads above (raw, or the uncompressed length of LZF).
+    assert_eq!(stream_node_lp_bytes(&redis_stream_groups().nodes[0]), 80);
+    let sizes: Vec<usize> = redis_stream_nodes()
+        .nodes
+        .iter()
+        .map(stream_node_lp_bytes)
+        .collect();
+    assert_eq!(sizes, [0x78, 0x110, 0x31]);
+    let sizes: Vec<usize> = redis_stream_claims()
+        .nodes
+        .iter()
+        .map(stream_node_lp_bytes)
+        .collect();
+    assert_eq!(sizes, [0x33, 0x35, 0x26]);
+
+    // Entry by entry, for the first node of REDIS_STREAM_GROUPS: master (1-1, [f]).
+    let master = names(&["f"]);
+    let size = |id: StreamId, fields: &[(&str, &str)]| {
+        stream_entry_lp_bytes(id, (1, 1), &master, &entry(id, false, fields).fields)
+    };
+    // flags 2, ms 0, seq 0, "v", lp-count 4: five elements of 2, 2, 2, 3, 2 bytes.
+    assert_eq!(size((1, 1), &[("f", "v")]), 11);
+    assert_eq!(size((1, 2), &[("f", "12")]), 10);
+    // flags, ms 1, seq -1 (13-bit), 2 fields, a, b, c, -300 (13-bit), lp-count 8.
+    assert_eq!(size((2, 0), &[("a", "b"), ("c", "-300")]), 23);
+    // A 64-bit value: 9 bytes and its back-length.
+    assert_eq!(size((2, 1), &[("f", "7000000000")]), 18);
+    // Master entry: 3 live, 1 deleted, 1 field, "f", 0.
+    assert_eq!(stream_master_entry_lp_bytes(3, 1, &master), 11);
+    assert_eq!(6 + 11 + (11 + 10 + 23 + 18) + 1, 80);
+    // An ID below the master's is a negative difference (wrapping, as in Redis); a large
+    // difference takes 9 bytes.
+    assert_eq!(size((0, 1), &[("f", "v")]), 11 + 1);
+    assert_eq!(size((1 << 40, 1), &[("f", "v")]), 11 - 2 + 10);
+    assert_eq!(
+        stream_entry_lp_bytes((0, 0), (u64::MAX, u64::MAX), &master, &[(b("f"), b("v"))]),
+        11
+    );
+    // Long field names and values: 12-bit and 32-bit string headers and back-lengths.
+    let long = "z".repeat(5000);
+    assert_eq!(
+        stream_entry_lp_bytes((1, 1), (1, 1), &[], &[(b("q"), b(&"w".repeat(200)))]),
+        2 + 2 + 2 + 2 + 3 + (2 + 200 + 2) + 2
+    );
+    assert_eq!(
+        stream_entry_lp_bytes((1, 1), (1, 1), &[b("q")], &[(b("q"), b(&long))]),
+        2 + 2 + 2 + (5 + 5000 + 2) + 2
+    );
+}
+
+fn sample_streams() -> Vec<RdbStream> {
+    let big = "v".repeat(300);
+    let huge = "h".repeat(70_000);
+    vec![
+        RdbStream::default(),
+        // Entries with the master's fields, other fields, no fields; deleted entries; values
+        // that look like integers (stored as listpack integers) and ones that do not.
+        RdbStream {
+            nodes: vec![
+                RdbStreamNode {
+                    master_id: (1_700_000_000_000, 0),
+                    master_fields: names(&["temp", "unit"]),
+                    entries: vec![
+                        entry(
+                            (1_700_000_000_000, 0),
+                            false,
+                            &[("temp", "21"), ("unit", "C")],
+                        ),
+                        entry(
+                            (1_700_000_000_000, 1),
+                            true,
+                            &[("temp", "-0"), ("unit", "01")],
+                        ),
+                        entry(
+                            (1_700_000_000_005, 0),
+                            false,
+                            &[("unit", "C"), ("temp", "1")],
+                        ),
+                        entry(
+                            (1_700_000_000_006, 0),
+                            false,
+                            &[("temp", "9223372036854775807")],
+                        ),
+                        entry((1_700_000_000_007, 0), false, &[]),
+                        entry(
+                            (1_700_000_000_008, 3),
+                            false,
+                            &[("1", "2"), ("1", "-8388608")],
+                        ),
+                    ],
+                },
+                RdbStreamNode {
+                    master_id: (1_800_000_000_000, 7),
+                    master_fields: names(&["", "x"]),
+                    entries: vec![
+                        entry((1_800_000_000_000, 7), false, &[("", ""), ("x", &big)]),
+                        entry((u64::MAX, u64::MAX), false, &[("", "-9223372036854775808")]),
+                    ],
+                },
+                RdbStreamNode {
+                    master_id: (u64::MAX, u64::MAX),
+                    master_fields: names(&["h"]),
+                    entries: vec![entry((u64::MAX, u64::MAX), true, &[("h", &huge)])],
+                },
+            ],
+            length: 6,
+            last_id: (u64::MAX, u64::MAX),
+            first_id: (1_700_000_000_000, 0),
+            max_deleted_id: (u64::MAX, u64::MAX),
+            entries_added: u64::MAX,
+            groups: vec![
+                RdbStreamGroup {
+                    name: b(""),
+                    last_id: (0, 0),
+                    entries_read: 0,
+                    pending: vec![],
+                    consumers: vec![consumer("only", 0, &[])],
+                },
+                RdbStreamGroup {
+                    name: b("12345"),
+                    last_id: (1_800_000_000_000, 7),
+                    entries_read: i64::MAX,
+                    pending: vec![
+                        pel((1_700_000_000_000, 0), 1, 1),
+                        pel((1_700_000_000_000, 1), u64::MAX, u64::MAX),
+                        pel((1_800_000_000_000, 7), 3, 70_000),
+                    ],
+                    consumers: vec![
+                        consumer("a", 5, &[(1_700_000_000_000, 1)]),
+                        consumer(&"long consumer name ".repeat(5), u64::MAX, &[]),
+                        consumer("z", 6, &[(1_700_000_000_000, 0), (1_800_000_000_000, 7)]),
+                    ],
+                },
+                RdbStreamGroup {
+                    name: b(&"g".repeat(100)),
+                    last_id: (5, 5),
+                    entries_read: -1,
+                    pending: vec![],
+                    consumers: vec![],
+                },
+            ],
+        },
+    ]
+}
+
+#[test]
+fn streams_round_trip() {
+    let mut streams = sample_streams();
+    streams.extend(redis_streams().into_iter().map(|(_, s)| s));
+    // Many nodes of many entries (count and lp-count beyond one-byte integers).
+    let mut many = RdbStream::default();
+    for n in 0..40u64 {
+        let master_id = (n * 1000, 0);
+        let entries = (0..150u64)
+            .map(|i| {
+                let fields = if i % 3 == 0 {
+                    vec![(b("f"), b(&i.to_string())), (b("g"), b("same"))]
+                } else {
+                    vec![(b(&format!("k{i}")), b(&format!("value {i}")))]
+                };
+                RdbStreamEntry {
+                    id: (n * 1000 + i, i % 4),
+                    deleted: i % 7 == 0,
+                    fields,
+                }
+            })
+            .collect();
+        many.nodes.push(RdbStreamNode {
+            master_id,
+            master_fields: names(&["f", "g"]),
+            entries,
+        });
+    }
+    many.length = 40 * 128;
+    many.last_id = (39_149, 1);
+    many.entries_added = 40 * 150;
+    streams.push(many);
+    for s in streams {
+        let p = dump(&RdbValue::Stream(Box::new(s.clone()))).unwrap();
+        assert_eq!(restore(&p), Ok(RdbValue::Stream(Box::new(s.clone()))));
+        for node in &s.nodes {
+            let lp = stream::node_listpack(node);
+            assert_eq!(stream_node_lp_bytes(node), lp.len());
+            let deleted = node.entries.iter().filter(|e| e.deleted).count() as u64;
+            let parts =
+                6 + stream_master_entry_lp_bytes(
+                    node.entries.len() as u64 - deleted,
+                    deleted,
+                    &node.master_fields,
+                ) + node
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        stream_entry_lp_bytes(e.id, node.master_id, &node.master_fields, &e.fields)
+                    })
+                    .sum::<usize>()
+                    + 1;
+            assert_eq!(parts, lp.len());
+        }
+        // An RDB file holds the same object after the key.
+        let mut file = RdbFile::new("7.0.15", 0);
+        file.key(0, b"st", None, &RdbValue::Stream(Box::new(s.clone())))
+            .unwrap();
+        let body = [&file.take()[..], &file.finish()[..]].concat();
+        let object = [&[p[0], 2, b's', b't'][..], &p[1..p.len() - FOOTER_LEN]].concat();
+        assert!(body.windows(object.len()).any(|w| w == object));
+    }
+}
+
+#[test]
+fn stream_dump_orders_and_checks_what_redis_keys() {
+    // Out of order, as a store might hold them: written in rax order.
+    let sorted = redis_stream_claims();
+    let mut shuffled = sorted.clone();
+    shuffled.nodes.reverse();
+    shuffled.groups.reverse();
+    for g in &mut shuffled.groups {
+        g.pending.reverse();
+        g.consumers.reverse();
+        for c in &mut g.consumers {
+            c.pending.reverse();
+        }
+    }
+    assert_eq!(
+        dump(&RdbValue::Stream(Box::new(shuffled))).unwrap(),
+        Bytes::from(hex(REDIS_STREAM_CLAIMS))
+    );
+    let refuses = |edit: &dyn Fn(&mut RdbStream), err: RdbError| {
+        let mut s = redis_stream_claims();
+        edit(&mut s);
+        assert_eq!(dump(&RdbValue::Stream(Box::new(s))), Err(err));
+    };
+    refuses(&|s| s.nodes[1].master_id = (100, 0), RdbError::Duplicate);
+    refuses(&|s| s.groups[1].name = b("42"), RdbError::Duplicate);
+    refuses(
+        &|s| s.groups[1].consumers[1].name = b("c1"),
+        RdbError::Duplicate,
+    );
+    refuses(
+        &|s| s.groups[1].pending[1].id = (100, 1),
+        RdbError::Duplicate,
+    );
+    refuses(
+        &|s| s.groups[1].consumers[1].pending = vec![(100, 1), (100, 1)],
+        RdbError::Duplicate,
+    );
+    refuses(
+        &|s| s.groups[1].consumers[1].pending.push((99, 0)),
+        RdbError::Corrupt("consumer PEL entry not in the group PEL"),
+    );
+    refuses(
+        &|s| s.groups[1].consumers[1].pending.push((101, 0)),
+        RdbError::Corrupt("PEL entry owned by two consumers"),
+    );
+    refuses(
+        &|s| {
+            s.groups[1].consumers[1]
+                .pending
+                .pop()
+                .map(drop)
+                .unwrap_or(())
+        },
+        RdbError::Corrupt("group PEL entry without a consumer"),
+    );
+    // Redis 7.2's active time has no place in type 19.
+    let mut s = redis_stream_claims();
+    s.groups[0].consumers[0].active_time = Some(1);
+    assert_eq!(
+        to_hex(&dump(&RdbValue::Stream(Box::new(s))).unwrap()),
+        REDIS_STREAM_CLAIMS
+    );
+}
+
+#[test]
+fn stream_type_21_has_active_times() {
+    // REDIS_STREAM_GROUPS as Redis 7.2 writes it: type 21, each consumer's active time after
+    // its seen time, RDB version 11.
+    let h = REDIS_STREAM_GROUPS;
+    let body = &h[..h.len() - 20];
+    let alice = "05616c69636584d0fe25a2010000";
+    let bob = "03626f6285d0fe25a2010000";
+    assert_eq!(body.matches(alice).count(), 1);
+    assert_eq!(body.matches(bob).count(), 1);
+    let body = format!("15{}", &body[2..])
+        .replace(alice, &format!("{alice}0100000000000000"))
+        .replace(bob, &format!("{bob}ffffffffffffffff"));
+    let decoded = stream_of(restore(&with_footer(&hex(&body), 11)).unwrap());
+    let mut expected = redis_stream_groups();
+    expected.groups[1].consumers[0].active_time = Some(1);
+    expected.groups[1].consumers[1].active_time = Some(u64::MAX);
+    assert_eq!(decoded, expected);
+    // Dumped again as type 19, without them: Redis 7.0's bytes.
+    let mut again = to_hex(&dump(&RdbValue::Stream(Box::new(decoded))).unwrap());
+    assert_eq!(again, h);
+    // The test encoder's type 21 decodes too, and a type 21 payload cut inside an active time
+    // is truncated.
+    let s = redis_stream_claims();
+    let decoded = stream_of(restore(&with_footer(&stream_body(21, &s), 11)).unwrap());
+    for (g, group) in decoded.groups.iter().zip(&s.groups) {
+        for (c, original) in g.consumers.iter().zip(&group.consumers) {
+            assert_eq!(c.active_time, Some(original.seen_time + 1));
+        }
+    }
+    again = body;
+    let cut = again.find(&format!("{bob}ffff")).unwrap() + bob.len() + 4;
+    assert_eq!(
+        restore(&with_footer(&hex(&again[..cut]), 11)),
+        Err(RdbError::Truncated)
+    );
+}
+
+#[test]
+fn stream_type_15_gets_metadata_as_redis_7_2_loads_it() {
+    // REDIS_STREAM_GROUPS as Redis 6.2 writes it: no first ID, greatest deleted ID, entries
+    // added or entries read.
+    let h = REDIS_STREAM_GROUPS;
+    let from = "ff030201010101020402026730020181ffffffffffffffff0000026731020104";
+    let to = "ff030201020267300201000002673102010";
+    assert_eq!(h.matches(from).count(), 1);
+    let body = format!("0f{}", &h[2..h.len() - 20]).replace(from, &to[..to.len() - 1]);
+    let decoded = stream_of(restore(&payload(&hex(&body))).unwrap());
+    let mut expected = redis_stream_groups();
+    // Redis 7.2 takes the first live entry's ID, the length as entries added, and estimates
+    // each group's entries read (both groups are at the last ID: entries added).
+    expected.max_deleted_id = (0, 0);
+    expected.entries_added = 3;
+    expected.groups[0].entries_read = 3;
+    expected.groups[1].entries_read = 3;
+    assert_eq!(decoded, expected);
+
+    // Estimates for other last IDs: before the first entry, at it, between, after the last.
+    let mut s = redis_stream_groups();
+    s.nodes[0].entries[0].deleted = true;
+    s.nodes[0].entries[1].deleted = false;
+    s.groups = [
+        ((0, 5), 0),
+        ((1, 2), 1),
+        ((1, 9), -1),
+        ((2, 1), 3),
+        ((3, 0), -1),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, &(last_id, _))| RdbStreamGroup {
+        name: b(&format!("g{i}")),
+        last_id,
+        entries_read: 0,
+        pending: vec![],
+        consumers: vec![],
+    })
+    .collect();
+    let decoded = stream_of(restore(&payload(&stream_body(15, &s))).unwrap());
+    assert_eq!(decoded.first_id, (1, 2), "the first entry is deleted");
+    let read: Vec<i64> = decoded.groups.iter().map(|g| g.entries_read).collect();
+    assert_eq!(read, [0, 1, -1, 3, -1]);
+
+    // A type 15 stream without live entries: Redis 7.2's edge ID search finds none.
+    let empty = RdbStream {
+        last_id: (4, 4),
+        groups: vec![RdbStreamGroup {
+            name: b("g"),
+            last_id: (1, 0),
+            ..RdbStreamGroup::default()
+        }],
+        ..RdbStream::default()
+    };
+    let decoded = stream_of(restore(&payload(&stream_body(15, &empty))).unwrap());
+    assert_eq!(decoded.first_id, (u64::MAX, u64::MAX));
+    assert_eq!(decoded.entries_added, 0);
+    assert_eq!(decoded.groups[0].entries_read, 0);
+}
+
+/// A type 19 stream object of one node with listpack `lp` and no groups.
+fn one_node_stream(lp: &[u8], length: u64) -> Vec<u8> {
+    let mut body = vec![19, 1];
+    body.extend_from_slice(&rdb_str(&[0u8; 16]));
+    body.extend_from_slice(&rdb_str(lp));
+    body.extend_from_slice(&[length as u8, 0, 0, 0, 0, 0, 0, 0, 0]);
+    payload(&body)
+}
+
+#[test]
+fn stream_listpacks_are_checked_as_redis_deep_sanitisation() {
+    let good: &[&[u8]] = &[b"1", b"0", b"1", b"f", b"0", b"2", b"0", b"0", b"v", b"4"];
+    assert_eq!(
+        stream_of(restore(&one_node_stream(&listpack(good), 1)).unwrap()).nodes[0].entries,
+        [entry((0, 0), false, &[("f", "v")])]
+    );
+    // Counts as strings are integers to Redis too; the header's element count is not checked.
+    let mut lp = listpack(good);
+    lp[4] = 3;
+    assert!(restore(&one_node_stream(&lp, 1)).is_ok());
+    let mut w = ListpackWriter::new();
+    for item in good {
+        if *item == b"4" {
+            listpack_put_str(&mut w.buf, b"4");
+            let (back, n) = backlen(2);
+            w.buf.extend_from_slice(&back[..n]);
+            w.count += 1;
+        } else {
+            w.push(item);
+        }
+    }
+    assert!(restore(&one_node_stream(&w.finish(), 1)).is_ok());
+    // Each of these is corrupt.
+    let bad: &[&[&[u8]]] = &[
+        &[],                                                           // empty listpack
+        &[b"1", b"0", b"1", b"f", b"0", b"2", b"0", b"0", b"v"],       // no lp-count
+        &[b"1", b"0", b"1", b"f", b"0", b"2", b"0", b"0", b"v", b"5"], // wrong lp-count
+        &[
+            b"1", b"0", b"1", b"f", b"0", b"2", b"0", b"0", b"v", b"4", b"x",
+        ], // trailing
+        &[b"1", b"0", b"1", b"f", b"1", b"2", b"0", b"0", b"v", b"4"], // no master terminator
+        &[b"2", b"0", b"1", b"f", b"0", b"2", b"0", b"0", b"v", b"4"], // count beyond entries
+        &[b"1", b"0", b"-1", b"0", b"2", b"0", b"0", b"2"],            // negative field count
+        &[b"1", b"0", b"1", b"f", b"0", b"0", b"0", b"0", b"-1", b"2"], // negative fields
+        &[b"x", b"0", b"1", b"f", b"0", b"2", b"0", b"0", b"v", b"4"], // count not a number
+        &[b"1", b"0", b"1", b"f", b"0", b"2", b"a", b"0", b"v", b"4"], // ms-diff not a number
+        &[b"1", b"0", b"3", b"f"],                                     // fields beyond the end
+    ];
+    for items in bad {
+        let err = restore(&one_node_stream(&listpack(items), 1)).unwrap_err();
+        assert!(matches!(err, RdbError::Corrupt(_)), "{items:?}: {err:?}");
+    }
+    // A listpack whose own framing is broken.
+    let mut lp = listpack(good);
+    lp[7] = 0x7F;
+    assert!(matches!(
+        restore(&one_node_stream(&lp, 1)),
+        Err(RdbError::Corrupt(_))
+    ));
+    let mut lp = listpack(good);
+    lp.truncate(lp.len() - 1);
+    assert!(matches!(
+        restore(&one_node_stream(&lp, 1)),
+        Err(RdbError::Corrupt(_))
+    ));
+    // A node key that is not 16 bytes.
+    let mut body = vec![19, 1];
+    body.extend_from_slice(&rdb_str(&[0u8; 15]));
+    body.extend_from_slice(&rdb_str(&listpack(good)));
+    body.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(
+        restore(&payload(&body)),
+        Err(RdbError::Corrupt("stream node key is not a stream ID"))
+    );
+    // Two nodes with the same key.
+    let mut body = vec![19, 2];
+    for _ in 0..2 {
+        body.extend_from_slice(&rdb_str(&[0u8; 16]));
+        body.extend_from_slice(&rdb_str(&listpack(good)));
+    }
+    body.extend_from_slice(&[2, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(restore(&payload(&body)), Err(RdbError::Duplicate));
+    // A length with no nodes.
+    assert_eq!(
+        restore(&payload(&[19, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0])),
+        Err(RdbError::Corrupt(
+            "stream length inconsistent with rax entries"
+        ))
+    );
+    // Flags beyond deleted and same-fields are ignored, as by Redis.
+    let odd: &[&[u8]] = &[b"1", b"0", b"1", b"f", b"0", b"6", b"0", b"0", b"v", b"4"];
+    assert_eq!(
+        stream_of(restore(&one_node_stream(&listpack(odd), 1)).unwrap()).nodes[0].entries,
+        [entry((0, 0), false, &[("f", "v")])]
+    );
+}
+
+#[test]
+fn stream_groups_are_checked_as_redis_loads_them() {
+    let base = redis_stream_claims();
+    let check = |edit: &dyn Fn(&mut RdbStream), err: RdbError| {
+        let mut s = base.clone();
+        edit(&mut s);
+        assert_eq!(
+            restore(&payload(&stream_body(19, &s))),
+            Err(err.clone()),
+            "{err:?}"
+        );
+    };
+    check(
+        &|s| s.groups[1].consumers[1].pending.push((99, 0)),
+        RdbError::Corrupt("consumer PEL entry not in the group PEL"),
+    );
+    check(
+        &|s| s.groups[1].consumers[1].pending.push((101, 0)),
+        RdbError::Corrupt("PEL entry owned by two consumers"),
+    );
+    check(
+        &|s| {
+            s.groups[1].consumers[1].pending.pop();
+        },
+        RdbError::Corrupt("group PEL entry without a consumer"),
+    );
+    check(&|s| s.groups[1].name = b("42"), RdbError::Duplicate);
+    check(
+        &|s| s.groups[0].consumers[1].name = b("c1"),
+        RdbError::Duplicate,
+    );
+    check(
+        &|s| s.groups[1].pending[2].id = (101, 0),
+        RdbError::Duplicate,
+    );
+    check(
+        &|s| s.groups[1].consumers[1].pending = vec![(100, 1), (100, 1), (102, 0)],
+        RdbError::Duplicate,
+    );
+    // Written out of order, read back in rax order.
+    let mut shuffled = base.clone();
+    shuffled.nodes.swap(0, 2);
+    shuffled.groups.swap(0, 1);
+    shuffled.groups[0].pending.reverse();
+    shuffled.groups[0].consumers.reverse();
+    shuffled.groups[0].consumers[0].pending.reverse();
+    assert_eq!(
+        restore(&payload(&stream_body(19, &shuffled))),
+        Ok(RdbValue::Stream(Box::new(base)))
+    );
+}
+
+#[test]
+fn malformed_streams_are_errors_not_panics() {
+    for (h, _) in redis_streams() {
+        let p = hex(h);
+        let body = &p[..p.len() - FOOTER_LEN];
+        // Every truncation.
+        for cut in 0..body.len() {
+            assert!(restore(&payload(&body[..cut])).is_err(), "{h} cut at {cut}");
+        }
+        // Every byte changed to a few values; whatever decodes dumps and decodes again.
+        for i in 0..body.len() {
+            for v in [
+                0u8,
+                1,
+                0x3F,
+                0x40,
+                0x7F,
+                0x80,
+                0xC3,
+                0xF0,
+                0xFE,
+                0xFF,
+                body[i] ^ 1,
+            ] {
+                let mut bad = body.to_vec();
+                bad[i] = v;
+                if let Ok(value) = restore(&payload(&bad)) {
+                    let again = dump(&value).expect("a decoded stream dumps");
+                    assert_eq!(restore(&again), Ok(value));
+                }
+            }
+        }
+    }
+    // Random bytes after a stream type byte.
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    for _ in 0..20_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let len = (x % 64) as usize;
+        let mut body = vec![[15u8, 19, 21][(x >> 8) as usize % 3]];
+        for k in 0..len {
+            let byte = (x.rotate_left(k as u32 * 7) >> 3) as u16 % [2, 4, 17, 256][k % 4];
+            body.push(byte as u8);
+        }
+        let _ = restore(&payload(&body));
+    }
+    // A huge node count, PEL size or consumer count with nothing behind it.
+    for body in [
+        &[19u8, 0x81, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFE][..],
+        &[
+            19, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, b'g', 0, 0, 0, 0x80, 0xFF, 0xFF, 0xFF, 0xFF,
+        ][..],
+        &[
+            19, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, b'g', 0, 0, 0, 0, 0x80, 0xFF, 0xFF, 0xFF, 0xFF,
+        ][..],
+    ] {
+        assert_eq!(restore(&payload(body)), Err(RdbError::Truncated));
+    }
+}
+
+#[test]
+fn stream_restore_is_held_to_the_limit() {
+    // Same-fields entries share the master's field names, but each value and entry is charged.
+    let p = dump(&RdbValue::Stream(Box::new(redis_stream_claims()))).unwrap();
+    assert!(restore_with_limit(&p, 10_000).is_ok());
+    assert_eq!(restore_with_limit(&p, 500), Err(RdbError::TooLarge(500)));
+}
+
+#[test]
+fn lzf_is_redis_lzf() {
+    // redis-server 7.0.15: SET k <value>; DUMP k (LZF-compressed strings).
+    let cases = [
+        (
+            "abcabcabcabcabcabcabcabcabcabcabc".to_string(),
+            "00c30b210361626361e012020162630a008d69cc0c04a4eb30",
+        ),
+        (
+            "a".repeat(80),
+            "00c3094050016161e043000161610a0028eeac7291dbc22b",
+        ),
+        (
+            "hello world, hello world, hello world!!".to_string(),
+            "00c315270d68656c6c6f20776f726c642c2068e00e0c0121210a0003a1c621c8845189",
+        ),
+    ];
+    for (value, h) in cases {
+        let value = value.as_str();
+        let p = dump(&RdbValue::Str(b(value))).unwrap();
+        assert_eq!(to_hex(&p), h, "{value}");
+        assert_eq!(restore(&p), Ok(RdbValue::Str(b(value))));
+    }
 }

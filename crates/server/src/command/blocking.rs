@@ -67,8 +67,8 @@ fn timeout(arg: &[u8]) -> Result<Option<std::time::Duration>, CmdError> {
 /// Run `op` on the first of `keys` that holds something: its reply, or None when none does.
 fn try_keys(ctx: &mut Ctx<'_>, keys: &[Bytes], op: &Op) -> Result<Option<Frame>, CmdError> {
     for key in keys {
-        let exists = ctx.db().lock(key).contains_live(key, ctx.now_ms);
-        if !exists {
+        let now = ctx.now_ms;
+        if !op.ready(&mut ctx.db().lock(key), key, now) {
             continue;
         }
         let args = op.command(key);
@@ -80,7 +80,7 @@ fn try_keys(ctx: &mut Ctx<'_>, keys: &[Bytes], op: &Op) -> Result<Option<Frame>,
         })?;
         let resp = ctx.client.resp;
         ctx.client.resp = op.run_as(resp);
-        let done = crate::dispatch::run_write(ctx.shared, ctx.client, spec, args, ctx.now_ms);
+        let done = crate::blocking::run_op(ctx.shared, ctx.client, spec, args, ctx.now_ms, true);
         ctx.client.resp = resp;
         if let Frame::Error(e) = &done {
             return Err(CmdError::Other(e.clone()));
@@ -93,7 +93,7 @@ fn try_keys(ctx: &mut Ctx<'_>, keys: &[Bytes], op: &Op) -> Result<Option<Frame>,
 }
 
 /// Run `op` on the first of `keys` that holds something, or block on them all.
-fn block_on(
+pub(super) fn block_on(
     ctx: &mut Ctx<'_>,
     keys: Vec<Bytes>,
     wait: Option<std::time::Duration>,
@@ -115,7 +115,7 @@ fn block_on(
             let ks = ctx.db();
             let mut locked = ks.lock_keys(keys.iter().map(|k| &k[..]));
             let now = ctx.now_ms;
-            if keys.iter().any(|k| locked.shard(k).contains_live(k, now)) {
+            if keys.iter().any(|k| op.ready(locked.shard(k), k, now)) {
                 None
             } else {
                 let waiter = Waiter::new(ctx.client, keys.clone(), op.clone());

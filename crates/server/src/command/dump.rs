@@ -13,6 +13,8 @@ use crate::error::{CmdError, CmdResult};
 use bytes::Bytes;
 use gradus_proto::rdb::{self, RdbValue};
 use gradus_proto::Frame;
+use gradus_store::stream::{Consumer, Group, Nack};
+use gradus_store::StreamValue;
 use gradus_store::{
     HashLimits, HashValue, ListLimit, ListValue, SetLimits, SetValue, Value, ValueView, ZSetLimits,
     ZSetValue,
@@ -41,7 +43,128 @@ pub(crate) fn view_to_rdb(value: ValueView<'_>) -> RdbValue {
         ValueView::ZSet(z) => RdbValue::ZSet(z.iter().map(|(m, s)| (m.to_bytes(), s)).collect()),
         ValueView::List(l) => RdbValue::List(l.iter().map(Bytes::copy_from_slice).collect()),
         ValueView::Set(s) => RdbValue::Set(s.iter().map(|m| m.to_bytes()).collect()),
+        ValueView::Stream(st) => RdbValue::Stream(Box::new(stream_to_rdb(st))),
     }
+}
+
+fn pair(id: gradus_store::StreamId) -> rdb::StreamId {
+    (id.ms, id.seq)
+}
+
+fn unpair((ms, seq): rdb::StreamId) -> gradus_store::StreamId {
+    gradus_store::StreamId::new(ms, seq)
+}
+
+/// A stream in the codec's terms: its nodes as they are (tombstones included), metadata and
+/// groups.
+fn stream_to_rdb(st: &StreamValue) -> rdb::RdbStream {
+    let own = Bytes::copy_from_slice;
+    let meta = st.meta();
+    rdb::RdbStream {
+        nodes: st
+            .nodes()
+            .map(|n| rdb::RdbStreamNode {
+                master_id: pair(n.master_id),
+                master_fields: n.master_fields.iter().map(|f| own(f)).collect(),
+                entries: n
+                    .entries
+                    .into_iter()
+                    .map(|(id, deleted, fields)| rdb::RdbStreamEntry {
+                        id: pair(id),
+                        deleted,
+                        fields: fields.into_iter().map(|(f, v)| (own(f), own(v))).collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        length: meta.length,
+        last_id: pair(meta.last_id),
+        first_id: pair(meta.first_id),
+        max_deleted_id: pair(meta.max_deleted_id),
+        entries_added: meta.entries_added,
+        groups: st
+            .groups()
+            .iter()
+            .map(|(name, g)| rdb::RdbStreamGroup {
+                name: name.clone(),
+                last_id: pair(g.last_id),
+                entries_read: g.entries_read,
+                pending: g
+                    .pel
+                    .iter()
+                    .map(|(id, n)| rdb::RdbPending {
+                        id: pair(*id),
+                        delivery_time: n.delivery_time,
+                        delivery_count: n.delivery_count,
+                    })
+                    .collect(),
+                consumers: g
+                    .consumers
+                    .iter()
+                    .map(|(cname, c)| rdb::RdbConsumer {
+                        name: cname.clone(),
+                        seen_time: c.seen_time,
+                        active_time: u64::try_from(c.active_time).ok(),
+                        pending: c.pending.iter().map(|id| pair(*id)).collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// A stream from the codec's terms (the codec checked that every consumer's pending entry is
+/// in its group's list).
+fn stream_from_rdb(r: rdb::RdbStream) -> StreamValue {
+    let own = |b: &Bytes| Bytes::copy_from_slice(b);
+    let mut st = StreamValue::new();
+    for node in &r.nodes {
+        for (i, e) in node.entries.iter().enumerate() {
+            let mut fields = Vec::with_capacity(e.fields.len() * 2);
+            for (f, v) in &e.fields {
+                fields.push(own(f));
+                fields.push(own(v));
+            }
+            st.load_entry(i == 0, unpair(e.id), e.deleted, &fields);
+        }
+    }
+    st.set_meta(
+        unpair(r.last_id),
+        unpair(r.first_id),
+        unpair(r.max_deleted_id),
+        r.entries_added,
+    );
+    for g in &r.groups {
+        let mut group = Group::new(unpair(g.last_id), g.entries_read);
+        // A payload from Redis before 7.2 has no active time: never active.
+        for c in &g.consumers {
+            let mut consumer = Consumer::new(c.seen_time);
+            consumer.active_time = c.active_time.map_or(-1, |t| t as i64);
+            group.consumers.insert(own(&c.name), consumer);
+        }
+        for p in &g.pending {
+            let owner = g
+                .consumers
+                .iter()
+                .find(|c| c.pending.contains(&p.id))
+                .map(|c| own(&c.name));
+            if let Some(owner) = owner {
+                group.pel.insert(
+                    unpair(p.id),
+                    Nack {
+                        consumer: owner.clone(),
+                        delivery_time: p.delivery_time,
+                        delivery_count: p.delivery_count,
+                    },
+                );
+                if let Some(c) = group.consumers.get_mut(&owner) {
+                    c.pending.insert(unpair(p.id));
+                }
+            }
+        }
+        st.load_group(own(&g.name), group);
+    }
+    st
 }
 
 /// The live encoding limits a restored value is built within: whichever encoding the payload
@@ -97,6 +220,7 @@ fn from_rdb(value: RdbValue, limits: Limits) -> Value {
             }
             Value::hash(h)
         }
+        RdbValue::Stream(st) => Value::Stream(stream_from_rdb(*st)),
     }
 }
 

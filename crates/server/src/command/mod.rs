@@ -29,6 +29,7 @@ pub mod scripting;
 pub mod server;
 pub mod sets;
 pub mod sort;
+pub mod streams;
 pub mod strings;
 pub mod transactions;
 pub mod zsets;
@@ -644,6 +645,7 @@ pub fn table() -> &'static CommandTable {
             lists::COMMANDS,
             blocking::COMMANDS,
             sets::COMMANDS,
+            streams::COMMANDS,
             transactions::COMMANDS,
             locks::COMMANDS,
             pubsub::COMMANDS,

@@ -559,12 +559,14 @@ impl ScriptRun<'_> {
         dispatch::feed_monitors(self.shared, self.client, spec, &args, true);
         let row = spec.resolve(&args);
         let started = quanta::Instant::now();
+        self.client.in_script = true;
         let reply = if spec.runs_as_write() {
             self.wrote = true;
             dispatch::run_write(self.shared, self.client, spec, args, self.now_ms)
         } else {
             dispatch::run(self.shared, self.client, spec, &args, self.now_ms)
         };
+        self.client.in_script = false;
         // As Redis' `call()`: a command a script runs counts in INFO commandstats and
         // latencystats under its own name (an error reply as a failed call).
         let outcome = if reply.is_error() {

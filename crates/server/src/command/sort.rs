@@ -81,7 +81,7 @@ pub fn elements_of(value: &Value) -> Result<Elements, CmdError> {
             items: s.iter().map(|m| m.to_bytes()).collect(),
             ordered: false,
         }),
-        Value::Str(_) | Value::Hash(_) => Err(CmdError::WrongType),
+        Value::Str(_) | Value::Hash(_) | Value::Stream(_) => Err(CmdError::WrongType),
     }
 }
 

@@ -48,9 +48,10 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use gradus_log::format::MAX_RECORD_LEN;
+use gradus_store::stream::{Consumer, Group, Nack};
 use gradus_store::{
     End, HashLimits, HashValue, ItemMeta, ItemView, ListLimit, ListValue, SetLimits, SetValue,
-    Value, ValueView, ZSetLimits, ZSetValue,
+    StreamId, StreamValue, Value, ValueView, ZSetLimits, ZSetValue,
 };
 
 const TAG_COMMANDS: u8 = 1;
@@ -72,6 +73,9 @@ const KIND_LIST: u8 = 7;
 const KIND_MORE_LIST: u8 = 8;
 const KIND_SET: u8 = 9;
 const KIND_MORE_SET: u8 = 10;
+/// A stream: its metadata and groups, then entries (see [`put_stream_head`], [`put_stream_entry`]).
+const KIND_STREAM: u8 = 11;
+const KIND_MORE_STREAM: u8 = 12;
 /// Set in an item's kind when its value is compressed.
 const COMPRESSED: u8 = 0x80;
 /// Values shorter than this are never compressed (the block format's overhead, and the CPU).
@@ -271,6 +275,7 @@ pub fn later_part_added_to_empty(
         Value::ZSet(_) => Value::zset(ZSetValue::new()),
         Value::List(_) => Value::List(ListValue::new()),
         Value::Set(_) => Value::set(SetValue::new()),
+        Value::Stream(_) => Value::Stream(StreamValue::new()),
     };
     Some(add_parts(&mut added, *db, key, std::slice::from_ref(payload)).map(|()| added))
 }
@@ -380,7 +385,146 @@ fn encode_item_parts(
             let kinds = (KIND_SET, KIND_MORE_SET);
             emit_counted_parts(size, s.iter(), put, kinds, part_bytes, header, emit);
         }
+        ValueView::Stream(st) => {
+            let head = |kind: u8, size: usize| {
+                let mut out = header(kind, size);
+                if kind == KIND_STREAM {
+                    put_stream_head(&mut out, st);
+                }
+                out
+            };
+            let entries = st.nodes().flat_map(|node| {
+                node.entries
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, entry)| (i == 0, entry))
+            });
+            let kinds = (KIND_STREAM, KIND_MORE_STREAM);
+            emit_counted_parts(
+                size,
+                entries,
+                put_stream_entry,
+                kinds,
+                part_bytes,
+                head,
+                emit,
+            );
+        }
     }
+}
+
+fn put_id(out: &mut BytesMut, id: StreamId) {
+    out.put_u64_le(id.ms);
+    out.put_u64_le(id.seq);
+}
+
+/// A stream's first item, before its entries (so a stream's first part is larger than
+/// [`ITEM_PART_BYTES`] by its groups: ~40 bytes per pending entry, so a record's 512 MiB limit
+/// is reached only past ten million of them): last, first and largest deleted IDs, entries
+/// added, then each group (name, last ID, entries read, its pending entries with their
+/// consumer, delivery time and count, its consumers with seen and active times).
+fn put_stream_head(out: &mut BytesMut, st: &StreamValue) {
+    let meta = st.meta();
+    put_id(out, meta.last_id);
+    put_id(out, meta.first_id);
+    put_id(out, meta.max_deleted_id);
+    out.put_u64_le(meta.entries_added);
+    out.put_u32_le(st.groups().len() as u32);
+    for (name, g) in st.groups() {
+        put_bytes(out, name);
+        put_id(out, g.last_id);
+        out.put_u64_le(g.entries_read as u64);
+        out.put_u32_le(g.pel.len() as u32);
+        for (id, nack) in &g.pel {
+            put_id(out, *id);
+            put_bytes(out, &nack.consumer);
+            out.put_u64_le(nack.delivery_time);
+            out.put_u64_le(nack.delivery_count);
+        }
+        out.put_u32_le(g.consumers.len() as u32);
+        for (name, c) in &g.consumers {
+            put_bytes(out, name);
+            out.put_u64_le(c.seen_time);
+            out.put_u64_le(c.active_time as u64);
+        }
+    }
+}
+
+/// One stream entry: flags (1: it starts a node, 2: deleted), ID, pair count, pairs.
+fn put_stream_entry(
+    out: &mut BytesMut,
+    (new_node, (id, deleted, fields)): (bool, gradus_store::stream::EntryView<'_>),
+) {
+    out.put_u8(u8::from(new_node) | (u8::from(deleted) << 1));
+    put_id(out, id);
+    out.put_u32_le(fields.len() as u32);
+    for (f, v) in fields {
+        put_bytes(out, f);
+        put_bytes(out, v);
+    }
+}
+
+fn read_id(r: &mut Reader) -> Result<StreamId, RecordError> {
+    Ok(StreamId::new(r.u64()?, r.u64()?))
+}
+
+/// What [`put_stream_head`] wrote, into `st`.
+fn read_stream_head(r: &mut Reader, st: &mut StreamValue) -> Result<(), RecordError> {
+    let (last, first, max_deleted) = (read_id(r)?, read_id(r)?, read_id(r)?);
+    st.set_meta(last, first, max_deleted, r.u64()?);
+    for _ in 0..r.count(4 + 16 + 8 + 8)? {
+        let name = r.owned()?;
+        let mut g = Group::new(read_id(r)?, r.u64()? as i64);
+        let mut pel = Vec::new();
+        for _ in 0..r.count(16 + 4 + 16)? {
+            let id = read_id(r)?;
+            let consumer = r.owned()?;
+            pel.push((
+                id,
+                Nack {
+                    consumer,
+                    delivery_time: r.u64()?,
+                    delivery_count: r.u64()?,
+                },
+            ));
+        }
+        for _ in 0..r.count(4 + 16)? {
+            let name = r.owned()?;
+            let mut c = Consumer::new(r.u64()?);
+            c.active_time = r.u64()? as i64;
+            g.consumers.insert(name, c);
+        }
+        for (id, nack) in pel {
+            let Some(c) = g.consumers.get_mut(&nack.consumer) else {
+                return Err(RecordError("a pending entry of an unknown consumer"));
+            };
+            c.pending.insert(id);
+            g.pel.insert(id, nack);
+        }
+        st.load_group(name, g);
+    }
+    Ok(())
+}
+
+/// Entries [`put_stream_entry`] wrote (count first), appended to `st`.
+fn read_stream_entries(r: &mut Reader, st: &mut StreamValue) -> Result<(), RecordError> {
+    for _ in 0..r.count(1 + 16 + 4)? {
+        let flags = r.u8()?;
+        let id = read_id(r)?;
+        if st.last_entry_id().is_some_and(|last| id <= last) {
+            return Err(RecordError("stream entries out of order"));
+        }
+        let pairs = r.count(8)?;
+        if pairs == 0 {
+            return Err(RecordError("a stream entry without fields"));
+        }
+        let mut fields = Vec::with_capacity(pairs * 2);
+        for _ in 0..pairs * 2 {
+            fields.push(r.bytes()?);
+        }
+        st.load_entry(flags & 1 != 0, id, flags & 2 != 0, &fields);
+    }
+    Ok(())
 }
 
 /// The items of a collection: `count u32, count × element` (each written by `put`), the first of
@@ -563,7 +707,12 @@ fn read_item_header(r: &mut Reader) -> Result<ItemHeader, RecordError> {
 fn is_more_kind(kind: u8) -> bool {
     matches!(
         kind,
-        KIND_MORE_STR | KIND_MORE_HASH | KIND_MORE_ZSET | KIND_MORE_LIST | KIND_MORE_SET
+        KIND_MORE_STR
+            | KIND_MORE_HASH
+            | KIND_MORE_ZSET
+            | KIND_MORE_LIST
+            | KIND_MORE_SET
+            | KIND_MORE_STREAM
     )
 }
 
@@ -629,6 +778,14 @@ fn read_value(kind: u8, r: &mut Reader, meta: &mut ItemMeta) -> Result<Value, Re
             let mut s = SetValue::new();
             read_set_into(r, &mut s)?;
             Value::set(s)
+        }
+        KIND_STREAM | KIND_MORE_STREAM => {
+            let mut st = StreamValue::new();
+            if kind == KIND_STREAM {
+                read_stream_head(r, &mut st)?;
+            }
+            read_stream_entries(r, &mut st)?;
+            Value::Stream(st)
         }
         _ => return Err(RecordError("unknown value kind")),
     })
@@ -725,6 +882,7 @@ pub fn add_parts(
             (KIND_MORE_ZSET, Value::ZSet(z)) => read_zset_into(r, z),
             (KIND_MORE_LIST, Value::List(l)) => read_list_into(r, l),
             (KIND_MORE_SET, Value::Set(s)) => read_set_into(r, s),
+            (KIND_MORE_STREAM, Value::Stream(st)) => read_stream_entries(r, st),
             _ => Err(RecordError(
                 "a part of a value that is not a later part of the value's type",
             )),
@@ -903,7 +1061,9 @@ mod tests {
             client_flags: 7,
             bits: ItemMeta::STALE,
         };
+        let st = sample_stream(3000);
         let mut shard = Shard::new();
+        shard.set(b"x", Value::Stream(st.clone()), None, 0);
         shard.set_with_meta(b"s", Value::string(long.clone()), Some(123), meta, 0);
         shard.set(b"h", Value::hash(h.clone()), Some(456), 0);
         shard.set(b"z", Value::zset(z.clone()), None, 0);
@@ -915,6 +1075,7 @@ mod tests {
             ("z", Value::zset(z)),
             ("l", Value::List(l)),
             ("t", Value::set(set)),
+            ("x", Value::Stream(st)),
         ] {
             let entry = shard.get(key.as_bytes(), 0).unwrap();
             let mut items = Vec::new();
@@ -922,8 +1083,11 @@ mod tests {
                 items.push(item)
             });
             assert!(items.len() >= 5, "{key}: {} parts", items.len());
+            // A stream's first part also holds its groups (here ~300 bytes): see
+            // `put_stream_head`.
+            let head = if key == "x" { 400 } else { 0 };
             assert!(
-                items.iter().all(|i| i.len() < 4096 + 200),
+                items.iter().all(|i| i.len() < 4096 + 200 + head),
                 "{key}: a part passed the size"
             );
             for (n, item) in items.iter().enumerate() {
@@ -977,6 +1141,47 @@ mod tests {
             };
             assert!(add_parts(&mut wrong_type, 3, key.as_bytes(), &items[1..2]).is_err());
         }
+    }
+
+    /// A stream of `n` entries over several nodes, with tombstones, a trimmed head, changed
+    /// metadata and two groups with pending entries and consumers.
+    fn sample_stream(n: u64) -> StreamValue {
+        use gradus_store::stream::{NewId, NodeLimits, Trim};
+        let mut st = StreamValue::new();
+        for i in 1..=n {
+            let fields: Vec<Bytes> = if i % 7 == 0 {
+                vec![
+                    Bytes::from("other"),
+                    Bytes::from(format!("{i}")),
+                    Bytes::from("x"),
+                    Bytes::new(),
+                ]
+            } else {
+                vec![Bytes::from("f"), Bytes::from(format!("value {i}"))]
+            };
+            st.add(
+                NewId::Exact(StreamId::new(i, i % 3)),
+                &fields,
+                0,
+                NodeLimits::REDIS_DEFAULT,
+            )
+            .unwrap();
+        }
+        for i in (5..n).step_by(11) {
+            st.delete(StreamId::new(i, i % 3));
+        }
+        st.after_deletions(false);
+        st.trim(Trim::MinId(StreamId::new(150, 0)), false, 0);
+        st.create_group(b"g1", StreamId::new(40, 0), 12);
+        st.create_group(b"g2", StreamId::ZERO, -1);
+        let g = st.group_mut(b"g1").unwrap();
+        for (c, id) in [("alice", 200), ("bob", 201), ("alice", 305)] {
+            let name = Bytes::from(c);
+            g.consumer(&name, 1_000);
+            g.assign(StreamId::new(id, id % 3), &name, 2_000 + id, 3);
+        }
+        g.consumer(b"idle", 5);
+        st
     }
 
     /// A set in each encoding (intset, listpack, hashtable), under its encoding's name.
@@ -1052,7 +1257,12 @@ mod tests {
         for (key, set) in &sets {
             shard.set(key.as_bytes(), Value::set(set.clone()), Some(7), 0);
         }
+        let small_stream = sample_stream(400);
+        shard.set(b"st", Value::Stream(small_stream.clone()), Some(5), 0);
+        shard.set(b"empty", Value::Stream(StreamValue::new()), None, 0);
         let mut cases = vec![
+            ("st", Value::Stream(small_stream), Some(5)),
+            ("empty", Value::Stream(StreamValue::new()), None),
             ("s", Value::string(Bytes::from("x")), Some(99)),
             ("h", Value::hash(h), None),
             ("z", Value::zset(z), None),
