@@ -694,7 +694,11 @@ fn read_generic(ctx: &mut Ctx<'_>, args: &[Bytes], group_cmd: bool) -> CmdResult
             }
             from.push(ReadFrom::New);
         } else {
-            from.push(ReadFrom::After(parse_strict_id(id)?));
+            match parse_strict_id(id)? {
+                // Redis keeps `>` as the last possible ID, so that ID written out reads as `>`.
+                StreamId::MAX if group_cmd => from.push(ReadFrom::New),
+                after => from.push(ReadFrom::After(after)),
+            }
         }
     }
     let mut served: Vec<(Frame, Frame)> = Vec::new();
