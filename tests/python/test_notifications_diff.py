@@ -3,7 +3,7 @@ Gradus and to a real redis-server, each with a PSUBSCRIBE `__key*__:*` listener,
 ordered list of (channel, message) each server publishes must be the same.
 
 Every write command of the command table is covered (strings, keys, lists with blocking
-pops, sets, sorted sets, hashes, bitmaps, HyperLogLog, MULTI/EXEC, EVAL), under several
+pops, sets, sorted sets, hashes, streams, bitmaps, HyperLogLog, MULTI/EXEC, EVAL), under several
 `notify-keyspace-events` settings (`KEA`, `KEAnm`, `Kx`, `Ed`, ...), plus lazy and active
 expiry. A listener also subscribes to a marker channel: after each case a PUBLISH to it
 closes the case's list, so nothing is timed except expiry.
@@ -223,7 +223,24 @@ TX = [
     ("EVAL", "return redis.call('get', KEYS[1])", "1", "missing"),
 ]
 
+# Explicit IDs only; XREADGROUP/XCLAIM/XAUTOCLAIM only by consumers that exist or that get
+# something (Redis 7.2 also creates, and announces, a consumer that gets nothing; 7.0 does not).
+STREAMS = [
+    "XADD s 1-0 f v", "XADD s 2-0 f v", "XADD s 1-0 f v", "XADD s NOMKSTREAM 3-0 f v",
+    "XADD ns NOMKSTREAM 1-0 f v", "XADD s MAXLEN 1 4-0 f v", "XADD t 1-0 a 1", "XTRIM t MAXLEN 5",
+    "XADD t 2-0 a 2", "XTRIM t MAXLEN 0", "XDEL s 4-0", "XDEL s 99-0", "XDEL ns 1-0",
+    "XSETID s 10-0", "XSETID ns 10-0", "XGROUP CREATE s g 0", "XGROUP CREATE s g 0",
+    "XGROUP CREATE ms g $ MKSTREAM", "XGROUP SETID s g 0", "XGROUP CREATECONSUMER s g c1",
+    "XGROUP CREATECONSUMER s g c1", "XADD s 11-0 f v", "XADD s 12-0 f v",
+    "XREADGROUP GROUP g c1 STREAMS s >", "XREADGROUP GROUP g c1 STREAMS s >",
+    "XREADGROUP GROUP g c1 STREAMS s 0", "XACK s g 11-0", "XACK s g 11-0",
+    "XCLAIM s g c3 0 12-0", "XAUTOCLAIM s g c1 0 0", "XGROUP DELCONSUMER s g c3",
+    "XGROUP DELCONSUMER s g nobody", "XGROUP DESTROY s g", "XGROUP DESTROY s g",
+    "XRANGE s - +", "XLEN s", "XREAD STREAMS s 0", "XINFO STREAM s", "DEL s",
+]
+
 CASES = {
+    "streams": STREAMS,
     "strings": STRINGS,
     "keys": KEYS,
     "lists": LISTS,
@@ -237,7 +254,7 @@ CASES = {
     "transactions": TX,
 }
 
-FLAGS = ["KEA", "KEAnm", "Kx", "Ed", "Eg", "K$", "El", "Ks", "Kz", "Eh", "KEn", "Em", "AKE"]
+FLAGS = ["KEA", "KEAnm", "Kx", "Ed", "Eg", "K$", "El", "Ks", "Kz", "Eh", "Et", "KEn", "Em", "AKE"]
 
 
 @pytest.mark.parametrize("flags", ["KEA", "KEAnm"])
@@ -246,10 +263,10 @@ def test_events_match_redis(gradus, redis_server, case, flags):
     compare(gradus, redis_server, flags, CASES[case])
 
 
-@pytest.mark.parametrize("flags", ["Kx", "Ed", "Eg", "K$", "El", "Ks", "Kz", "Eh", "KEn", "Em"])
+@pytest.mark.parametrize("flags", ["Kx", "Ed", "Eg", "K$", "El", "Ks", "Kz", "Eh", "Et", "KEn", "Em"])
 def test_class_filters_match_redis(gradus, redis_server, flags):
     commands = []
-    for case in ("strings", "keys", "lists", "sets", "zsets", "hashes"):
+    for case in ("strings", "keys", "lists", "sets", "zsets", "hashes", "streams"):
         commands += CASES[case]
     # Kx and Ed publish nothing for these commands: that Gradus does not either is the check.
     compare(gradus, redis_server, flags, commands, may_be_empty=True)
