@@ -17,6 +17,9 @@ through pymemcache's set_many in batches of 1000) and measures the server proces
   - list:              RPUSH l:%07d with five 8-byte elements          (1 M keys)
   - set:               SADD S:%07d with five 8-byte string members     (1 M keys)
   - intset:            SADD i:%07d with five integers                  (1 M keys)
+  - stream entries:    XADD x <n>-0 user u%03d event course.published (1 M entries in one
+                       stream; the figures are per entry)
+  - stream (5 entries): XADD x:%07d * with the same two fields, 5 times (100 k keys)
 memcached (`-m 8192`, strings only) stores the same keys and values with `set`.
 Servers: Gradus `--durability none --memcached-port 0`, redis-server `--save '' --appendonly no`.
 Prints a Markdown table: bytes per key for each target and each Gradus build / Redis.
@@ -49,6 +52,8 @@ ROWS = [
     ("list (5 elements)", 1_000_000, "list", 8, False),
     ("set (5 members)", 1_000_000, "set", 8, False),
     ("intset (5 integers)", 1_000_000, "intset", 0, False),
+    ("stream entries (per entry)", 1_000_000, "stream1", 0, False),
+    ("stream (5 entries)", 100_000, "stream5", 0, False),
 ]
 
 
@@ -118,6 +123,11 @@ def load_redis(r, kind, keys, size, ttl):
             pipe.rpush(f"l:{i:07d}", *(f"e{j}{i % 1000:06d}" for j in range(5)))
         elif kind == "set":
             pipe.sadd(f"S:{i:07d}", *(f"m{j}{i % 1000:06d}" for j in range(5)))
+        elif kind == "stream1":
+            pipe.xadd("x", {"user": f"u{i % 1000:03d}", "event": "course.published"}, id=f"{i + 1}-0")
+        elif kind == "stream5":
+            for _ in range(5):
+                pipe.xadd(f"x:{i:07d}", {"user": f"u{i % 1000:03d}", "event": "course.published"})
         else:
             pipe.sadd(f"i:{i:07d}", *(i * 5 + j for j in range(5)))
         if len(pipe) >= 1000:
@@ -155,7 +165,7 @@ def measure(target, tmp, row):
             used0 = int(r.info("memory")["used_memory"])
             load_redis(r, kind, keys, size, ttl)
             time.sleep(0.5)
-            assert r.dbsize() == keys
+            assert r.dbsize() == (1 if kind == "stream1" else keys)
             used = (int(r.info("memory")["used_memory"]) - used0) / keys
         return (rss(proc.pid) - before) / keys, used
     finally:

@@ -281,16 +281,17 @@ impl Node {
         (raw, k)
     }
 
-    /// Every entry, tombstones included, front to back.
-    fn raw(&self) -> impl DoubleEndedIterator<Item = Raw<'_>> + '_ {
-        let mut at = 0;
+    /// Every entry, tombstones included, front to back (decoded as it goes).
+    fn raw(&self) -> NodeIter<'_> {
+        NodeIter { node: self, at: 0 }
+    }
+
+    /// Every entry, tombstones included, back to front (a node's entries are found from its
+    /// front, so they are collected first: at most a node's worth).
+    fn raw_rev(&self) -> std::iter::Rev<std::vec::IntoIter<Raw<'_>>> {
         let mut all = Vec::with_capacity(self.count as usize);
-        while at < self.buf.len() {
-            let (raw, next) = self.decode(at);
-            all.push(raw);
-            at = next;
-        }
-        all.into_iter()
+        all.extend(self.raw());
+        all.into_iter().rev()
     }
 
     fn pairs<'a>(&'a self, e: &Raw<'a>) -> Fields<'a> {
@@ -319,6 +320,24 @@ impl Node {
 
     fn mem(&self) -> usize {
         std::mem::size_of::<Node>() + self.master_fields.len() + self.buf.capacity()
+    }
+}
+
+/// A node's entries, front to back.
+struct NodeIter<'a> {
+    node: &'a Node,
+    at: usize,
+}
+
+impl<'a> Iterator for NodeIter<'a> {
+    type Item = Raw<'a>;
+    fn next(&mut self) -> Option<Raw<'a>> {
+        if self.at >= self.node.buf.len() {
+            return None;
+        }
+        let (raw, next) = self.node.decode(self.at);
+        self.at = next;
+        Some(raw)
     }
 }
 
@@ -742,7 +761,7 @@ impl StreamValue {
         let live = move |e: &Raw<'_>| !e.deleted() && e.id >= start && e.id <= end;
         if rev {
             Box::new(nodes.rev().flat_map(move |node| {
-                node.raw().rev().filter(live).map(move |raw| EntryRef {
+                node.raw_rev().filter(live).map(move |raw| EntryRef {
                     id: raw.id,
                     node,
                     raw,
@@ -750,11 +769,14 @@ impl StreamValue {
             }))
         } else {
             Box::new(nodes.flat_map(move |node| {
-                node.raw().filter(live).map(move |raw| EntryRef {
-                    id: raw.id,
-                    node,
-                    raw,
-                })
+                node.raw()
+                    .take_while(move |e| e.id <= end)
+                    .filter(live)
+                    .map(move |raw| EntryRef {
+                        id: raw.id,
+                        node,
+                        raw,
+                    })
             }))
         }
     }

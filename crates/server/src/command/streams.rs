@@ -207,12 +207,15 @@ fn num(n: impl ToString) -> Bytes {
 
 /// `[id, [field, value, …]]` of a live entry.
 fn entry_frame(e: gradus_store::stream::EntryRef<'_>) -> Frame {
-    let mut fields = Vec::new();
-    for (f, v) in e.fields() {
-        fields.push(Frame::Bulk(Bytes::copy_from_slice(f)));
-        fields.push(Frame::Bulk(Bytes::copy_from_slice(v)));
+    // The fields and values written into one buffer (no allocation per string).
+    let pairs = e.fields();
+    let bytes: usize = pairs.clone().map(|(f, v)| f.len() + v.len() + 32).sum();
+    let mut fields = gradus_proto::BulkArray::with_capacity(0, bytes);
+    for (f, v) in pairs {
+        fields.push(f);
+        fields.push(v);
     }
-    Frame::Array(vec![id_frame(e.id), Frame::Array(fields)])
+    Frame::Array(vec![id_frame(e.id), Frame::Bulks(fields)])
 }
 
 /// The stream at `key` for reading: Ok(None) when absent, WRONGTYPE for another type.
