@@ -653,7 +653,7 @@ impl Pack {
     /// Give back spare capacity once it is large (after removals).
     fn fit(&mut self) {
         if self.buf.capacity() > self.buf.len() + self.buf.len() / 4 + 64 {
-            self.buf.shrink_to_fit();
+            crate::value::shrink_exact(&mut self.buf);
         }
     }
 
@@ -764,7 +764,7 @@ impl Pack {
             lp: LP_EMPTY as u32,
         };
         self.buf.truncate(pos);
-        self.buf.shrink_to_fit();
+        crate::value::shrink_exact(&mut self.buf);
         self.count = at as u32;
         self.lp = LP_EMPTY as u32;
         let sizes: usize = self.iter().map(lp_entry_size).sum();

@@ -616,7 +616,7 @@ impl SetValue {
 /// removal; this keeps removals cheap while the accounting stays close to the truth).
 fn shrink_if_loose(buf: &mut Vec<u8>) {
     if buf.capacity() > 2 * buf.len() + 16 {
-        buf.shrink_to_fit();
+        crate::value::shrink_exact(buf);
     }
 }
 

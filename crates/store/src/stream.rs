@@ -315,9 +315,7 @@ impl Node {
     /// Closed to new entries (another node follows it): its buffer gets its exact size, as
     /// Redis shrinks a full listpack.
     fn close(&mut self) {
-        // A copy, not `shrink_to_fit`: the allocator keeps a block that shrinks by less than
-        // half where it is (mimalloc's realloc), which left most of a 4 KiB block per node.
-        self.buf = self.buf.as_slice().to_vec();
+        crate::value::shrink_exact(&mut self.buf);
     }
 
     fn mem(&self) -> usize {

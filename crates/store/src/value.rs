@@ -622,7 +622,16 @@ impl HashValue {
 /// Give back a buffer's spare room once it is a quarter of it (a shrinking packed value).
 fn shrink_if_loose(buf: &mut Vec<u8>) {
     if buf.capacity() - buf.len() > buf.capacity() / 4 {
-        buf.shrink_to_fit();
+        shrink_exact(buf);
+    }
+}
+
+/// A buffer moved into an allocation of its exact size. Not `shrink_to_fit`: mimalloc's
+/// realloc keeps a block that shrinks by less than half where it is, so the spare room stayed
+/// allocated (and out of the accounting, which reads the capacity).
+pub(crate) fn shrink_exact(buf: &mut Vec<u8>) {
+    if buf.capacity() != buf.len() {
+        *buf = buf.as_slice().to_vec();
     }
 }
 
