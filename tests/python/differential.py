@@ -16,9 +16,21 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional, Sequence
 
-from resp import RawConnection
+from resp import RawConnection, Simple
 
 Command = Sequence[Any]
+
+
+HELP_FOOTER_7_0 = Simple(b"    Prints this help.")
+HELP_FOOTER_7_2 = Simple(b"    Print this help.")
+
+
+def help_footer_7_2(reply: Any) -> Any:
+    """A HELP reply as Redis 7.2 words its last line ("Print this help."; 7.0, the reference
+    installed here, says "Prints"): Gradus answers as 7.2 does."""
+    if isinstance(reply, list) and reply and reply[-1] == HELP_FOOTER_7_0:
+        return reply[:-1] + [HELP_FOOTER_7_2]
+    return reply
 
 
 def run_script(server, script: Sequence[Command], protocol: int = 2,
@@ -29,7 +41,7 @@ def run_script(server, script: Sequence[Command], protocol: int = 2,
         conn.call("FLUSHALL")
         for cmd in setup:
             conn.call(*cmd)
-        return [conn.call(*cmd) for cmd in script]
+        return [help_footer_7_2(conn.call(*cmd)) for cmd in script]
 
 
 def assert_same_replies(gradus, redis_server, script: Sequence[Command], protocol: int = 2,

@@ -47,7 +47,7 @@ from typing import Any, List, Optional, Sequence
 
 import pytest
 
-from differential import assert_same_replies
+from differential import assert_same_replies, help_footer_7_2
 from resp import Err, Map, RawConnection, Set, Simple, Verbatim
 
 SEEDS = int(os.environ.get("GRADUS_DIFF_SEEDS", "5"))
@@ -711,7 +711,7 @@ def test_differential(seed, gradus, redis_server):
                 if cmd[0].endswith("SCANALL"):
                     expected, actual = full_scan(theirs, cmd), full_scan(ours, cmd)
                 else:
-                    expected, actual = theirs.call(*cmd), ours.call(*cmd)
+                    expected, actual = help_footer_7_2(theirs.call(*cmd)), ours.call(*cmd)
                 history.append((index, cmd, expected, actual))
                 name = cmd[0].upper()
                 if name == "MULTI" and expected == actual:

@@ -20,7 +20,7 @@ def test_memory_help_usage_and_errors_match_redis(gradus):
     r = redis_client(server, 2)
     help_text = r.execute_command("MEMORY", "HELP")
     assert help_text[0] == b"MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"
-    assert b"USAGE <key> [SAMPLES <count>]" in help_text and help_text[-1] == b"    Prints this help."
+    assert b"USAGE <key> [SAMPLES <count>]" in help_text and help_text[-1] == b"    Print this help."
     assert r.execute_command("MEMORY", "USAGE", "missing") is None
     r.set("k", "v" * 100)
     usage = r.execute_command("MEMORY", "USAGE", "k")

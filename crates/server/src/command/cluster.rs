@@ -81,7 +81,7 @@ const MODULE_HELP: &[&str] = &[
     "UNLOAD <name>",
     "    Unload a module.",
     "HELP",
-    "    Prints this help.",
+    "    Print this help.",
 ];
 
 fn unknown(cmd: &str, sub: &Bytes) -> CmdError {

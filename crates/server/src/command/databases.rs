@@ -220,7 +220,7 @@ const OBJECT_HELP: &[&str] = &[
     "    Return the number of references of the value associated with the specified",
     "    <key>.",
     "HELP",
-    "    Prints this help.",
+    "    Print this help.",
 ];
 
 /// Redis shares one object for each small integer string (0 to 9999) and reports this count

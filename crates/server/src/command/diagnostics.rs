@@ -135,7 +135,7 @@ const SLOWLOG_HELP: &[&str] = &[
     "RESET",
     "    Reset the slowlog.",
     "HELP",
-    "    Prints this help.",
+    "    Print this help.",
 ];
 
 const LATENCY_HELP: &[&str] = &[
@@ -153,7 +153,7 @@ const LATENCY_HELP: &[&str] = &[
     "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
     "    If no commands are specified then all histograms are replied.",
     "HELP",
-    "    Prints this help.",
+    "    Print this help.",
 ];
 
 fn help(lines: &[&'static str]) -> Frame {

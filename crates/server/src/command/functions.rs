@@ -425,7 +425,7 @@ fn help() -> Frame {
         "      libraries with the new libraries (notice that even on this option there is a chance of failure",
         "      in case of functions name collision with another library).",
         "HELP",
-        "    Prints this help.",
+        "    Print this help.",
     ];
     Frame::Array(
         LINES

@@ -44,7 +44,7 @@ const HELP: &[&str] = &[
     "    Return memory in bytes used by <key> and its value. Nested values are",
     "    sampled up to <count> times (default: 5, 0 means sample all).",
     "HELP",
-    "    Prints this help.",
+    "    Print this help.",
 ];
 
 /// Redis' reply when there is too little data to judge.

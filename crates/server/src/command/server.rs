@@ -568,7 +568,7 @@ const CONFIG_HELP: &[&str] = &[
     "REWRITE",
     "    Rewrite the configuration file.",
     "HELP",
-    "    Prints this help.",
+    "    Print this help.",
 ];
 
 fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
