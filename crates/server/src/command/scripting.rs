@@ -105,7 +105,11 @@ const KILLED_BY_USER_TEXT: &str = "ERR Script killed by user with SCRIPT KILL...
 const TIME_LIMIT_TEXT: &str = "ERR Script killed: it ran longer than the script time limit";
 /// How long [`hand_off_worker`] waits for its tasks to be picked up before it lets the script
 /// run on regardless.
-const HAND_OFF_WAIT: Duration = Duration::from_secs(1);
+const HAND_OFF_WAIT: Duration = Duration::from_secs(5);
+/// How long [`hand_off_worker`] waits after its task was picked up, so the thread given this
+/// worker's core has taken it (a thread starts in well under a millisecond; this is for a
+/// loaded machine).
+const HAND_OFF_GRACE: Duration = Duration::from_millis(5);
 /// Longest FUNCTION LOAD may run a library's code (Redis' load timeout).
 const LOAD_TIME_LIMIT: Duration = Duration::from_millis(500);
 /// The hook runs every this many VM instructions.
@@ -1068,6 +1072,11 @@ fn hand_off_worker() {
         while !picked_up.load(Ordering::Acquire) && Instant::now() < until {
             std::thread::sleep(Duration::from_micros(200));
         }
+        // A little longer: if another worker ran the probe (it was stealable: tokio puts a
+        // spawned task in the run queue when the LIFO slot is off), the new thread may not
+        // have taken this worker's core yet, and returning now would take it back with the
+        // tasks still queued on it (a PING that then waited for the script: seen once in CI).
+        std::thread::sleep(HAND_OFF_GRACE);
     });
 }
 
