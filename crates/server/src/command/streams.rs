@@ -1479,6 +1479,13 @@ fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         Some(s) => (true, s.group(&name).is_some(), s.last_id()),
         None => (false, false, StreamId::ZERO),
     };
+    // CREATECONSUMER's and DELCONSUMER's consumer: whether the group has it already.
+    let has_consumer = argc == 5
+        && shard
+            .get(&key, now)
+            .and_then(|e| e.value.as_stream())
+            .and_then(|s| s.group(&name))
+            .is_some_and(|g| g.consumers.contains_key(&args[4][..]));
     if !mkstream {
         if !exists {
             return Err(CmdError::err(
@@ -1543,12 +1550,7 @@ fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             Frame::Integer(1)
         }
         ("createconsumer", 5) => {
-            let known = shard
-                .get(&key, now)
-                .and_then(|e| e.value.as_stream())
-                .and_then(|s| s.group(&name))
-                .is_some_and(|g| g.consumers.contains_key(&args[4][..]));
-            if known {
+            if has_consumer {
                 return Ok(Frame::Integer(0));
             }
             with_stream(&mut shard, &key, now, |s| {
@@ -1560,12 +1562,7 @@ fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             Frame::Integer(1)
         }
         ("delconsumer", 5) => {
-            let known = shard
-                .get(&key, now)
-                .and_then(|e| e.value.as_stream())
-                .and_then(|s| s.group(&name))
-                .is_some_and(|g| g.consumers.contains_key(&args[4][..]));
-            if !known {
+            if !has_consumer {
                 return Ok(Frame::Integer(0));
             }
             let pending = with_stream(&mut shard, &key, now, |s| {
