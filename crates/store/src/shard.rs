@@ -16,7 +16,11 @@
 //! Layout: entries live in an [`EntryMap`] (one block per key holding the entry and the key's
 //! bytes, 8-byte table slots; see `crate::table`). The expiry index refers to blocks by address,
 //! which is stable while a block is in the table; every path that removes a block removes its
-//! expiry first.
+//! expiry first. An entry is its value and one metadata word: a key without a TTL or memcached
+//! client flags keeps its access stamp and its version (31 bits, read back against the shard's
+//! newest) in that word; a key with a TTL keeps them with its expiry in a 16-byte allocation the
+//! word points to, a key with client flags or a client-chosen version everything in a 24-byte
+//! one (see [`Entry`]).
 
 use crate::list::ListValue;
 use crate::set::SetValue;
@@ -34,21 +38,206 @@ use std::convert::Infallible;
 /// `Entry::expires_at` of a key without a TTL (Redis refuses expiry times past `i64::MAX`).
 const NO_EXPIRY: u64 = u64::MAX;
 
-/// A stored key's value and metadata: 64 bytes, so with a short key (up to 15 bytes) the
-/// key's block is an 80-byte allocation (see `crate::table`).
+/// A stored key's value and metadata: 48 bytes, so with a short key (up to 15 bytes) the key's
+/// block is a 64-byte allocation (see `crate::table`).
+///
+/// The metadata is one word ([`MetaWord`]). A key with no TTL, no memcached client flags and
+/// no version chosen by a client — most keys — keeps its access stamp and the low 31 bits of
+/// its version in that word itself; a key with a TTL keeps them with its expiry in a 16-byte
+/// allocation of its own ([`SmallExt`]), and a key with client flags or a version chosen by a
+/// client keeps everything, in full, in a 24-byte one ([`Ext`]). A version kept as 31 bits is
+/// read back as the newest version of the shard with those bits ([`Shard::full_version`]):
+/// exact for as long as the shard has handed out fewer than 2^31 versions since, and otherwise
+/// larger than the true one, so that a stale WATCH or CAS value can fail where it would have
+/// held, never the other way round.
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub value: Value,
+    meta: MetaWord,
+}
+
+/// Every metadata field of an entry, in full; also how a [`MetaWord`] keeps them when it
+/// cannot do with less.
+#[derive(Debug, Clone, Copy)]
+struct Ext {
     /// Unix ms, or [`NO_EXPIRY`] (8 bytes instead of an `Option`'s 16).
     expires_at: u64,
     version: u64,
+    /// As [`MetaWord::inline`]'s.
+    stamp: u32,
     /// memcached client flags ([`ItemMeta::client_flags`]).
     client_flags: u32,
-    /// The access data in the low [`TICK_BITS`] bits, as the shard's [`AccessClock`] keeps it
-    /// (LRU: the last access, see [`access_tick`]; LFU: the counter in bits 0-7 and the last
-    /// decrement time in minutes in bits 8-23), and the memcached meta bits ([`ItemMeta::bits`])
-    /// in the top three.
+}
+
+/// What a key with a TTL (and nothing else an inline word cannot hold) keeps beside its value.
+#[derive(Debug, Clone, Copy)]
+struct SmallExt {
+    expires_at: u64,
     stamp: u32,
+    /// The version's low [`VERSION_BITS`] bits.
+    version_low: u32,
+}
+
+/// An entry's version as stored (see [`Entry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoredVersion {
+    /// The low [`VERSION_BITS`] bits of the version, which was the shard's newest when stored.
+    Low(u32),
+    Full(u64),
+}
+
+/// Bits of a version an inline [`MetaWord`] or a [`SmallExt`] keeps.
+const VERSION_BITS: u32 = 31;
+const VERSION_MASK: u64 = (1 << VERSION_BITS) - 1;
+
+/// An entry's metadata word: either inline — bit 0 set, the version's low [`VERSION_BITS`] bits
+/// in bits 1-31 and the access stamp (see [`TICK_BITS`]: the access data, and the memcached
+/// meta bits in the top three) in bits 32-63 — or the address of the entry's own [`SmallExt`]
+/// (bits 0 and 1 clear) or [`Ext`] (bit 1 set), which it owns (both are 8-byte aligned).
+struct MetaWord(*mut u8);
+
+const INLINE: usize = 1;
+const BIG: usize = 2;
+
+const _: () = assert!(usize::BITS == 64, "an inline MetaWord needs a 64-bit word");
+const _: () = assert!(std::mem::align_of::<SmallExt>() >= 4 && std::mem::align_of::<Ext>() >= 4);
+
+// SAFETY: a `MetaWord` owns its `SmallExt` or `Ext` exclusively (like a `Box`), and both are
+// plain data.
+unsafe impl Send for MetaWord {}
+unsafe impl Sync for MetaWord {}
+
+/// A [`MetaWord`] read.
+enum Kind<'a> {
+    Inline(u64),
+    Small(&'a SmallExt),
+    Big(&'a Ext),
+}
+
+/// A [`MetaWord`] to change in place.
+enum KindMut<'a> {
+    Inline,
+    Small(&'a mut SmallExt),
+    Big(&'a mut Ext),
+}
+
+impl MetaWord {
+    fn inline(stamp: u32, version: u64) -> MetaWord {
+        let word = u64::from(stamp) << 32 | (version & VERSION_MASK) << 1 | INLINE as u64;
+        MetaWord(std::ptr::without_provenance_mut(word as usize))
+    }
+
+    fn small(ext: SmallExt) -> MetaWord {
+        MetaWord(Box::into_raw(Box::new(ext)).cast())
+    }
+
+    fn big(ext: Ext) -> MetaWord {
+        MetaWord(
+            Box::into_raw(Box::new(ext))
+                .cast::<u8>()
+                .map_addr(|a| a | BIG),
+        )
+    }
+
+    /// Which of the three forms the word is (Debug, tests).
+    fn kind_name(&self) -> &'static str {
+        match self.kind() {
+            Kind::Inline(_) => "inline",
+            Kind::Small(_) => "small",
+            Kind::Big(_) => "big",
+        }
+    }
+
+    fn kind(&self) -> Kind<'_> {
+        let addr = self.0.addr();
+        // SAFETY: a word with bit 0 clear is the address of the `SmallExt` (bit 1 clear) or
+        // `Ext` (bit 1 set) this word owns.
+        unsafe {
+            if addr & INLINE != 0 {
+                Kind::Inline(addr as u64)
+            } else if addr & BIG != 0 {
+                Kind::Big(&*self.0.map_addr(|a| a & !BIG).cast::<Ext>())
+            } else {
+                Kind::Small(&*self.0.cast::<SmallExt>())
+            }
+        }
+    }
+
+    fn kind_mut(&mut self) -> KindMut<'_> {
+        let addr = self.0.addr();
+        // SAFETY: as in `kind`; `&mut self` is the only access to it.
+        unsafe {
+            if addr & INLINE != 0 {
+                KindMut::Inline
+            } else if addr & BIG != 0 {
+                KindMut::Big(&mut *self.0.map_addr(|a| a & !BIG).cast::<Ext>())
+            } else {
+                KindMut::Small(&mut *self.0.cast::<SmallExt>())
+            }
+        }
+    }
+
+    /// Every field (a 31-bit version as it was stored: see [`MetaWord::stored_version`]).
+    fn fields(&self) -> Ext {
+        match self.kind() {
+            Kind::Inline(word) => Ext {
+                expires_at: NO_EXPIRY,
+                version: (word >> 1) & VERSION_MASK,
+                stamp: (word >> 32) as u32,
+                client_flags: 0,
+            },
+            Kind::Small(ext) => Ext {
+                expires_at: ext.expires_at,
+                version: u64::from(ext.version_low),
+                stamp: ext.stamp,
+                client_flags: 0,
+            },
+            Kind::Big(ext) => *ext,
+        }
+    }
+
+    fn stored_version(&self) -> StoredVersion {
+        match self.kind() {
+            Kind::Inline(word) => StoredVersion::Low(((word >> 1) & VERSION_MASK) as u32),
+            Kind::Small(ext) => StoredVersion::Low(ext.version_low),
+            Kind::Big(ext) => StoredVersion::Full(ext.version),
+        }
+    }
+}
+
+impl Drop for MetaWord {
+    fn drop(&mut self) {
+        let addr = self.0.addr();
+        // SAFETY: the box was made by `MetaWord::small` / `MetaWord::big` (bit 1 tells which)
+        // and is owned by this word only.
+        unsafe {
+            if addr & INLINE != 0 {
+            } else if addr & BIG != 0 {
+                drop(Box::from_raw(self.0.map_addr(|a| a & !BIG).cast::<Ext>()));
+            } else {
+                drop(Box::from_raw(self.0.cast::<SmallExt>()));
+            }
+        }
+    }
+}
+
+impl Clone for MetaWord {
+    fn clone(&self) -> MetaWord {
+        match self.kind() {
+            Kind::Inline(_) => MetaWord(self.0),
+            Kind::Small(ext) => MetaWord::small(*ext),
+            Kind::Big(ext) => MetaWord::big(*ext),
+        }
+    }
+}
+
+impl std::fmt::Debug for MetaWord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetaWord")
+            .field("kind", &self.kind_name())
+            .field("fields", &self.fields())
+            .finish()
+    }
 }
 
 /// Bits of [`Entry::stamp`] that hold the access tick: 2^29 ticks of 10 ms, ~62 days (Redis'
@@ -265,8 +454,28 @@ impl ItemMeta {
     }
 }
 
+/// The version whose low [`VERSION_BITS`] bits are `low`: the newest not above `newest` (see
+/// [`Entry`]).
+fn expand_version(low: u32, newest: u64) -> u64 {
+    let v = newest & !VERSION_MASK | u64::from(low);
+    if v > newest && v > VERSION_MASK {
+        v - (VERSION_MASK + 1)
+    } else {
+        v
+    }
+}
+
+/// `stored` in full while `newest` is the shard's newest version.
+fn full_version(stored: StoredVersion, newest: u64) -> u64 {
+    match stored {
+        StoredVersion::Low(low) => expand_version(low, newest),
+        StoredVersion::Full(v) => v,
+    }
+}
+
 impl Entry {
-    /// An entry holding `value`, stored at `now_ms` with version `version` (LRU access data).
+    /// An entry holding `value`, stored at `now_ms` with version `version`, which must be its
+    /// shard's newest (LRU access data).
     pub fn new(value: Value, expires_at: Option<u64>, version: u64, now_ms: u64) -> Entry {
         let meta = ItemMeta::default();
         Entry::with_meta(value, expires_at, version, meta, AccessClock::Lru, now_ms)
@@ -280,24 +489,111 @@ impl Entry {
         clock: AccessClock,
         now_ms: u64,
     ) -> Entry {
+        let stamp = clock.fresh(now_ms) & TICK_MASK | u32::from(meta.bits & 0b111) << TICK_BITS;
         let mut entry = Entry {
             value,
-            expires_at: expires_at.unwrap_or(NO_EXPIRY),
-            version,
-            client_flags: 0,
-            stamp: clock.fresh(now_ms),
+            meta: MetaWord::inline(stamp, version),
         };
-        entry.set_meta(meta);
+        let expires_at = expires_at.unwrap_or(NO_EXPIRY);
+        if expires_at != NO_EXPIRY || meta.client_flags != 0 {
+            let fields = Ext {
+                expires_at,
+                version,
+                stamp,
+                client_flags: meta.client_flags,
+            };
+            entry.store_as(fields, version);
+        }
         entry
+    }
+
+    /// Every field in full, a 31-bit version read against `newest`, the shard's newest version.
+    fn full_fields(&self, newest: u64) -> Ext {
+        let mut fields = self.meta.fields();
+        if let StoredVersion::Low(low) = self.meta.stored_version() {
+            fields.version = expand_version(low, newest);
+        }
+        fields
+    }
+
+    /// Keep `fields` in as little as they fit (see [`Entry`]): a version in 31 bits if those
+    /// give it back exactly while `newest` is the shard's newest version, no allocation without
+    /// an expiry or client flags. An allocation of the right kind is reused.
+    fn store_as(&mut self, fields: Ext, newest: u64) {
+        let exact = fields.version <= newest && newest - fields.version <= VERSION_MASK;
+        let small = SmallExt {
+            expires_at: fields.expires_at,
+            stamp: fields.stamp,
+            version_low: (fields.version & VERSION_MASK) as u32,
+        };
+        match self.meta.kind_mut() {
+            _ if exact && fields.client_flags == 0 && fields.expires_at == NO_EXPIRY => {
+                self.meta = MetaWord::inline(fields.stamp, fields.version);
+            }
+            KindMut::Small(ext) if exact && fields.client_flags == 0 => *ext = small,
+            _ if exact && fields.client_flags == 0 => self.meta = MetaWord::small(small),
+            KindMut::Big(ext) => *ext = fields,
+            _ => self.meta = MetaWord::big(fields),
+        }
+    }
+
+    fn stamp(&self) -> u32 {
+        match self.meta.kind() {
+            Kind::Inline(word) => (word >> 32) as u32,
+            Kind::Small(ext) => ext.stamp,
+            Kind::Big(ext) => ext.stamp,
+        }
+    }
+
+    fn set_stamp(&mut self, stamp: u32) {
+        match self.meta.kind_mut() {
+            KindMut::Inline => {
+                let word = self.meta.0.addr() as u64 & 0xffff_ffff | u64::from(stamp) << 32;
+                self.meta = MetaWord(std::ptr::without_provenance_mut(word as usize));
+            }
+            KindMut::Small(ext) => ext.stamp = stamp,
+            KindMut::Big(ext) => ext.stamp = stamp,
+        }
+    }
+
+    /// Give the entry `version`, the shard's newest (a write).
+    fn set_version(&mut self, version: u64) {
+        match self.meta.kind_mut() {
+            KindMut::Inline => self.meta = MetaWord::inline(self.stamp(), version),
+            KindMut::Small(ext) => ext.version_low = (version & VERSION_MASK) as u32,
+            KindMut::Big(ext) => ext.version = version,
+        }
+    }
+
+    /// The version as stored (see [`Shard::full_version`]).
+    pub fn stored_version(&self) -> StoredVersion {
+        self.meta.stored_version()
+    }
+
+    /// Heap bytes the entry's metadata takes beside its block (its [`SmallExt`] or [`Ext`]).
+    fn ext_bytes(&self) -> usize {
+        match self.meta.kind() {
+            Kind::Inline(_) => 0,
+            Kind::Small(_) => alloc_class(std::mem::size_of::<SmallExt>()),
+            Kind::Big(_) => alloc_class(std::mem::size_of::<Ext>()),
+        }
+    }
+
+    fn raw_expiry(&self) -> u64 {
+        match self.meta.kind() {
+            Kind::Inline(_) => NO_EXPIRY,
+            Kind::Small(ext) => ext.expires_at,
+            Kind::Big(ext) => ext.expires_at,
+        }
     }
 
     /// The access data (the low [`TICK_BITS`] of the stamp).
     fn access_data(&self) -> u32 {
-        self.stamp & TICK_MASK
+        self.stamp() & TICK_MASK
     }
 
     fn set_access_data(&mut self, data: u32) {
-        self.stamp = (self.stamp & !TICK_MASK) | (data & TICK_MASK);
+        self.set_stamp((self.stamp() & !TICK_MASK) | (data & TICK_MASK));
     }
 
     /// Record an access at `now_ms` (Redis' `lookupKey`: the LRU time set, or the LFU counter
@@ -320,22 +616,23 @@ impl Entry {
         self.set_access_data(data);
     }
 
-    fn set_meta(&mut self, meta: ItemMeta) {
-        self.client_flags = meta.client_flags;
-        self.stamp = (self.stamp & TICK_MASK) | (u32::from(meta.bits & 0b111) << TICK_BITS);
+    /// Set the memcached meta state; the version stays what it was (`newest`: the shard's
+    /// newest version).
+    fn set_meta(&mut self, meta: ItemMeta, newest: u64) {
+        let mut fields = self.full_fields(newest);
+        fields.client_flags = meta.client_flags;
+        fields.stamp = (fields.stamp & TICK_MASK) | (u32::from(meta.bits & 0b111) << TICK_BITS);
+        self.store_as(fields, newest);
     }
 
     /// Absolute expiry time in Unix milliseconds, if the key has a TTL.
     pub fn expires_at(&self) -> Option<u64> {
-        (self.expires_at != NO_EXPIRY).then_some(self.expires_at)
-    }
-    /// Monotonic per-shard modification stamp (never 0 for a live entry).
-    pub fn version(&self) -> u64 {
-        self.version
+        let t = self.raw_expiry();
+        (t != NO_EXPIRY).then_some(t)
     }
     /// Ticks (10 ms) since the last access at `now_ms`, the access data read as LRU data.
     pub fn idle_ticks(&self, now_ms: u64) -> u32 {
-        access_tick(now_ms).wrapping_sub(self.stamp) & TICK_MASK
+        access_tick(now_ms).wrapping_sub(self.stamp()) & TICK_MASK
     }
     /// The LFU counter at `now_ms`, decayed by one for each `decay_time` minutes since its last
     /// decrement (Redis' `LFUDecrAndReturn`; the entry is not changed), the access data read as
@@ -356,12 +653,15 @@ impl Entry {
     /// memcached client flags and meta state.
     pub fn meta(&self) -> ItemMeta {
         ItemMeta {
-            client_flags: self.client_flags,
-            bits: (self.stamp >> TICK_BITS) as u8,
+            client_flags: match self.meta.kind() {
+                Kind::Big(ext) => ext.client_flags,
+                _ => 0,
+            },
+            bits: (self.stamp() >> TICK_BITS) as u8,
         }
     }
     fn is_expired(&self, now_ms: u64) -> bool {
-        self.expires_at <= now_ms
+        self.raw_expiry() <= now_ms
     }
     /// What a snapshot writes of this entry.
     pub fn view(&self) -> ItemView<'_> {
@@ -587,7 +887,7 @@ fn write_entry<R, E>(
 ) -> Result<Written<R>, E> {
     let before = entry.value.mem_size();
     let result = f(&mut entry.value)?;
-    entry.version = version;
+    entry.set_version(version);
     if access {
         entry.touch(clock, now_ms);
     }
@@ -855,7 +1155,7 @@ impl Shard {
         } else {
             0
         };
-        Some(entry_size(key.len(), &entry.value) + expiry)
+        Some(entry_size(key.len(), &entry.value) + entry.ext_bytes() + expiry)
     }
 
     /// Bytes of this shard's table itself (slots and control bytes) and of its expiry index:
@@ -930,6 +1230,7 @@ impl Shard {
             self.used_bytes -= EXPIRY_INDEX_BYTES;
         }
         self.used_bytes -= entry_size(node.key().len(), &node.entry().value);
+        self.used_bytes -= node.entry().ext_bytes();
         match self.pending_snapshot.as_deref_mut() {
             // A snapshot's copy may borrow this block's key: keep the block, its entry taken
             // out (what the copy borrows of the value is kept alive by the clone `preserve`
@@ -997,31 +1298,35 @@ impl Shard {
 
     /// The live entry for `key` as a memcached read sees it, with its meta state and its
     /// seconds since the last access *before* this read; `bump` marks it fetched and accessed
-    /// now (meta `u` skips that). One hash lookup.
+    /// now (meta `u` skips that), and its version (memcached's CAS value). One hash lookup.
     pub fn fetch(
         &mut self,
         key: &[u8],
         now_ms: u64,
         bump: bool,
-    ) -> Option<(&Entry, ItemMeta, u64)> {
-        let clock = self.clock;
+    ) -> Option<(&Entry, ItemMeta, u64, u64)> {
+        let (clock, newest) = (self.clock, self.next_version);
         let entry = self.live_mut(key, now_ms)?;
         let before = entry.meta();
         let idle_s = u64::from(entry.idle_ticks_by(clock, now_ms)) / 100;
         if bump {
-            entry.set_meta(ItemMeta {
+            let meta = ItemMeta {
                 bits: before.bits | ItemMeta::FETCHED,
                 ..before
-            });
+            };
+            entry.set_meta(meta, newest);
             entry.touch(clock, now_ms);
         }
-        Some((&*entry, before, idle_s))
+        let version = full_version(entry.stored_version(), newest);
+        Some((&*entry, before, idle_s, version))
     }
 
     /// Version of `key` for WATCH: 0 when absent or expired. Not an access (Redis' WATCH and
     /// EXEC's check look at keys without touching them).
     pub fn version_of(&mut self, key: &[u8], now_ms: u64) -> u64 {
-        self.peek(key, now_ms).map_or(0, |e| e.version)
+        let newest = self.next_version;
+        self.peek(key, now_ms)
+            .map_or(0, |e| full_version(e.stored_version(), newest))
     }
 
     /// Apply `f` to the live value of `key`. Returns None when the key is absent. The entry's version
@@ -1204,8 +1509,10 @@ impl Shard {
                 new.set_access_data(entry.access_data());
                 new.touch(clock, now_ms);
             }
-            self.used_bytes = self.used_bytes - entry.value.mem_size() + new.value.mem_size();
-            if entry.expires_at != new.expires_at {
+            self.used_bytes = self.used_bytes - entry.value.mem_size() - entry.ext_bytes()
+                + new.value.mem_size()
+                + new.ext_bytes();
+            if entry.expires_at() != new.expires_at() {
                 if let Some(t) = entry.expires_at() {
                     self.expiries.remove(&(t, addr));
                     self.used_bytes -= EXPIRY_INDEX_BYTES;
@@ -1223,7 +1530,7 @@ impl Shard {
             }
             return Some(old);
         }
-        self.used_bytes += entry_size(key.len(), &new.value);
+        self.used_bytes += entry_size(key.len(), &new.value) + new.ext_bytes();
         let node = self.map.insert_new(Node::new(key, new));
         if let Some(t) = expires_at {
             self.expiries.insert((t, node.addr()));
@@ -1236,12 +1543,17 @@ impl Shard {
     /// memcached state and last access go with it; it gets a new version of this shard (so a
     /// WATCH of `key` here sees the change). Returns the entry it replaced, if that was live.
     pub fn adopt(&mut self, key: &[u8], entry: Entry, now_ms: u64) -> Option<Entry> {
-        let (stamp, expires_at, meta) = (entry.stamp, entry.expires_at(), entry.meta());
+        let (stamp, expires_at, meta) = (entry.stamp(), entry.expires_at(), entry.meta());
         let old = self.set_with_meta(key, entry.value, expires_at, meta, now_ms);
         if let Some(adopted) = self.map.get_mut(key) {
-            adopted.stamp = stamp;
+            adopted.set_stamp(stamp);
         }
         old
+    }
+
+    /// An entry's version in full (see [`Entry`]).
+    pub fn full_version(&self, stored: StoredVersion) -> u64 {
+        full_version(stored, self.next_version)
     }
 
     /// The version given to the latest write in this shard (after `set`: the new entry's).
@@ -1297,7 +1609,9 @@ impl Shard {
         };
         let mut meta = entry.meta();
         change(&mut meta);
-        entry.set_meta(meta);
+        let ext_before = entry.ext_bytes();
+        entry.set_meta(meta, self.next_version);
+        self.used_bytes = self.used_bytes + entry.ext_bytes() - ext_before;
         true
     }
 
@@ -1307,8 +1621,12 @@ impl Shard {
         self.expire_if_needed(key, now_ms);
         let version = explicit.unwrap_or(self.next_version + 1);
         let entry = self.map.get_mut(key)?;
-        entry.version = version;
+        let ext_before = entry.ext_bytes();
+        let mut fields = entry.full_fields(self.next_version);
+        fields.version = version;
         self.next_version = self.next_version.max(version);
+        entry.store_as(fields, self.next_version);
+        self.used_bytes = self.used_bytes + entry.ext_bytes() - ext_before;
         Some(version)
     }
 
@@ -1338,8 +1656,12 @@ impl Shard {
             self.expiries.insert((t, addr));
             self.used_bytes += EXPIRY_INDEX_BYTES;
         }
-        entry.expires_at = expires_at.unwrap_or(NO_EXPIRY);
-        entry.version = version;
+        let ext_before = entry.ext_bytes();
+        let mut fields = entry.full_fields(self.next_version);
+        fields.expires_at = expires_at.unwrap_or(NO_EXPIRY);
+        fields.version = version;
+        entry.store_as(fields, version);
+        self.used_bytes = self.used_bytes + entry.ext_bytes() - ext_before;
         self.next_version = version;
         true
     }
@@ -1569,6 +1891,110 @@ mod tests {
         let v3 = sh.version_of(b"k", 0);
         assert!(v1 < v2 && v2 < v3);
         assert_eq!(sh.version_of(b"k", 60), 0);
+    }
+
+    /// What `used_bytes` must be: every live key's MEMORY USAGE.
+    fn accounted(sh: &mut Shard, keys: &[&[u8]]) -> usize {
+        keys.iter().filter_map(|k| sh.memory_usage(k, 0)).sum()
+    }
+
+    #[test]
+    fn a_plain_key_keeps_its_metadata_in_the_entry_and_a_ttl_or_flags_move_it_out() {
+        assert_eq!(std::mem::size_of::<Entry>(), 48);
+        let mut sh = Shard::new();
+        sh.set(b"k", s("v"), None, 0);
+        assert_eq!(sh.map.get(b"k").unwrap().meta.kind_name(), "inline");
+        sh.set_expiry(b"k", Some(5_000), 0);
+        let e = sh.map.get(b"k").unwrap();
+        assert_eq!(e.meta.kind_name(), "small");
+        assert_eq!(e.ext_bytes(), 16);
+        assert_eq!(e.expires_at(), Some(5_000));
+        assert_eq!(accounted(&mut sh, &[b"k"]), sh.used_bytes());
+        sh.set_expiry(b"k", None, 0);
+        assert_eq!(
+            sh.map.get(b"k").unwrap().meta.kind_name(),
+            "inline",
+            "PERSIST"
+        );
+        assert_eq!(accounted(&mut sh, &[b"k"]), sh.used_bytes());
+
+        let meta = ItemMeta {
+            client_flags: 0xdead_beef,
+            bits: ItemMeta::STALE,
+        };
+        sh.set_with_meta(b"m", s("v"), None, meta, 0);
+        let e = sh.map.get(b"m").unwrap();
+        assert_eq!(e.meta(), meta);
+        assert_eq!((e.meta.kind_name(), e.ext_bytes()), ("big", 24));
+        assert_eq!(accounted(&mut sh, &[b"k", b"m"]), sh.used_bytes());
+        sh.update_meta(b"m", 0, |m| m.client_flags = 0);
+        let e = sh.map.get(b"m").unwrap();
+        assert_eq!(e.meta.kind_name(), "inline", "flags cleared");
+        assert!(e.meta().has(ItemMeta::STALE));
+        assert_eq!(accounted(&mut sh, &[b"k", b"m"]), sh.used_bytes());
+        sh.remove(b"k", 0);
+        sh.remove(b"m", 0);
+        assert_eq!(sh.used_bytes(), 0);
+    }
+
+    #[test]
+    fn the_access_stamp_survives_every_change_of_where_the_metadata_is_kept() {
+        let mut sh = Shard::new();
+        sh.set(b"k", s("v"), None, 1_000);
+        sh.update_meta(b"k", 0, |m| m.bits |= ItemMeta::WIN_SENT);
+        sh.set_expiry(b"k", Some(1 << 50), 0);
+        sh.update_meta(b"k", 0, |m| m.client_flags = 7);
+        sh.set_expiry(b"k", None, 0);
+        let e = sh.peek(b"k", 0).unwrap();
+        assert_eq!(e.idle_ticks(61_000), 6_000);
+        assert_eq!(e.meta().bits, ItemMeta::WIN_SENT);
+        assert_eq!(e.meta().client_flags, 7);
+    }
+
+    #[test]
+    fn a_version_kept_in_31_bits_reads_back_exactly_and_a_chosen_one_in_full() {
+        let mut sh = Shard::new();
+        sh.set(b"k", s("v"), None, 0);
+        let v = sh.version_of(b"k", 0);
+        assert_eq!(v, sh.last_version());
+        // Two billion versions handed out elsewhere: still exact up to 2^31 - 1 of them.
+        sh.next_version += VERSION_MASK;
+        assert_eq!(sh.version_of(b"k", 0), v);
+        // One more and a 31-bit version can no longer be told from a newer one: it reads as
+        // newer (a stale WATCH or CAS fails), never as an older version.
+        sh.next_version += 1;
+        assert!(sh.version_of(b"k", 0) > v);
+        // A version a client chose (meta `E`) is kept in full, however old.
+        assert_eq!(sh.renew_version(b"k", Some(3), 0), Some(3));
+        assert_eq!(sh.map.get(b"k").unwrap().meta.kind_name(), "big");
+        sh.next_version += 10 * VERSION_MASK;
+        assert_eq!(sh.version_of(b"k", 0), 3);
+        // The next write gives it the shard's newest version again.
+        sh.modify(b"k", 0, |_| ());
+        let w = sh.version_of(b"k", 0);
+        assert_eq!(w, sh.last_version());
+        assert_eq!(accounted(&mut sh, &[b"k"]), sh.used_bytes());
+        // A key with a TTL keeps 31 bits beside its expiry, read back the same way.
+        sh.set(b"t", s("v"), Some(1 << 50), 0);
+        assert_eq!(sh.map.get(b"t").unwrap().meta.kind_name(), "small");
+        let t = sh.version_of(b"t", 0);
+        sh.next_version += VERSION_MASK;
+        assert_eq!(sh.version_of(b"t", 0), t);
+        sh.next_version += 1;
+        assert!(sh.version_of(b"t", 0) > t);
+        assert_eq!(accounted(&mut sh, &[b"k", b"t"]), sh.used_bytes());
+    }
+
+    #[test]
+    fn versions_never_repeat_across_writes_whatever_their_low_bits() {
+        let mut sh = Shard::new();
+        let mut seen = std::collections::HashSet::new();
+        for round in 0..200u64 {
+            sh.set(b"k", s("v"), (round % 3 == 0).then_some(1 << 50), 0);
+            assert!(seen.insert(sh.version_of(b"k", 0)), "round {round}");
+            // Versions handed out to other keys, past a wrap of the 31 bits now and then.
+            sh.next_version += if round % 7 == 0 { VERSION_MASK } else { 3 };
+        }
     }
 
     #[test]

@@ -8,9 +8,10 @@
 //! ~230 bytes per key at the usual fill, plus a separate allocation for the key. Here a slot is
 //! one pointer (8 bytes and a control byte), and the key lives inline after the entry in one
 //! exact-sized block (Redis' `embstr` idea applied to the key, memcached's item header), so a key
-//! costs its block plus ~19 bytes of table. The block is the 64-byte entry, the key's length as
-//! a LEB128 varint (one byte below 128) and the key's bytes: a key of up to 15 bytes makes an
-//! 80-byte block (mimalloc's class; it was 96 with a 4-byte length field after a 72-byte entry).
+//! costs its block plus ~19 bytes of table. The block is the 48-byte entry, the key's length as
+//! a LEB128 varint (one byte below 128) and the key's bytes: a key of up to 15 bytes makes a
+//! 64-byte block (mimalloc's class; it was 80 with a 64-byte entry, 96 with a 4-byte length
+//! field after a 72-byte entry).
 //!
 //! A block never moves while it is in the table (growth moves slots, not blocks): the expiry
 //! index and a snapshot's borrowed copy refer to blocks by address (see `crate::shard`). The
@@ -335,15 +336,15 @@ mod tests {
     fn a_slot_is_one_pointer_and_a_block_holds_entry_and_key() {
         assert_eq!(std::mem::size_of::<Node>(), 8);
         assert_eq!(std::mem::size_of::<Option<Node>>(), 8);
-        assert_eq!(std::mem::size_of::<Entry>(), 64);
-        // The entry with a key of up to 15 bytes fits an 80-byte allocation class.
+        assert_eq!(std::mem::size_of::<Entry>(), 48);
+        // The entry with a key of up to 15 bytes fits a 64-byte allocation class.
         assert_eq!(
             alloc_class(Node::block_size(15)),
-            80,
+            64,
             "{}",
             Node::block_size(15)
         );
-        assert_eq!(alloc_class(Node::block_size(16)), 96);
+        assert_eq!(alloc_class(Node::block_size(16)), 80);
     }
 
     #[test]
@@ -357,7 +358,7 @@ mod tests {
             assert_eq!(unsafe { key_of(node.addr()) }, &key[..], "{len}");
             assert_eq!(
                 Node::block_size(len),
-                (64 + crate::varint::len(len) + len).next_multiple_of(8)
+                (48 + crate::varint::len(len) + len).next_multiple_of(8)
             );
             assert!(matches!(node.into_entry().value, Value::Str(_)));
         }

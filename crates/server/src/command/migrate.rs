@@ -191,15 +191,19 @@ fn migrate(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let mut found = Vec::new();
         let mut missing = Vec::new();
         for key in keys {
-            match lock.shard(key).get(key, now) {
-                Some(entry) => found.push(Found {
-                    key: key.clone(),
-                    value: super::dump::to_rdb(&entry.value),
-                    expires_at: entry.expires_at(),
-                    version: entry.version(),
-                }),
-                None => missing.push(key),
-            }
+            let shard = lock.shard(key);
+            let Some(entry) = shard.get(key, now) else {
+                missing.push(key);
+                continue;
+            };
+            let (value, expires_at) = (super::dump::to_rdb(&entry.value), entry.expires_at());
+            let version = entry.stored_version();
+            found.push(Found {
+                key: key.clone(),
+                value,
+                expires_at,
+                version: shard.full_version(version),
+            });
         }
         (found, missing)
     };

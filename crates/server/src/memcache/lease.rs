@@ -63,11 +63,11 @@ fn getlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             Frame::Integer(i64::from(stale)),
         ])
     };
-    if let Some((entry, before, _)) = shard.fetch(&key, now, true) {
+    if let Some((entry, before, _, version)) = shard.fetch(&key, now, true) {
         let Value::Str(value) = &entry.value else {
             return Err(CmdError::WrongType);
         };
-        let (value, version) = (value.to_bytes(), entry.version());
+        let value = value.to_bytes();
         let stale = before.has(ItemMeta::STALE);
         let lease_out = before.has(ItemMeta::WIN_SENT);
         ctx.lookup(true);
@@ -121,7 +121,8 @@ fn setlease(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let current = shard
         .get(&key, now)
         .filter(|e| matches!(e.value, Value::Str(_)))
-        .map(|e| e.version());
+        .map(|e| e.stored_version());
+    let current = current.map(|v| shard.full_version(v));
     if current != Some(token) {
         return Ok(Frame::Null);
     }

@@ -91,11 +91,11 @@ pub(super) struct Item {
 /// The live *string* entry for `key` (another type is a miss for memcached), marking it fetched
 /// when `bump`. Returns the meta state from before this read.
 pub(super) fn fetch(shard: &mut Shard, key: &[u8], now_ms: u64, bump: bool) -> Option<Item> {
-    let (entry, before, idle_s) = shard.fetch(key, now_ms, bump)?;
+    let (entry, before, idle_s, version) = shard.fetch(key, now_ms, bump)?;
     match &entry.value {
         Value::Str(v) => Some(Item {
             value: v.to_bytes(),
-            cas: entry.version(),
+            cas: version,
             expires_at: entry.expires_at(),
             meta: before,
             idle_s,
