@@ -347,6 +347,32 @@ def test_commands_that_came_while_the_script_ran_get_busy_too(multi_worker):
 
 
 @pytest.mark.gradus_only
+def test_commands_sent_as_a_long_script_starts_are_answered(multi_worker):
+    """Commands that reach the server at the moment a script that will run past the threshold
+    starts are answered: PONG when they ran before it, BUSY once it passed the threshold, never
+    left waiting behind it. Gradus looks for a running script before a command takes the store
+    gate; a command let in just before an exclusive script announced itself must run before
+    that script takes the gate (regression: such a PING waited at the gate, unanswered, until
+    the script ended, so its client never got to send FUNCTION KILL). The window is narrow:
+    several connections, several rounds."""
+    other = prepare(multi_worker)
+    other.call("FUNCTION", "LOAD", LIBRARY)
+    for _ in range(15):
+        pingers = [connect(multi_worker) for _ in range(6)]
+        runner = connect(multi_worker)
+        runner.send_command("FCALL", "spin", "0")
+        for conn in pingers:
+            conn.send_command("PING")
+        replies = [conn.read_reply(timeout=5) for conn in pingers]
+        assert all(r in (Simple(b"PONG"), BUSY_FUNCTION) for r in replies), replies
+        assert wait_for_busy(other) == BUSY_FUNCTION
+        assert other.call("FUNCTION", "KILL") == OK
+        assert runner.read_reply().text.startswith("ERR Script killed by user with SCRIPT KILL...")
+        for conn in pingers + [runner]:
+            conn.close()
+
+
+@pytest.mark.gradus_only
 def test_one_worker_stops_a_script_at_the_threshold(gradus_factory):
     """With one worker nothing else runs while a script does, so no BUSY reply could be sent:
     the script is stopped at the threshold (Gradus' behaviour), and the next command runs."""

@@ -92,12 +92,17 @@ pub fn dispatch(shared: &Shared, client: &mut ClientState, args: Vec<Bytes>, now
     // A script past `busy-reply-threshold` (see `command::scripting`): only the rows flagged
     // allow-busy run, as in Redis' `processCommand`; the rest are refused, rather than wait
     // for the store gate that script may hold (and wait where they can be refused while a
-    // script holds it exclusively).
-    if !row.has(flags::ALLOW_BUSY) {
-        if let Some(busy) = crate::command::scripting::wait_unless_busy() {
-            return refused_while_busy(shared, client, spec, row, busy);
+    // script holds it exclusively). The admission is held until the command has finished: an
+    // exclusive script that starts meanwhile waits for it, so it never waits at the gate
+    // behind that script, where no BUSY reply could reach it.
+    let _admitted = if row.has(flags::ALLOW_BUSY) {
+        None
+    } else {
+        match crate::command::scripting::admit() {
+            Ok(admitted) => Some(admitted),
+            Err(busy) => return refused_while_busy(shared, client, spec, row, busy),
         }
-    }
+    };
     // CLIENT PAUSE / FAILOVER: a paused command waits (the connection dispatches it again
     // once the pause changes), before it is queued or run, as in Redis' `processCommand`. The
     // link from a primary waits out a pause in `repl::replica`, before a record is applied.
@@ -220,12 +225,13 @@ pub fn evict_before_command(
     let Some(spec) = table().get(&args[0]) else {
         return;
     };
-    if spec.has(flags::OWN_GATE)
-        || spec.resolve(args).has(flags::OWN_GATE)
-        || crate::command::scripting::wait_unless_busy().is_some()
-    {
+    if spec.has(flags::OWN_GATE) || spec.resolve(args).has(flags::OWN_GATE) {
         return;
     }
+    // Evicting takes the gate: held until then (see `dispatch`'s admission).
+    let Ok(_admitted) = crate::command::scripting::admit() else {
+        return;
+    };
     // A failure (noeviction, nothing left to evict) is the write path's to report.
     let _ = crate::quota::make_room_in_server(shared, client, now_ms);
 }

@@ -45,13 +45,17 @@
 //!   script: <name>, on @user_script:<line>.` (that text for functions too). SHUTDOWN NOSAVE
 //!   exits without waiting for it, so its writes are never logged.
 //!   Commands that come while a script holds the store gate exclusively wait for it before
-//!   they reach the gate ([`wait_unless_busy`]: dispatch, memcached, WATCH), where they can be
-//!   told BUSY when it passes the threshold, as Redis answers them; those that wait for the
-//!   keys of a key-locked script (its shards) wait until it ends or is killed. And the thread
-//!   running the script hands its queued tasks and its place among the workers to a new thread
-//!   ([`hand_off_worker`]); else what was queued on it, and the network when the other workers
-//!   sleep, would wait for the script (as they may before the threshold: a script occupies its
-//!   worker while it runs);
+//!   they reach the gate (dispatch, memcached and WATCH call [`admit`] or [`wait_unless_busy`]
+//!   first), where they can be told BUSY when it passes the threshold, as Redis answers them; those that wait for the keys of a key-locked script
+//!   (its shards) wait until it ends or is killed. No command may be left at the gate behind
+//!   an exclusive script, where no BUSY reply reaches it: such a script announces itself
+//!   before it takes the gate, waits for the commands admitted before that to finish, and
+//!   takes its turn among exclusive scripts where it can itself be told BUSY (see [`admit`]).
+//!   And the thread running the script hands its queued tasks and its place among the
+//!   workers to a new thread ([`hand_off_worker`], again while it finds it still has them);
+//!   else what was queued on it, and the network when the other workers sleep, would wait for
+//!   the script (as they may before the threshold: a script occupies its worker while it
+//!   runs);
 //! - with one worker (a current-thread runtime: the default on two cores) nothing else could
 //!   run to answer BUSY or take a KILL, so the hook aborts the script with `ERR Script killed:
 //!   it ran longer than the script time limit` (Gradus' own; its writes so far stand, as after
@@ -59,7 +63,8 @@
 //!
 //! Either way a killed script stays killed if it catches the error with `pcall`. A short run
 //! costs what it did (a clock reading per hook call, no allocation or lock); a run holding the
-//! gate exclusively adds two atomic additions; only a run that passes the threshold does more.
+//! gate exclusively adds an uncontended lock and a look at the admission counters; only a run
+//! that passes the threshold does more.
 //!
 //! This module depends on the command table and dispatch only (and on tokio for the hand-off
 //! above); it must not touch the log directly other than through `shared.persist`.
@@ -82,6 +87,7 @@ use mlua::{
 use parking_lot::{Condvar, Mutex};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::os::raw::c_int;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
@@ -107,9 +113,14 @@ const TIME_LIMIT_TEXT: &str = "ERR Script killed: it ran longer than the script 
 /// run on regardless.
 const HAND_OFF_WAIT: Duration = Duration::from_secs(5);
 /// How long [`hand_off_worker`] waits after its task was picked up, so the thread given this
-/// worker's core has taken it (a thread starts in well under a millisecond; this is for a
-/// loaded machine).
+/// worker's core has taken it if another worker ran that task (a thread starts in well under a
+/// millisecond; this is for a loaded machine, where [`HAND_OFF_AGAIN`] covers the rest).
 const HAND_OFF_GRACE: Duration = Duration::from_millis(5);
+/// How often a script past the threshold checks that its thread holds no worker core (see
+/// [`hand_off_worker`]).
+const HAND_OFF_AGAIN: Duration = Duration::from_millis(20);
+/// How long [`holds_core`] waits for its task.
+const CORE_CHECK_WAIT: Duration = Duration::from_millis(2);
 /// Longest FUNCTION LOAD may run a library's code (Redis' load timeout).
 const LOAD_TIME_LIMIT: Duration = Duration::from_millis(500);
 /// The hook runs every this many VM instructions.
@@ -690,9 +701,23 @@ fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
             }
         }
     }
-    let mut txn = WriteTxn::begin_exclusive(shared, ctx.client, now, grows)?;
-    // Commands that come while it holds the gate wait for it where they can be told BUSY.
+    // Inside EXEC (its record is open) the script joins EXEC's exclusive hold: no gate to take.
+    let joined = ctx.client.record.is_some();
+    let busy = |busy: &str| CmdError::Other(busy.into());
+    let _unadmitted = (!joined).then(Unadmitted::start);
+    let _turn = if joined {
+        None
+    } else {
+        Some(exclusive_turn().map_err(busy)?)
+    };
+    // Announced before it takes the gate: commands that come from now on wait for it where they
+    // can be told BUSY, and those admitted before finish first (see `admit`), so none waits at
+    // the gate behind it.
     let _exclusive = ExclusiveRun::start();
+    if !joined {
+        wait_for_admitted().map_err(busy)?;
+    }
+    let mut txn = WriteTxn::begin_exclusive(shared, ctx.client, now, grows)?;
     let reply = execute(
         &RefCell::new(ScriptRun {
             shared,
@@ -854,15 +879,62 @@ pub fn busy_error() -> Option<&'static str> {
 
 /// Before a command that may wait for the store gate (dispatch, for every command not flagged
 /// `allow-busy`; the memcached front end; WATCH): the BUSY reply it gets instead, if a script
-/// is past the threshold. While a script holds the gate exclusively and none is past the
-/// threshold it waits here first, for that script to end (then it runs, as it would have
-/// after waiting at the gate) or to pass the threshold (then it is refused): so a command that
-/// came while the script ran is answered BUSY, as in Redis, rather than left waiting at the
-/// gate until the script is killed. Nothing to wait for: one atomic load.
+/// is past the threshold, else this thread's [`Admission`], to hold until the command has
+/// finished. While a script holds the gate exclusively (or is about to take it) and none is
+/// past the threshold it waits here first, for that script to end (then it runs, as it would
+/// have after waiting at the gate) or to pass the threshold (then it is refused): so a command
+/// that came while the script ran is answered BUSY, as in Redis, rather than left waiting at
+/// the gate until the script is killed.
+///
+/// The admission closes the gap between this check and the gate: a script that is to hold the
+/// gate exclusively first announces itself in [`SCRIPTS`], then waits until no command admitted
+/// before that is still running ([`wait_for_admitted`]), and only then takes the gate. A command
+/// admitted just before the announcement therefore runs before the script, as in Redis, instead
+/// of waiting at the gate behind it, where no BUSY reply could reach it (its connection would
+/// hang for as long as the script runs, and with it any client waiting for that reply before
+/// it sends SCRIPT KILL). Nothing to wait for: two atomic additions on a line of this thread's
+/// and one load. Inside an admitted command (nested) it never waits.
+pub fn admit() -> Result<Admission, &'static str> {
+    let depth = ADMISSION_DEPTH.get();
+    if depth > 0 {
+        // Part of a command already admitted: an exclusive script may be waiting for that very
+        // command, so waiting for the script here would never end.
+        if let Some(busy) = busy_error() {
+            return Err(busy);
+        }
+        ADMISSION_DEPTH.set(depth + 1);
+        return Ok(Admission(PhantomData));
+    }
+    let stripe = ADMISSION_STRIPE.with(|s| *s);
+    let counter = &ADMITTED[stripe].0;
+    loop {
+        // Counted before the check (both sequentially consistent, as the announcement and the
+        // script's reads of the counters): either this check sees the script's announcement,
+        // or the script sees this count and waits for the command (see `wait_for_admitted`).
+        counter.fetch_add(1, Ordering::SeqCst);
+        if SCRIPTS.load(Ordering::SeqCst) == 0 {
+            ADMISSION_DEPTH.set(1);
+            ADMISSION_HELD.set(Some(stripe));
+            return Ok(Admission(PhantomData));
+        }
+        counter.fetch_sub(1, Ordering::SeqCst);
+        if let Some(busy) = wait_for_exclusive_scripts() {
+            return Err(busy);
+        }
+    }
+}
+
+/// [`admit`] without holding the admission: the BUSY reply, after waiting out a script that
+/// holds the gate exclusively. A command that then takes the gate may still meet a script that
+/// took it meanwhile (see [`admit`]); callers that take the gate should hold an admission
+/// instead. Inside an admitted command it never waits. Nothing to wait for: one atomic load.
 #[inline]
 pub fn wait_unless_busy() -> Option<&'static str> {
     if SCRIPTS.load(Ordering::Relaxed) == 0 {
         return None;
+    }
+    if ADMISSION_DEPTH.get() > 0 {
+        return busy_error();
     }
     wait_for_exclusive_scripts()
 }
@@ -882,6 +954,107 @@ fn wait_for_exclusive_scripts() -> Option<&'static str> {
         WAITERS.fetch_sub(1, Ordering::SeqCst);
     }
     busy_error()
+}
+
+/// A command let in by [`admit`]: until it is dropped (on the thread that took it), a script
+/// that is to hold the store gate exclusively waits for the command to finish before it takes
+/// the gate.
+pub struct Admission(PhantomData<*const ()>);
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        let depth = ADMISSION_DEPTH.get() - 1;
+        ADMISSION_DEPTH.set(depth);
+        if depth == 0 {
+            if let Some(stripe) = ADMISSION_HELD.take() {
+                ADMITTED[stripe].0.fetch_sub(1, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Commands admitted and not finished ([`admit`]), counted per thread on padded counters (a
+/// thread always uses the same one; threads may share one): a command touches no line another
+/// thread's commands touch.
+const ADMISSION_STRIPES: usize = 32;
+#[repr(align(128))]
+struct AdmissionCounter(AtomicUsize);
+static ADMITTED: [AdmissionCounter; ADMISSION_STRIPES] =
+    [const { AdmissionCounter(AtomicUsize::new(0)) }; ADMISSION_STRIPES];
+static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's counter in [`ADMITTED`].
+    static ADMISSION_STRIPE: usize = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed) % ADMISSION_STRIPES;
+    /// How many [`Admission`]s this thread holds (nested ones included).
+    static ADMISSION_DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// The counter this thread's outermost admission is counted on, while it is (not while
+    /// the script the command runs waits for the others: see `Unadmitted`).
+    static ADMISSION_HELD: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// For an exclusive script: this thread's own admission (the EVAL or FCALL that runs it) stops
+/// counting until it is dropped, so the script does not wait for itself, nor two scripts for
+/// each other.
+struct Unadmitted(Option<usize>);
+
+impl Unadmitted {
+    fn start() -> Unadmitted {
+        let stripe = ADMISSION_HELD.take();
+        if let Some(stripe) = stripe {
+            ADMITTED[stripe].0.fetch_sub(1, Ordering::SeqCst);
+        }
+        Unadmitted(stripe)
+    }
+}
+
+impl Drop for Unadmitted {
+    fn drop(&mut self) {
+        if let Some(stripe) = self.0 {
+            ADMITTED[stripe].0.fetch_add(1, Ordering::SeqCst);
+            ADMISSION_HELD.set(Some(stripe));
+        }
+    }
+}
+
+/// One exclusive script at a time gets past its announcement to the gate: the others wait
+/// here, where they can be told BUSY (at the gate they could not), as a script sent while
+/// another runs past the threshold is in Redis.
+static EXCLUSIVE_TURN: Mutex<()> = Mutex::new(());
+
+/// [`EXCLUSIVE_TURN`], or the BUSY reply when the script holding it (or any) passes the
+/// threshold first.
+fn exclusive_turn() -> Result<parking_lot::MutexGuard<'static, ()>, &'static str> {
+    loop {
+        if let Some(turn) = EXCLUSIVE_TURN.try_lock_for(Duration::from_millis(2)) {
+            return Ok(turn);
+        }
+        if let Some(busy) = busy_error() {
+            return Err(busy);
+        }
+    }
+}
+
+/// After an exclusive script's announcement, before it takes the gate: wait until every
+/// command admitted before the announcement has finished (those admitted after it saw the
+/// announcement and wait for the script instead). They are short, unless one waits for the
+/// keys of a key-locked script: the BUSY reply when a script passes the threshold meanwhile.
+fn wait_for_admitted() -> Result<(), &'static str> {
+    for counter in &ADMITTED {
+        let mut rounds = 0u32;
+        while counter.0.load(Ordering::SeqCst) != 0 {
+            if let Some(busy) = busy_error() {
+                return Err(busy);
+            }
+            rounds += 1;
+            if rounds < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Counts a script's run under the exclusive gate in [`SCRIPTS`] for as long as it lives.
@@ -985,8 +1158,16 @@ impl RunSlot {
 
     /// The hook saw the run pass `busy-reply-threshold`: on a multi-threaded runtime, count it
     /// in [`SCRIPTS`], note a function's arguments for FUNCTION STATS, hand this worker's other
-    /// tasks on, and let it run on (true); elsewhere, false (it is aborted).
+    /// tasks on, and let it run on (true); elsewhere, false (it is aborted). Called again every
+    /// [`HAND_OFF_AGAIN`] while it runs on: hands the worker on again if this thread has it
+    /// back (see [`hand_off_worker`]).
     fn enter_busy(&self) -> bool {
+        if self.busy.load(Ordering::Relaxed) {
+            if holds_core(&self.killed) {
+                hand_off_worker(&self.killed);
+            }
+            return true;
+        }
         let multi_threaded = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
         if !multi_threaded {
@@ -1011,7 +1192,7 @@ impl RunSlot {
             "a script has run longer than busy-reply-threshold: other commands get BUSY until \
              it ends or SCRIPT KILL / FUNCTION KILL stops it"
         );
-        hand_off_worker();
+        hand_off_worker(&self.killed);
         true
     }
 
@@ -1052,32 +1233,60 @@ impl Drop for Running<'_> {
 /// worker of the multi-threaded runtime: gives this worker's queued tasks and its place among
 /// the workers to a new thread (`block_in_place`), and keeps this thread for the script.
 /// Without it what waits on this worker waits for the script, so no BUSY reply and no KILL
-/// may be served: the task in its LIFO slot (never stolen; the accept loop, say), and the
-/// network itself when the other workers sleep (tokio wakes one only when there is a task to
-/// steal, and a sleeping worker does not poll for I/O) or wait at the store gate for this very
-/// script (commands that reached it before a key-locked script's threshold).
+/// may be served: the task in its LIFO slot (never stolen; the accept loop, say), tasks the
+/// script itself wakes (a PUBLISH's subscribers: a task woken on a worker goes to its LIFO
+/// slot), and the network itself when the other workers sleep (tokio wakes one only when there
+/// is a task to steal, and a sleeping worker does not poll for I/O) or wait at the store gate
+/// for this very script (commands that reached it before a key-locked script's threshold).
 ///
-/// `block_in_place` hands the worker over when it starts and takes it back when its closure
-/// returns if the new thread has not picked it up yet; so the closure waits until a task
-/// spawned here beforehand has run: run by the new thread, or stolen by another worker, which
-/// shows that one is awake (and, as every command now gets BUSY before the gate, stays free).
-/// At most [`HAND_OFF_WAIT`]: the script then runs on regardless. Not on a current-thread
-/// runtime (`block_in_place` would panic there; the caller checks).
-fn hand_off_worker() {
+/// `block_in_place` moves the LIFO slot's task to the stealable queue, puts the worker's core
+/// where a new blocking-pool thread takes it, and, when its closure returns, takes the core
+/// back if that thread has not taken it yet. So the closure waits until a task spawned here
+/// beforehand has run, plus [`HAND_OFF_GRACE`]: run by the new thread, or stolen by another
+/// worker, which shows that one is awake, but not that the new thread has the core (on a
+/// loaded machine it may start later than that). This thread may thus keep the core; the
+/// hook therefore calls this again every [`HAND_OFF_AGAIN`] while this thread still holds a
+/// core ([`holds_core`]), each time with a new thread to take it, until one has. Waits at
+/// most [`HAND_OFF_WAIT`] (the script then runs on regardless), and not once the script is
+/// killed. Not on a current-thread runtime (`block_in_place` would panic there; the caller
+/// checks).
+fn hand_off_worker(killed: &AtomicBool) {
     let picked_up = Arc::new(AtomicBool::new(false));
     let flag = picked_up.clone();
     tokio::spawn(async move { flag.store(true, Ordering::Release) });
     tokio::task::block_in_place(|| {
         let until = Instant::now() + HAND_OFF_WAIT;
-        while !picked_up.load(Ordering::Acquire) && Instant::now() < until {
+        while !picked_up.load(Ordering::Acquire)
+            && !killed.load(Ordering::Relaxed)
+            && Instant::now() < until
+        {
             std::thread::sleep(Duration::from_micros(200));
         }
-        // A little longer: if another worker ran the probe (it was stealable: tokio puts a
-        // spawned task in the run queue when the LIFO slot is off), the new thread may not
-        // have taken this worker's core yet, and returning now would take it back with the
-        // tasks still queued on it (a PING that then waited for the script: seen once in CI).
         std::thread::sleep(HAND_OFF_GRACE);
     });
+}
+
+/// Whether this thread (running a script past the threshold) still holds its worker's core
+/// with the LIFO slot on, i.e. whether tasks it wakes would wait for the script: a task spawned
+/// here then goes to that slot, which only this thread runs, and so does not run within
+/// [`CORE_CHECK_WAIT`]. Without a core (handed on) the task goes to the runtime's shared queue
+/// and another thread runs it at once; with the LIFO slot off (tokio turns it off for the rest
+/// of a poll after a few LIFO tasks in a row) it goes to the stealable queue, and every task
+/// this thread wakes does too. A false "holds" (every other thread busy) only costs a
+/// `block_in_place` that has nothing to hand on. A held task is moved to the stealable queue
+/// by the hand-off that follows.
+fn holds_core(killed: &AtomicBool) -> bool {
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    tokio::spawn(async move { flag.store(true, Ordering::Release) });
+    let until = Instant::now() + CORE_CHECK_WAIT;
+    while !ran.load(Ordering::Acquire) && !killed.load(Ordering::Relaxed) {
+        if Instant::now() >= until {
+            return true;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    false
 }
 
 fn running_slots() -> &'static Mutex<Vec<Arc<RunSlot>>> {
@@ -1285,9 +1494,9 @@ impl Vm {
                 }
                 if Instant::now() > hook_state.deadline.get() {
                     if hook_state.may_run_on.get() && hook_slot.enter_busy() {
-                        // Runs on, answered BUSY about (see the module docs); the clock needs
-                        // no more reading for this run.
-                        hook_state.deadline.set(Instant::now() + NEVER);
+                        // Runs on, answered BUSY about (see the module docs); back here in a
+                        // while to check that its worker is still handed on.
+                        hook_state.deadline.set(Instant::now() + HAND_OFF_AGAIN);
                         return Ok(VmState::Continue);
                     }
                     if !hook_flag.swap(true, Ordering::Relaxed) {
@@ -2138,6 +2347,39 @@ mod tests {
         assert!(slot.killed.load(Ordering::Relaxed));
         assert_eq!(slot.kill_reason.load(Ordering::Relaxed), KILLED_BY_USER);
         assert!(!slot.claim_write());
+    }
+
+    /// A command let in before an exclusive script announced itself finishes before the
+    /// script goes on to take the gate (it must not wait at the gate behind the script, where
+    /// no BUSY reply reaches it); one that comes after the announcement waits for the script.
+    #[test]
+    fn an_exclusive_script_waits_for_the_commands_admitted_before_it() {
+        let (admitted, early_in) = std::sync::mpsc::channel();
+        let early = std::thread::spawn(move || {
+            let admission = admit().expect("no script is past the threshold");
+            admitted.send(()).expect("the test waits");
+            std::thread::sleep(Duration::from_millis(100));
+            let done = Instant::now();
+            drop(admission);
+            done
+        });
+        early_in.recv().expect("the command was admitted");
+        let _unadmitted = Unadmitted::start();
+        let turn = exclusive_turn().expect("no script is past the threshold");
+        let announced = ExclusiveRun::start();
+        wait_for_admitted().expect("no script is past the threshold");
+        let drained = Instant::now();
+        assert!(drained >= early.join().expect("no panic"));
+
+        let late = std::thread::spawn(|| {
+            let _admission = admit().expect("no script is past the threshold");
+            Instant::now()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let ended = Instant::now();
+        drop(announced);
+        drop(turn);
+        assert!(late.join().expect("no panic") >= ended);
     }
 
     #[test]

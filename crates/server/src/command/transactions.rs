@@ -66,7 +66,9 @@ fn watch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if ctx.client.multi.is_some() {
         return Err(CmdError::err("WATCH inside MULTI is not allowed"));
     }
-    let busy = super::scripting::wait_unless_busy().is_some();
+    // Held while the gate is (see `scripting::admit`).
+    let admitted = super::scripting::admit();
+    let busy = admitted.is_err();
     let _gate = (!busy).then(|| ctx.shared.store.shared(ctx.client.id));
     let db_index = ctx.client.db;
     for key in &args[1..] {

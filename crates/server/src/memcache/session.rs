@@ -246,13 +246,18 @@ impl<'a> Session<'a> {
         // A Lua script past busy-reply-threshold may hold the store gate for as long as it runs
         // (see `command::scripting`): a command that would wait for it is refused, as RESP
         // commands get BUSY, so no worker thread waits for that script.
-        if !matches!(
+        // The admission is held until the command has finished (see `scripting::admit`).
+        let _admitted = if matches!(
             command,
             Command::Quit | Command::Version | Command::Verbosity { .. } | Command::MetaNoop
-        ) && crate::command::scripting::wait_unless_busy().is_some()
-        {
-            return server_error(out, "SERVER_ERROR busy running a script");
-        }
+        ) {
+            None
+        } else {
+            match crate::command::scripting::admit() {
+                Ok(admitted) => Some(admitted),
+                Err(_) => return server_error(out, "SERVER_ERROR busy running a script"),
+            }
+        };
         match command {
             Command::MetaNoop => self.meta_noop(out),
             Command::MetaDebug { key, base64 } => {
