@@ -24,18 +24,13 @@ cd "$(dirname "$0")/.."
 REQUESTS=${1:-200000}
 ROUNDS=${2:-3}
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
-if [ -n "${GRADUS_BIN:-}" ]; then
-    GRADUS=$GRADUS_BIN
-else
-    cargo build --release -q -p gradus-server
-    GRADUS=${CARGO_TARGET_DIR:-target}/release/gradus
-fi
+. scripts/bench-common.sh
+GRADUS=$(gradus_binary)
 TMP=$(mktemp -d)
 trap 'redis-cli -p 7301 shutdown nosave >/dev/null 2>&1 || true; kill $(cat "$TMP"/gradus.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 
 wait_port() { for _ in $(seq 100); do redis-cli -p "$1" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "server on $1 did not start" >&2; exit 1; }
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 run_bench() { # port pipeline server-pid → lines "TEST,rps,cpu µs per request"
   for test in $(echo "${TESTS:-set,get,incr,hset}" | tr , ' '); do

@@ -18,17 +18,12 @@ cd "$(dirname "$0")/.."
 REQUESTS=${1:-200000}
 ROUNDS=${2:-5}
 PIPELINES=${PIPELINES:-"1 16"}
-if [ -n "${GRADUS_BIN:-}" ]; then
-    GRADUS=$GRADUS_BIN
-else
-    cargo build --release -q -p gradus-server
-    GRADUS=${CARGO_TARGET_DIR:-target}/release/gradus
-fi
+. scripts/bench-common.sh
+GRADUS=$(gradus_binary)
 TMP=$(mktemp -d)
 PORT=7321
 trap 'redis-cli -p $PORT shutdown nosave >/dev/null 2>&1 || true; rm -rf "$TMP"' EXIT
 wait_port() { for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "server did not start" >&2; exit 1; }
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 
 start() { # target → pid

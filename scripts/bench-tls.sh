@@ -20,12 +20,8 @@ cd "$(dirname "$0")/.."
 REQUESTS=${1:-200000}
 ROUNDS=${2:-3}
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark not found (scripts/install-deps.sh installs it)" >&2; exit 1; }
-if [ -n "${GRADUS_BIN:-}" ]; then
-  GRADUS=$GRADUS_BIN
-else
-  cargo build --release -q -p gradus-server
-  GRADUS=${CARGO_TARGET_DIR:-target}/release/gradus
-fi
+. scripts/bench-common.sh
+GRADUS=$(gradus_binary)
 TMP=$(mktemp -d)
 trap 'kill $(cat "$TMP"/server.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 
