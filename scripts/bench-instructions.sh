@@ -6,10 +6,11 @@
 #   scripts/bench-instructions.sh [requests] [gradus-binary ...]
 #   TESTS=lpush,get,…   redis-benchmark tests (default: get,set,lpush,rpush,lpop,sadd)
 #   PIPELINE=n          redis-benchmark -P (default 16: the request path, not the syscalls)
+#   DATA=n              redis-benchmark -d: value size in bytes (default 3)
 #
 # Each server runs under callgrind on loopback, persistence off (Gradus `--durability none
 # --threads 1`, redis-server `--save '' --appendonly no`), and gets one redis-benchmark run
-# (`-c 50 -d 3 -n REQUESTS -P PIPELINE -t TEST`), then is shut down. The figure is the whole
+# (`-c 50 -d ${DATA:-3} -n REQUESTS -P PIPELINE -t TEST`), then is shut down. The figure is the whole
 # process' instruction count divided by the requests, less an idle run's count (start-up and
 # shutdown). Kernel time (the socket calls) is not counted: it is the same calls for both
 # servers at equal pipelining. Prints a Markdown table on stdout.
@@ -36,7 +37,9 @@ count() { # test requests command... → instructions of the whole run
   local pid=$!
   for _ in $(seq 300); do redis-cli -p $PORT ping >/dev/null 2>&1 && break; sleep 0.2; done
   if [ "$n" -gt 0 ]; then
-    redis-benchmark -p $PORT -t "$test" -c 50 -d 3 -n "$n" -P "${PIPELINE:-16}" -q >/dev/null 2>&1
+    # GET reads the key SET writes (redis-benchmark's key and value), not a missing one.
+    [ "$test" = get ] && redis-cli -p $PORT set key:__rand_int__ "$(head -c "${DATA:-3}" /dev/zero | tr '\0' x)" >/dev/null
+    redis-benchmark -p $PORT -t "$test" -c 50 -d ${DATA:-3} -n "$n" -P "${PIPELINE:-16}" -q >/dev/null 2>&1
   fi
   redis-cli -p $PORT shutdown nosave >/dev/null 2>&1 || true
   wait "$pid" || true

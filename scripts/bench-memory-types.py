@@ -21,6 +21,10 @@ through pymemcache's set_many in batches of 1000) and measures the server proces
                        stream; the figures are per entry)
   - stream (5 entries): XADD x:%07d * with the same two fields, 5 times (100 k keys)
 memcached (`-m 8192`, strings only) stores the same keys and values with `set`.
+GRADUS_MEMORY_READ=1: after the load, every key is read back once (GET / memcached get_many,
+HGETALL, ZRANGE, LRANGE, SMEMBERS, XRANGE, in pipelines of 1000) and the figures are taken after
+that: a store's memory after its keys have been read, as a cache's are (the figure before the
+reads is printed on stderr).
 Servers: Gradus `--durability none --memcached-port 0`, redis-server `--save '' --appendonly no`.
 Prints a Markdown table: bytes per key for each target and each Gradus build / Redis.
 """
@@ -135,6 +139,44 @@ def load_redis(r, kind, keys, size, ttl):
     pipe.execute()
 
 
+READ = os.environ.get("GRADUS_MEMORY_READ") == "1"
+
+
+def read_redis(r, kind, keys):
+    """Read every key once (GRADUS_MEMORY_READ=1)."""
+    pipe = r.pipeline(transaction=False)
+    for i in range(keys):
+        if kind == "string":
+            pipe.get(f"s:{i:08d}")
+        elif kind == "hash":
+            pipe.hgetall(f"h:{i:07d}")
+        elif kind in ("zset", "zset5"):
+            pipe.zrange(f"z:{i:07d}", 0, -1, withscores=True)
+        elif kind == "list":
+            pipe.lrange(f"l:{i:07d}", 0, -1)
+        elif kind == "set":
+            pipe.smembers(f"S:{i:07d}")
+        elif kind == "stream1":
+            if i % 1000 == 0:
+                pipe.xrange("x", f"{i + 1}-0", f"{i + 1000}-0")
+        elif kind == "stream5":
+            pipe.xrange(f"x:{i:07d}")
+        else:
+            pipe.smembers(f"i:{i:07d}")
+        if len(pipe) >= 1000:
+            pipe.execute()
+    pipe.execute()
+
+
+def read_memcached(port, keys):
+    from pymemcache.client.base import Client
+
+    c = Client(("127.0.0.1", port))
+    for start in range(0, keys, 1000):
+        got = c.get_many([f"s:{i:08d}" for i in range(start, min(keys, start + 1000))])
+        assert len(got) == min(keys, start + 1000) - start
+
+
 def load_memcached(port, keys, size, ttl):
     from pymemcache.client.base import Client
 
@@ -159,11 +201,20 @@ def measure(target, tmp, row):
         before = rss(proc.pid)
         if target == "memcached":
             assert load_memcached(port, keys, size, ttl) == keys
+            if READ:
+                print(f"#   {target} before the reads: {(rss(proc.pid) - before) / keys:.1f} B/key RSS",
+                      file=sys.stderr, flush=True)
+                read_memcached(port, keys)
             used = None
         else:
             r = redis.Redis(port=port)
             used0 = int(r.info("memory")["used_memory"])
             load_redis(r, kind, keys, size, ttl)
+            if READ:
+                time.sleep(0.5)
+                print(f"#   {target} before the reads: {(rss(proc.pid) - before) / keys:.1f} B/key RSS",
+                      file=sys.stderr, flush=True)
+                read_redis(r, kind, keys)
             time.sleep(0.5)
             assert r.dbsize() == (1 if kind == "stream1" else keys)
             used = (int(r.info("memory")["used_memory"]) - used0) / keys

@@ -6,7 +6,7 @@
 //! - [`shard`]: a table of entries ([`table`]: one block per key, 8-byte slots) with lazy/active expiry, versions for WATCH, memory accounting;
 //! - [`snapshot`]: point-in-time copies by key-granular copy-on-write;
 //! - [`locks`]: native session locks (FIFO, fencing tokens, leases, waiter cap);
-//! - [`value`]: strings ([`string`]: short ones inline), hashes, sorted sets ([`zset`]: listpack, skiplist), lists ([`list`]: the
+//! - [`value`]: strings ([`string`]: short ones inline, long ones in a [`heapstr`]), hashes, sorted sets ([`zset`]: listpack, skiplist), lists ([`list`]: the
 //!   packed list encoding), sets ([`set`]: intset, listpack, hashtable) and streams ([`stream`]: nodes of
 //!   entries, consumer groups);
 //! - [`scan`]: resize-safe cursor iteration; [`glob`]: Redis glob patterns;
@@ -19,6 +19,7 @@
 
 pub mod gate;
 pub mod glob;
+pub mod heapstr;
 pub mod keyspace;
 pub mod list;
 pub mod locks;

@@ -10,6 +10,7 @@
 //! May import `value` (the shared [`Parts`] of large collections), `table` (allocation
 //! classes), `bytes` and `hashbrown`; nothing here knows about keys, shards, expiry or commands.
 
+use crate::heapstr::HeapStr;
 use crate::table::reserve_in_class;
 use crate::value::Parts;
 use bytes::Bytes;
@@ -60,7 +61,7 @@ const PACKED_MAX_BYTES: usize = 1 << 30;
 pub enum Member<'a> {
     Int(i64),
     Packed(&'a [u8]),
-    Shared(&'a Bytes),
+    Shared(&'a HeapStr),
 }
 
 impl Member<'_> {
@@ -69,7 +70,7 @@ impl Member<'_> {
         match self {
             Member::Int(v) => Bytes::copy_from_slice(IntText::new(*v).as_bytes()),
             Member::Packed(b) => Bytes::copy_from_slice(b),
-            Member::Shared(b) => (*b).clone(),
+            Member::Shared(b) => b.to_bytes(),
         }
     }
 
@@ -203,19 +204,19 @@ fn packed_len(member: &[u8]) -> usize {
 }
 
 /// Heap bytes of a hash set table of `capacity` (as `HashMap::capacity` reports it): its buckets
-/// (a `Bytes` and a control byte each) and one group of trailing control bytes.
+/// (a [`HeapStr`] and a control byte each) and one group of trailing control bytes.
 fn table_bytes(capacity: usize) -> usize {
     let buckets = match capacity {
         0 => return 0,
         1..=7 => capacity + 1,
         _ => capacity * 8 / 7,
     };
-    buckets * (std::mem::size_of::<Bytes>() + 1) + 16
+    buckets * (std::mem::size_of::<HeapStr>() + 1) + 16
 }
 
-/// Heap bytes of a member string of `len` bytes of its own (the allocator's 8-byte granules).
+/// Heap bytes of a member string of `len` bytes of its own (its [`HeapStr`] allocation).
 fn member_bytes(len: usize) -> usize {
-    len.next_multiple_of(8)
+    crate::table::alloc_class(HeapStr::alloc_len(len))
 }
 
 /// Bytes of integers an intset keeps inline in the value (7 of 32 bits, 14 of 16 bits):
@@ -477,7 +478,7 @@ impl SetValue {
                     return false;
                 }
                 let before = table_bytes(map.capacity());
-                map.insert(Bytes::copy_from_slice(member), ());
+                map.insert(HeapStr::copy_from_slice(member), ());
                 table.bytes =
                     table.bytes + table_bytes(map.capacity()) - before + member_bytes(member.len());
                 table.len += 1;
@@ -583,9 +584,9 @@ impl SetValue {
             return;
         }
         let len = self.len();
-        let mut map: HashMap<Bytes, ()> = HashMap::with_capacity(size_hint.max(len));
+        let mut map: HashMap<HeapStr, ()> = HashMap::with_capacity(size_hint.max(len));
         for m in self.iter() {
-            map.insert(m.to_bytes(), ());
+            map.insert(m.with_bytes(HeapStr::copy_from_slice), ());
         }
         let mut parts = Parts::Flat(map);
         parts.grew_to(len);

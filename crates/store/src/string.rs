@@ -1,5 +1,5 @@
 //! A string value: up to [`INLINE_MAX`] bytes held inline (no allocation of its own), longer
-//! ones in a shared `Bytes`.
+//! ones in a reference-counted buffer with its count in the same allocation ([`HeapStr`]).
 //!
 //! Why: a key's block holds its `Value` inline (see `crate::table`), and a `Bytes` is 32 bytes
 //! that point to a separate allocation. A short string (a session flag, a counter, a 16-byte
@@ -9,9 +9,10 @@
 //! bytes is inline and memory accounting can size a string from its length (see
 //! [`string_heap_bytes`]).
 //!
-//! Replies and snapshots: a long string is handed out as a clone of its `Bytes` (a reference
-//! count, no copy); a short one is copied (at most [`INLINE_MAX`] bytes, what the reference
-//! count's atomic increment used to cost).
+//! Replies and snapshots: a long string is handed out as a clone of its buffer (a reference
+//! count, no copy: a snapshot's copy shares it, a reply's `Bytes` holds it); a short one is
+//! copied (at most [`INLINE_MAX`] bytes, what the reference count's atomic increment used to
+//! cost). The buffer changes in place only while it is not shared ([`StrValue::edit`]).
 //!
 //! A string also knows whether an in-place edit made it (APPEND to an existing string, SETRANGE,
 //! SETBIT, BITFIELD, BITOP's result: [`StrValue::raw`]), for `OBJECT ENCODING`, which in Redis
@@ -22,14 +23,16 @@
 //! length byte's niche, and a longer one is `raw` anyway. The `Arc` (not a `Box`) keeps what a
 //! snapshot's copy relies on: a clone shares the buffer, which never changes in place.
 //!
-//! May import: `crate::table::alloc_class` (sizes) and nothing else of the crate.
+//! May import: `crate::table::alloc_class` (sizes), `crate::heapstr` and nothing else of the
+//! crate.
 
+use crate::heapstr::HeapStr;
 use bytes::Bytes;
 use std::num::NonZeroU8;
 use std::sync::Arc;
 
-/// The longest string held inline (what fits beside the length in a `Bytes`' 32 bytes while
-/// the enum stays 32 bytes: see the size test).
+/// The longest string held inline (what fits beside the length in 24 bytes, the enum staying
+/// 32 bytes: see the size test).
 pub const INLINE_MAX: usize = 23;
 /// Redis stores a string of up to this many bytes in one allocation with its header (`embstr`).
 pub const EMBSTR_MAX_LEN: usize = 44;
@@ -43,11 +46,11 @@ enum Repr {
     /// At most [`INLINE_MAX`] bytes, or an edited string of at most [`EMBSTR_MAX_LEN`].
     Short(Short),
     /// More than [`INLINE_MAX`] bytes (not an edited one of at most [`EMBSTR_MAX_LEN`]).
-    Heap(Bytes),
+    Heap(HeapStr),
 }
 
-/// What fits in the 24 bytes beside a `Bytes`' niche: the length byte is non-zero, so its zero
-/// tells the `Arc` apart (see the size test).
+/// What fits in 24 bytes: the length byte is non-zero, so its zero tells the `Arc` apart (see
+/// the size test).
 #[derive(Clone)]
 enum Short {
     /// `len` ≤ [`INLINE_MAX`] bytes in `buf[..len]`; `tag` is `len + 1`, plus [`RAW_BIT`] for
@@ -71,7 +74,7 @@ pub fn string_heap_bytes(len: usize) -> usize {
     if len <= INLINE_MAX {
         0
     } else {
-        crate::table::alloc_class(len)
+        crate::table::alloc_class(HeapStr::alloc_len(len))
     }
 }
 
@@ -88,7 +91,7 @@ impl StrValue {
     pub fn copy_from_slice(bytes: &[u8]) -> StrValue {
         match Self::inline(bytes) {
             Some(s) => s,
-            None => StrValue(Repr::Heap(Bytes::copy_from_slice(bytes))),
+            None => StrValue(Repr::Heap(HeapStr::copy_from_slice(bytes))),
         }
     }
 
@@ -115,7 +118,7 @@ impl StrValue {
         if bytes.len() <= EMBSTR_MAX_LEN {
             return StrValue(Repr::Short(Short::Raw(Arc::from(&bytes[..]))));
         }
-        StrValue(Repr::Heap(bytes))
+        StrValue(Repr::Heap(HeapStr::copy_from_slice(&bytes)))
     }
 
     /// Whether an in-place edit made the string ([`StrValue::raw`]): Redis' `OBJECT ENCODING`
@@ -137,26 +140,59 @@ impl StrValue {
                 &buf[..usize::from((tag.get() & !RAW_BIT) - 1)]
             }
             Repr::Short(Short::Raw(b)) => b,
-            Repr::Heap(b) => b,
+            Repr::Heap(b) => b.as_slice(),
         }
     }
 
-    /// The bytes as a `Bytes`: the shared buffer of a long string (no copy), a copy of a short
+    /// The bytes as a `Bytes`: sharing the buffer of a long string (no copy), a copy of a short
     /// one.
     pub fn to_bytes(&self) -> Bytes {
         match &self.0 {
             Repr::Short(_) => Bytes::copy_from_slice(self.as_bytes()),
-            Repr::Heap(b) => b.clone(),
+            Repr::Heap(b) => b.to_bytes(),
         }
     }
 
-    /// The bytes as a `Bytes`, taking a long string's buffer (unique if nothing else shares
-    /// it, so a `BytesMut` can reuse it).
+    /// The bytes as a `Bytes`, taking a long string's buffer (no copy).
     pub fn into_bytes(self) -> Bytes {
         match self.0 {
             Repr::Short(_) => Bytes::copy_from_slice(self.as_bytes()),
-            Repr::Heap(b) => b,
+            Repr::Heap(b) => Bytes::from_owner(b),
         }
+    }
+
+    /// An in-place edit (SETBIT, BITFIELD, SETRANGE, APPEND to an existing string): the bytes,
+    /// first grown to at least `min_len` with zero bytes, are passed to `f`; the result is
+    /// marked [`StrValue::is_raw`], as Redis' `OBJECT ENCODING` says `raw` after such an edit.
+    /// A long string's buffer that nothing else holds (no snapshot, no pending reply) is
+    /// changed where it is, so repeated edits of a big bitmap do not copy it each time; a
+    /// shared one is copied first, and its other holders keep what they had.
+    pub fn edit<R>(&mut self, min_len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let len = self.len().max(min_len);
+        if let Repr::Heap(b) = &mut self.0 {
+            if len > EMBSTR_MAX_LEN {
+                return b.edit(min_len, f);
+            }
+        }
+        if len > EMBSTR_MAX_LEN {
+            let mut b = HeapStr::zeroed(len);
+            let old = self.len();
+            let result = b.edit(len, |buf| {
+                buf[..old].copy_from_slice(self.as_bytes());
+                f(buf)
+            });
+            *self = StrValue(Repr::Heap(b));
+            return result;
+        }
+        let mut buf = [0u8; EMBSTR_MAX_LEN];
+        let old = self.len();
+        buf[..old].copy_from_slice(self.as_bytes());
+        let result = f(&mut buf[..len]);
+        *self = match Self::inline_tagged(&buf[..len], RAW_BIT) {
+            Some(s) => s,
+            None => StrValue(Repr::Short(Short::Raw(Arc::from(&buf[..len])))),
+        };
+        result
     }
 
     /// Whether the bytes are held inline (for tests and the snapshot's copy, which copies an
@@ -186,21 +222,19 @@ impl AsRef<[u8]> for StrValue {
 }
 
 impl From<Bytes> for StrValue {
-    /// Short strings are copied inline (and the `Bytes` dropped); long ones kept as they are.
+    /// Short strings are copied inline, long ones into their own buffer: a stored value never
+    /// keeps alive the buffer it was sliced from (a connection's read buffer, a log record).
     fn from(b: Bytes) -> Self {
         match Self::inline(&b) {
             Some(s) => s,
-            None => StrValue(Repr::Heap(b)),
+            None => StrValue(Repr::Heap(HeapStr::copy_from_slice(&b))),
         }
     }
 }
 
 impl From<Vec<u8>> for StrValue {
     fn from(v: Vec<u8>) -> Self {
-        match Self::inline(&v) {
-            Some(s) => s,
-            None => StrValue(Repr::Heap(Bytes::from(v))),
-        }
+        Self::copy_from_slice(&v)
     }
 }
 
@@ -291,9 +325,18 @@ mod tests {
         let long = Bytes::from(vec![b'y'; INLINE_MAX + 1]);
         let s = StrValue::from(long.clone());
         assert!(!s.is_inline());
-        assert_eq!(s.to_bytes().as_ptr(), long.as_ptr(), "no copy");
         assert_eq!(s, StrValue::copy_from_slice(&long));
-        assert_eq!(string_heap_bytes(s.len()), 24);
+        assert_eq!(
+            string_heap_bytes(s.len()),
+            32,
+            "24 bytes and the 8-byte header"
+        );
+        let longer = StrValue::from(vec![b'z'; crate::heapstr::COPY_MAX + 1]);
+        assert_eq!(
+            longer.to_bytes().as_ptr(),
+            longer.as_ptr(),
+            "a reply shares the buffer"
+        );
         assert_eq!(format!("{:?}", StrValue::from("a\n")), "b\"a\\n\"");
     }
 

@@ -4,6 +4,7 @@
 //! Each collection keeps a running byte count so `mem_size()` is O(1); the shard uses it to account
 //! memory on every write without walking the value. Nothing here knows about keys, expiry or locking.
 
+use crate::heapstr::HeapStr;
 use crate::list::ListValue;
 use crate::set::SetValue;
 use crate::stream::StreamValue;
@@ -261,8 +262,8 @@ pub type FieldHasher = std::hash::BuildHasherDefault<std::collections::hash_map:
 /// ~30–45 ms with a million fields. A map stays split once it was (it may shrink again).
 #[derive(Debug, Clone)]
 pub(crate) enum Parts<V> {
-    Flat(HashMap<Bytes, V>),
-    Split(Box<[Arc<HashMap<Bytes, V>>]>),
+    Flat(HashMap<HeapStr, V>),
+    Split(Box<[Arc<HashMap<HeapStr, V>>]>),
 }
 
 impl<V> Default for Parts<V> {
@@ -276,14 +277,14 @@ pub(crate) fn bucket_of(field: &[u8]) -> usize {
 }
 
 impl<V: Clone> Parts<V> {
-    pub(crate) fn map_of(&self, field: &[u8]) -> &HashMap<Bytes, V> {
+    pub(crate) fn map_of(&self, field: &[u8]) -> &HashMap<HeapStr, V> {
         match self {
             Parts::Flat(map) => map,
             Parts::Split(parts) => &parts[bucket_of(field)],
         }
     }
     /// The map `field` belongs in, copied first if a snapshot shares it.
-    pub(crate) fn map_of_mut(&mut self, field: &[u8]) -> &mut HashMap<Bytes, V> {
+    pub(crate) fn map_of_mut(&mut self, field: &[u8]) -> &mut HashMap<HeapStr, V> {
         match self {
             Parts::Flat(map) => map,
             Parts::Split(parts) => Arc::make_mut(&mut parts[bucket_of(field)]),
@@ -293,7 +294,7 @@ impl<V: Clone> Parts<V> {
         self.map_of(field).get(field)
     }
     /// The maps the entries are kept in: one while flat, [`HASH_BUCKETS`] once split.
-    pub(crate) fn maps(&self) -> impl Iterator<Item = &HashMap<Bytes, V>> + Clone {
+    pub(crate) fn maps(&self) -> impl Iterator<Item = &HashMap<HeapStr, V>> + Clone {
         let (flat, parts) = match self {
             Parts::Flat(map) => (Some(map), &[][..]),
             Parts::Split(parts) => (None, &parts[..]),
@@ -301,7 +302,7 @@ impl<V: Clone> Parts<V> {
         flat.into_iter().chain(parts.iter().map(|part| &**part))
     }
     /// The `index`th entry in [`Parts::iter`] order: O(parts + one part's length).
-    pub(crate) fn nth(&self, mut index: usize) -> Option<(&Bytes, &V)> {
+    pub(crate) fn nth(&self, mut index: usize) -> Option<(&HeapStr, &V)> {
         for map in self.maps() {
             if index < map.len() {
                 return map.iter().nth(index);
@@ -310,7 +311,7 @@ impl<V: Clone> Parts<V> {
         }
         None
     }
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Bytes, &V)> + Clone {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&HeapStr, &V)> + Clone {
         self.maps().flat_map(|map| map.iter())
     }
     pub(crate) fn is_split(&self) -> bool {
@@ -324,7 +325,7 @@ impl<V: Clone> Parts<V> {
         if len < HASH_SPLIT_LEN {
             return;
         }
-        let mut parts: Vec<HashMap<Bytes, V>> = (0..HASH_BUCKETS)
+        let mut parts: Vec<HashMap<HeapStr, V>> = (0..HASH_BUCKETS)
             .map(|_| HashMap::with_capacity(map.len() / HASH_BUCKETS * 2))
             .collect();
         for (field, value) in map.drain() {
@@ -362,7 +363,7 @@ enum HashRepr {
 /// A hash in map form: its parts, field count and heap bytes.
 #[derive(Debug, Clone)]
 struct MapHash {
-    parts: Parts<Bytes>,
+    parts: Parts<HeapStr>,
     len: usize,
     /// Heap bytes of the parts (see [`map_field_bytes`]).
     bytes: usize,
@@ -442,14 +443,16 @@ fn packed_fields(buf: &[u8]) -> PackedFields<'_> {
     PackedFields { buf, at: 0 }
 }
 
-/// Heap bytes of one field of a hash in map form: its slot (two `Bytes`) at the usual fill
-/// and the two allocations.
+/// Heap bytes of one field of a hash in map form: its slot (two [`HeapStr`]s) at the usual
+/// fill and the two allocations.
 fn map_field_bytes(field: usize, value: usize) -> usize {
-    HASH_MAP_SLOT + crate::table::alloc_class(field) + crate::table::alloc_class(value)
+    HASH_MAP_SLOT
+        + crate::table::alloc_class(HeapStr::alloc_len(field))
+        + crate::table::alloc_class(HeapStr::alloc_len(value))
 }
 
-/// A map slot of a hash (two 32-byte `Bytes` and a control byte) at ~70 % fill.
-const HASH_MAP_SLOT: usize = 94;
+/// A map slot of a hash (two 8-byte [`HeapStr`]s and a control byte) at ~70 % fill.
+const HASH_MAP_SLOT: usize = 25;
 
 impl HashValue {
     pub fn new() -> Self {
@@ -497,8 +500,8 @@ impl HashValue {
         for p in packed_fields(buf) {
             bytes += map_field_bytes(p.field.len(), p.value.len());
             map.insert(
-                Bytes::copy_from_slice(p.field),
-                Bytes::copy_from_slice(p.value),
+                HeapStr::copy_from_slice(p.field),
+                HeapStr::copy_from_slice(p.value),
             );
         }
         self.repr = HashRepr::Map(Box::new(MapHash {
@@ -553,7 +556,7 @@ impl HashValue {
         let HashRepr::Map(m) = &mut self.repr else {
             unreachable!("converted above")
         };
-        let value = Bytes::copy_from_slice(value);
+        let value = HeapStr::copy_from_slice(value);
         let new_len = value.len();
         let map = m.parts.map_of_mut(field);
         if let Some(old) = map.get_mut(field) {
@@ -563,7 +566,7 @@ impl HashValue {
                 + map_field_bytes(field.len(), new_len);
             return false;
         }
-        map.insert(Bytes::copy_from_slice(field), value);
+        map.insert(HeapStr::copy_from_slice(field), value);
         m.bytes += map_field_bytes(field.len(), new_len);
         m.len += 1;
         m.parts.grew_to(m.len);
@@ -744,7 +747,7 @@ mod tests {
             .count()
     }
 
-    fn map_of(h: &HashValue) -> &Parts<Bytes> {
+    fn map_of(h: &HashValue) -> &Parts<HeapStr> {
         match &h.repr {
             HashRepr::Map(m) => &m.parts,
             HashRepr::Packed { .. } => panic!("packed"),

@@ -13,6 +13,7 @@
 //! May import `value` (the shared [`Parts`] of large collections), `bytes`, `hashbrown` and
 //! `imbl`; nothing here knows about keys, shards, expiry or commands.
 
+use crate::heapstr::HeapStr;
 use crate::value::{Parts, HASH_SPLIT_LEN, ITEM_OVERHEAD};
 use bytes::Bytes;
 use imbl::OrdSet;
@@ -58,7 +59,7 @@ impl Default for ZSetLimits {
 #[derive(Debug, Clone, Copy)]
 pub enum ZMember<'a> {
     Packed(&'a [u8]),
-    Shared(&'a Bytes),
+    Shared(&'a HeapStr),
 }
 
 impl<'a> ZMember<'a> {
@@ -70,11 +71,12 @@ impl<'a> ZMember<'a> {
         }
     }
 
-    /// The member as a string of its own: a skiplist's is shared (no copy), a listpack's copied.
+    /// The member as a string of its own: a long skiplist member's is shared (no copy), others
+    /// copied.
     pub fn to_bytes(&self) -> Bytes {
         match *self {
             ZMember::Packed(b) => Bytes::copy_from_slice(b),
-            ZMember::Shared(b) => b.clone(),
+            ZMember::Shared(b) => b.to_bytes(),
         }
     }
 }
@@ -330,9 +332,10 @@ struct SkipList {
     bytes: usize,
 }
 
-/// The estimated heap bytes of one skiplist member.
+/// The estimated heap bytes of one skiplist member: its one [`HeapStr`] (the map and the index
+/// share it), the map's slot and the index's entry.
 fn skiplist_member_bytes(member_len: usize) -> usize {
-    2 * member_len + 8 + 2 * ITEM_OVERHEAD
+    crate::table::alloc_class(HeapStr::alloc_len(member_len)) + 2 * ITEM_OVERHEAD
 }
 
 impl SkipList {
@@ -353,13 +356,13 @@ impl SkipList {
             let prev = *old;
             if prev.to_bits() != score.to_bits() {
                 *old = score;
-                let key = Bytes::copy_from_slice(member);
+                let key = HeapStr::copy_from_slice(member);
                 self.ordered.remove(&(Score(prev), key.clone()));
                 self.ordered.insert((Score(score), key));
             }
             Some(prev)
         } else {
-            let key = Bytes::copy_from_slice(member);
+            let key = HeapStr::copy_from_slice(member);
             scores.insert(key.clone(), score);
             self.ordered.insert((Score(score), key));
             self.bytes += skiplist_member_bytes(member.len());
@@ -483,7 +486,7 @@ impl ZSetValue {
             Repr::SkipList(z) => {
                 let score = z.score(member)?;
                 // No order statistics in the index: count the members before this one.
-                let key = (Score(score), Bytes::copy_from_slice(member));
+                let key = (Score(score), HeapStr::copy_from_slice(member));
                 let below = z
                     .ordered
                     .range((Bound::Unbounded, Bound::Excluded(key)))
@@ -655,11 +658,11 @@ impl ZSetValue {
                 let range = if empty {
                     None
                 } else {
-                    let start = Bound::Included((Score(min.value), Bytes::new()));
+                    let start = Bound::Included((Score(min.value), HeapStr::copy_from_slice(&[])));
                     let end = if max.value == f64::INFINITY {
                         Bound::Unbounded
                     } else {
-                        Bound::Excluded((Score(max.value.next_up()), Bytes::new()))
+                        Bound::Excluded((Score(max.value.next_up()), HeapStr::copy_from_slice(&[])))
                     };
                     Some(z.ordered.range((start, end)))
                 };
@@ -818,7 +821,7 @@ impl Order {
 }
 
 /// An entry of a sorted set's order.
-type Entry = (Score, Bytes);
+type Entry = (Score, HeapStr);
 
 /// One of two iterators over the same items.
 #[derive(Clone)]

@@ -12,7 +12,7 @@ use super::strings::read_string;
 use super::{cmd, flags, CommandSpec, Ctx, KEY1};
 use crate::args::{int_arg, is, parse_i64};
 use crate::error::{CmdError, CmdResult};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use gradus_proto::Frame;
 use gradus_store::{Shard, Value};
 use std::sync::atomic::Ordering;
@@ -70,15 +70,16 @@ fn offset_arg(ctx: &Ctx<'_>, arg: &[u8], field_bits: Option<u32>) -> Result<u64,
 }
 
 /// Change the string at `key` in place (created empty when absent), grown with zero bytes to at
-/// least `min_len` first; its TTL is kept. The caller has checked the key holds a string.
-fn modify_string<R>(
+/// least `min_len` first; its TTL is kept, memcached client flags are not (a RESP write replaces
+/// the whole item, as SET does). The caller has checked the key holds a string.
+pub(crate) fn modify_string<R>(
     shard: &mut Shard,
     key: &[u8],
     now: u64,
     min_len: usize,
     f: impl FnOnce(&mut [u8]) -> R,
 ) -> R {
-    shard.upsert(
+    let result = shard.upsert(
         key,
         now,
         || Value::string(Bytes::new()),
@@ -86,16 +87,18 @@ fn modify_string<R>(
             let Value::Str(bytes) = value else {
                 unreachable!("modify_string: the caller checked the type")
             };
-            let mut buf = BytesMut::from(std::mem::take(bytes).into_bytes());
-            if buf.len() < min_len {
-                buf.resize(min_len, 0);
-            }
-            let result = f(&mut buf);
-            // An edit in place: `raw` for OBJECT ENCODING, as in Redis.
-            *bytes = gradus_store::StrValue::raw(buf.freeze());
-            result
+            // An edit in place (`raw` for OBJECT ENCODING, as in Redis): a bitmap no snapshot
+            // or reply holds is changed where it is, not copied.
+            bytes.edit(min_len, f)
         },
-    )
+    );
+    if shard
+        .peek(key, now)
+        .is_some_and(|e| e.meta().client_flags != 0)
+    {
+        shard.update_meta(key, now, |m| m.client_flags = 0);
+    }
+    result
 }
 
 /// WRONGTYPE unless `key` is absent or holds a string; Ok(true) when it holds one.

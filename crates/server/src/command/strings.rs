@@ -415,32 +415,33 @@ fn msetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 fn append(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let key = &args[1];
+    let piece = &args[2];
     let max = max_string(ctx);
     let now = ctx.now_ms;
     let mut shard = ctx.db().lock(key);
-    let (old, ttl, existed) = match shard.peek(key, now) {
-        None => (Bytes::new(), None, false),
+    let old_len = match shard.peek(key, now) {
+        None => None,
         Some(e) => match &e.value {
-            Value::Str(b) => (b.to_bytes(), e.expires_at(), true),
+            Value::Str(b) => Some(b.len()),
             _ => return Err(CmdError::WrongType),
         },
     };
-    let new_len = old.len() + args[2].len();
+    let new_len = old_len.unwrap_or(0) + piece.len();
     if new_len > max {
         return Err(CmdError::StringTooLong);
     }
-    let mut joined = Vec::with_capacity(new_len);
-    joined.extend_from_slice(&old);
-    joined.extend_from_slice(&args[2]);
-    drop(old);
-    // Redis stores the argument as SET would for a new key (`int`/`embstr`), and edits an
-    // existing string in place, which OBJECT ENCODING then calls `raw`.
-    let value = if existed {
-        Value::raw_string(Bytes::from(joined))
-    } else {
-        Value::string(Bytes::from(joined))
-    };
-    shard.set(key, value, ttl, now);
+    match old_len {
+        // Redis stores the argument as SET would for a new key (`int`/`embstr`), and edits an
+        // existing string in place (which OBJECT ENCODING then calls `raw`): so does this, and
+        // a long string nothing else holds grows where it is (the allocator's realloc), so
+        // appending to it costs the piece, not a copy of the whole string.
+        Some(old_len) => super::bitmaps::modify_string(&mut shard, key, now, new_len, |buf| {
+            buf[old_len..].copy_from_slice(piece)
+        }),
+        None => {
+            shard.set(key, Value::string(piece.clone()), None, now);
+        }
+    }
     Ok(Frame::Integer(new_len as i64))
 }
 
@@ -483,29 +484,25 @@ fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let max = max_string(ctx);
     let now = ctx.now_ms;
     let mut shard = ctx.db().lock(key);
-    let (old, ttl) = match shard.peek(key, now) {
-        None => (None, None),
+    let old_len = match shard.peek(key, now) {
+        None => 0,
         Some(e) => match &e.value {
-            Value::Str(b) => (Some(b.to_bytes()), e.expires_at()),
+            Value::Str(b) => b.len(),
             _ => return Err(CmdError::WrongType),
         },
     };
-    let old_len = old.as_ref().map_or(0, |b| b.len());
     if piece.is_empty() {
         return Ok(Frame::Integer(old_len as i64));
     }
     if offset.saturating_add(piece.len()) > max {
         return Err(CmdError::StringTooLong);
     }
-    let mut buf = old.map(|b| b.to_vec()).unwrap_or_default();
     let needed = offset + piece.len();
-    if buf.len() < needed {
-        buf.resize(needed, 0);
-    }
-    buf[offset..needed].copy_from_slice(piece);
-    let new_len = buf.len();
-    // An edit in place (or a new zero-padded buffer): `raw` for OBJECT ENCODING, as in Redis.
-    shard.set(key, Value::raw_string(Bytes::from(buf)), ttl, now);
+    // An edit in place (or a new zero-padded string): `raw` for OBJECT ENCODING, as in Redis.
+    let new_len = super::bitmaps::modify_string(&mut shard, key, now, needed, |buf| {
+        buf[offset..needed].copy_from_slice(piece);
+        buf.len()
+    });
     Ok(Frame::Integer(new_len as i64))
 }
 
