@@ -18,7 +18,6 @@ RSS). Prints a Markdown table.
 """
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,34 +25,13 @@ import time
 
 import redis
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_util import free_port, rss, wait_port  # noqa: E402
+
 ELEMENTS = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARIES = sys.argv[2:] or [os.path.join(ROOT, "target/release/gradus")]
 KINDS = ("set", "hash", "zset")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
-
-
-def wait_port(port):
-    for _ in range(200):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def add(pipe, kind, names):

@@ -30,13 +30,15 @@ Prints a Markdown table: bytes per key for each target and each Gradus build / R
 """
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 import redis
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_util import free_port, rss, wait_port  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCALE = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
@@ -65,30 +67,6 @@ ROWS = [
 ONLY = [w for w in os.environ.get("GRADUS_MEMORY_ROWS", "").split(",") if w]
 if ONLY:
     ROWS = [row for row in ROWS if any(row[0].startswith(w) for w in ONLY)]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
-
-
-def wait_port(port):
-    for _ in range(200):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def start(target, tmp):

@@ -19,13 +19,16 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
 import redis
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_util import free_port  # noqa: E402
 
 UNLOCK = 'if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end'
 SCRIPT4 = ("redis.call('set', KEYS[1], ARGV[1]); redis.call('incr', KEYS[2]); "
@@ -35,12 +38,6 @@ LIBRARY = ("#!lua name=bench\n"
            "  redis.call('set', keys[1], args[1]); redis.call('incr', keys[2])\n"
            "  redis.call('get', keys[1]); return redis.call('expire', keys[1], 100)\n"
            "end)\n")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(argv, port):
