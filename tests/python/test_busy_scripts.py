@@ -24,6 +24,9 @@ from resp import NULL_ARRAY, ConnectionClosed, Err, RawConnection, Simple
 
 THRESHOLD_MS = "100"
 LOOP = "local a = 1 while true do a = a + 1 end"
+# About 0.3 s of Lua (under a 500 ms threshold), measured by the script's own clock.
+SHORT_SPIN = ("local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] "
+              "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > 300000 return 1")
 BUSY_EVAL = Err(b"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.")
 BUSY_FUNCTION = Err(b"BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.")
 OK = Simple(b"OK")
@@ -344,6 +347,40 @@ def test_commands_that_came_while_the_script_ran_get_busy_too(multi_worker):
         assert connect(multi_worker).call("SCRIPT", "KILL") == OK
         assert isinstance(runner.read_reply(), Err)
         assert [conn.call("GET", "k") for conn in waiting] == [b"v"] * len(waiting)
+
+
+def test_commands_that_came_while_exec_ran_a_script_get_busy(multi_worker, redis_server):
+    """A script queued in MULTI runs inside EXEC, which holds the store gate for the whole
+    transaction. Commands that came while EXEC ran (here during a shorter script queued before
+    the long one) wait for it where they can be refused, and get BUSY once the script passes the
+    threshold, as in Redis (regression: they waited at the gate behind EXEC, unanswered, each
+    holding a worker, so with two of them nothing answered SCRIPT KILL either); SCRIPT KILL
+    stops the script and EXEC's reply carries the killed error."""
+
+    def scenario(server):
+        other = prepare(server)
+        other.call("CONFIG", "SET", "busy-reply-threshold", "500")
+        other.call("SET", "k", "v")
+        waiting = [connect(server) for _ in range(3)]
+        runner = connect(server)
+        assert runner.call("MULTI") == OK
+        runner.call("EVAL", SHORT_SPIN, "0")
+        runner.call("EVAL", LOOP, "0")
+        runner.send_command("EXEC")
+        time.sleep(0.1)
+        for conn in waiting:
+            conn.send_command("GET", "k")
+        seen = [conn.read_reply(timeout=5) for conn in waiting]
+        seen.append(other.call("SCRIPT", "KILL"))
+        exec_reply = runner.read_reply(timeout=5)
+        seen.append(len(exec_reply))
+        seen.append(exec_reply[0])
+        seen.append(exec_reply[1].text.split(" script: ")[0])
+        seen.append([conn.call("GET", "k") for conn in waiting])
+        return seen
+
+    seen = assert_same(multi_worker, redis_server, scenario)
+    assert seen[:3] == [BUSY_EVAL] * 3
 
 
 @pytest.mark.gradus_only

@@ -1057,6 +1057,39 @@ fn wait_for_admitted() -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Whether `spec` runs a Lua script that may pass `busy-reply-threshold` (EVAL, EVALSHA, FCALL
+/// and their read-only forms).
+pub fn runs_script(spec: &CommandSpec) -> bool {
+    spec.group == "scripting" && (spec.name.starts_with("eval") || spec.name.starts_with("fcall"))
+}
+
+/// What EXEC holds while it runs a transaction that queues a script (see [`hold_for_exec`]).
+/// Its fields drop in this order: the announcement, then the turn, then the admission comes
+/// back, as for a script sent on its own.
+pub struct ExecHold {
+    _exclusive: ExclusiveRun,
+    _turn: parking_lot::MutexGuard<'static, ()>,
+    _unadmitted: Unadmitted,
+}
+
+/// For EXEC of a transaction that queues a script: the same announcement as an exclusive script
+/// makes, from before EXEC takes the store gate until it releases it, so a command that comes
+/// while the transaction runs (a command queued before the script included) waits where it can
+/// be told BUSY once the script passes the threshold, rather than at the gate behind EXEC
+/// (regression: `test_busy_scripts.py::test_commands_that_came_while_exec_ran_a_script_get_busy`).
+/// The BUSY reply when a script passes the threshold first.
+pub fn hold_for_exec() -> Result<ExecHold, &'static str> {
+    let unadmitted = Unadmitted::start();
+    let turn = exclusive_turn()?;
+    let exclusive = ExclusiveRun::start();
+    wait_for_admitted()?;
+    Ok(ExecHold {
+        _exclusive: exclusive,
+        _turn: turn,
+        _unadmitted: unadmitted,
+    })
+}
+
 /// Counts a script's run under the exclusive gate in [`SCRIPTS`] for as long as it lives.
 struct ExclusiveRun;
 

@@ -9,7 +9,7 @@
 //!
 //! May import: `dispatch` (to run queued commands), `persist::write`, `client`.
 
-use super::{cmd, flags, CommandSpec, Ctx, NO_KEYS};
+use super::{cmd, flags, scripting, CommandSpec, Ctx, NO_KEYS};
 use crate::client::{Deferred, MultiState, Watch};
 use crate::dispatch;
 use crate::error::{CmdError, CmdResult};
@@ -134,6 +134,18 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     let grows = multi.queued.iter().any(|(s, _)| s.has(flags::DENYOOM));
     // One clock for the whole transaction, so its replay is exact.
     let now = gradus_store::now_ms();
+    // A script in the transaction may pass busy-reply-threshold while EXEC holds the gate: the
+    // transaction is announced as an exclusive script is, so commands that come meanwhile wait
+    // where they can be told BUSY (see `scripting::hold_for_exec`).
+    let _script_hold = if multi.queued.iter().any(|(s, _)| scripting::runs_script(s)) {
+        Some(scripting::hold_for_exec().map_err(|busy| {
+            CmdError::Other(format!(
+                "EXECABORT Transaction discarded because of: {busy}"
+            ))
+        })?)
+    } else {
+        None
+    };
     let mut txn = WriteTxn::begin_exclusive(shared, ctx.client, now, grows)?;
     for w in &watched {
         let changed = match shared.store.db(w.db) {
