@@ -117,6 +117,36 @@ def test_reading_every_key_once_does_not_grow_the_store(gradus_factory):
     assert r.get("session:00000007") == b"x" * 100
 
 
+@gradus_only
+def test_a_snapshot_gives_back_the_memory_it_took(gradus_factory):
+    """Regression: a snapshot's buffers and the value parts writes copied while it ran are freed
+    when it ends, but the allocator kept the pages: after each snapshot of a 200 k-field hash RSS
+    stayed up by 18 MB (+80 % of the data's), `used_memory` unchanged. The snapshot now gives
+    them back (as a purge does)."""
+    server = gradus_factory("--durability", "background")
+    r = redis_client(server, 2)
+    time.sleep(0.3)
+    empty = rss(server)
+    pipe = r.pipeline(transaction=False)
+    for start in range(0, 200_000, 1000):
+        pipe.hset("big", mapping={f"field:{j:010d}": f"value:{j:010d}" for j in range(start, start + 1000)})
+    pipe.execute()
+    time.sleep(0.3)
+    loaded = rss(server) - empty
+    for round_ in range(2):
+        r.bgsave()
+        r.hset("big", mapping={f"new:{round_}:{j}": "x" for j in range(2000)})
+        deadline = time.monotonic() + 60
+        while r.info("persistence")["rdb_bgsave_in_progress"]:
+            assert time.monotonic() < deadline, "snapshot did not finish"
+            time.sleep(0.1)
+        assert r.info("persistence")["rdb_last_bgsave_status"] == "ok"
+    time.sleep(0.5)
+    after = rss(server) - empty
+    assert after <= 1.25 * loaded, (after / loaded, loaded, after)
+    assert r.hlen("big") == 204_000
+
+
 LIMITED = """
 [[tenants]]
 name = "small"

@@ -3,7 +3,7 @@
 //! encoded items on another, with a byte budget (`SNAPSHOT_IN_FLIGHT_BYTES`) between the two,
 //! then record the outcome in `Persistence` for INFO and LASTSAVE.
 //!
-//! May import: `persist::record` (the item encoding), `state`. Must not import `command`,
+//! May import: `persist::record` (the item encoding), `state`, `alloc`. Must not import `command`,
 //! `persist::write` or `persist::replay`.
 
 use super::record;
@@ -70,7 +70,19 @@ impl Drop for Received<'_> {
 
 /// Take a snapshot now (SAVE, BGSAVE, the size/time trigger). Blocking: run it off the async
 /// workers. Writers stall at most once, for one shard's copy (see `gradus_store::snapshot`).
+///
+/// Then the memory the snapshot took is given back to the system (`alloc::purge`): its
+/// buffers (encoding, compression) and the parts of values that writes copied while it ran are
+/// freed by then, but mimalloc keeps freed pages for reuse, so RSS stayed up by what the
+/// snapshot took (a 200 k-field hash: +18 MB after every snapshot, `used_memory` unchanged), as
+/// redis-server's RSS does not, its child's copied pages going with the child.
 pub fn take_snapshot(shared: &crate::state::Shared) -> Result<u64, String> {
+    let result = snapshot_now(shared);
+    crate::alloc::purge();
+    result
+}
+
+fn snapshot_now(shared: &crate::state::Shared) -> Result<u64, String> {
     let p = &shared.persist;
     let Some(log) = p.log.get() else {
         return Err("no database is logged (every degree is none)".into());
