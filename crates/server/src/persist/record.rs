@@ -753,11 +753,13 @@ fn read_item_value<T>(
 /// A snapshot item's value of `kind` (uncompressed), and its memcached state into `meta`.
 fn read_value(kind: u8, r: &mut Reader, meta: &mut ItemMeta) -> Result<Value, RecordError> {
     Ok(match kind {
-        KIND_STR | KIND_MORE_STR => Value::string(r.owned()?),
+        // Sliced, not `owned`: the string value copies the bytes into its own buffer anyway
+        // (one copy from the snapshot's buffer, not two).
+        KIND_STR | KIND_MORE_STR => Value::string(&r.bytes()?[..]),
         KIND_STR_META => {
             meta.client_flags = r.u32()?;
             meta.bits = r.u8()? & ItemMeta::PERSISTED_BITS;
-            Value::string(r.owned()?)
+            Value::string(&r.bytes()?[..])
         }
         KIND_HASH | KIND_MORE_HASH => {
             let mut h = HashValue::new();
