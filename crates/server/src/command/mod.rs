@@ -194,6 +194,10 @@ pub struct CommandSpec {
     pub acl_categories: u32,
     /// The keyspace notification a write emits for its keys when it succeeds (see `notify`).
     pub notify: Option<Notify>,
+    /// Runs a Lua script that may pass `busy-reply-threshold` (EVAL, EVALSHA, FCALL and their
+    /// read-only forms): EXEC of a transaction that queues one announces itself as an
+    /// exclusive script does (see `scripting::hold_for_exec`).
+    pub runs_script: bool,
     /// The arguments from `.0` to `.1` (-1: the last) that a write looks up for reading (a
     /// *STORE's sources, GETDEL's key): each one absent is a `keymiss` keyspace event, as
     /// Redis' `lookupKeyRead` publishes (reads need none: all their keys are read).
@@ -430,6 +434,12 @@ impl CommandSpec {
 
     /// The same row with its keys after a `numkeys` argument at `index` (table rows:
     /// `cmd(...).with_numkeys(1)`); flags it `movablekeys`.
+    /// Marks the row as running a Lua script (see [`CommandSpec::runs_script`]).
+    pub const fn runs_script(mut self) -> CommandSpec {
+        self.runs_script = true;
+        self
+    }
+
     pub const fn with_numkeys(mut self, index: usize) -> CommandSpec {
         self.numkeys_at = index;
         self.flags |= flags::MOVABLE_KEYS;
@@ -564,6 +574,7 @@ pub const fn cmd(
         handler,
         subcommands: &[],
         numkeys_at: 0,
+        runs_script: false,
         store_keyword_from: 0,
         keys_by: None,
         other_keyspaces: None,

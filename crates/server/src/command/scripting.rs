@@ -147,12 +147,12 @@ const SCRIPT_RO_FLAGS: u32 =
 
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
-    cmd("eval", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Executes a server-side Lua script.", eval).with_numkeys(2).key_flags(&["RW access update"]),
-    cmd("evalsha", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Executes a server-side Lua script by SHA1 digest.", evalsha).with_numkeys(2).key_flags(&["RW access update"]),
-    cmd("eval_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Executes a read-only server-side Lua script.", eval_ro).with_numkeys(2).key_flags(&["RO access"]),
-    cmd("evalsha_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Executes a read-only server-side Lua script by SHA1 digest.", evalsha_ro).with_numkeys(2).key_flags(&["RO access"]),
-    cmd("fcall", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Invokes a function.", fcall).with_numkeys(2).key_flags(&["RW access update"]),
-    cmd("fcall_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Invokes a read-only function.", fcall_ro).with_numkeys(2).key_flags(&["RO access"]),
+    cmd("eval", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Executes a server-side Lua script.", eval).runs_script().with_numkeys(2).key_flags(&["RW access update"]),
+    cmd("evalsha", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Executes a server-side Lua script by SHA1 digest.", evalsha).runs_script().with_numkeys(2).key_flags(&["RW access update"]),
+    cmd("eval_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Executes a read-only server-side Lua script.", eval_ro).runs_script().with_numkeys(2).key_flags(&["RO access"]),
+    cmd("evalsha_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Executes a read-only server-side Lua script by SHA1 digest.", evalsha_ro).runs_script().with_numkeys(2).key_flags(&["RO access"]),
+    cmd("fcall", -3, SCRIPT_FLAGS, NO_KEYS, "scripting", "Invokes a function.", fcall).runs_script().with_numkeys(2).key_flags(&["RW access update"]),
+    cmd("fcall_ro", -3, SCRIPT_RO_FLAGS, NO_KEYS, "scripting", "Invokes a read-only function.", fcall_ro).runs_script().with_numkeys(2).key_flags(&["RO access"]),
     cmd("script", -2, flags::NO_MULTI | flags::NOSCRIPT, NO_KEYS, "scripting", "A container for Lua scripts management commands.", script).with_subcommands(&[
         sub("script|load", 3, flags::NO_MULTI | flags::NOSCRIPT, "Loads a server-side Lua script to the script cache."),
         sub("script|exists", -3, flags::NO_MULTI | flags::NOSCRIPT, "Determines whether server-side Lua scripts exist in the script cache."),
@@ -1055,12 +1055,6 @@ fn wait_for_admitted() -> Result<(), &'static str> {
         }
     }
     Ok(())
-}
-
-/// Whether `spec` runs a Lua script that may pass `busy-reply-threshold` (EVAL, EVALSHA, FCALL
-/// and their read-only forms).
-pub fn runs_script(spec: &CommandSpec) -> bool {
-    spec.group == "scripting" && (spec.name.starts_with("eval") || spec.name.starts_with("fcall"))
 }
 
 /// What EXEC holds while it runs a transaction that queues a script (see [`hold_for_exec`]).

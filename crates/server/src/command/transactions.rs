@@ -137,7 +137,7 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     // A script in the transaction may pass busy-reply-threshold while EXEC holds the gate: the
     // transaction is announced as an exclusive script is, so commands that come meanwhile wait
     // where they can be told BUSY (see `scripting::hold_for_exec`).
-    let _script_hold = if multi.queued.iter().any(|(s, _)| scripting::runs_script(s)) {
+    let _script_hold = if multi.queued.iter().any(|(s, _)| s.runs_script) {
         Some(scripting::hold_for_exec().map_err(|busy| {
             CmdError::Other(format!(
                 "EXECABORT Transaction discarded because of: {busy}"
