@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 import redis
 
-from resp import Err, RawConnection, Simple
+from resp import Err, RawConnection, Simple, encode_command
 from servers import free_port, redis_client
 
 pytestmark = pytest.mark.gradus_only
@@ -819,6 +819,36 @@ def test_a_snapshot_asked_for_while_one_runs_is_scheduled_after_it(gradus_factor
     while persistence(r)["gradus_snapshot_lsn"] < last:
         assert time.monotonic() < deadline, persistence(r)
         time.sleep(0.05)
+    r.close()
+
+
+def test_bgsave_is_in_progress_as_soon_as_it_answers(gradus_factory, tmp_path):
+    """Regression: BGSAVE only asked the snapshot task for a snapshot, so until the task woke up
+    INFO said `rdb_bgsave_in_progress:0` and a second BGSAVE was "started" too. A client that
+    waits for the flag to drop after BGSAVE (as Redis' own tests do) then read the server mid-save:
+    `test_reading_every_key_once_does_not_grow_the_store` saw the snapshot's buffers in flight.
+    Redis forks before it answers: the flag is 1 at once and the second BGSAVE is refused."""
+    server = gradus_factory("--config", write_config(tmp_path, "[durability]\nsnapshot-log-bytes = 0\n"))
+    r = client(server)
+    pipe = r.pipeline(transaction=False)
+    for i in range(20_000):
+        pipe.set(f"k:{i}", "v" * 100)
+    pipe.execute()
+    saves = persistence(r)["rdb_saves"]
+    with RawConnection(server.host, server.port) as conn:
+        # One write: the server reads all three before its snapshot task can have started.
+        conn.send(encode_command("BGSAVE") + encode_command("BGSAVE") + encode_command("INFO", "persistence"))
+        started, second, info = conn.read_replies(3)
+    assert started == Simple(b"Background saving started")
+    assert isinstance(second, Err) and second.message == b"ERR Background save already in progress", second
+    fields = dict(line.split(":", 1) for line in info.decode().splitlines() if ":" in line)
+    assert fields["rdb_bgsave_in_progress"] == "1" or int(fields["rdb_saves"]) > saves, fields
+    deadline = time.monotonic() + 30
+    while persistence(r)["rdb_bgsave_in_progress"]:
+        assert time.monotonic() < deadline, "the snapshot did not finish"
+        time.sleep(0.01)
+    after = persistence(r)
+    assert after["rdb_saves"] == saves + 1 and after["rdb_last_bgsave_status"] == "ok", after
     r.close()
 
 

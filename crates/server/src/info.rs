@@ -259,7 +259,7 @@ fn persistence(shared: &Shared, out: &mut String) {
     line!(out, "loading:0");
     line!(out, "async_loading:0");
     line!(out, "aof_enabled:{}", u8::from(p.log.get().is_some()));
-    let in_progress = u8::from(p.snapshot_in_progress.load(Ordering::Relaxed));
+    let in_progress = u8::from(p.snapshot_pending());
     let status = p.last_snapshot_status.lock().clone();
     let ok_or_err = if status == "ok" { "ok" } else { "err" };
     // Seconds, -1 for none (as Redis): the last snapshot's duration and the running one's so far.

@@ -577,10 +577,6 @@ async fn snapshot_loop(shared: Arc<Shared>) {
         {
             continue;
         }
-        shared
-            .persist
-            .snapshot_requested
-            .store(false, Ordering::Release);
         last = tokio::time::Instant::now();
         lsn_at_last = log.last_lsn();
         let failures = || shared.persist.snapshot_failures.load(Ordering::Relaxed);

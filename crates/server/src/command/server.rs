@@ -160,7 +160,7 @@ fn check_snapshot_possible(ctx: &Ctx<'_>) -> Result<(), CmdError> {
             "nothing to save: every database has durability none",
         ));
     }
-    if persist.snapshot_in_progress.load(Ordering::Acquire) {
+    if persist.snapshot_pending() {
         return Err(CmdError::err("Background save already in progress"));
     }
     Ok(())
@@ -220,11 +220,7 @@ fn background_snapshot(
 ) -> CmdResult {
     let reply = if schedule
         && ctx.shared.persist.log.get().is_some()
-        && ctx
-            .shared
-            .persist
-            .snapshot_in_progress
-            .load(Ordering::Acquire)
+        && ctx.shared.persist.snapshot_pending()
     {
         scheduled
     } else {

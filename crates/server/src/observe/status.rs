@@ -260,7 +260,7 @@ fn snapshot(shared: &Shared, out: &mut String) {
 <th>Snapshots on disk</th><th>Log on disk</th><th>Snapshots written</th></tr>\
 <tr><td>{ago}s ago (Unix {last})</td><td>{millis}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>",
         escape(&p.last_snapshot_status.lock()),
-        if p.snapshot_in_progress.load(Ordering::Relaxed) { "yes" } else { "no" },
+        if p.snapshot_pending() { "yes" } else { "no" },
         human_bytes(snapshot_bytes),
         human_bytes(log_bytes),
         p.snapshots_written.load(Ordering::Relaxed)

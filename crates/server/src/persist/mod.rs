@@ -53,8 +53,8 @@ pub struct Persistence {
     pub last_snapshot_status: Mutex<String>,
     /// Snapshots that failed since start (INFO `gradus_snapshot_failures`).
     pub snapshot_failures: AtomicU64,
-    /// `BGSAVE`/`BGREWRITEAOF` asked for a snapshot that has not started yet (the snapshot task
-    /// clears it when it starts one).
+    /// `BGSAVE`/`BGREWRITEAOF` asked for a snapshot that has not started yet (cleared when a
+    /// log snapshot starts, in `snapshot::take_snapshot`).
     pub snapshot_requested: AtomicBool,
     /// How long the last snapshot held the store gate exclusively to arm itself, and its longest
     /// shard copy, from asking for the shard's lock to releasing it (µs): the longest a command
@@ -94,6 +94,14 @@ impl Drop for StrictWaiter<'_> {
 }
 
 impl Persistence {
+    /// A snapshot runs, or BGSAVE/BGREWRITEAOF asked for one the snapshot task has not started
+    /// yet: what INFO's `rdb_bgsave_in_progress` says. Redis forks before BGSAVE answers, so a
+    /// client that polls the flag after the reply never sees 0 before the save.
+    pub fn snapshot_pending(&self) -> bool {
+        self.snapshot_in_progress.load(Ordering::Acquire)
+            || self.snapshot_requested.load(Ordering::Acquire)
+    }
+
     /// Whether database `db` is logged at all.
     pub fn db_logged(&self, db: usize) -> bool {
         self.logged && self.degrees.get(db).is_some_and(|d| d.is_logged())

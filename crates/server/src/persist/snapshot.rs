@@ -90,6 +90,10 @@ fn snapshot_now(shared: &crate::state::Shared) -> Result<u64, String> {
     if p.snapshot_in_progress.swap(true, Ordering::AcqRel) {
         return Err("Background save already in progress".into());
     }
+    // A request made before this point is answered by this snapshot; one made from here on
+    // (while it runs) stays set, and another snapshot follows. Cleared only now, so that
+    // `snapshot_pending` never reads false between a BGSAVE and the start of its snapshot.
+    p.snapshot_requested.store(false, Ordering::Release);
     p.snapshot_started_ms
         .store(gradus_store::now_ms(), Ordering::Relaxed);
     let started = std::time::Instant::now();
