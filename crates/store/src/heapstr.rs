@@ -167,36 +167,32 @@ impl HeapStr {
     pub fn edit<R>(&mut self, min_len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
         let len = self.len();
         let new_len = len.max(min_len);
-        if !self.is_unique() {
+        // A copy when others hold the buffer, or when the length crosses into the long header
+        // form (the data moves within the block); else in place, grown by `realloc`.
+        if !self.is_unique() || header_len(new_len) != header_len(len) {
             let mut copy = HeapStr::zeroed(new_len);
             copy.unique_bytes_mut()[..len].copy_from_slice(self.as_slice());
             *self = copy;
         } else if new_len > len {
-            if header_len(new_len) == header_len(len) {
-                let old = layout(len);
-                let new = layout(new_len);
-                // SAFETY: the block was made with `old`; `new` has the same alignment and a
-                // non-zero size; on success the old pointer is no longer used.
-                let raw = unsafe { std::alloc::realloc(self.base().as_ptr(), old, new.size()) };
-                let Some(ptr) = NonNull::new(raw) else {
-                    std::alloc::handle_alloc_error(new)
-                };
-                // SAFETY: the new block holds the header and `new_len` bytes; the grown tail is
-                // zeroed before anyone reads it.
-                unsafe {
-                    Self::write_len(ptr, new_len);
-                    std::ptr::write_bytes(
-                        ptr.as_ptr().add(header_len(new_len) + len),
-                        0,
-                        new_len - len,
-                    );
-                }
-                self.0 = ptr.cast();
-            } else {
-                let mut grown = HeapStr::zeroed(new_len);
-                grown.unique_bytes_mut()[..len].copy_from_slice(self.as_slice());
-                *self = grown;
+            let old = layout(len);
+            let new = layout(new_len);
+            // SAFETY: the block was made with `old`; `new` has the same alignment and a
+            // non-zero size; on success the old pointer is no longer used.
+            let raw = unsafe { std::alloc::realloc(self.base().as_ptr(), old, new.size()) };
+            let Some(ptr) = NonNull::new(raw) else {
+                std::alloc::handle_alloc_error(new)
+            };
+            // SAFETY: the new block holds the header and `new_len` bytes; the grown tail is
+            // zeroed before anyone reads it.
+            unsafe {
+                Self::write_len(ptr, new_len);
+                std::ptr::write_bytes(
+                    ptr.as_ptr().add(header_len(new_len) + len),
+                    0,
+                    new_len - len,
+                );
             }
+            self.0 = ptr.cast();
         }
         f(self.unique_bytes_mut())
     }

@@ -8,7 +8,7 @@
 //! wrap/saturate/fail overflow) is in pure functions at the end of the module; handlers lock only
 //! the shards of their keys. May import `args`, `error`, the store and the protocol frames.
 
-use super::strings::read_string;
+use super::strings::{modify_string, read_string};
 use super::{cmd, flags, CommandSpec, Ctx, KEY1};
 use crate::args::{int_arg, is, parse_i64};
 use crate::error::{CmdError, CmdResult};
@@ -67,38 +67,6 @@ fn offset_arg(ctx: &Ctx<'_>, arg: &[u8], field_bits: Option<u32>) -> Result<u64,
         return Err(offset_error());
     }
     Ok(offset as u64)
-}
-
-/// Change the string at `key` in place (created empty when absent), grown with zero bytes to at
-/// least `min_len` first; its TTL is kept, memcached client flags are not (a RESP write replaces
-/// the whole item, as SET does). The caller has checked the key holds a string.
-pub(crate) fn modify_string<R>(
-    shard: &mut Shard,
-    key: &[u8],
-    now: u64,
-    min_len: usize,
-    f: impl FnOnce(&mut [u8]) -> R,
-) -> R {
-    let result = shard.upsert(
-        key,
-        now,
-        || Value::string(Bytes::new()),
-        |value| {
-            let Value::Str(bytes) = value else {
-                unreachable!("modify_string: the caller checked the type")
-            };
-            // An edit in place (`raw` for OBJECT ENCODING, as in Redis): a bitmap no snapshot
-            // or reply holds is changed where it is, not copied.
-            bytes.edit(min_len, f)
-        },
-    );
-    if shard
-        .peek(key, now)
-        .is_some_and(|e| e.meta().client_flags != 0)
-    {
-        shard.update_meta(key, now, |m| m.client_flags = 0);
-    }
-    result
 }
 
 /// WRONGTYPE unless `key` is absent or holds a string; Ok(true) when it holds one.

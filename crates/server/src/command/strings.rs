@@ -435,7 +435,7 @@ fn append(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         // existing string in place (which OBJECT ENCODING then calls `raw`): so does this, and
         // a long string nothing else holds grows where it is (the allocator's realloc), so
         // appending to it costs the piece, not a copy of the whole string.
-        Some(old_len) => super::bitmaps::modify_string(&mut shard, key, now, new_len, |buf| {
+        Some(old_len) => modify_string(&mut shard, key, now, new_len, |buf| {
             buf[old_len..].copy_from_slice(piece)
         }),
         None => {
@@ -499,7 +499,7 @@ fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let needed = offset + piece.len();
     // An edit in place (or a new zero-padded string): `raw` for OBJECT ENCODING, as in Redis.
-    let new_len = super::bitmaps::modify_string(&mut shard, key, now, needed, |buf| {
+    let new_len = modify_string(&mut shard, key, now, needed, |buf| {
         buf[offset..needed].copy_from_slice(piece);
         buf.len()
     });
@@ -768,6 +768,38 @@ fn lcs(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         (text("matches"), Frame::Array(shown)),
         (text("len"), Frame::Integer(common.len() as i64)),
     ]))
+}
+
+/// Change the string at `key` in place (created empty when absent), grown with zero bytes to at
+/// least `min_len` first; its TTL is kept, memcached client flags are not (a RESP write replaces
+/// the whole item, as SET does). The caller has checked the key holds a string.
+pub(crate) fn modify_string<R>(
+    shard: &mut Shard,
+    key: &[u8],
+    now: u64,
+    min_len: usize,
+    f: impl FnOnce(&mut [u8]) -> R,
+) -> R {
+    let result = shard.upsert(
+        key,
+        now,
+        || Value::string(Bytes::new()),
+        |value| {
+            let Value::Str(bytes) = value else {
+                unreachable!("modify_string: the caller checked the type")
+            };
+            // An edit in place (`raw` for OBJECT ENCODING, as in Redis): a bitmap no snapshot
+            // or reply holds is changed where it is, not copied.
+            bytes.edit(min_len, f)
+        },
+    );
+    if shard
+        .peek(key, now)
+        .is_some_and(|e| e.meta().client_flags != 0)
+    {
+        shard.update_meta(key, now, |m| m.client_flags = 0);
+    }
+    result
 }
 
 #[cfg(test)]
