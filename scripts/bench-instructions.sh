@@ -4,7 +4,8 @@
 # ±40 % between runs of one binary.
 #
 #   scripts/bench-instructions.sh [requests] [gradus-binary ...]
-#   TESTS=lpush,get,…   redis-benchmark tests (default: get,set,lpush,rpush,lpop,sadd)
+#   TESTS=lpush,get,…   redis-benchmark tests (default: get,set,lpush,rpush,lpop,sadd); also
+#                       unlock, script4, fcall4 (EVALSHA/FCALL, as scripts/bench-scripting.py)
 #   PIPELINE=n          redis-benchmark -P (default 16: the request path, not the syscalls)
 #   DATA=n              redis-benchmark -d: value size in bytes (default 3)
 #
@@ -39,12 +40,37 @@ count() { # test requests command... → instructions of the whole run
   if [ "$n" -gt 0 ]; then
     # GET reads the key SET writes (redis-benchmark's key and value), not a missing one.
     [ "$test" = get ] && redis-cli -p $PORT set key:__rand_int__ "$(head -c "${DATA:-3}" /dev/zero | tr '\0' x)" >/dev/null
-    redis-benchmark -p $PORT -t "$test" -c 50 -d ${DATA:-3} -n "$n" -P "${PIPELINE:-16}" -q >/dev/null 2>&1
+    case "$test" in
+      unlock|script4|fcall4)
+        # The scripts of scripts/bench-scripting.py, on random keys as there.
+        local sha
+        case "$test" in
+          unlock) sha=$(redis-cli -p $PORT script load "$UNLOCK")
+                  set -- evalsha "$sha" 1 lock:__rand_int__ token ;;
+          script4) sha=$(redis-cli -p $PORT script load "$SCRIPT4")
+                   set -- evalsha "$sha" 2 k:__rand_int__ n:__rand_int__ value ;;
+          fcall4) redis-cli -p $PORT function load replace "$LIBRARY" >/dev/null
+                  set -- fcall touch4 2 k:__rand_int__ n:__rand_int__ value ;;
+        esac
+        redis-benchmark -p $PORT -c 50 -n "$n" -P "${PIPELINE:-16}" -r 100000 -q "$@" >/dev/null 2>&1 ;;
+      *)
+        redis-benchmark -p $PORT -t "$test" -c 50 -d ${DATA:-3} -n "$n" -P "${PIPELINE:-16}" -q >/dev/null 2>&1 ;;
+    esac
   fi
   redis-cli -p $PORT shutdown nosave >/dev/null 2>&1 || true
   wait "$pid" || true
   callgrind_annotate "$TMP/run/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
 }
+
+# unlock, script4, fcall4: the scripts of scripts/bench-scripting.py (phpredis' session unlock;
+# SET, INCR, GET and EXPIRE on two keys, as a script and as a Redis 7 function).
+UNLOCK='if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end'
+SCRIPT4="redis.call('set', KEYS[1], ARGV[1]); redis.call('incr', KEYS[2]); redis.call('get', KEYS[1]); return redis.call('expire', KEYS[1], 100)"
+LIBRARY="#!lua name=bench
+redis.register_function('touch4', function(keys, args)
+  redis.call('set', keys[1], args[1]); redis.call('incr', keys[2])
+  redis.call('get', keys[1]); return redis.call('expire', keys[1], 100)
+end)"
 
 server() { # target → its command line
   if [ "$1" = redis ]; then
