@@ -717,7 +717,9 @@ fn read_item_header(r: &mut Reader) -> Result<ItemHeader, RecordError> {
     Ok(ItemHeader {
         db: r.u16()? as usize,
         key: r.owned()?,
-        expires_at: Some(r.u64()?).filter(|&t| t != 0),
+        // 0 is "none"; so is u64::MAX, the store's own no-expiry mark, which it could not hold
+        // as an expiry (it loads as a key without one, and decodes as one here).
+        expires_at: Some(r.u64()?).filter(|&t| t != 0 && t != u64::MAX),
         kind: r.u8()?,
     })
 }
@@ -1183,6 +1185,45 @@ mod tests {
                 Value::string(Bytes::from_static(b"x"))
             };
             assert!(add_parts(&mut wrong_type, 3, key.as_bytes(), &items[1..2]).is_err());
+        }
+    }
+
+    /// Regression (found by the `snapshot_item` fuzz target): an item whose expiry field is
+    /// u64::MAX decoded with that expiry, but the store keeps u64::MAX as "no expiry", so the
+    /// key loaded without one and re-encoded differently from what was decoded.
+    #[test]
+    fn an_item_expiring_at_the_no_expiry_mark_decodes_as_one_without_expiry() {
+        let mut shard = Shard::new();
+        let marker = 0x1122_3344_5566_7788u64;
+        shard.set_with_meta(
+            b"k",
+            Value::string(Bytes::from_static(b"v")),
+            Some(marker),
+            ItemMeta::default(),
+            0,
+        );
+        let mut items = Vec::new();
+        let entry = shard.get(b"k", 0).expect("stored");
+        encode_item(0, b"k", entry.view(), false, |item| items.push(item));
+        let [item] = &items[..] else {
+            panic!("one item")
+        };
+        let at = item
+            .windows(8)
+            .position(|w| w == marker.to_le_bytes())
+            .expect("the expiry is in the item");
+        let mut patched = item.to_vec();
+        patched[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+        let record = decode(&Bytes::from(patched)).expect("decodes");
+        let Record::Item { expires_at, .. } = &record else {
+            panic!("an item: {record:?}")
+        };
+        assert_eq!(*expires_at, None);
+        for compress in [false, true] {
+            let [again] = &reencode_item(&record, compress)[..] else {
+                panic!("one item")
+            };
+            assert_eq!(decode(again).expect("decodes"), record);
         }
     }
 
