@@ -27,9 +27,12 @@ HELP_FOOTER_7_2 = Simple(b"    Print this help.")
 
 def help_footer_7_2(reply: Any) -> Any:
     """A HELP reply as Redis 7.2 words its last line ("Print this help."; 7.0, the reference
-    installed here, says "Prints"): Gradus answers as 7.2 does."""
+    installed here, says "Prints"): Gradus answers as 7.2 does. Also inside an EXEC reply."""
     if isinstance(reply, list) and reply and reply[-1] == HELP_FOOTER_7_0:
         return reply[:-1] + [HELP_FOOTER_7_2]
+    if isinstance(reply, list):
+        # An EXEC reply holds a queued HELP's reply as one of its elements.
+        return [help_footer_7_2(item) if isinstance(item, list) else item for item in reply]
     return reply
 
 
