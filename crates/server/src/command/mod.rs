@@ -432,14 +432,14 @@ impl CommandSpec {
         self
     }
 
-    /// The same row with its keys after a `numkeys` argument at `index` (table rows:
-    /// `cmd(...).with_numkeys(1)`); flags it `movablekeys`.
     /// Marks the row as running a Lua script (see [`CommandSpec::runs_script`]).
     pub const fn runs_script(mut self) -> CommandSpec {
         self.runs_script = true;
         self
     }
 
+    /// The same row with its keys after a `numkeys` argument at `index` (table rows:
+    /// `cmd(...).with_numkeys(1)`); flags it `movablekeys`.
     pub const fn with_numkeys(mut self, index: usize) -> CommandSpec {
         self.numkeys_at = index;
         self.flags |= flags::MOVABLE_KEYS;

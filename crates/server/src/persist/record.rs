@@ -585,6 +585,15 @@ impl<'a> Reader<'a> {
             copy,
         }
     }
+    /// Over a scratch buffer that is reused after the read: every string is copied out.
+    fn scratch(buf: &'a [u8]) -> Reader<'a> {
+        Reader {
+            buf,
+            owner: None,
+            pos: 0,
+            copy: true,
+        }
+    }
     fn take(&mut self, n: usize) -> Result<&'a [u8], RecordError> {
         let end = self
             .pos
@@ -766,12 +775,7 @@ fn read_item_value<T>(
             if n != raw_len {
                 return Err(RecordError("compressed value of the wrong length"));
             }
-            let mut inner = Reader {
-                buf: &scratch,
-                owner: None,
-                pos: 0,
-                copy: true,
-            };
+            let mut inner = Reader::scratch(&scratch);
             let value = read(base, &mut inner)?;
             if inner.pos != raw_len {
                 return Err(RecordError("trailing bytes in a compressed value"));
