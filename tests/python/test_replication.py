@@ -914,3 +914,30 @@ def test_a_primary_with_no_log_at_all_replicates(gradus_factory, tmp_path):
     assert p.execute_command("WAIT", 1, 5000) == 1
     assert_converged(primary, replica, dbs=(0,))
     assert client(replica).dbsize() == 501
+
+
+def test_repl_timeout_drops_a_silent_link_and_the_ping_period_keeps_it_alive(gradus_factory, tmp_path):
+    """`repl-ping-replica-period` (alias `repl-ping-slave-period`) and `repl-timeout` are Redis'
+    settings, read and set as there (they were unknown to CONFIG SET): a primary that pings
+    often keeps an idle link up past the replica's timeout; one that pings less often than that
+    has the replica drop the link and continue with a partial resync."""
+    primary, (replica,) = start_pair(gradus_factory, tmp_path)
+    p, r = client(primary), client(replica)
+    assert p.config_get("repl-ping-replica-period") == {"repl-ping-replica-period": "10"}
+    assert r.config_get("repl-timeout") == {"repl-timeout": "60"}
+    assert p.config_set("repl-ping-slave-period", 1)
+    assert p.config_get("repl-ping-slave-period") == {"repl-ping-slave-period": "1"}
+    with pytest.raises(redis.ResponseError, match="argument must be between 1 and 2147483647"):
+        p.config_set("repl-ping-replica-period", 0)
+    assert r.config_set("repl-timeout", 2)
+    partial = int(info(primary, "stats")["sync_partial_ok"])
+    time.sleep(4.5)
+    assert info(replica)["master_link_status"] == "up"
+    assert int(info(primary, "stats")["sync_partial_ok"]) == partial, "the link dropped while pinged"
+    assert p.config_set("repl-ping-replica-period", 30)
+    # From now on the idle link is silent for longer than the replica waits.
+    wait_until(lambda: int(info(primary, "stats")["sync_partial_ok"]) > partial, 10,
+               "the replica to time out and continue")
+    wait_link_up(replica)
+    p.set("after", "timeout")
+    assert_converged(primary, replica)

@@ -103,6 +103,8 @@ pub struct Config {
     pub repl_backlog_size: u64,
     pub min_replicas_to_write: u64,
     pub min_replicas_max_lag: u64,
+    pub repl_ping_replica_period: u64,
+    pub repl_timeout: u64,
     pub durability: DurabilityConfig,
     /// `[[tenants]]`: when present, every connection authenticates as a tenant's user.
     pub tenants: Vec<TenantConfig>,
@@ -357,6 +359,8 @@ impl Config {
             repl_backlog_size: 0,
             min_replicas_to_write: 0,
             min_replicas_max_lag: 0,
+            repl_ping_replica_period: 0,
+            repl_timeout: 0,
             durability: DurabilityConfig {
                 default: String::new(),
                 databases: Default::default(),

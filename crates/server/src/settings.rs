@@ -770,6 +770,14 @@ pub static SETTINGS: &[Setting] = &[
         flag: None, field: field!(min_replicas_max_lag),
         live: Some(Live { get: |l| Value::Int(l.repl.min_replicas_max_lag.load(Ordering::Relaxed)), set: |l, v| if let Value::Int(n) = v { l.repl.min_replicas_max_lag.store(*n, Ordering::Relaxed) }, apply: None }),
         doc: "Seconds since its last acknowledgement within which a replica counts for min-replicas-to-write." },
+    Setting { name: "repl-ping-replica-period", section: Section::Top, key: "repl-ping-replica-period", kind: Kind::Int { min: 1, max: i32::MAX as u64 }, default: "10",
+        flag: None, field: field!(repl_ping_replica_period),
+        live: Some(Live { get: |l| Value::Int(l.repl.ping_period.load(Ordering::Relaxed)), set: |l, v| if let Value::Int(n) = v { l.repl.ping_period.store(*n, Ordering::Relaxed) }, apply: None }),
+        doc: "Seconds between the PINGs a primary puts in the replication stream while nothing else is written, so its replicas see a live link (alias repl-ping-slave-period)." },
+    Setting { name: "repl-timeout", section: Section::Top, key: "repl-timeout", kind: Kind::Int { min: 1, max: i32::MAX as u64 }, default: "60",
+        flag: None, field: field!(repl_timeout),
+        live: Some(Live { get: |l| Value::Int(l.repl.timeout.load(Ordering::Relaxed)), set: |l, v| if let Value::Int(n) = v { l.repl.timeout.store(*n, Ordering::Relaxed) }, apply: None }),
+        doc: "Seconds a replica waits with nothing read from its primary before it drops the link and connects again. Keep it above repl-ping-replica-period." },
     Setting { name: "durability", section: Section::Durability, key: "default", kind: DEGREES, default: "background",
         flag: flag("DEGREE"), live: None, field: field!(durability.default),
         doc: "Default durability degree of every database: none, lazy, background, strict or replicated (see README, Durability and Replication)." },
@@ -893,6 +901,7 @@ pub static ALIASES: &[(&str, &str)] = &[
     ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
     ("zset-max-ziplist-value", "zset-max-listpack-value"),
     ("lua-time-limit", "busy-reply-threshold"),
+    ("repl-ping-slave-period", "repl-ping-replica-period"),
 ];
 
 /// The row named `name` or one of its [`ALIASES`] (ASCII case-insensitive, as Redis looks

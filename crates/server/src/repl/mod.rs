@@ -56,6 +56,10 @@ pub struct ReplSettings {
     pub backlog_size: AtomicUsize,
     pub min_replicas_to_write: AtomicU64,
     pub min_replicas_max_lag: AtomicU64,
+    /// Seconds between PINGs in the stream (`repl-ping-replica-period`).
+    pub ping_period: AtomicU64,
+    /// Seconds of silence after which a replica drops its link (`repl-timeout`).
+    pub timeout: AtomicU64,
 }
 
 impl Default for ReplSettings {
@@ -73,6 +77,8 @@ impl Default for ReplSettings {
             backlog_size: AtomicUsize::new(1 << 20),
             min_replicas_to_write: AtomicU64::new(0),
             min_replicas_max_lag: AtomicU64::new(10),
+            ping_period: AtomicU64::new(10),
+            timeout: AtomicU64::new(60),
         }
     }
 }

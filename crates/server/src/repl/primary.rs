@@ -31,19 +31,25 @@ pub struct PsyncRequest {
     pub rdb_only: bool,
 }
 
-/// How often the primary puts a PING frame in the stream while replicas are connected.
-pub const PING_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Feeds a PING frame every [`PING_PERIOD`] while this server is a primary with replicas, so
-/// they see a live link (`master_last_io_seconds_ago`) when nothing is written.
+/// Feeds a PING frame every `repl-ping-replica-period` seconds while this server is a primary
+/// with replicas, so they see a live link (`master_last_io_seconds_ago`, `repl-timeout`) when
+/// nothing is written. It wakes once a second and compares the seconds since its last PING
+/// with the setting, as Redis' replication cron does, so CONFIG SET takes effect within a
+/// second.
 pub async fn ping_task(shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.subscribe();
-    let mut tick = tokio::time::interval(PING_PERIOD);
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    let mut seconds = 0u64;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shutdown.wait_for(|down| *down) => return,
         }
+        seconds += 1;
+        if seconds < shared.live.repl.ping_period.load(Ordering::Relaxed) {
+            continue;
+        }
+        seconds = 0;
         let repl = &shared.repl;
         // Not while a FAILOVER waits for its target to acknowledge the whole stream.
         let failing_over = shared.failover.phase() != super::failover::Phase::None;

@@ -39,8 +39,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How long a replica waits before it tries its primary again.
 const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
-/// A link with nothing read for this long is dropped and reconnected (Redis' repl-timeout).
-const LINK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Become a replica of `host:port` (REPLICAOF, the `replicaof` setting): the previous link, if
 /// any, is stopped, and a task follows the new primary.
@@ -122,14 +120,23 @@ async fn run(shared: Arc<Shared>, host: String, port: u16, epoch: u64) {
 struct Link {
     stream: Box<dyn ClientStream>,
     buf: BytesMut,
+    /// When the last bytes came from the primary: the `repl-timeout` counts from here, not from
+    /// the start of each read (the streaming loop starts a new read on every tick).
+    last_read: tokio::time::Instant,
 }
 
 impl Link {
     async fn read_more(&mut self, shared: &Shared) -> Result<(), String> {
-        match tokio::time::timeout(LINK_TIMEOUT, self.stream.read_buf(&mut self.buf)).await {
-            Err(_) => Err("timeout: nothing read from the primary for 60 seconds".into()),
+        // A link with nothing read for `repl-timeout` seconds is dropped and reconnected.
+        let secs = shared.live.repl.timeout.load(Ordering::Relaxed).max(1);
+        let deadline = self.last_read + std::time::Duration::from_secs(secs);
+        match tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.buf)).await {
+            Err(_) => Err(format!(
+                "timeout: nothing read from the primary for {secs} seconds"
+            )),
             Ok(Ok(0)) => Err("the primary closed the connection".into()),
             Ok(Ok(_)) => {
+                self.last_read = tokio::time::Instant::now();
                 shared.repl.link.lock().last_io_ms = gradus_store::now_ms();
                 Ok(())
             }
@@ -207,6 +214,7 @@ async fn session(
     let mut link = Link {
         stream,
         buf: BytesMut::with_capacity(64 * 1024),
+        last_read: tokio::time::Instant::now(),
     };
     let settings = &shared.repl.settings;
     let (user, pass) = (
