@@ -94,7 +94,39 @@ def test_debug_help_lists_what_is_implemented(gradus_factory):
     lines = [l.decode() if isinstance(l, bytes) else l for l in r.execute_command("DEBUG", "HELP")]
     assert lines[0].startswith("DEBUG <subcommand>")
     listed = {l.split()[0] for l in lines[1:] if not l.startswith(" ")}
-    assert listed == {"ERROR", "LOG", "OBJECT", "SLEEP", "HELP"}
+    assert listed == {"ERROR", "LOG", "OBJECT", "SET-ACTIVE-EXPIRE", "SLEEP", "HELP"}
     for sub in listed - {"HELP"}:
         answer = reply(r, "DEBUG", sub, "x")
         assert not (isinstance(answer, str) and answer.startswith("error: unknown subcommand")), sub
+
+
+def test_debug_set_active_expire_stops_and_restarts_the_background_sweep_as_redis(gradus_factory, _servers):
+    """`DEBUG SET-ACTIVE-EXPIRE 0` leaves expired keys nobody reads in place (DBSIZE still counts
+    them; a read expires one), `1` sweeps them again; a flag that is not a number reads as 0, as
+    Redis' `atoi` does. Redis' own test suite turns the sweep off this way around its expiry tests
+    (it was an unknown subcommand)."""
+    gradus = gradus_factory("--enable-debug-command", "yes")
+    peer = _servers.start_redis("--enable-debug-command", "yes")
+    seen = {}
+    for server in (gradus, peer):
+        r = redis_client(server, 2, single_connection_client=True)
+        steps = [reply(r, "DEBUG", "SET-ACTIVE-EXPIRE", "0")]
+        for i in range(20):
+            r.set(f"k{i}", "v", px=20)
+        time.sleep(0.5)
+        steps.append(r.dbsize())
+        steps.append(r.get("k0"))
+        steps.append(r.dbsize())
+        steps.append(reply(r, "DEBUG", "SET-ACTIVE-EXPIRE", "1"))
+        deadline = time.monotonic() + 10
+        while r.dbsize() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        steps.append(r.dbsize())
+        steps.append(reply(r, "DEBUG", "SET-ACTIVE-EXPIRE", "not-a-number"))
+        r.set("late", "v", px=20)
+        time.sleep(0.5)
+        steps.append(r.dbsize())
+        steps.append(reply(r, "DEBUG", "SET-ACTIVE-EXPIRE"))
+        seen[server.name] = steps
+    assert seen[gradus.name] == seen[peer.name]
+    assert seen[gradus.name][1:4] == [20, None, 19]

@@ -8,6 +8,26 @@
 use crate::error::CmdError;
 use gradus_store::ScoreBound;
 
+/// C's `atoi`, as Redis reads a few arguments (MIGRATE's port, DEBUG SET-ACTIVE-EXPIRE's flag):
+/// leading blanks, a sign, digits; 0 when there are none.
+pub fn atoi(text: &[u8]) -> i64 {
+    let text = text.trim_ascii_start();
+    let (negative, digits) = match text.first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let mut n: i64 = 0;
+    for d in digits.iter().take_while(|d| d.is_ascii_digit()) {
+        n = n.saturating_mul(10).saturating_add(i64::from(d - b'0'));
+    }
+    if negative {
+        -n
+    } else {
+        n
+    }
+}
+
 /// Parse a signed 64-bit integer the way Redis' `string2ll` does: optional `-`, digits, no `+`,
 /// no leading zeros (except "0"), no spaces.
 pub fn parse_i64(arg: &[u8]) -> Option<i64> {

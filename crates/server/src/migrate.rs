@@ -21,10 +21,11 @@
 //! connection is never lent to a MIGRATE that presented other credentials or none (Redis keys
 //! by `host:port` alone; with tenants that would lend one tenant's login to another).
 //!
-//! May import: `gradus-proto` (the commands are encoded as any RESP array is). Nothing of the
+//! May import: `gradus-proto` (the commands are encoded as any RESP array is), `args::atoi`. Nothing of the
 //! keyspaces or the command table: the caller hands over the payloads and deletes what was
 //! acknowledged.
 
+use crate::args::atoi;
 use bytes::{Bytes, BytesMut};
 use gradus_proto::{encode, Frame, ProtocolVersion};
 use parking_lot::Mutex;
@@ -287,25 +288,6 @@ fn found_by_writing(e: &std::io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ETIMEDOUT | libc::ECONNRESET)
     )
-}
-
-/// C's `atoi`, as Redis reads MIGRATE's port: leading blanks, a sign, digits; 0 when none.
-fn atoi(text: &[u8]) -> i64 {
-    let text = text.trim_ascii_start();
-    let (negative, digits) = match text.first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    let mut n: i64 = 0;
-    for d in digits.iter().take_while(|d| d.is_ascii_digit()) {
-        n = n.saturating_mul(10).saturating_add(i64::from(d - b'0'));
-    }
-    if negative {
-        -n
-    } else {
-        n
-    }
 }
 
 /// Append one command as a RESP array of bulk strings.

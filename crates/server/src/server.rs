@@ -451,7 +451,9 @@ async fn expiry_loop(shared: Arc<Shared>) {
         // Without a key that has a TTL there is nothing to sweep: no shard lock, no hop to a
         // blocking thread (an idle server used to lock every shard of every keyspace ten times
         // a second).
-        let removed = if shared.store.has_volatile_keys() {
+        // `DEBUG SET-ACTIVE-EXPIRE 0` stops the sweep (reads still expire what they find).
+        let active = shared.live.active_expire.load(Ordering::Relaxed);
+        let removed = if active && shared.store.has_volatile_keys() {
             sweep(&shared).await
         } else {
             0

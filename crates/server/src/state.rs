@@ -72,6 +72,9 @@ pub struct LiveSettings {
     pub max_inline_len: AtomicUsize,
     /// Redis' `hz`: active expiry cycles per second (the expiry timer re-reads it every tick).
     pub hz: AtomicU64,
+    /// Whether the expiry timer reclaims expired keys nobody reads (`DEBUG SET-ACTIVE-EXPIRE`;
+    /// not a setting: on at every start). Off, a key still expires when it is read.
+    pub active_expire: std::sync::atomic::AtomicBool,
     /// Most bytes one connection may hold of a request not yet complete (its unparsed input and
     /// the arguments already decoded); past it the connection is closed.
     pub client_query_buffer_limit: AtomicUsize,
@@ -208,6 +211,7 @@ impl Shared {
             max_multibulk_len: AtomicUsize::new(0),
             max_inline_len: AtomicUsize::new(0),
             hz: AtomicU64::new(0),
+            active_expire: std::sync::atomic::AtomicBool::new(true),
             client_query_buffer_limit: AtomicUsize::new(0),
             requirepass: Mutex::new(String::new()),
             hll_sparse_max_bytes: AtomicUsize::new(0),

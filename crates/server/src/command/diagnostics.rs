@@ -62,6 +62,10 @@ const DEBUG_HELP: &[&str] = &[
     "    Write <message> to the server log.",
     "OBJECT <key>",
     "    Show low level info about `key` and associated value.",
+    "SET-ACTIVE-EXPIRE <0|1>",
+    "    Setting it to 0 disables expiring keys in background when they are not",
+    "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
+    "    default.",
     "SLEEP <seconds>",
     "    Stop the server for <seconds>. Decimals allowed.",
     "HELP",
@@ -84,6 +88,16 @@ fn debug(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             Ok(Frame::ok())
         }
         ("object", 3) => debug_object(ctx, &args[2]),
+        ("set-active-expire", 3) => {
+            // Redis reads the flag with `atoi`: 0 (or what does not start with a number) turns
+            // the background sweep off, anything else on.
+            let on = crate::args::atoi(&args[2]) != 0;
+            ctx.shared
+                .live
+                .active_expire
+                .store(on, std::sync::atomic::Ordering::Relaxed);
+            Ok(Frame::ok())
+        }
         ("log", 3) => {
             tracing::warn!("DEBUG LOG: {}", String::from_utf8_lossy(&args[2]));
             Ok(Frame::ok())
