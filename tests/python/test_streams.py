@@ -1451,6 +1451,41 @@ def test_a_blocked_readers_key_deleted_or_group_destroyed(gradus, redis_server, 
     assert (out[1], out[3], out[5]) == (nogroup, WRONGTYPE, nogroup), out
 
 
+def test_a_blocked_readers_stream_flushed_or_swapped_away_is_answered_nogroup(gradus, redis_server):
+    """A blocked XREADGROUP whose stream goes with a FLUSHALL or FLUSHDB, or moves to another
+    database with SWAPDB, is run again and answered NOGROUP (Redis 7.2's `signalFlushedDb` and
+    `scanDatabaseForDeletedKeys`; 7.0 answered `-UNBLOCKED the stream key no longer exists`: see
+    to_7_2). It stayed blocked for good: the group it waited for no longer existed, and no
+    write to that key could ever serve it. A blocked BLPOP on a flushed key keeps waiting, as
+    in Redis, and is served by the next push. (Found by Redis' own stream-cgroups.tcl.)"""
+    blocked = ("XREADGROUP", "GROUP", "g", "c", "BLOCK", "0", "STREAMS", "s", ">")
+
+    def scenario(server):
+        with connections(server, 2) as (admin, reader):
+            out = []
+            for flush in (("FLUSHALL",), ("FLUSHDB",), ("SWAPDB", "0", "1")):
+                admin.call("FLUSHALL")
+                admin.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+                reader.send_command(*blocked)
+                wait_blocked(admin, 1)
+                out.append(admin.call(*flush))
+                out.append(reader.read_reply())
+                out.append(blocked_clients(admin))
+            admin.call("FLUSHALL")
+            reader.send_command("BLPOP", "l", "0")
+            wait_blocked(admin, 1)
+            admin.call("FLUSHALL")
+            out.append(nothing_arrives(reader, 0.1))
+            out.append(admin.call("RPUSH", "l", "x"))
+            out.append(reader.read_reply())
+            return out
+
+    unblocked = {1: (blocked, "FLUSHALL"), 4: (blocked, "FLUSHDB"), 7: (blocked, "SWAPDB")}
+    out = same_scenario(gradus, redis_server, scenario, unblocked)
+    nogroup = Err(b"NOGROUP No such key 's' or consumer group 'g' in XREADGROUP with GROUP option")
+    assert (out[1], out[4], out[7]) == (nogroup, nogroup, nogroup), out
+
+
 # --- random sequences -----------------------------------------------------------
 
 STREAM_KEYS = ["s0", "s1", "s2"]

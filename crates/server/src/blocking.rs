@@ -381,6 +381,23 @@ impl BlockTable {
         })
     }
 
+    /// Every key clients wait on in keyspaces `dbs`: after FLUSHDB, FLUSHALL or SWAPDB each is
+    /// looked at again as a written key is (Redis 7.2's `signalFlushedDb` and
+    /// `scanDatabaseForDeletedKeys`), so a blocked XREADGROUP whose stream went is answered
+    /// NOGROUP instead of waiting for a group that no longer exists; a pop stays blocked.
+    pub fn keys_waited_in(&self, dbs: &[usize]) -> Vec<(usize, Bytes)> {
+        if !self.any() {
+            return Vec::new();
+        }
+        let inner = self.inner.lock();
+        inner
+            .queues
+            .keys()
+            .filter(|(db, _)| dbs.contains(db))
+            .cloned()
+            .collect()
+    }
+
     /// CLIENT UNBLOCK: wake client `id` if it is blocked here (as on a timeout, or with an error).
     pub fn unblock(&self, id: u64, error: bool) -> bool {
         let waiter = self.inner.lock().by_client.get(&id).cloned();

@@ -200,7 +200,10 @@ fn swapdb(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
     }
     if ctx.shared.blocked.any() {
+        // The keys that came in, and those waited on that may have gone.
         ctx.client.ready_keys.extend(moved);
+        let waited = ctx.shared.blocked.keys_waited_in(&[a, b]);
+        ctx.client.ready_keys.extend(waited);
     }
     Ok(Frame::ok())
 }

@@ -116,6 +116,8 @@ pub(crate) static LAZYFREED: AtomicU64 = AtomicU64::new(0);
 fn flushdb(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     flush_mode(args)?;
     dispose(ctx.db().flush());
+    let waited = ctx.shared.blocked.keys_waited_in(&[ctx.client.db]);
+    ctx.client.ready_keys.extend(waited);
     Ok(Frame::ok())
 }
 
@@ -127,13 +129,15 @@ fn flushall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let Some(tenant) = shared.tenancy.tenant_of(ctx.client.db) else {
         return Ok(Frame::ok());
     };
-    let old: Vec<_> = shared.tenancy.tenants[tenant]
-        .keyspaces
+    let keyspaces = &shared.tenancy.tenants[tenant].keyspaces;
+    let old: Vec<_> = keyspaces
         .iter()
         .filter_map(|&g| shared.store.db(g))
         .map(|k| k.flush())
         .collect();
     dispose(old);
+    let waited = shared.blocked.keys_waited_in(keyspaces);
+    ctx.client.ready_keys.extend(waited);
     Ok(Frame::ok())
 }
 
