@@ -263,6 +263,69 @@ def test_a_key_of_another_type_keeps_its_clients_blocked(gradus, r2):
     assert zpop(w.result) == [b"k", b"m", 1]
 
 
+def test_a_client_blocked_for_another_type_does_not_hold_back_the_ones_behind_it(gradus, r2):
+    """Clients blocked on one key for different types: a BLPOP first, an XREAD and a BZPOPMIN
+    behind it. An XADD serves the XREAD, a ZADD (after the key is gone) the BZPOPMIN; the
+    BLPOP keeps waiting in its place and is served by the list at last. (The first waiter
+    that could not be served ended the pass over the key, so the XREAD behind a BLPOP waited
+    for good; found by Redis' own stream-cgroups.tcl.)"""
+    first, reader, zpopper = _start_in_order(gradus, r2, [
+        ("BLPOP", "k", 0), ("XREAD", "BLOCK", 0, "STREAMS", "k", "$"), ("BZPOPMIN", "k", 0)])
+    r2.xadd("k", {"f": "v"}, id="1-0")
+    reader.join(5)
+    assert reader.result == [[b"k", [(b"1-0", {b"f": b"v"})]]] or reader.result == [
+        [b"k", [[b"1-0", [b"f", b"v"]]]]], reader.result
+    r2.delete("k")
+    r2.zadd("k", {"m": 1})
+    zpopper.join(5)
+    assert zpop(zpopper.result) == [b"k", b"m", 1]
+    assert first.is_alive() and _blocked_count(r2) == 1
+    r2.rpush("k", "x")
+    first.join(5)
+    assert list(first.result) == [b"k", b"x"]
+
+
+def test_info_clients_counts_blocking_keys_as_redis_7_2(gradus, r2):
+    """INFO clients has Redis 7.2's `total_blocking_keys`, `total_blocking_keys_on_nokey` (keys
+    a blocked XREADGROUP waits on: a deleted key answers it) and `clients_in_timeout_table`
+    (clients blocked with a timeout), besides `cluster_connections` and the recent buffer
+    peaks; the figures are redis-server 7.2's in the same steps (7.0 has no such fields, so
+    this test runs against Gradus only)."""
+    fields = ("blocked_clients", "clients_in_timeout_table", "total_blocking_keys",
+              "total_blocking_keys_on_nokey")
+
+    def counts():
+        info = r2.info("clients")
+        return tuple(info[f] for f in fields)
+
+    info = r2.info("clients")
+    for field in ("cluster_connections", "client_recent_max_input_buffer",
+                  "client_recent_max_output_buffer") + fields:
+        assert field in info, field
+    assert counts() == (0, 0, 0, 0)
+    blpop, = _start_in_order(gradus, r2, [("BLPOP", "mystream", 0)])
+    assert counts() == (1, 0, 1, 0)
+    r2.xadd("mystream", {"k": "v"}, id="666-0")
+    r2.xgroup_create("mystream", "g", "$")
+    group = Blocked(gradus, "XREADGROUP", "GROUP", "g", "c", "BLOCK", 0, "STREAMS", "mystream", ">")
+    group.start()
+    _wait_blocked(r2, 2)
+    assert counts() == (2, 0, 1, 1)
+    timed = Blocked(gradus, "BLPOP", "other", 30)
+    timed.start()
+    _wait_blocked(r2, 3)
+    assert counts() == (3, 1, 2, 1)
+    r2.delete("mystream")
+    group.join(5)
+    assert group.error is not None and group.error.startswith("NOGROUP"), group.error
+    assert counts() == (2, 1, 2, 0)
+    r2.rpush("other", "x")
+    r2.rpush("mystream", "y")
+    blpop.join(5)
+    timed.join(5)
+    assert counts() == (0, 0, 0, 0)
+
+
 def test_a_client_that_hung_up_is_never_served(gradus, r2):
     sock = socket.create_connection((gradus.host, gradus.port))
     sock.sendall(b"*3\r\n$8\r\nBZPOPMIN\r\n$1\r\nz\r\n$1\r\n0\r\n")

@@ -238,13 +238,16 @@ pub struct Waiter {
     durability: Option<gradus_log::Durability>,
     keys: Vec<Bytes>,
     op: Op,
+    /// Whether it waits with a timeout (INFO `clients_in_timeout_table`).
+    timed: bool,
     state: Mutex<State>,
     changed: Notify,
 }
 
 impl Waiter {
-    /// A waiter for `client` on `keys` (in the connection's selected keyspace).
-    pub fn new(client: &ClientState, keys: Vec<Bytes>, op: Op) -> Arc<Waiter> {
+    /// A waiter for `client` on `keys` (in the connection's selected keyspace), `timed` when
+    /// it waits with a timeout.
+    pub fn new(client: &ClientState, keys: Vec<Bytes>, op: Op, timed: bool) -> Arc<Waiter> {
         Arc::new(Waiter {
             client_id: client.id,
             handle: client.handle.clone(),
@@ -256,6 +259,7 @@ impl Waiter {
             durability: client.durability,
             keys,
             op,
+            timed,
             state: Mutex::new(State::Waiting),
             changed: Notify::new(),
         })
@@ -368,17 +372,39 @@ impl BlockTable {
         }
     }
 
-    /// The first waiter on `key` that is still waiting, now marked as being served.
-    fn take_first(&self, db: usize, key: &Bytes) -> Option<Arc<Waiter>> {
+    /// The first waiter on `key` that is still waiting and not among `passed`, now marked as
+    /// being served.
+    fn take_first(&self, db: usize, key: &Bytes, passed: &[Arc<Waiter>]) -> Option<Arc<Waiter>> {
         let inner = self.inner.lock();
         let queue = inner.queues.get(&(db, key.clone()))?;
         queue.iter().find_map(|w| {
+            if passed.iter().any(|p| Arc::ptr_eq(p, w)) {
+                return None;
+            }
             let mut state = w.state.lock();
             matches!(*state, State::Waiting).then(|| {
                 *state = State::Serving;
                 w.clone()
             })
         })
+    }
+
+    /// INFO clients' `total_blocking_keys` (keys some client waits on),
+    /// `total_blocking_keys_on_nokey` (those where one waits for what a deleted key answers
+    /// too: a blocked XREADGROUP) and `clients_in_timeout_table` (clients waiting with a
+    /// timeout), as Redis 7.2 counts them.
+    pub fn key_counts(&self) -> (usize, usize, usize) {
+        if !self.any() {
+            return (0, 0, 0);
+        }
+        let inner = self.inner.lock();
+        let on_nokey = inner
+            .queues
+            .values()
+            .filter(|queue| queue.iter().any(|w| w.op.unblock_on_nokey()))
+            .count();
+        let timed = inner.by_client.values().filter(|w| w.timed).count();
+        (inner.queues.len(), on_nokey, timed)
     }
 
     /// Every key clients wait on in keyspaces `dbs`: after FLUSHDB, FLUSHALL or SWAPDB each is
@@ -422,12 +448,18 @@ pub fn serve(shared: &Shared, ready: Vec<(usize, Bytes)>) {
     let mut queue: VecDeque<(usize, Bytes)> = ready.into();
     let mut steps = 0usize;
     while let Some((db, key)) = queue.pop_front() {
-        while let Some(waiter) = shared.blocked.take_first(db, &key) {
+        // Waiters this key could not serve stay in their places, and the ones behind them are
+        // still looked at: a client blocked on the key for another type (BLPOP on what is now
+        // a stream) must not hold back a blocked XREADGROUP that a deleted key answers, as in
+        // Redis 7.2, which looks at every client blocked on a ready key.
+        let mut passed: Vec<Arc<Waiter>> = Vec::new();
+        while let Some(waiter) = shared.blocked.take_first(db, &key, &passed) {
             steps += 1;
             let args = waiter.op.command(&key);
             let Some(spec) = waiter.op.spec(&args) else {
                 *waiter.state.lock() = State::Waiting;
-                break;
+                passed.push(waiter);
+                continue;
             };
             let mut client = waiter.client_state();
             let now = gradus_store::now_ms();
@@ -440,7 +472,8 @@ pub fn serve(shared: &Shared, ready: Vec<(usize, Bytes)>) {
             if !holds(shared) && !waiter.op.unblock_on_nokey() {
                 // Emptied, or of another type: it stays in its place.
                 *waiter.state.lock() = State::Waiting;
-                break;
+                passed.push(waiter);
+                continue;
             }
             let done = run_op(shared, &mut client, spec, args, now, false);
             let reply = match done {
@@ -454,7 +487,8 @@ pub fn serve(shared: &Shared, ready: Vec<(usize, Bytes)>) {
             let Some(reply) = reply else {
                 // Nothing to take after all: it stays in its place.
                 *waiter.state.lock() = State::Waiting;
-                break;
+                passed.push(waiter);
+                continue;
             };
             shared.blocked.unregister(&waiter);
             *waiter.state.lock() = State::Served {

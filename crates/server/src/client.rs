@@ -692,6 +692,20 @@ impl ClientHandle {
         }
     }
 
+    /// The bytes its input holds (the read buffer and the arguments decoded) and its output
+    /// waiting to be written (replies and what others pushed), for INFO clients'
+    /// `client_recent_max_input_buffer` / `client_recent_max_output_buffer`, which Redis
+    /// reckons the same way (`clientsCronTrackExpansiveClients`).
+    pub fn buffer_bytes(&self) -> (usize, usize) {
+        let mem = &self.mem;
+        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        let pushed = self.outbox.lock().as_ref().map_or(0, |o| o.pending());
+        (
+            load(&mem.qbuf) + load(&mem.qbuf_free) + load(&mem.argv),
+            load(&mem.reply_pending) + pushed,
+        )
+    }
+
     /// One line of CLIENT LIST / the CLIENT INFO reply, in Redis' field order.
     pub fn describe(&self) -> String {
         let age = self.created.elapsed().as_secs();

@@ -125,13 +125,27 @@ fn clients(shared: &Shared, out: &mut String) {
         "connected_clients:{}",
         shared.clients.len().saturating_sub(replicas)
     );
+    line!(out, "cluster_connections:0");
     line!(
         out,
         "maxclients:{}",
         shared.live.maxclients.load(Ordering::Relaxed)
     );
+    // The largest buffers of any connection now (Redis keeps the peak of the last seconds).
+    let (input, output) = shared
+        .clients
+        .all()
+        .iter()
+        .map(|c| c.buffer_bytes())
+        .fold((0, 0), |(i, o), (ci, co)| (i.max(ci), o.max(co)));
+    line!(out, "client_recent_max_input_buffer:{input}");
+    line!(out, "client_recent_max_output_buffer:{output}");
     line!(out, "blocked_clients:{}", shared.blocked.count());
     line!(out, "tracking_clients:{}", shared.tracking.stats().clients);
+    let (keys, on_nokey, timed) = shared.blocked.key_counts();
+    line!(out, "clients_in_timeout_table:{timed}");
+    line!(out, "total_blocking_keys:{keys}");
+    line!(out, "total_blocking_keys_on_nokey:{on_nokey}");
 }
 
 /// Resident set size from /proc (0 where unavailable).

@@ -118,7 +118,7 @@ pub(super) fn block_on(
             if keys.iter().any(|k| op.ready(locked.shard(k), k, now)) {
                 None
             } else {
-                let waiter = Waiter::new(ctx.client, keys.clone(), op.clone());
+                let waiter = Waiter::new(ctx.client, keys.clone(), op.clone(), wait.is_some());
                 ctx.shared.blocked.register(waiter.clone());
                 Some(waiter)
             }
