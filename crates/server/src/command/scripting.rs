@@ -6,7 +6,9 @@
 //! sandbox (no `os`, `io`, `package`/`require`, `loadfile`, `dofile`, `coroutine`, `debug`). Like
 //! Redis, each thread keeps one Lua state and the compiled scripts and libraries ([`Vm`]); as in
 //! Redis 7 the globals and the libraries are read-only and each script has its own environment,
-//! so no script can leave anything behind for another.
+//! so no script can leave anything behind for another. The libraries Redis bundles that scripts
+//! have here, `bit` and `cjson`, are `lua_bit` and `lua_cjson` (C functions run through
+//! [`lua_library_call`]).
 //!
 //! Atomicity: a script (or function) runs as one write transaction, in one of two ways, chosen
 //! before it starts:
@@ -69,6 +71,8 @@
 //! This module depends on the command table and dispatch only (and on tokio for the hand-off
 //! above); it must not touch the log directly other than through `shared.persist`.
 
+mod lua_bit;
+mod lua_cjson;
 mod lua_stack;
 
 use super::{cmd, flags, sub, table, CommandSpec, Ctx, Named, NO_KEYS};
@@ -1928,7 +1932,8 @@ end
 base.pcall = function(...) return recheck(raw_pcall(...)) end
 base.xpcall = function(...) return recheck(raw_xpcall(...)) end
 base.rawset = function(t, k, v)
-  if readonly_tables[t] then raw_error('Attempt to modify a readonly table', 2) end
+  -- No position: Redis raises it from `rawset` itself (a C function).
+  if readonly_tables[t] then raw_error('Attempt to modify a readonly table', 0) end
   return raw_rawset(t, k, v)
 end
 -- A view is an empty table: next, pairs and rawget read what it shows (as on Redis' read-only
@@ -1939,6 +1944,11 @@ base.pairs = function(t)
   return raw_pairs(t)
 end
 base.rawget = function(t, k) return raw_rawget(readonly_tables[t] or t, k) end
+-- A library table has no metatable in Redis (its read-only flag is not one).
+base.getmetatable = function(t)
+  if readonly_tables[t] then return nil end
+  return raw_getmetatable(t)
+end
 -- Chunks loaded by a script run in the script's own environment; no bytecode.
 base.loadstring = function(s, name)
   if raw_type(s) == 'string' and s:byte(1) == 27 then return nil, 'binary chunks are not allowed' end
@@ -1950,6 +1960,8 @@ base.string = readonly(G.string)
 base.table = readonly(G.table)
 base.math = readonly(G.math)
 base.redis = readonly(redis)
+base.bit = readonly(G.bit)
+base.cjson = readonly(G.cjson)
 local string_mt = raw_getmetatable('')
 string_mt.__index = base.string
 string_mt.__metatable = readonly(string_mt)
@@ -2088,6 +2100,15 @@ fn new_state() -> mlua::Result<Lua> {
         lua.create_function(|_, s: mlua::String| Ok(sha1_hex(&s.as_bytes())))?,
     )?;
     globals.set("redis", redis)?;
+    // The libraries Redis bundles (the prelude makes them read-only).
+    // SAFETY: `push_library` follows `lua_stack`'s contract: no memory limit yet.
+    let bit: Table =
+        unsafe { lua.exec_raw((), |state| lua_bit::push_library(state, lua_library_call))? };
+    globals.set("bit", bit)?;
+    // SAFETY: as above.
+    let cjson: Table =
+        unsafe { lua.exec_raw((), |state| lua_cjson::push_table(state, lua_library_call))? };
+    globals.set("cjson", cjson)?;
     Ok(lua)
 }
 
@@ -2252,6 +2273,43 @@ unsafe extern "C-unwind" fn lua_redis_call(state: *mut ffi::lua_State) -> c_int 
 unsafe extern "C-unwind" fn lua_redis_pcall(state: *mut ffi::lua_State) -> c_int {
     redis_call(state);
     1
+}
+
+/// Runs a function of a bundled library (`bit`, `cjson`: upvalue 1 is its
+/// [`lua_stack::LibraryFn`]) with the run's memory limit lifted, as `lua_stack`'s contract
+/// wants, and told the limit to keep to; then raises its error, if any, once nothing of Rust
+/// is left to drop. A panic in it (a bug) is an error of the script, not of the server.
+unsafe extern "C-unwind" fn lua_library_call(state: *mut ffi::lua_State) -> c_int {
+    let outcome = {
+        let context = CALL_CONTEXT.with(Cell::get);
+        let unlimited = context.map(|context| MemoryLimit::lift(&*context.lua));
+        let call = lua_stack::LibraryCall {
+            limit: unlimited.as_ref().map_or(0, |guard| guard.restore),
+            entry: lua_library_call,
+        };
+        match lua_stack::library_fn(state) {
+            Some(f) => std::panic::catch_unwind(AssertUnwindSafe(|| f(state, &call)))
+                .unwrap_or_else(|_| {
+                    Err(lua_stack::raise(state, b"internal error in a Lua library"))
+                }),
+            None => Err(lua_stack::raise(state, b"internal error in a Lua library")),
+        }
+        .inspect_err(|raise| {
+            if *raise == lua_stack::Raise::Error {
+                // `luaL_error`'s position: of the Lua code that called, if any.
+                ffi::luaL_where(state, 1);
+                ffi::lua_insert(state, -2);
+                ffi::lua_concat(state, 2);
+            }
+        })
+    };
+    match outcome {
+        Ok(results) => results,
+        Err(lua_stack::Raise::Error | lua_stack::Raise::Memory) => ffi::lua_error(state),
+        Err(lua_stack::Raise::Argument(n)) => {
+            ffi::luaL_argerror(state, n, ffi::lua_tostring(state, -1))
+        }
+    }
 }
 
 /// Where [`Vm::new`] keeps [`lua_error_handler`] in the state's registry (one closure per state,

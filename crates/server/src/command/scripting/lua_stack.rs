@@ -298,3 +298,129 @@ pub(super) unsafe fn display(state: *mut ffi::lua_State, idx: c_int) -> Vec<u8> 
     ffi::lua_pop(state, 1);
     text
 }
+
+/// A function of a bundled library (`bit.*`, `cjson.*`: see `lua_bit`, `lua_cjson`), run by
+/// the parent's `lua_library_call` under this module's contract: no memory limit, so none of
+/// its Lua API calls raises. It returns how many results it left on top of the stack, or how
+/// it fails: the error is raised only once it has returned, so no Rust value of its own is
+/// live when Lua unwinds the call (no destructor skipped).
+pub(super) type LibraryFn = unsafe fn(*mut ffi::lua_State, &LibraryCall) -> Result<c_int, Raise>;
+
+/// What a [`LibraryFn`] learns of the run calling it.
+pub(super) struct LibraryCall {
+    /// The run's memory limit in bytes (0: none), which the function must keep to itself
+    /// (the limit is lifted while it runs): see [`LibraryCall::headroom`].
+    pub limit: usize,
+    /// The C function that runs library functions (upvalue 1: the [`LibraryFn`]), to make
+    /// more of them at run time (`cjson.new`).
+    pub entry: ffi::lua_CFunction,
+}
+
+impl LibraryCall {
+    /// The bytes the state may still allocate before it is past the run's limit.
+    ///
+    /// # Safety
+    /// `state` is the running state.
+    pub unsafe fn headroom(&self, state: *mut ffi::lua_State) -> usize {
+        if self.limit == 0 {
+            return usize::MAX;
+        }
+        let used = (ffi::lua_gc(state, ffi::LUA_GCCOUNT, 0).max(0) as usize) * 1024
+            + ffi::lua_gc(state, ffi::LUA_GCCOUNTB, 0).max(0) as usize;
+        self.limit.saturating_sub(used)
+    }
+}
+
+/// Push a library function: a closure of `entry` (the parent's `lua_library_call`) over `f`
+/// and the `upvalues` values on top of the stack (popped).
+///
+/// # Safety
+/// No memory limit; `upvalues` values are on the stack.
+pub(super) unsafe fn push_library_function(
+    state: *mut ffi::lua_State,
+    entry: ffi::lua_CFunction,
+    f: LibraryFn,
+    upvalues: c_int,
+) {
+    ffi::lua_pushlightuserdata(state, f as usize as *mut std::ffi::c_void);
+    ffi::lua_insert(state, -1 - upvalues);
+    ffi::lua_pushcclosure(state, entry, upvalues + 1);
+}
+
+/// The [`LibraryFn`] that `lua_library_call`'s upvalue 1 holds.
+///
+/// # Safety
+/// `state` runs a closure made by [`push_library_function`].
+pub(super) unsafe fn library_fn(state: *mut ffi::lua_State) -> Option<LibraryFn> {
+    let p = ffi::lua_touserdata(state, ffi::lua_upvalueindex(1));
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the pointer was made from a `LibraryFn` by `push_library_function`, and a
+    // script cannot reach a C closure's upvalues (no `debug` library).
+    Some(std::mem::transmute::<*mut std::ffi::c_void, LibraryFn>(p))
+}
+
+/// How a [`LibraryFn`] fails; the caller raises it after the function has returned.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Raise {
+    /// The message on top of the stack, raised as `luaL_error` raises it: after the
+    /// position of the calling Lua code, if a Lua function called (`user_script:1: `).
+    Error,
+    /// The error value on top of the stack, raised as is (`lua_error`): Lua's own failed
+    /// allocation, which has no position.
+    Memory,
+    /// The message on top of the stack is about argument `n` (`luaL_argerror`: "bad argument
+    /// #n to 'name' (message)").
+    Argument(c_int),
+}
+
+/// Room on the stack for an error message and its position: when a walk has used the whole
+/// stack (its error is that it cannot go deeper), what it left there is dropped (it is of no
+/// use once the function fails).
+unsafe fn room_for_error(state: *mut ffi::lua_State) {
+    if ffi::lua_checkstack(state, 4) == 0 {
+        ffi::lua_settop(state, 0);
+    }
+}
+
+/// Push `message` and fail with it (`luaL_error`).
+///
+/// # Safety
+/// No memory limit.
+pub(super) unsafe fn raise(state: *mut ffi::lua_State, message: &[u8]) -> Raise {
+    room_for_error(state);
+    ffi::lua_pushlstring(state, message.as_ptr().cast(), message.len());
+    Raise::Error
+}
+
+/// Fail as a failed allocation does ("not enough memory", no position).
+///
+/// # Safety
+/// No memory limit.
+pub(super) unsafe fn raise_memory(state: *mut ffi::lua_State) -> Raise {
+    room_for_error(state);
+    ffi::lua_pushlstring(state, c"not enough memory".as_ptr(), 17);
+    Raise::Memory
+}
+
+/// Fail with "bad argument #`n` to '<name>' (`message`)".
+///
+/// # Safety
+/// No memory limit.
+pub(super) unsafe fn raise_argument(state: *mut ffi::lua_State, n: c_int, message: &[u8]) -> Raise {
+    room_for_error(state);
+    ffi::lua_pushlstring(state, message.as_ptr().cast(), message.len());
+    Raise::Argument(n)
+}
+
+/// `luaL_typerror`'s failure: "bad argument #`n` to '<name>' (`expected` expected, got <type
+/// of argument n>)".
+///
+/// # Safety
+/// No memory limit.
+pub(super) unsafe fn raise_type(state: *mut ffi::lua_State, n: c_int, expected: &str) -> Raise {
+    let got = std::ffi::CStr::from_ptr(ffi::lua_typename(state, ffi::lua_type(state, n)));
+    let message = format!("{expected} expected, got {}", got.to_string_lossy());
+    raise_argument(state, n, message.as_bytes())
+}
