@@ -73,7 +73,9 @@
 
 mod lua_bit;
 mod lua_cjson;
+mod lua_cmsgpack;
 mod lua_stack;
+mod lua_struct;
 
 use super::{cmd, flags, sub, table, CommandSpec, Ctx, Named, NO_KEYS};
 use crate::client::ClientState;
@@ -1926,8 +1928,11 @@ local function recheck(...)
   return ...
 end
 local base = {}
+-- Every library table (`bit`, `cjson`, `cmsgpack`, `struct`…) is seen read-only, as in Redis 7.
 for k, v in raw_pairs(G) do
-  if k ~= '_G' and k ~= 'setfenv' and k ~= 'getfenv' then base[k] = v end
+  if k ~= '_G' and k ~= 'setfenv' and k ~= 'getfenv' then
+    base[k] = raw_type(v) == 'table' and readonly(v) or v
+  end
 end
 base.pcall = function(...) return recheck(raw_pcall(...)) end
 base.xpcall = function(...) return recheck(raw_xpcall(...)) end
@@ -1960,8 +1965,6 @@ base.string = readonly(G.string)
 base.table = readonly(G.table)
 base.math = readonly(G.math)
 base.redis = readonly(redis)
-base.bit = readonly(G.bit)
-base.cjson = readonly(G.cjson)
 local string_mt = raw_getmetatable('')
 string_mt.__index = base.string
 string_mt.__metatable = readonly(string_mt)
@@ -2109,6 +2112,8 @@ fn new_state() -> mlua::Result<Lua> {
     let cjson: Table =
         unsafe { lua.exec_raw((), |state| lua_cjson::push_table(state, lua_library_call))? };
     globals.set("cjson", cjson)?;
+    lua_cmsgpack::install(&lua, &globals)?;
+    lua_struct::install(&lua, &globals)?;
     Ok(lua)
 }
 
