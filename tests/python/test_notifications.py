@@ -256,3 +256,22 @@ def test_evicted_and_invalidated_under_maxmemory(gradus_factory, redis_server):
         assert len(evicted) > 100, server
         assert evicted & set(tracked) <= invalidated, server
         assert not any(admin.exists(k) for k in list(evicted)[:50])
+
+
+def test_config_set_maxmemory_below_the_used_memory_evicts_without_another_command(gradus_factory, redis_server):
+    """After `CONFIG SET maxmemory` below what is used, keys are evicted (and `evicted`
+    published) with no further command sent, as Redis' eviction timer does; Gradus evicted only
+    before the next command, so an idle server stayed over its limit. (Found by Redis' own
+    pubsub.tcl: it waits for the event right after the CONFIG SET.)"""
+    for server in (gradus_factory("--durability", "none"), redis_server):
+        admin = redis_client(server, 2)
+        admin.config_set("notify-keyspace-events", "Ee")
+        admin.config_set("maxmemory-policy", "allkeys-lru")
+        p = listener(server, "__keyevent@0__:evicted")
+        admin.set("foo", "bar")
+        admin.config_set("maxmemory", 1)
+        events = drain(p, wait=1.0)
+        admin.config_set("maxmemory", 0)
+        admin.config_set("maxmemory-policy", "noeviction")
+        assert events == [("__keyevent@0__:evicted", "foo")], (server, events)
+        assert admin.dbsize() == 0, server

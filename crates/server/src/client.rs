@@ -254,6 +254,16 @@ pub struct ClientState {
 }
 
 impl ClientState {
+    /// The state of the server's own work that runs commands with no connection (log replay,
+    /// background eviction): client id 0, no address, authenticated.
+    pub fn internal() -> Self {
+        let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+        ClientState::new(
+            Arc::new(ClientHandle::new(0, unspecified, unspecified)),
+            true,
+        )
+    }
+
     pub fn new(handle: Arc<ClientHandle>, authenticated: bool) -> Self {
         // Made now, so messages others push (an invalidation redirected here) wake it.
         let outbox = handle.outbox();

@@ -425,6 +425,7 @@ async fn expiry_loop(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(expiry_period(hz));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut logging_expired = false;
+    let mut evictor = crate::client::ClientState::internal();
     loop {
         tick.tick().await;
         // `hz` is live (CONFIG SET hz): a new value takes effect from this cycle.
@@ -460,6 +461,18 @@ async fn expiry_loop(shared: Arc<Shared>) {
         };
         if removed > 0 {
             tracing::trace!(removed, "active expiry");
+        }
+        // Over maxmemory with no command to evict first (CONFIG SET maxmemory below what is
+        // used, then nothing sent): keys are evicted here too, as Redis' eviction timer does
+        // after `updateMaxmemory`, so the memory comes down and `evicted` events go out.
+        if crate::quota::over_maxmemory(&shared) {
+            if let Ok(_admitted) = crate::command::scripting::admit() {
+                let _ = crate::quota::make_room_in_server(
+                    &shared,
+                    &mut evictor,
+                    gradus_store::now_ms(),
+                );
+            }
         }
         if logging_expired {
             crate::notify::publish_expired(&shared);

@@ -308,13 +308,7 @@ pub fn load_items_into(
 }
 
 fn replay_client() -> ClientState {
-    let unspecified = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
-    let handle = std::sync::Arc::new(crate::client::ClientHandle::new(
-        0,
-        unspecified,
-        unspecified,
-    ));
-    ClientState::new(handle, true)
+    ClientState::internal()
 }
 
 /// Re-execute one logged command. Its reply is dropped: it already went to the client once.
