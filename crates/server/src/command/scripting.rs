@@ -2163,6 +2163,21 @@ impl Drop for MemoryLimit<'_> {
 /// Lua's message for an allocation that failed (here: past [`SCRIPT_MEMORY_LIMIT`]).
 const LUA_MEMORY_ERROR: &str = "not enough memory";
 
+/// Push [`LUA_MEMORY_ERROR`] onto `state`'s stack (a library function about to raise it).
+///
+/// # Safety
+/// `state` must be a live Lua state with room for one more value on its stack.
+unsafe fn push_memory_error(state: *mut mlua::ffi::lua_State) {
+    // SAFETY: see the contract; the text is copied by Lua.
+    unsafe {
+        mlua::ffi::lua_pushlstring(
+            state,
+            LUA_MEMORY_ERROR.as_ptr().cast(),
+            LUA_MEMORY_ERROR.len(),
+        );
+    }
+}
+
 /// What the C functions of a run ([`lua_run`], [`lua_redis_call`]) need of it, reached through
 /// [`CALL_CONTEXT`] (a C function has no Rust closure to carry it).
 #[derive(Clone, Copy)]

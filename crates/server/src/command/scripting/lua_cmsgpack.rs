@@ -12,9 +12,10 @@
 //! Lua (integers, slices, references and `MaybeUninit` arrays only). A packed string is measured
 //! first and then written into a Lua userdata, never into a Rust allocation, and a header that
 //! claims more than the input holds fails with "Missing bytes in input." before anything is
-//! allocated for it. May import: `mlua` and the parent's `SCRIPT_MEMORY_LIMIT`; nothing else of
+//! allocated for it. May import: `mlua` and the parent's `SCRIPT_MEMORY_LIMIT` and `push_memory_error`; nothing else of
 //! the server.
 
+use super::push_memory_error;
 use mlua::{ffi, Lua, Table};
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
@@ -29,8 +30,6 @@ const MAX_OPEN: usize = 8000;
 /// A packed string longer than this fails as the allocation would under the memory limit (and
 /// a table referring to itself at every level cannot make `pack` count for ever).
 const MAX_PACKED: usize = super::SCRIPT_MEMORY_LIMIT;
-/// Lua's text for a failed allocation.
-const MEMORY_ERROR: &[u8] = b"not enough memory";
 
 /// Add the `cmsgpack` table to `globals` (fields in lua_cmsgpack's order, so `pairs` lists them
 /// in Redis' order).
@@ -334,7 +333,7 @@ unsafe fn raise_pack_error(state: *mut ffi::lua_State, error: PackError) -> c_in
             ffi::luaL_error(state, c"stack overflow (%s)".as_ptr(), what.as_ptr())
         }
         PackError::TooLong => {
-            ffi::lua_pushlstring(state, MEMORY_ERROR.as_ptr().cast(), MEMORY_ERROR.len());
+            push_memory_error(state);
             ffi::lua_error(state)
         }
     }

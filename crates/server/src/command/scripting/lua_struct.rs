@@ -9,8 +9,9 @@
 //! argument errors read as in Redis. They run under the script's memory limit, where a Lua API
 //! call that allocates may raise (a longjmp): no frame of this module holds anything to drop
 //! while it calls Lua. `pack` measures its result first and writes it into a Lua userdata.
-//! May import: `mlua` and the parent's `SCRIPT_MEMORY_LIMIT`; nothing else of the server.
+//! May import: `mlua` and the parent's `SCRIPT_MEMORY_LIMIT` and `push_memory_error`; nothing else of the server.
 
+use super::push_memory_error;
 use mlua::{ffi, Lua, Table};
 use std::os::raw::{c_char, c_int};
 
@@ -20,8 +21,6 @@ const MAX_INT_SIZE: usize = 32;
 const MAX_ALIGN: i32 = 8;
 /// A packed string longer than this fails as the allocation would under the memory limit.
 const MAX_PACKED: usize = super::SCRIPT_MEMORY_LIMIT;
-/// Lua's text for a failed allocation.
-const MEMORY_ERROR: &[u8] = b"not enough memory";
 
 /// Add the `struct` table to `globals`.
 pub(super) fn install(lua: &Lua, globals: &Table) -> mlua::Result<()> {
@@ -315,7 +314,7 @@ unsafe fn pack_into(state: *mut ffi::lua_State, fmt: &[u8], out: &mut Out<'_>) -
     macro_rules! put {
         ($bytes:expr) => {
             if !out.put($bytes) {
-                ffi::lua_pushlstring(state, MEMORY_ERROR.as_ptr().cast(), MEMORY_ERROR.len());
+                push_memory_error(state);
                 ffi::lua_error(state);
             }
         };
