@@ -195,6 +195,10 @@ def test_dump_and_restore_policies(fr):
     assert fr.fcall("incr_both", 2, "x", "y", 1) == 1
     with pytest.raises(redis.ResponseError, match="^DUMP payload version or checksum are wrong$"):
         fr.function_restore(b"garbage-payload")
+    # Too many arguments: Redis' own check, not the arity's text (found by Redis' functions.tcl).
+    with pytest.raises(redis.ResponseError, match=r"^unknown subcommand or wrong number of "
+                       r"arguments for 'RESTORE'\. Try FUNCTION HELP\.$"):
+        fr.execute_command("FUNCTION", "RESTORE", payload, "APPEND", "extra")
 
 
 @pytest.mark.gradus_only

@@ -221,7 +221,13 @@ fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                     "Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
                 )),
             },
-            _ => return Err(CmdError::WrongArity("function|restore".into())),
+            // Redis' own count check (the arity lets any number through).
+            _ => {
+                return Err(CmdError::err(format!(
+                    "unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION HELP.",
+                    String::from_utf8_lossy(&args[1])
+                )))
+            }
         };
     let codes = gradus_proto::rdb::restore_functions(&args[2]).map_err(|e| match e {
         gradus_proto::rdb::RdbError::PreGaFunctions => {

@@ -550,7 +550,9 @@ impl ScriptRun<'_> {
             return CmdError::err("Wrong number of args calling Redis command from script")
                 .to_frame();
         }
-        if !allowed_in_script(spec) {
+        // The subcommand's row too (CLUSTER RESET, MODULE LOAD are `noscript` under parents
+        // that are not), as Redis checks the command it resolved.
+        if !allowed_in_script(spec) || !allowed_in_script(spec.resolve(&args)) {
             return CmdError::err("This Redis command is not allowed from script").to_frame();
         }
         // A may-replicate command (PUBLISH, PFCOUNT) counts as a write here, as in Redis 7.2's
@@ -1934,7 +1936,21 @@ for k, v in raw_pairs(G) do
     base[k] = raw_type(v) == 'table' and readonly(v) or v
   end
 end
-base.pcall = function(...) return recheck(raw_pcall(...)) end
+-- Redis 7's `pcall` (`luaRedisPcall`) gives an error table's `err` (a string or a number) in its
+-- place, so `local ok, e = pcall(redis.call, ...)` sees the error text, as scripts written for
+-- Redis 6 expect; any other error object is given as it is.
+local function pcall_result(ok, ...)
+  recheck()
+  if ok then return ok, ... end
+  local e = ...
+  if raw_type(e) == 'table' then
+    local text = e.err
+    local kind = raw_type(text)
+    if kind == 'string' or kind == 'number' then e = text end
+  end
+  return false, e
+end
+base.pcall = function(...) return pcall_result(raw_pcall(...)) end
 base.xpcall = function(...) return recheck(raw_xpcall(...)) end
 base.rawset = function(t, k, v)
   -- No position: Redis raises it from `rawset` itself (a C function).
@@ -2098,10 +2114,8 @@ fn new_state() -> mlua::Result<Lua> {
         globals.raw_remove(name)?;
     }
     let redis = lua.create_table()?;
-    redis.set(
-        "sha1hex",
-        lua.create_function(|_, s: mlua::String| Ok(sha1_hex(&s.as_bytes())))?,
-    )?;
+    // SAFETY: `lua_sha1hex` raises only with nothing of Rust to drop (see it).
+    redis.set("sha1hex", unsafe { lua.create_c_function(lua_sha1hex)? })?;
     globals.set("redis", redis)?;
     // The libraries Redis bundles (the prelude makes them read-only).
     // SAFETY: `push_library` follows `lua_stack`'s contract: no memory limit yet.
@@ -2286,6 +2300,35 @@ unsafe extern "C-unwind" fn lua_redis_call(state: *mut ffi::lua_State) -> c_int 
         // Nothing of `redis_call` is left that a destructor would have to free.
         ffi::lua_error(state);
     }
+    1
+}
+
+/// `redis.sha1hex`, as Redis' `luaRedisSha1hexCommand`: exactly one argument (else the error
+/// table `{err='ERR wrong number of arguments'}`), read with `lua_tolstring`, so a number hashes
+/// as its text and anything else that is not a string as the empty string. The digest is made
+/// on the stack: a failed allocation while pushing it leaves nothing of Rust behind.
+unsafe extern "C-unwind" fn lua_sha1hex(state: *mut ffi::lua_State) -> c_int {
+    if ffi::lua_gettop(state) != 1 {
+        ffi::lua_createtable(state, 0, 1);
+        let text = b"ERR wrong number of arguments";
+        ffi::lua_pushlstring(state, text.as_ptr().cast(), text.len());
+        ffi::lua_setfield(state, -2, c"err".as_ptr());
+        ffi::lua_error(state);
+    }
+    let mut len = 0;
+    let text = ffi::lua_tolstring(state, 1, &mut len);
+    let bytes: &[u8] = if text.is_null() {
+        b""
+    } else {
+        std::slice::from_raw_parts(text.cast(), len)
+    };
+    let digest = sha1_smol::Sha1::from(bytes).digest().bytes();
+    let mut hex = [0u8; 40];
+    for (pair, byte) in hex.chunks_exact_mut(2).zip(digest) {
+        pair[0] = b"0123456789abcdef"[usize::from(byte >> 4)];
+        pair[1] = b"0123456789abcdef"[usize::from(byte & 15)];
+    }
+    ffi::lua_pushlstring(state, hex.as_ptr().cast(), hex.len());
     1
 }
 
