@@ -19,6 +19,7 @@ const DEFAULT_SECTIONS: &[&str] = &[
     "stats",
     "replication",
     "cpu",
+    "errorstats",
     "keyspace",
     "tenants",
 ];
@@ -26,6 +27,7 @@ const DEFAULT_SECTIONS: &[&str] = &[
 /// Sections `INFO all` and `INFO everything` add to the default ones (as Redis: they are
 /// long).
 const EXTRA_SECTIONS: &[&str] = &["commandstats", "latencystats"];
+// (`errorstats` is a default section in Redis 7.2: in DEFAULT_SECTIONS after `cpu`.)
 
 /// Sections a user without the `admin` right may read: server-wide figures are not theirs.
 const TENANT_SECTIONS: &[&str] = &["server", "keyspace", "tenants"];
@@ -63,6 +65,7 @@ pub fn render(shared: &Shared, viewer: &Viewer, requested: &[String]) -> String 
             "stats" => stats(shared, &mut out),
             "replication" => replication(shared, &mut out),
             "cpu" => cpu(&mut out),
+            "errorstats" => errorstats(shared, &mut out),
             "keyspace" => keyspace(shared, viewer, &mut out),
             "tenants" => tenants(shared, viewer, &mut out),
             "commandstats" => commandstats(shared, &mut out),
@@ -536,6 +539,20 @@ fn stats(shared: &Shared, out: &mut String) {
     line!(out, "tracking_total_keys:{}", tracking.keys);
     line!(out, "tracking_total_items:{}", tracking.items);
     line!(out, "tracking_total_prefixes:{}", tracking.prefixes);
+    line!(out, "unexpected_error_replies:0");
+    line!(
+        out,
+        "total_error_replies:{}",
+        shared.stats.error_replies.load(Ordering::Relaxed)
+    );
+}
+
+/// INFO errorstats: each error code's count, as Redis 7.2 (`errorstat_<CODE>:count=<n>`).
+fn errorstats(shared: &Shared, out: &mut String) {
+    line!(out, "# Errorstats");
+    for (code, count) in shared.stats.errors_by_code.lock().iter() {
+        line!(out, "errorstat_{code}:count={count}");
+    }
 }
 
 /// INFO replication, with Redis' field names in Redis' order (Sentinel parses them).

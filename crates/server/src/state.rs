@@ -32,9 +32,51 @@ pub struct Stats {
     /// When (Unix seconds) the last such attack was logged: at most one log line a minute, as
     /// Redis, so an attacker cannot flood the log.
     pub cross_protocol_logged_at: AtomicU64,
+    /// Error replies sent (INFO stats `total_error_replies`) and their count by error code
+    /// (INFO errorstats), as Redis' `afterErrorReply` counts them.
+    pub error_replies: AtomicU64,
+    pub errors_by_code: Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
+/// Error codes INFO errorstats tracks at most: past them a new code is counted in
+/// `total_error_replies` only (a script can make up codes without end; Redis 7.4 caps them
+/// at the same number).
+const ERROR_CODES_MAX: usize = 128;
+
 impl Stats {
+    /// Count the error replies in `reply`: itself, or the elements of an array (EXEC's replies,
+    /// a script's table); an error's code is its first word (Redis looks in its first 32
+    /// bytes; `ERR` when it has no space there).
+    pub fn count_errors(&self, reply: &gradus_proto::Frame) {
+        use gradus_proto::Frame;
+        match reply {
+            Frame::Error(text) => self.count_error(text),
+            Frame::Array(items) => {
+                for item in items {
+                    if let Frame::Error(text) = item {
+                        self.count_error(text);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn count_error(&self, text: &str) {
+        self.error_replies.fetch_add(1, Ordering::Relaxed);
+        let head = &text.as_bytes()[..text.len().min(32)];
+        let code = match head.iter().position(|&b| b == b' ') {
+            Some(end) => &text[..end],
+            None => "ERR",
+        };
+        let mut codes = self.errors_by_code.lock();
+        if let Some(count) = codes.get_mut(code) {
+            *count += 1;
+        } else if codes.len() < ERROR_CODES_MAX {
+            codes.insert(code.to_string(), 1);
+        }
+    }
+
     /// Add a connection's local counters to the shared ones and zero them; its commands also
     /// count towards `tenant_ops`.
     pub fn absorb(&self, local: &crate::client::LocalCounters, tenant_ops: &AtomicU64) {

@@ -591,6 +591,8 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 counter.store(0, Ordering::Relaxed);
             }
             ctx.shared.observer.commands.reset();
+            s.error_replies.store(0, Ordering::Relaxed);
+            s.errors_by_code.lock().clear();
             Ok(Frame::ok())
         }
         "rewrite" if args.len() == 2 => config_rewrite(ctx),
