@@ -98,3 +98,24 @@ def test_restored_keys_survive_a_restart(gradus_factory, redis_server):
     server.crash_restart()
     g = redis_client(server, 2)
     assert {k: read_value(g, k) for k in KEYS} == before
+
+
+def test_a_stream_consumer_restored_from_a_7_0_payload_is_active_when_last_seen(gradus, redis_server):
+    """A stream DUMPed by Redis 7.0 has no consumer active-time; Redis 7.2 takes the seen-time
+    as its best estimate on load, so XINFO STREAM FULL shows the two equal (Gradus showed -1,
+    never active). (Found by Redis' own stream-cgroups.tcl.)"""
+    peer = redis_client(redis_server, 2)
+    peer.delete("x")
+    peer.xgroup_create("x", "g", "$", mkstream=True)
+    peer.xadd("x", {"f": "v"}, id="1-1")
+    peer.xreadgroup("g", "Alice", {"x": ">"})
+    payload = peer.dump("x")
+    ours = redis_client(gradus, 2)
+    ours.delete("x")
+    assert ours.restore("x", 0, payload)
+    full = ours.execute_command("XINFO", "STREAM", "x", "FULL")
+    fields = dict(zip(full[::2], full[1::2]))
+    group = dict(zip(fields[b"groups"][0][::2], fields[b"groups"][0][1::2]))
+    consumer = dict(zip(group[b"consumers"][0][::2], group[b"consumers"][0][1::2]))
+    assert consumer[b"name"] == b"Alice"
+    assert consumer[b"active-time"] == consumer[b"seen-time"] > 0

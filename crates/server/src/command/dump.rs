@@ -136,10 +136,11 @@ fn stream_from_rdb(r: rdb::RdbStream) -> StreamValue {
     );
     for g in &r.groups {
         let mut group = Group::new(unpair(g.last_id), g.entries_read);
-        // A payload from Redis before 7.2 has no active time: never active.
+        // A payload from Redis before 7.2 (and Gradus' own DUMP, in that format) has no
+        // active time: its seen time stands in, Redis 7.2's "best estimate" on load.
         for c in &g.consumers {
             let mut consumer = Consumer::new(c.seen_time);
-            consumer.active_time = c.active_time.map_or(-1, |t| t as i64);
+            consumer.active_time = c.active_time.unwrap_or(c.seen_time) as i64;
             group.consumers.insert(own(&c.name), consumer);
         }
         for p in &g.pending {
