@@ -94,7 +94,7 @@ def test_debug_help_lists_what_is_implemented(gradus_factory):
     lines = [l.decode() if isinstance(l, bytes) else l for l in r.execute_command("DEBUG", "HELP")]
     assert lines[0].startswith("DEBUG <subcommand>")
     listed = {l.split()[0] for l in lines[1:] if not l.startswith(" ")}
-    assert listed == {"ERROR", "LOG", "OBJECT", "SET-ACTIVE-EXPIRE", "SLEEP", "HELP"}
+    assert listed == {"ERROR", "LOG", "OBJECT", "PROTOCOL", "SET-ACTIVE-EXPIRE", "SLEEP", "HELP"}
     for sub in listed - {"HELP"}:
         answer = reply(r, "DEBUG", sub, "x")
         assert not (isinstance(answer, str) and answer.startswith("error: unknown subcommand")), sub

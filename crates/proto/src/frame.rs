@@ -232,6 +232,16 @@ impl BulkArray {
         self
     }
 
+    /// Whether RESP3 sends it as a set ([`BulkArray::into_set`]).
+    pub fn is_set(&self) -> bool {
+        self.shape == Shape::Set
+    }
+
+    /// Whether RESP3 sends it as a map of its elements in pairs ([`BulkArray::into_map`]).
+    pub fn is_map(&self) -> bool {
+        self.shape == Shape::Map
+    }
+
     /// Appends one bulk string.
     #[inline]
     pub fn push(&mut self, data: &[u8]) {

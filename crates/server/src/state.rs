@@ -117,6 +117,9 @@ pub struct LiveSettings {
     /// Whether the expiry timer reclaims expired keys nobody reads (`DEBUG SET-ACTIVE-EXPIRE`;
     /// not a setting: on at every start). Off, a key still expires when it is read.
     pub active_expire: std::sync::atomic::AtomicBool,
+    /// Scripts may run commands flagged `noscript` (`DEBUG SET-DISABLE-DENY-SCRIPTS`, for test
+    /// suites: DEBUG PROTOCOL from a script); off at every start.
+    pub disable_deny_scripts: std::sync::atomic::AtomicBool,
     /// Most bytes one connection may hold of a request not yet complete (its unparsed input and
     /// the arguments already decoded); past it the connection is closed.
     pub client_query_buffer_limit: AtomicUsize,
@@ -254,6 +257,7 @@ impl Shared {
             max_inline_len: AtomicUsize::new(0),
             hz: AtomicU64::new(0),
             active_expire: std::sync::atomic::AtomicBool::new(true),
+            disable_deny_scripts: std::sync::atomic::AtomicBool::new(false),
             client_query_buffer_limit: AtomicUsize::new(0),
             requirepass: Mutex::new(String::new()),
             hll_sparse_max_bytes: AtomicUsize::new(0),

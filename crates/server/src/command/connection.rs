@@ -54,7 +54,12 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 fn ping(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    if ctx.client.resp == ProtocolVersion::Resp2 && ctx.client.is_subscribed() {
+    // A script's commands run as RESP2 by default, but on Redis' script client, which is never
+    // subscribed: a subscribed RESP3 caller's script gets PONG.
+    if ctx.client.resp == ProtocolVersion::Resp2
+        && ctx.client.is_subscribed()
+        && !ctx.client.in_script
+    {
         // Redis' reply in the RESP2 pub/sub context: ["pong", message or ""].
         return match args.len() {
             1 | 2 => Ok(Frame::Array(vec![

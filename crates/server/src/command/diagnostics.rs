@@ -5,10 +5,12 @@
 //! The data lives in `observe`; these handlers only read it and shape replies. DEBUG is refused
 //! unless `enable-debug-command` allows it (checked by `dispatch`, before authentication, as
 //! Redis refuses a protected command), and has the subcommands test harnesses use: SLEEP
-//! (stalls the worker, as Redis' main thread sleeps), OBJECT, LOG, ERROR and HELP.
+//! (stalls the worker, as Redis' main thread sleeps), OBJECT, LOG, ERROR, PROTOCOL (a reply of
+//! each RESP type), SET-ACTIVE-EXPIRE, SET-DISABLE-DENY-SCRIPTS and HELP.
 //!
 //! May import: `observe` (the slow log and the latency monitor), `args`, `state`, `dump` (the
-//! serialized length DEBUG OBJECT reports).
+//! serialized length DEBUG OBJECT reports), `client` and `pubsub` (the connection's outbox,
+//! where DEBUG PROTOCOL's attribute and push go ahead of its reply, and the push's encoding).
 
 use super::{cmd, flags, sub, CommandSpec, Ctx, NO_KEYS};
 use crate::args::{is, parse_i64, show};
@@ -62,6 +64,10 @@ const DEBUG_HELP: &[&str] = &[
     "    Write <message> to the server log.",
     "OBJECT <key>",
     "    Show low level info about `key` and associated value.",
+    "PROTOCOL <type>",
+    "    Reply with a test value of the specified type. <type> can be: string,",
+    "    integer, double, bignum, null, array, set, map, attrib, push, verbatim,",
+    "    true, false.",
     "SET-ACTIVE-EXPIRE <0|1>",
     "    Setting it to 0 disables expiring keys in background when they are not",
     "    accessed (otherwise the Redis behavior). Setting it to 1 reenables back the",
@@ -88,6 +94,16 @@ fn debug(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             Ok(Frame::ok())
         }
         ("object", 3) => debug_object(ctx, &args[2]),
+        ("protocol", 3) => debug_protocol(ctx, &args[2]),
+        ("set-disable-deny-scripts", 3) => {
+            // Redis reads it with `atoi`; not in its help either.
+            let on = crate::args::atoi(&args[2]) != 0;
+            ctx.shared
+                .live
+                .disable_deny_scripts
+                .store(on, std::sync::atomic::Ordering::Relaxed);
+            Ok(Frame::ok())
+        }
         ("set-active-expire", 3) => {
             // Redis reads the flag with `atoi`: 0 (or what does not start with a number) turns
             // the background sweep off, anything else on.
@@ -110,6 +126,81 @@ fn debug(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             String::from_utf8_lossy(&args[1])
         ))),
     }
+}
+
+/// `DEBUG PROTOCOL <type>`: Redis 7.2's test value of each RESP type, written for the
+/// client's protocol (a map is a flat array in RESP2…). `attrib` is the reply
+/// `Some real reply following the attribute`, in RESP3 after the attribute
+/// `|1 key-popularity [key:123 90]`; `push` (RESP3 only) is the push `[server-cpu-usage 42]`
+/// then the reply `Some real reply following the push reply` (to a script, a null: Redis'
+/// script reader reads nothing of a push; in MULTI the push follows EXEC's reply). The
+/// attribute goes ahead of the reply through the connection's outbox, so inside MULTI or a
+/// script (whose reader skips an attribute anyway) only the reply is given.
+fn debug_protocol(ctx: &mut Ctx<'_>, kind: &[u8]) -> CmdResult {
+    let bulk = |s: &'static str| Frame::Bulk(Bytes::from_static(s.as_bytes()));
+    let resp3 = ctx.client.resp == gradus_proto::ProtocolVersion::Resp3;
+    let ahead = !ctx.client.in_script && !ctx.client.in_transaction();
+    let kind = String::from_utf8_lossy(kind).to_ascii_lowercase();
+    Ok(match kind.as_str() {
+        "string" => bulk("Hello World"),
+        "integer" => Frame::Integer(12345),
+        // Redis' test value, not an approximation of pi.
+        #[allow(clippy::approx_constant)]
+        "double" => Frame::Double(3.141),
+        "bignum" => Frame::BigNumber("1234567999999999999999999999999999999".into()),
+        "null" => Frame::Null,
+        "array" => Frame::Array((0..3).map(Frame::Integer).collect()),
+        "set" => Frame::Set((0..3).map(Frame::Integer).collect()),
+        "map" => Frame::Map(
+            (0..3)
+                .map(|j| (Frame::Integer(j), Frame::Boolean(j == 1)))
+                .collect(),
+        ),
+        "attrib" => {
+            let reply = bulk("Some real reply following the attribute");
+            if !(resp3 && ahead) {
+                return Ok(reply);
+            }
+            ctx.client.outbox().push_own(Bytes::from_static(
+                b"|1\r\n$14\r\nkey-popularity\r\n*2\r\n$7\r\nkey:123\r\n:90\r\n",
+            ));
+            ctx.client.queue_reply(&reply);
+            Frame::Null
+        }
+        "push" => {
+            if !resp3 {
+                return Err(CmdError::err("RESP2 is not supported by this command"));
+            }
+            // Redis' script reader has nothing for a push: `redis.call` gives the script
+            // nil.
+            if ctx.client.in_script {
+                return Ok(Frame::Null);
+            }
+            let reply = bulk("Some real reply following the push reply");
+            let push = Frame::Push(vec![bulk("server-cpu-usage"), Frame::Integer(42)]);
+            if !ahead {
+                // In MULTI the push goes out after EXEC's reply, as in Redis.
+                let bytes = crate::pubsub::encode_for(&push, ctx.client.resp);
+                ctx.client.after_reply.push(bytes);
+                return Ok(reply);
+            }
+            ctx.client.queue_reply(&push);
+            ctx.client.queue_reply(&reply);
+            Frame::Null
+        }
+        "true" => Frame::Boolean(true),
+        "false" => Frame::Boolean(false),
+        "verbatim" => Frame::Verbatim {
+            format: *b"txt",
+            text: Bytes::from_static(b"This is a verbatim\nstring"),
+        },
+        _ => {
+            return Err(CmdError::err(
+                "Wrong protocol type name. Please use one of the following: \
+                 string|integer|double|bignum|null|array|set|map|attrib|push|verbatim|true|false",
+            ))
+        }
+    })
 }
 
 /// `DEBUG OBJECT key`: Redis' line (the value's address, reference count, encoding, serialized

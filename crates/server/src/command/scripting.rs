@@ -27,6 +27,13 @@
 //! Redis Cluster (`Script attempted to access a non local key…`): the writes before it stand, as
 //! after any error in a script.
 //!
+//! Protocol: as in Redis, the commands a run calls see a RESP2 client unless the run has called
+//! `redis.setresp(3)` (each run starts at 2, whatever the caller speaks); then their replies
+//! reach the script in Redis 7.2's RESP3 forms (`{map=…}`, `{set=…}`, `{double=…}`…: see
+//! `lua_stack`), and the booleans the script returns are boolean replies (RESP2: 1 and null).
+//! Only the run's own flag is read per call: a run that never calls `setresp` costs nothing
+//! more.
+//!
 //! Either way `redis.call`/`redis.pcall` go through the command table and
 //! [`crate::dispatch::run`] with one clock reading for the whole script, and every successful
 //! write is collected as a [`LoggedCommand`](crate::persist::record::LoggedCommand); after the
@@ -85,7 +92,7 @@ use crate::functions::{FunctionDef, Library, ScriptFlags};
 use crate::persist::write::WriteTxn;
 use crate::state::Shared;
 use bytes::Bytes;
-use gradus_proto::Frame;
+use gradus_proto::{Frame, ProtocolVersion};
 use lua_stack::one_line;
 use mlua::{
     ffi, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState,
@@ -472,8 +479,11 @@ fn flush_scripts() {
 /// Whether a script may call `spec`: not one flagged `noscript` (scripts, AUTH, CLIENT, LOCK
 /// and SESSION.OPEN, which may wait server-side), nor one that is itself not allowed in MULTI,
 /// manages the gate itself, or is never queued.
-fn allowed_in_script(spec: &CommandSpec) -> bool {
-    !spec.has(flags::NO_MULTI | flags::NO_QUEUE | flags::OWN_GATE | flags::NOSCRIPT)
+/// Whether a script may run `spec`: not a command that must be alone or take its own gate, nor
+/// one flagged `noscript` unless `DEBUG SET-DISABLE-DENY-SCRIPTS 1` lifted that (as Redis).
+fn allowed_in_script(shared: &Shared, spec: &CommandSpec) -> bool {
+    !spec.has(flags::NO_MULTI | flags::NO_QUEUE | flags::OWN_GATE)
+        && (!spec.has(flags::NOSCRIPT) || shared.live.disable_deny_scripts.load(Ordering::Relaxed))
 }
 
 /// One run of a script or function, as the caller asked for it.
@@ -538,8 +548,9 @@ impl ScriptRun<'_> {
     /// writes are logged as one record after it has run, and one that would take that record
     /// over the log's limit is refused before it is applied (the script's earlier writes stand,
     /// as after any error in a script). `slot`: the state's, where the first write and a KILL
-    /// meet.
-    fn call(&mut self, args: Vec<Bytes>, slot: &RunSlot) -> Frame {
+    /// meet. `resp`: the run's protocol (`redis.setresp`), which the command sees as the
+    /// client's (the caller's is put back after).
+    fn call(&mut self, args: Vec<Bytes>, slot: &RunSlot, resp: ProtocolVersion) -> Frame {
         if self.abort.is_some() {
             return CmdError::err("the script was stopped").to_frame();
         }
@@ -552,7 +563,9 @@ impl ScriptRun<'_> {
         }
         // The subcommand's row too (CLUSTER RESET, MODULE LOAD are `noscript` under parents
         // that are not), as Redis checks the command it resolved.
-        if !allowed_in_script(spec) || !allowed_in_script(spec.resolve(&args)) {
+        if !allowed_in_script(self.shared, spec)
+            || !allowed_in_script(self.shared, spec.resolve(&args))
+        {
             return CmdError::err("This Redis command is not allowed from script").to_frame();
         }
         // A may-replicate command (PUBLISH, PFCOUNT) counts as a write here, as in Redis 7.2's
@@ -583,6 +596,7 @@ impl ScriptRun<'_> {
         let row = spec.resolve(&args);
         let started = quanta::Instant::now();
         self.client.in_script = true;
+        let caller_resp = std::mem::replace(&mut self.client.resp, resp);
         let reply = if spec.runs_as_write() {
             self.wrote = true;
             dispatch::run_write(self.shared, self.client, spec, args, self.now_ms)
@@ -590,6 +604,7 @@ impl ScriptRun<'_> {
             dispatch::run(self.shared, self.client, spec, &args, self.now_ms)
         };
         self.client.in_script = false;
+        self.client.resp = caller_resp;
         // As Redis' `call()`: a command a script runs counts in INFO commandstats and
         // latencystats under its own name (an error reply as a failed call).
         let outcome = if reply.is_error() {
@@ -1459,6 +1474,9 @@ struct Vm {
     time_limit: Duration,
     /// This state's entry among the running scripts.
     slot: Arc<RunSlot>,
+    /// The run has called `redis.setresp(3)` (RESP3 replies to it, boolean replies from it);
+    /// false at the start of each run.
+    resp3: Cell<bool>,
 }
 
 /// What a state's instruction hook reads (besides the kill flag), set for each run.
@@ -1505,6 +1523,7 @@ impl Vm {
         unsafe {
             hidden.raw_set("call", lua.create_c_function(lua_redis_call)?)?;
             hidden.raw_set("pcall", lua.create_c_function(lua_redis_pcall)?)?;
+            hidden.raw_set("setresp", lua.create_c_function(lua_redis_setresp)?)?;
         }
         let (env_mt, pcall): (Table, Function) = lua
             .load(PRELUDE)
@@ -1570,6 +1589,7 @@ impl Vm {
             hook,
             time_limit: SCRIPT_TIME_LIMIT,
             slot,
+            resp3: Cell::new(false),
         })
     }
 
@@ -1720,6 +1740,8 @@ impl Vm {
         self.hook.deadline.set(Instant::now() + self.time_limit);
         self.hook.may_run_on.set(true);
         self.hook.kill_line.set(0);
+        // Each run starts speaking RESP2 to its commands, as in Redis.
+        self.resp3.set(false);
         let mut reply = None;
         let out = {
             let _current = CurrentRun::set(CallContext {
@@ -1730,6 +1752,7 @@ impl Vm {
                 keys,
                 argv,
                 reply: &mut reply,
+                resp3: &self.resp3,
             });
             if script_env {
                 self.entry
@@ -1911,7 +1934,7 @@ local function readonly(t)
 end
 local redis = G.redis
 -- C functions (`lua_redis_call`, `lua_redis_pcall`): call raises an error reply ({err=...}).
-redis.call, redis.pcall = hidden.call, hidden.pcall
+redis.call, redis.pcall, redis.setresp = hidden.call, hidden.pcall, hidden.setresp
 redis.error_reply = function(msg)
   if raw_type(msg) ~= 'string' then raw_error('wrong number or type of arguments', 2) end
   return {err = msg}
@@ -2208,6 +2231,8 @@ struct CallContext {
     argv: *const [Bytes],
     /// Where [`lua_run`] leaves the reply of a script that returned.
     reply: *mut Option<Frame>,
+    /// The run's protocol: set by `redis.setresp`, read by `redis.call` and [`lua_run`].
+    resp3: *const Cell<bool>,
 }
 
 thread_local! {
@@ -2284,8 +2309,10 @@ unsafe extern "C-unwind" fn lua_run(state: *mut ffi::lua_State) -> c_int {
         return 2;
     }
     let top = ffi::lua_gettop(state);
-    let converted =
-        std::panic::catch_unwind(AssertUnwindSafe(|| lua_stack::to_frame(state, top, 0)));
+    let resp3 = (*context.resp3).get();
+    let converted = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        lua_stack::to_frame(state, top, 0, resp3)
+    }));
     *context.reply = Some(converted.unwrap_or_else(|_| {
         CmdError::err("internal error converting the script's reply").to_frame()
     }));
@@ -2336,6 +2363,39 @@ unsafe extern "C-unwind" fn lua_sha1hex(state: *mut ffi::lua_State) -> c_int {
 unsafe extern "C-unwind" fn lua_redis_pcall(state: *mut ffi::lua_State) -> c_int {
     redis_call(state);
     1
+}
+
+/// `redis.setresp(2|3)`: the protocol of the run's later `redis.call`s (see the module docs).
+/// Its failures are Redis' error replies, raised as `redis.call` raises one.
+unsafe extern "C-unwind" fn lua_redis_setresp(state: *mut ffi::lua_State) -> c_int {
+    let Some(context) = CALL_CONTEXT.with(Cell::get) else {
+        return 0;
+    };
+    let error: &[u8] = if ffi::lua_gettop(state) != 1 {
+        b"ERR redis.setresp() requires one argument."
+    } else {
+        // Redis reads it with `lua_tonumber` (a numeric string too) cast to an int.
+        match ffi::lua_tonumber(state, 1) as c_int {
+            2 => {
+                (*context.resp3).set(false);
+                return 0;
+            }
+            3 => {
+                (*context.resp3).set(true);
+                return 0;
+            }
+            _ => b"ERR RESP version must be 2 or 3.",
+        }
+    };
+    {
+        // Under the script's memory limit: lifted while the error table is made.
+        let _unlimited = MemoryLimit::lift(&*context.lua);
+        ffi::lua_createtable(state, 0, 1);
+        lua_stack::push_field(state, ffi::lua_gettop(state), b"err", |state| {
+            ffi::lua_pushlstring(state, error.as_ptr().cast(), error.len());
+        });
+    }
+    ffi::lua_error(state)
 }
 
 /// Runs a function of a bundled library (`bit`, `cjson`: upvalue 1 is its
@@ -2444,7 +2504,11 @@ unsafe fn redis_call(state: *mut ffi::lua_State) -> bool {
         .unwrap_or_else(|_| CmdError::err("internal error running the command").to_frame());
     // Called from the script's Lua code, under the limit: lift it while the reply is pushed.
     let _unlimited = MemoryLimit::lift(&*context.lua);
-    lua_stack::push_frame(state, &frame);
+    if (*context.resp3).get() {
+        lua_stack::push_frame_resp3(state, &frame);
+    } else {
+        lua_stack::push_frame(state, &frame);
+    }
     frame.is_error()
 }
 
@@ -2464,7 +2528,12 @@ unsafe fn run_call(state: *mut ffi::lua_State, context: &CallContext) -> Frame {
             let Ok(mut run) = run.try_borrow_mut() else {
                 return CmdError::err("redis.call re-entered").to_frame();
             };
-            let frame = run.call(args, slot);
+            let resp = if (*context.resp3).get() {
+                ProtocolVersion::Resp3
+            } else {
+                ProtocolVersion::Resp2
+            };
+            let frame = run.call(args, slot, resp);
             if run.abort.is_some() && !killed.swap(true, Ordering::Relaxed) {
                 // pcall must not swallow it: the script stops here.
                 slot.kill_reason.store(KILLED_TO_RESTART, Ordering::Relaxed);
@@ -2606,7 +2675,7 @@ mod tests {
             lua.exec_raw::<()>((), |state| {
                 lua_stack::push_frame(state, &frame);
                 let top = ffi::lua_gettop(state);
-                back = Some(lua_stack::to_frame(state, top, 0));
+                back = Some(lua_stack::to_frame(state, top, 0, false));
                 balanced = ffi::lua_gettop(state) == top;
                 ffi::lua_pop(state, 1);
             })
@@ -2625,6 +2694,113 @@ mod tests {
                 Frame::Array(vec![Frame::Bulk("k".into()), Frame::Integer(1)]),
             ]))
         );
+    }
+
+    /// After `redis.setresp(3)` replies reach a script in Redis' RESP3 forms, which read back
+    /// as the same RESP3 replies (booleans too, in a RESP3 run); a null is nil.
+    #[test]
+    fn resp3_replies_convert_to_lua_and_back() {
+        let lua = new_state().unwrap();
+        let mut hash = gradus_proto::BulkArray::with_capacity(2, 2);
+        hash.push(b"f");
+        hash.push(b"v");
+        let frame = Frame::Array(vec![
+            Frame::Map(vec![(Frame::Bulk("k".into()), Frame::Boolean(false))]),
+            Frame::Set(vec![Frame::Bulk("m".into())]),
+            Frame::Double(2.5),
+            Frame::BigNumber("12345678901234567890".into()),
+            Frame::Verbatim {
+                format: *b"txt",
+                text: "a\nb".into(),
+            },
+            Frame::Boolean(true),
+            Frame::Bulks(hash.into_map()),
+            Frame::Null,
+            Frame::Integer(1),
+        ]);
+        let mut back = None;
+        // SAFETY: a fresh state with no memory limit; the stack is restored.
+        unsafe {
+            lua.exec_raw::<()>((), |state| {
+                lua_stack::push_frame_resp3(state, &frame);
+                let top = ffi::lua_gettop(state);
+                back = Some((
+                    lua_stack::to_frame(state, top, 0, true),
+                    lua_stack::to_frame(state, top, 0, false),
+                ));
+                ffi::lua_pop(state, 1);
+            })
+        }
+        .unwrap();
+        let (resp3, resp2) = back.unwrap();
+        let expected = Frame::Array(vec![
+            Frame::Map(vec![(Frame::Bulk("k".into()), Frame::Boolean(false))]),
+            Frame::Set(vec![Frame::Bulk("m".into())]),
+            Frame::Double(2.5),
+            Frame::BigNumber("12345678901234567890".into()),
+            Frame::Verbatim {
+                format: *b"txt",
+                text: "a\nb".into(),
+            },
+            Frame::Boolean(true),
+            Frame::Map(vec![(Frame::Bulk("f".into()), Frame::Bulk("v".into()))]),
+        ]);
+        assert_eq!(resp3, expected);
+        // A RESP2 run reads the same table with false as a null, true as 1.
+        let Frame::Array(items) = resp2 else {
+            panic!("an array")
+        };
+        assert_eq!(
+            items[0],
+            Frame::Map(vec![(Frame::Bulk("k".into()), Frame::Null)])
+        );
+        assert_eq!(items[5], Frame::Integer(1));
+        assert_eq!(items.len(), 7, "the null ends the array (nil in Lua)");
+    }
+
+    /// Redis' reading of malformed RESP3 forms: the first field that fits wins, a `double`
+    /// that is not a number and a `verbatim_string` without its string are plain tables, the
+    /// big number's line breaks are spaces and a verbatim format is cut or padded to 3 bytes.
+    #[test]
+    fn resp3_forms_returned_by_a_script_read_as_redis_reads_them() {
+        let mut vm = Vm::new().unwrap();
+        let ok = |vm: &mut Vm, body: &str| state_reuse::eval_ok(vm, body);
+        assert_eq!(
+            ok(&mut vm, "return {double=2, ok='x'}"),
+            Frame::Simple("x".into())
+        );
+        assert_eq!(ok(&mut vm, "return {double='x'}"), Frame::Array(vec![]));
+        assert_eq!(
+            ok(&mut vm, "return {big_number='1\\r\\n2'}"),
+            Frame::BigNumber("1  2".into())
+        );
+        assert_eq!(
+            ok(
+                &mut vm,
+                "return {verbatim_string={format='markdown', string='s'}}"
+            ),
+            Frame::Verbatim {
+                format: *b"mar",
+                text: "s".into()
+            }
+        );
+        assert_eq!(
+            ok(&mut vm, "return {verbatim_string={format='a', string='s'}}"),
+            Frame::Verbatim {
+                format: *b"a  ",
+                text: "s".into()
+            }
+        );
+        assert_eq!(
+            ok(&mut vm, "return {verbatim_string={format='txt'}}"),
+            Frame::Array(vec![])
+        );
+        assert_eq!(
+            ok(&mut vm, "return {set={a=true}}"),
+            Frame::Set(vec![Frame::Bulk("a".into())])
+        );
+        assert_eq!(ok(&mut vm, "return false"), Frame::Null);
+        assert_eq!(ok(&mut vm, "return true"), Frame::Integer(1));
     }
 }
 #[cfg(test)]

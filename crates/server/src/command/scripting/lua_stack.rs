@@ -1,7 +1,9 @@
 //! Script values ↔ RESP frames through Lua's C API (`mlua::ffi`), for the per-call path of a
-//! script run: `redis.call`'s arguments read from the Lua stack, its reply pushed onto it, a
-//! script's `KEYS`/`ARGV` filled (a function's `keys`/`args` pushed as fresh tables), and the
-//! value a script returns read as a reply.
+//! script run: `redis.call`'s arguments read from the Lua stack, its reply pushed onto it (by
+//! Redis' RESP2 conversions, or its RESP3 ones after `redis.setresp(3)`), a script's
+//! `KEYS`/`ARGV` filled (a function's `keys`/`args` pushed as fresh tables), and the value a
+//! script returns read as a reply (`{map=…}`, `{set=…}`, `{double=…}`, `{big_number=…}`,
+//! `{verbatim_string=…}` and booleans as Redis 7.2 reads them).
 //!
 //! Why not mlua's `Value`: mlua moves every string it hands to Rust onto its reference thread
 //! (and back to push it), keeps a slot for it there, and wraps each call in its own error
@@ -137,8 +139,119 @@ pub(super) unsafe fn push_frame(state: *mut ffi::lua_State, frame: &Frame) {
     }
 }
 
-/// Push a table of the `len` values `items` (1-based), each pushed by `push`; `false` instead
-/// when the Lua stack has no room for the nesting.
+/// Push a command's reply as Redis 7.2 gives it to a script that called `redis.setresp(3)` (the
+/// command ran with RESP3): a map as `{map={key=value, …}}`, a set as `{set={member=true, …}}`,
+/// a double as `{double=number}`, a big number as `{big_number="digits"}`, a verbatim string as
+/// `{verbatim_string={format="txt", string="…"}}`, a null as nil, a boolean as a Lua boolean;
+/// the rest as [`push_frame`] does. A map entry or set member that would be a nil key is left
+/// out (a Lua table cannot hold it). One value more on the stack.
+///
+/// # Safety
+/// As [`push_frame`].
+pub(super) unsafe fn push_frame_resp3(state: *mut ffi::lua_State, frame: &Frame) {
+    match frame {
+        Frame::Null | Frame::NullArray => ffi::lua_pushnil(state),
+        Frame::Boolean(b) => ffi::lua_pushboolean(state, c_int::from(*b)),
+        Frame::Double(d) => push_double(state, *d),
+        // Redis reads the `,` text back: what GEOPOS writes (17 fractional digits) is read.
+        Frame::HumanDouble(d) => push_double(
+            state,
+            gradus_proto::format_fixed17(*d).parse().unwrap_or(*d),
+        ),
+        Frame::BigNumber(s) => push_field_table(state, b"big_number", s.as_bytes()),
+        Frame::Verbatim { format, text } => {
+            if ffi::lua_checkstack(state, 5) == 0 {
+                ffi::lua_pushboolean(state, 0);
+                return;
+            }
+            ffi::lua_createtable(state, 0, 1);
+            push_bytes(state, b"verbatim_string");
+            ffi::lua_createtable(state, 0, 2);
+            push_bytes(state, b"string");
+            push_bytes(state, text);
+            ffi::lua_rawset(state, -3);
+            push_bytes(state, b"format");
+            push_bytes(state, format);
+            ffi::lua_rawset(state, -3);
+            ffi::lua_rawset(state, -3);
+        }
+        Frame::Array(items) | Frame::Push(items) => {
+            // Grown as Redis grows it (not sized ahead): with nil items (nulls) the table's
+            // layout, so `#` and `pairs`, match Redis'.
+            push_table(state, 0, items.iter(), |state, item| {
+                push_frame_resp3(state, item)
+            })
+        }
+        Frame::Set(items) => push_keyed(state, b"set", items.iter(), |state, item| {
+            push_frame_resp3(state, item);
+            ffi::lua_pushboolean(state, 1);
+        }),
+        Frame::Map(pairs) => push_keyed(state, b"map", pairs.iter(), |state, (k, v)| {
+            push_frame_resp3(state, k);
+            push_frame_resp3(state, v);
+        }),
+        Frame::Bulks(items) if items.is_set() => {
+            push_keyed(state, b"set", items.iter(), |state, item| {
+                push_bytes(state, item);
+                ffi::lua_pushboolean(state, 1);
+            })
+        }
+        Frame::Bulks(items) if items.is_map() => {
+            let mut it = items.iter();
+            let pairs = std::iter::from_fn(|| Some((it.next()?, it.next()?)));
+            push_keyed(state, b"map", pairs, |state, (k, v)| {
+                push_bytes(state, k);
+                push_bytes(state, v);
+            })
+        }
+        Frame::Integer(_)
+        | Frame::Bulk(_)
+        | Frame::Simple(_)
+        | Frame::Error(_)
+        | Frame::Bulks(_) => push_frame(state, frame),
+    }
+}
+
+/// Push `{double=d}`.
+unsafe fn push_double(state: *mut ffi::lua_State, d: f64) {
+    ffi::lua_createtable(state, 0, 1);
+    push_bytes(state, b"double");
+    ffi::lua_pushnumber(state, d);
+    ffi::lua_rawset(state, -3);
+}
+
+/// Push `{field={…}}`, the inner table holding what `push` pushes for each of `items` (a key
+/// and its value); a nil key is skipped. `false` instead when the stack has no room. The inner
+/// table is grown as Redis grows it, not sized ahead: `pairs` then walks it in Redis' order.
+///
+/// # Safety
+/// As [`push_frame`]; `push` pushes exactly two values.
+unsafe fn push_keyed<T>(
+    state: *mut ffi::lua_State,
+    field: &[u8],
+    items: impl Iterator<Item = T>,
+    push: impl Fn(*mut ffi::lua_State, T),
+) {
+    if ffi::lua_checkstack(state, 6) == 0 {
+        ffi::lua_pushboolean(state, 0);
+        return;
+    }
+    ffi::lua_createtable(state, 0, 1);
+    push_bytes(state, field);
+    ffi::lua_createtable(state, 0, 0);
+    for item in items {
+        push(state, item);
+        if ffi::lua_type(state, -2) == ffi::LUA_TNIL {
+            ffi::lua_pop(state, 2);
+        } else {
+            ffi::lua_rawset(state, -3);
+        }
+    }
+    ffi::lua_rawset(state, -3);
+}
+
+/// Push a table of the values `items` (1-based), each pushed by `push`, its array part sized
+/// for `len` of them; `false` instead when the Lua stack has no room for the nesting.
 ///
 /// # Safety
 /// As [`push_frame`]; `push` pushes exactly one value.
@@ -220,21 +333,33 @@ unsafe fn string_field<'a>(
     s
 }
 
-/// The value at `idx` (an absolute index) as a reply, Redis' rules: a string is a bulk string,
-/// a number an integer (truncated toward zero), true 1, false and nil a null; a table with a
-/// string `err` field an error, with a string `ok` field a status, otherwise an array of its
-/// items from 1 to the first nil; anything else (and tables nested past
-/// [`MAX_REPLY_DEPTH`]) a null. The stack is left as it was.
+/// The value at `idx` (an absolute index) as a reply, Redis 7.2's rules: a string is a bulk
+/// string, a number an integer (truncated toward zero), nil a null; a boolean, when the run's
+/// protocol is RESP2 (`resp3` false: the default), 1 for true and a null for false, else a
+/// boolean reply. A table, by the first of its fields that fits: a string `err` an error, a
+/// string `ok` a status, a number `double` a double, a string `big_number` a big number (CR
+/// and LF as spaces), a table `verbatim_string` with string `format` and `string` a verbatim
+/// string (the format's first 3 bytes, padded with spaces), a table `map` a map of its pairs,
+/// a table `set` a set of its keys; otherwise an array of its items from 1 to the first nil.
+/// Anything else (and tables nested past [`MAX_REPLY_DEPTH`]) is a null. How each is written
+/// depends on the client's protocol (a map is a flat array in RESP2…). The stack is left as
+/// it was.
 ///
 /// # Safety
 /// No memory limit (see the module docs); `idx` is a valid absolute index.
-pub(super) unsafe fn to_frame(state: *mut ffi::lua_State, idx: c_int, depth: usize) -> Frame {
+pub(super) unsafe fn to_frame(
+    state: *mut ffi::lua_State,
+    idx: c_int,
+    depth: usize,
+    resp3: bool,
+) -> Frame {
     match ffi::lua_type(state, idx) {
         ffi::LUA_TSTRING => Frame::Bulk(Bytes::copy_from_slice(string_at(state, idx))),
         ffi::LUA_TNUMBER => Frame::Integer(reply_integer(ffi::lua_tonumber(state, idx))),
+        ffi::LUA_TBOOLEAN if resp3 => Frame::Boolean(ffi::lua_toboolean(state, idx) != 0),
         ffi::LUA_TBOOLEAN if ffi::lua_toboolean(state, idx) != 0 => Frame::Integer(1),
         ffi::LUA_TTABLE if depth < MAX_REPLY_DEPTH => {
-            if ffi::lua_checkstack(state, 3) == 0 {
+            if ffi::lua_checkstack(state, 4) == 0 {
                 return Frame::Null;
             }
             if let Some(e) = string_field(state, idx, b"err") {
@@ -242,6 +367,9 @@ pub(super) unsafe fn to_frame(state: *mut ffi::lua_State, idx: c_int, depth: usi
             }
             if let Some(s) = string_field(state, idx, b"ok") {
                 return Frame::Simple(Bytes::copy_from_slice(s));
+            }
+            if let Some(frame) = typed_table(state, idx, depth, resp3) {
+                return frame;
             }
             let mut items = Vec::new();
             for i in 1.. {
@@ -251,13 +379,87 @@ pub(super) unsafe fn to_frame(state: *mut ffi::lua_State, idx: c_int, depth: usi
                     break;
                 }
                 let top = ffi::lua_gettop(state);
-                items.push(to_frame(state, top, depth + 1));
+                items.push(to_frame(state, top, depth + 1, resp3));
                 ffi::lua_pop(state, 1);
             }
             Frame::Array(items)
         }
         _ => Frame::Null,
     }
+}
+
+/// [`to_frame`]'s RESP3 forms of the table at `idx` (`double`, `big_number`,
+/// `verbatim_string`, `map`, `set`, in Redis' order), if it is one. Stack balanced; room for 4
+/// more slots.
+unsafe fn typed_table(
+    state: *mut ffi::lua_State,
+    idx: c_int,
+    depth: usize,
+    resp3: bool,
+) -> Option<Frame> {
+    push_bytes(state, b"double");
+    ffi::lua_rawget(state, idx);
+    if ffi::lua_type(state, -1) == ffi::LUA_TNUMBER {
+        let d = ffi::lua_tonumber(state, -1);
+        ffi::lua_pop(state, 1);
+        return Some(Frame::Double(d));
+    }
+    ffi::lua_pop(state, 1);
+    if let Some(digits) = string_field(state, idx, b"big_number") {
+        let text = String::from_utf8_lossy(digits).replace(['\r', '\n'], " ");
+        return Some(Frame::BigNumber(text));
+    }
+    push_bytes(state, b"verbatim_string");
+    ffi::lua_rawget(state, idx);
+    if ffi::lua_type(state, -1) == ffi::LUA_TTABLE {
+        let inner = ffi::lua_gettop(state);
+        if let Some(format) = string_field(state, inner, b"format") {
+            if let Some(text) = string_field(state, inner, b"string") {
+                // Redis copies the format up to 3 bytes, stopping at a NUL, padding with spaces.
+                let mut tag = [b' '; 3];
+                for (slot, &b) in tag.iter_mut().zip(format.iter().take_while(|&&b| b != 0)) {
+                    *slot = b;
+                }
+                let frame = Frame::Verbatim {
+                    format: tag,
+                    text: Bytes::copy_from_slice(text),
+                };
+                ffi::lua_pop(state, 1);
+                return Some(frame);
+            }
+        }
+    }
+    ffi::lua_pop(state, 1);
+    for map in [true, false] {
+        push_bytes(state, if map { b"map".as_slice() } else { b"set" });
+        ffi::lua_rawget(state, idx);
+        if ffi::lua_type(state, -1) != ffi::LUA_TTABLE {
+            ffi::lua_pop(state, 1);
+            continue;
+        }
+        let inner = ffi::lua_gettop(state);
+        let mut pairs = Vec::new();
+        let mut members = Vec::new();
+        ffi::lua_pushnil(state);
+        while ffi::lua_next(state, inner) != 0 {
+            // [… inner, key, value]
+            let top = ffi::lua_gettop(state);
+            let key = to_frame(state, top - 1, depth + 1, resp3);
+            if map {
+                pairs.push((key, to_frame(state, top, depth + 1, resp3)));
+            } else {
+                members.push(key);
+            }
+            ffi::lua_pop(state, 1);
+        }
+        ffi::lua_pop(state, 1);
+        return Some(if map {
+            Frame::Map(pairs)
+        } else {
+            Frame::Set(members)
+        });
+    }
+    None
 }
 
 /// Set the field `name` of the table at `table` (an absolute index) to the value `push`
