@@ -44,24 +44,24 @@ pub struct Stats {
 const ERROR_CODES_MAX: usize = 128;
 
 impl Stats {
-    /// Count the error replies in `reply`: itself, or the elements of an array (EXEC's replies,
-    /// a script's table); an error's code is its first word (Redis looks in its first 32
-    /// bytes; `ERR` when it has no space there).
+    /// Count `reply` if it is an error (a reply to a client's command). Errors inside an array
+    /// are counted where such arrays are made ([`Stats::count_inner_errors`]: EXEC's replies, a
+    /// script's table), so an ordinary array reply is not looked through.
     pub fn count_errors(&self, reply: &gradus_proto::Frame) {
-        use gradus_proto::Frame;
-        match reply {
-            Frame::Error(text) => self.count_error(text),
-            Frame::Array(items) => {
-                for item in items {
-                    if let Frame::Error(text) = item {
-                        self.count_error(text);
-                    }
-                }
-            }
-            _ => {}
+        if let gradus_proto::Frame::Error(text) = reply {
+            self.count_error(text);
         }
     }
 
+    /// Count the errors among `items` (EXEC's replies, the elements of a script's table).
+    pub fn count_inner_errors(&self, items: &[gradus_proto::Frame]) {
+        for item in items {
+            self.count_errors(item);
+        }
+    }
+
+    /// Count one error reply; its code is its first word (Redis looks in its first 32 bytes;
+    /// `ERR` when it has no space there).
     fn count_error(&self, text: &str) {
         self.error_replies.fetch_add(1, Ordering::Relaxed);
         let head = &text.as_bytes()[..text.len().min(32)];

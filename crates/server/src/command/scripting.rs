@@ -774,7 +774,13 @@ fn execute(run: &RefCell<ScriptRun<'_>>, inv: &Invocation<'_>) -> Frame {
     with_vm(|vm| {
         vm.time_limit = limit;
         match vm.run(run, inv) {
-            Ok(frame) => Ok(frame),
+            Ok(frame) => {
+                if let Frame::Array(items) = &frame {
+                    // A script's table of replies: its errors count as EXEC's do.
+                    run.borrow().shared.stats.count_inner_errors(items);
+                }
+                Ok(frame)
+            }
             Err(e) => Err(Frame::Error(format!(
                 "ERR Error running script: {} script: {}",
                 one_line(&e.to_string()),

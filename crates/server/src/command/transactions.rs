@@ -189,11 +189,13 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
                 for (i, work) in late {
                     replies[i] = work.complete(shared.clone(), client).await;
                 }
+                shared.stats.count_inner_errors(&replies);
                 Frame::Array(replies)
             })
         }));
         return Ok(Frame::Null);
     }
+    shared.stats.count_inner_errors(&replies);
     let replies = Frame::Array(replies);
     Ok(replies)
 }
