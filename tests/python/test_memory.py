@@ -356,6 +356,54 @@ def test_flush_async_is_counted_in_lazyfree_fields_until_freed(gradus):
     assert r.dbsize() == 0
 
 
+def test_unlink_frees_big_values_in_the_background_and_resetstat_clears_the_count(gradus, redis_server):
+    """UNLINK frees a value whose free effort passes Redis' 64 (a hashtable-encoded set, hash
+    or sorted set of 1 000, a stream of 200 nodes) on a background thread, counted in
+    `lazyfreed_objects`; a packed value, an intset, a short list and DEL free at once;
+    CONFIG RESETSTAT clears the count. Gradus freed every UNLINKed value inline, under the
+    shard's lock, and RESETSTAT kept the count. (Found by Redis' own lazyfree.tcl.)"""
+
+    def freed(r):
+        deadline = time.monotonic() + 10
+        while r.info("memory")["lazyfree_pending_objects"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return r.info("memory")["lazyfreed_objects"]
+
+    def scenario(server):
+        r = redis_client(server, 2)
+        r.flushall()
+        freed(r)
+        r.config_resetstat()
+        r.config_set("stream-node-max-entries", 5)
+        steps = [freed(r)]
+        members = [f"member:{i}" for i in range(1000)]
+        for kind, fill in [
+            ("set", lambda k: r.sadd(k, *members)),
+            ("hash", lambda k: r.hset(k, mapping={m: "v" for m in members})),
+            ("zset", lambda k: r.zadd(k, {m: i for i, m in enumerate(members)})),
+            ("small", lambda k: r.sadd(k, "a", "b")),
+            ("intset", lambda k: r.sadd(k, *range(300))),
+            ("list", lambda k: r.rpush(k, *range(1000))),
+        ]:
+            fill(kind)
+            steps.append((kind, r.unlink(kind), freed(r)))
+        pipe = r.pipeline(transaction=False)
+        for i in range(1000):
+            pipe.xadd("stream", {"foo": i})
+        pipe.execute()
+        steps.append(("stream", r.unlink("stream"), freed(r)))
+        r.sadd("deleted", *members)
+        steps.append(("del", r.delete("deleted"), freed(r)))
+        r.config_resetstat()
+        steps.append(freed(r))
+        r.config_set("stream-node-max-entries", 100)
+        return steps
+
+    ours, theirs = scenario(gradus), scenario(redis_server)
+    assert ours == theirs
+    assert [s[2] for s in ours[1:-1]] == [1, 2, 3, 3, 3, 3, 4, 4], ours
+
+
 @gradus_only
 def test_idle_connections_give_back_the_buffers_of_big_values(gradus_factory):
     """A connection that sent (or was sent) one big value gives its grown buffers back once it

@@ -228,6 +228,31 @@ impl Value {
         }
     }
 
+    /// Roughly how many allocations freeing the value takes, as Redis' `lazyfreeGetFreeEffort`
+    /// reckons it: 1 for a string or a packed collection (one buffer), the element count of a
+    /// hashtable or skiplist form, the pack count of a large list, the node count of a stream
+    /// plus its groups times the first group's pending entries. UNLINK frees a value past
+    /// Redis' threshold (64) on a background thread.
+    pub fn free_effort(&self) -> usize {
+        let packed = matches!(
+            self.encoding(),
+            "listpack" | "intset" | "raw" | "embstr" | "int"
+        );
+        match self {
+            _ if packed => 1,
+            Value::Str(_) => 1,
+            Value::Hash(h) => h.len(),
+            Value::ZSet(z) => z.len(),
+            Value::List(l) => l.pack_count(),
+            Value::Set(s) => s.len(),
+            Value::Stream(st) => {
+                let groups = st.groups();
+                let pel = groups.values().next().map_or(0, |g| g.pel.len());
+                st.node_count() + groups.len() * (1 + pel)
+            }
+        }
+    }
+
     /// Collections that become empty are deleted, as in Redis.
     pub fn is_empty_collection(&self) -> bool {
         match self {

@@ -19,7 +19,7 @@ const F: u32 = flags::FAST;
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandSpec] = &[
     cmd("del", -2, W, (1, -1, 1), "generic", "Deletes one or more keys.", del).notifies_existing(&[(crate::notify::GENERIC, "del")]).key_flags(&["RM delete"]),
-    cmd("unlink", -2, W | F, (1, -1, 1), "generic", "Asynchronously deletes one or more keys.", del).notifies_existing(&[(crate::notify::GENERIC, "del")]).key_flags(&["RM delete"]),
+    cmd("unlink", -2, W | F, (1, -1, 1), "generic", "Asynchronously deletes one or more keys.", unlink).notifies_existing(&[(crate::notify::GENERIC, "del")]).key_flags(&["RM delete"]),
     cmd("exists", -2, R | F, (1, -1, 1), "generic", "Determines whether one or more keys exist.", exists).key_flags(&["RO"]),
     cmd("touch", -2, R | F, (1, -1, 1), "generic", "Returns the number of existing keys out of those specified after updating the time they were last accessed.", touch).key_flags(&["RO"]),
     cmd("type", 2, R | F, KEY1, "generic", "Determines the type of value stored at a key.", key_type).key_flags(&["RO"]),
@@ -49,6 +49,34 @@ fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         .count();
     Ok(Frame::Integer(removed as i64))
 }
+
+/// UNLINK: DEL whose big values (Redis' free effort past [`LAZYFREE_THRESHOLD`]) are freed on
+/// the background reclaim thread, after the reply, not under the shard's lock (counted in INFO
+/// `lazyfreed_objects`, as Redis counts each value it frees lazily).
+fn unlink(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let keys = &args[1..];
+    let db = ctx.db();
+    let mut lock = db.lock_keys(keys.iter().map(|k| k.as_ref()));
+    let mut removed = 0;
+    let mut big = Vec::new();
+    for key in keys {
+        if let Some(entry) = lock.shard(key).remove(key, ctx.now_ms) {
+            removed += 1;
+            if entry.value.free_effort() > LAZYFREE_THRESHOLD {
+                big.push(entry);
+            }
+        }
+    }
+    drop(lock);
+    if !big.is_empty() {
+        let objects = big.len() as u64;
+        super::server::dispose_counted(big, objects);
+    }
+    Ok(Frame::Integer(removed as i64))
+}
+
+/// Redis' `LAZYFREE_THRESHOLD`: a value that takes more frees than this is freed lazily.
+const LAZYFREE_THRESHOLD: usize = 64;
 
 fn exists(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let keys = &args[1..];

@@ -94,18 +94,23 @@ fn flush_mode(args: &[Bytes]) -> Result<bool, CmdError> {
 /// per flushed keyspace: Redis counts values; tools and Redis' tests wait for the pending
 /// figure to reach 0). Process-wide, like the server they describe.
 pub(crate) fn dispose<T: Send + 'static>(old: T) {
-    LAZYFREE_PENDING.fetch_add(1, Ordering::Relaxed);
+    dispose_counted(old, 1);
+}
+
+/// [`dispose`] of `objects` objects at once (UNLINK's big values: one thread for a command).
+pub(crate) fn dispose_counted<T: Send + 'static>(old: T, objects: u64) {
+    LAZYFREE_PENDING.fetch_add(objects, Ordering::Relaxed);
     std::thread::Builder::new()
         .name("gradus-reclaim".into())
         .spawn(move || {
             drop(old);
-            LAZYFREE_PENDING.fetch_sub(1, Ordering::Relaxed);
-            LAZYFREED.fetch_add(1, Ordering::Relaxed);
+            LAZYFREE_PENDING.fetch_sub(objects, Ordering::Relaxed);
+            LAZYFREED.fetch_add(objects, Ordering::Relaxed);
         })
         .map(drop)
         .unwrap_or_else(|e| {
             tracing::warn!(error = %e, "no reclaim thread; freed inline");
-            LAZYFREE_PENDING.fetch_sub(1, Ordering::Relaxed);
+            LAZYFREE_PENDING.fetch_sub(objects, Ordering::Relaxed);
         });
 }
 
@@ -591,6 +596,7 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 counter.store(0, Ordering::Relaxed);
             }
             ctx.shared.observer.commands.reset();
+            LAZYFREED.store(0, Ordering::Relaxed);
             s.error_replies.store(0, Ordering::Relaxed);
             s.errors_by_code.lock().clear();
             Ok(Frame::ok())
