@@ -199,6 +199,9 @@ def test_dump_and_restore_policies(fr):
     with pytest.raises(redis.ResponseError, match=r"^unknown subcommand or wrong number of "
                        r"arguments for 'RESTORE'\. Try FUNCTION HELP\.$"):
         fr.execute_command("FUNCTION", "RESTORE", payload, "APPEND", "extra")
+    with pytest.raises(redis.ResponseError, match=r"^unknown subcommand or wrong number of "
+                       r"arguments for 'FLUSH'\. Try FUNCTION HELP\.$"):
+        fr.execute_command("FUNCTION", "FLUSH", "ASYNC", "extra")
 
 
 @pytest.mark.gradus_only

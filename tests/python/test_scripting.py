@@ -531,3 +531,27 @@ def test_pcall_sha1hex_and_noscript_subcommands_answer_as_redis(gradus, redis_se
         replies[server.name] = out
     assert replies[gradus.name] == replies[redis_server.name]
     assert replies[gradus.name][0] == [b"string", b"false", b"ERR Unknown Redis command called from script"]
+
+
+def test_a_table_that_holds_itself_ends_with_redis_stack_limit_error(gradus, redis_server):
+    """A script returning a table that holds itself: nested arrays down to Redis' `reached lua
+    stack limit` error, then the connection goes on (Gradus ended the nesting with a null, so
+    a client reading to the error never got there). The depths differ (Redis stops where its
+    Lua stack runs out, Gradus at its reply depth limit); the shape is the same. (Found by
+    Redis' own scripting.tcl.)"""
+    import socket
+
+    script = b"local a = {}; local b = {a}; a[1] = b; return a"
+    for server in (gradus, redis_server):
+        with socket.create_connection((server.host, server.port), timeout=10) as conn:
+            conn.sendall(b"*3\r\n$4\r\nEVAL\r\n$%d\r\n%s\r\n$1\r\n0\r\n" % (len(script), script))
+            lines = conn.makefile("rb")
+            depth = 0
+            line = lines.readline()
+            while line == b"*1\r\n":
+                depth += 1
+                line = lines.readline()
+            assert line == b"-ERR reached lua stack limit\r\n", (server.name, line)
+            assert depth >= 32, (server.name, depth)
+            conn.sendall(b"PING\r\n")
+            assert lines.readline() == b"+PONG\r\n"

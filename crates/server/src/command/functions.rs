@@ -183,6 +183,15 @@ fn delete(ctx: &mut Ctx<'_>, name: &Bytes) -> CmdResult {
     Ok(Frame::ok())
 }
 
+/// Redis' `addReplySubcommandSyntaxError`, which FUNCTION FLUSH and RESTORE answer for more
+/// arguments than they take (their arity lets any number through).
+fn subcommand_syntax(sub: &Bytes) -> CmdError {
+    CmdError::err(format!(
+        "unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION HELP.",
+        String::from_utf8_lossy(sub)
+    ))
+}
+
 fn flush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     match args.len() {
         2 => {}
@@ -192,7 +201,7 @@ fn flush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 "FUNCTION FLUSH only supports SYNC|ASYNC option",
             ))
         }
-        _ => return Err(CmdError::WrongArity("function|flush".into())),
+        _ => return Err(subcommand_syntax(&args[1])),
     }
     change(ctx, |libs| {
         *libs = Libraries::default();
@@ -221,13 +230,7 @@ fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                     "Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
                 )),
             },
-            // Redis' own count check (the arity lets any number through).
-            _ => {
-                return Err(CmdError::err(format!(
-                    "unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION HELP.",
-                    String::from_utf8_lossy(&args[1])
-                )))
-            }
+            _ => return Err(subcommand_syntax(&args[1])),
         };
     let codes = gradus_proto::rdb::restore_functions(&args[2]).map_err(|e| match e {
         gradus_proto::rdb::RdbError::PreGaFunctions => {

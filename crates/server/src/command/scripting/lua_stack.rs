@@ -341,7 +341,8 @@ unsafe fn string_field<'a>(
 /// and LF as spaces), a table `verbatim_string` with string `format` and `string` a verbatim
 /// string (the format's first 3 bytes, padded with spaces), a table `map` a map of its pairs,
 /// a table `set` a set of its keys; otherwise an array of its items from 1 to the first nil.
-/// Anything else (and tables nested past [`MAX_REPLY_DEPTH`]) is a null. How each is written
+/// Anything else is a null; a table nested past [`MAX_REPLY_DEPTH`] is Redis' `reached lua
+/// stack limit` error (Redis' own depth is where its Lua stack runs out: deeper). How each is written
 /// depends on the client's protocol (a map is a flat array in RESP2…). The stack is left as
 /// it was.
 ///
@@ -360,7 +361,7 @@ pub(super) unsafe fn to_frame(
         ffi::LUA_TBOOLEAN if ffi::lua_toboolean(state, idx) != 0 => Frame::Integer(1),
         ffi::LUA_TTABLE if depth < MAX_REPLY_DEPTH => {
             if ffi::lua_checkstack(state, 4) == 0 {
-                return Frame::Null;
+                return stack_limit();
             }
             if let Some(e) = string_field(state, idx, b"err") {
                 return Frame::Error(one_line(&String::from_utf8_lossy(e)));
@@ -384,8 +385,16 @@ pub(super) unsafe fn to_frame(
             }
             Frame::Array(items)
         }
+        // Nested past the depth a reply may have (a table that holds itself): Redis' error
+        // where its Lua stack runs out, so the reply ends instead of going on for ever.
+        ffi::LUA_TTABLE => stack_limit(),
         _ => Frame::Null,
     }
+}
+
+/// Redis' reply for a table nested deeper than its Lua stack lets it convert.
+fn stack_limit() -> Frame {
+    Frame::Error("ERR reached lua stack limit".into())
 }
 
 /// [`to_frame`]'s RESP3 forms of the table at `idx` (`double`, `big_number`,
