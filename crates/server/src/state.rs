@@ -47,6 +47,7 @@ impl Stats {
     /// Count `reply` if it is an error (a reply to a client's command). Errors inside an array
     /// are counted where such arrays are made ([`Stats::count_inner_errors`]: EXEC's replies, a
     /// script's table), so an ordinary array reply is not looked through.
+    #[inline]
     pub fn count_errors(&self, reply: &gradus_proto::Frame) {
         if let gradus_proto::Frame::Error(text) = reply {
             self.count_error(text);
@@ -62,6 +63,7 @@ impl Stats {
 
     /// Count one error reply; its code is its first word (Redis looks in its first 32 bytes;
     /// `ERR` when it has no space there).
+    #[cold]
     fn count_error(&self, text: &str) {
         self.error_replies.fetch_add(1, Ordering::Relaxed);
         let head = &text.as_bytes()[..text.len().min(32)];
