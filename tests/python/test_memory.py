@@ -284,6 +284,13 @@ def test_a_command_queued_over_maxmemory_is_refused_and_exec_aborts(gradus, redi
                 (admin, ["CONFIG", "SET", "maxmemory", "1"]),
                 (c, ["MULTI"]), (c, ["SET", "x", "1"]), (c, ["DISCARD"]), (c, ["PING", "after"]),
                 (admin, ["CONFIG", "SET", "maxmemory", "0"]),
+                # Queued while under the limit, EXEC'd over it: EXEC aborts with the OOM error
+                # (Redis' `execCommandAbort`; Gradus gave the bare OOM error; found by Redis'
+                # own multi.tcl "EXEC with at least one use-memory command should fail").
+                (c, ["MULTI"]), (c, ["SET", "x", "1"]), (c, ["GET", "x"]),
+                (admin, ["CONFIG", "SET", "maxmemory", "1"]),
+                (c, ["EXEC"]), (c, ["EXISTS", "x"]),
+                (admin, ["CONFIG", "SET", "maxmemory", "0"]),
             ]:
                 replies.append(conn.call(*cmd))
         finally:
@@ -293,6 +300,8 @@ def test_a_command_queued_over_maxmemory_is_refused_and_exec_aborts(gradus, redi
 
     ours = assert_same(gradus, redis_server, run)
     assert ours[3] == Err(b"OOM command not allowed when used memory > 'maxmemory'."), ours
+    assert ours[-3] == Err(b"EXECABORT Transaction discarded because of: OOM command not allowed "
+                           b"when used memory > 'maxmemory'."), ours
 
 
 def test_a_read_over_maxmemory_evicts_before_it_replies(gradus_factory, redis_server):

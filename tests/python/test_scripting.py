@@ -555,3 +555,36 @@ def test_a_table_that_holds_itself_ends_with_redis_stack_limit_error(gradus, red
             assert depth >= 32, (server.name, depth)
             conn.sendall(b"PING\r\n")
             assert lines.readline() == b"+PONG\r\n"
+
+
+def test_acl_check_cmd_answers_as_redis(gradus, redis_server):
+    """`redis.acl_check_cmd(command, args…)` tells whether the script's user may run that
+    command on those keys, with Redis' errors for an unknown command and bad arguments (it did
+    not exist: "attempt to call field 'acl_check_cmd' (a nil value)"; found by Redis' own
+    scripting.tcl)."""
+    scripts = [
+        "return {redis.acl_check_cmd('set','xx',1), redis.acl_check_cmd('hset','xx','f',1), "
+        "redis.acl_check_cmd('set','yy',1), redis.acl_check_cmd('get','xx')}",
+        "return redis.acl_check_cmd('invalid-cmd','arg')",
+        "return redis.acl_check_cmd()",
+        "return redis.acl_check_cmd({})",
+        "return {pcall(redis.acl_check_cmd, 'nosuch')}",
+    ]
+    replies = {}
+    for server in (gradus, redis_server):
+        admin = redis_client(server, 2)
+        admin.acl_setuser("scripter", enabled=True, passwords=["+123"], commands=["+set", "+eval"],
+                          keys=["xx*"])
+        try:
+            r = redis_client(server, 2, username="scripter", password="123")
+            out = []
+            for script in scripts:
+                try:
+                    out.append(r.eval(script, 0))
+                except redis.ResponseError as e:
+                    out.append(f"error: {e}")
+            replies[server.name] = out
+        finally:
+            admin.acl_deluser("scripter")
+    assert replies[gradus.name] == replies[redis_server.name]
+    assert replies[gradus.name][0] == [1, None, None, None]

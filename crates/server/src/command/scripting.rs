@@ -1530,6 +1530,10 @@ impl Vm {
             hidden.raw_set("call", lua.create_c_function(lua_redis_call)?)?;
             hidden.raw_set("pcall", lua.create_c_function(lua_redis_pcall)?)?;
             hidden.raw_set("setresp", lua.create_c_function(lua_redis_setresp)?)?;
+            hidden.raw_set(
+                "acl_check_cmd",
+                lua.create_c_function(lua_redis_acl_check_cmd)?,
+            )?;
         }
         let (env_mt, pcall): (Table, Function) = lua
             .load(PRELUDE)
@@ -1941,6 +1945,7 @@ end
 local redis = G.redis
 -- C functions (`lua_redis_call`, `lua_redis_pcall`): call raises an error reply ({err=...}).
 redis.call, redis.pcall, redis.setresp = hidden.call, hidden.pcall, hidden.setresp
+redis.acl_check_cmd = hidden.acl_check_cmd
 redis.error_reply = function(msg)
   if raw_type(msg) ~= 'string' then raw_error('wrong number or type of arguments', 2) end
   return {err = msg}
@@ -2516,6 +2521,55 @@ unsafe fn redis_call(state: *mut ffi::lua_State) -> bool {
         lua_stack::push_frame(state, &frame);
     }
     frame.is_error()
+}
+
+/// `redis.acl_check_cmd(command, args…)`: whether the script's user may run that command with
+/// those arguments (its ACL rules: command, keys, channels), as Redis'
+/// `luaRedisAclCheckCmdPermissionsCommand`; an unknown command is the error `Invalid command
+/// passed to redis.acl_check_cmd()`, bad arguments redis.call's errors.
+unsafe extern "C-unwind" fn lua_redis_acl_check_cmd(state: *mut ffi::lua_State) -> c_int {
+    let Some(context) = CALL_CONTEXT.with(Cell::get) else {
+        ffi::lua_pushboolean(state, 0);
+        return 1;
+    };
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| acl_check(state, &context)))
+        .unwrap_or(Err("internal error checking the command"));
+    // Called from the script's Lua code, under the limit: lifted while the answer is pushed.
+    let unlimited = MemoryLimit::lift(&*context.lua);
+    match outcome {
+        Ok(allowed) => {
+            ffi::lua_pushboolean(state, c_int::from(allowed));
+            1
+        }
+        Err(text) => {
+            lua_stack::push_frame(state, &CmdError::err(text).to_frame());
+            drop(unlimited);
+            // Nothing of Rust is left that a destructor would have to free.
+            ffi::lua_error(state)
+        }
+    }
+}
+
+/// [`lua_redis_acl_check_cmd`]'s answer for the arguments on the Lua stack.
+unsafe fn acl_check(
+    state: *mut ffi::lua_State,
+    context: &CallContext,
+) -> Result<bool, &'static str> {
+    if context.run.is_null() {
+        return Err("redis.acl_check_cmd can only be called inside a script invocation");
+    }
+    // SAFETY: as in `run_call`.
+    let run = &*(context.run as *const RefCell<ScriptRun<'static>>);
+    let args = lua_stack::command_args(state)?;
+    let Some(spec) = table().get(&args[0]) else {
+        return Err("Invalid command passed to redis.acl_check_cmd()");
+    };
+    let Ok(run) = run.try_borrow() else {
+        return Err("redis.acl_check_cmd re-entered");
+    };
+    let row = spec.resolve(&args);
+    Ok(crate::tenancy::check_perms(run.client, row).is_ok()
+        && crate::tenancy::acl::check_acl(run.client, row, spec, &args).is_ok())
 }
 
 /// [`redis_call`]'s command (its arguments on the Lua stack): its reply frame.

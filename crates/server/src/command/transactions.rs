@@ -146,7 +146,14 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     } else {
         None
     };
-    let mut txn = WriteTxn::begin_exclusive(shared, ctx.client, now, grows)?;
+    // Refused before it runs (over maxmemory with a queued command that may grow memory, the
+    // log poisoned, too few replicas): Redis' `execCommandAbort` words, the refusal after them.
+    let mut txn = WriteTxn::begin_exclusive(shared, ctx.client, now, grows).map_err(|e| {
+        CmdError::Other(format!(
+            "EXECABORT Transaction discarded because of: {}",
+            CmdError::from(&e)
+        ))
+    })?;
     for w in &watched {
         let changed = match shared.store.db(w.db) {
             Some(db) => db.lock(&w.key).version_of(&w.key, now) != w.version,
