@@ -588,3 +588,33 @@ def test_acl_check_cmd_answers_as_redis(gradus, redis_server):
             admin.acl_deluser("scripter")
     assert replies[gradus.name] == replies[redis_server.name]
     assert replies[gradus.name][0] == [1, None, None, None]
+
+
+def test_the_globals_metatable_is_read_only_as_in_redis(gradus, redis_server):
+    """`setmetatable(_G, …)` and changing `getmetatable(_G)` fail with Redis 7's `Attempt to
+    modify a readonly table` (Gradus said "cannot change a protected metatable" and gave
+    `false` for the metatable); the library tables too; a script's own tables keep their
+    metatables. (Found by Redis' own scripting.tcl, "Try trick global protection".)"""
+    scripts = [
+        "setmetatable(_G, {})",
+        "local g = getmetatable(_G) g.__index = {}",
+        "return type(getmetatable(_G))",
+        "return type(getmetatable(string))",
+        "setmetatable(string, {})",
+        "setmetatable(redis, {})",
+        "local t = setmetatable({}, {__index = function() return 5 end}) return t.x",
+        "local t = setmetatable({}, {__metatable = 'locked'}) return getmetatable(t)",
+        "return type(getmetatable(''))",
+    ]
+    replies = {}
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        out = []
+        for script in scripts:
+            try:
+                out.append(r.eval(script, 0))
+            except redis.ResponseError as e:
+                out.append(f"error: {e}")
+        replies[server.name] = out
+    assert replies[gradus.name] == replies[redis_server.name]
+    assert replies[gradus.name][0].startswith("error: Attempt to modify a readonly table")

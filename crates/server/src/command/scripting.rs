@@ -2000,9 +2000,22 @@ base.pairs = function(t)
 end
 base.rawget = function(t, k) return raw_rawget(readonly_tables[t] or t, k) end
 -- A library table has no metatable in Redis (its read-only flag is not one).
+-- A script's globals (`_G`, an environment whose metatable is hidden) show a read-only table
+-- as their metatable, and setting the metatable of either is refused, with Redis 7's words
+-- (its globals and their protecting metatable are read-only tables).
+local shown_env_mt = readonly({})
 base.getmetatable = function(t)
   if readonly_tables[t] then return nil end
-  return raw_getmetatable(t)
+  local mt = raw_getmetatable(t)
+  if mt == false then return shown_env_mt end
+  return mt
+end
+base.setmetatable = function(t, mt)
+  -- No position: Redis raises it from `setmetatable` itself (a C function).
+  if readonly_tables[t] or (raw_type(t) == 'table' and raw_getmetatable(t) == false) then
+    raw_error('Attempt to modify a readonly table', 0)
+  end
+  return raw_setmetatable(t, mt)
 end
 -- Chunks loaded by a script run in the script's own environment; no bytecode.
 base.loadstring = function(s, name)
