@@ -618,3 +618,42 @@ def test_the_globals_metatable_is_read_only_as_in_redis(gradus, redis_server):
         replies[server.name] = out
     assert replies[gradus.name] == replies[redis_server.name]
     assert replies[gradus.name][0].startswith("error: Attempt to modify a readonly table")
+
+
+def test_script_and_function_counts_in_info_memory_and_sort_by_nothing_in_scripts(gradus, redis_server):
+    """INFO memory's `number_of_cached_scripts`, `number_of_functions` and
+    `number_of_libraries` follow SCRIPT LOAD / SCRIPT FLUSH ASYNC and FUNCTION LOAD / DELETE as
+    in Redis (they were missing; `used_memory_scripts_eval` is there too, in bytes of its own
+    reckoning). A set sorted BY a constant inside a script comes back sorted as strings, as
+    Redis sorts it there for determinism (it came in the set's order). (Found by Redis' own
+    scripting.tcl.)"""
+    fields = ("number_of_cached_scripts", "number_of_functions", "number_of_libraries")
+    library = ("#!lua name=countlib\n"
+               "redis.register_function('c1', function() return 1 end)\n"
+               "redis.register_function('c2', function() return 2 end)")
+    seen = {}
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        r.script_flush()
+        r.function_flush()
+
+        def counts():
+            info = r.info("memory")
+            return tuple(info[f] for f in fields)
+        steps = [counts()]
+        for i in range(100):
+            r.script_load(f"return {i}")
+        steps.append(counts())
+        r.function_load(library)
+        steps.append(counts())
+        r.execute_command("SCRIPT", "FLUSH", "ASYNC")
+        r.function_delete("countlib")
+        steps.append(counts())
+        r.delete("myset")
+        r.sadd("myset", *"a b c d e f g h i l m n o p q r s t u v z aa aaa azz".split())
+        steps.append(r.eval("return redis.call('sort', KEYS[1], 'by', '_')", 1, "myset"))
+        steps.append(r.eval("return redis.call('sort', KEYS[1], 'by', '_', 'get', '#')", 1, "myset"))
+        seen[server.name] = steps
+    assert seen[gradus.name] == seen[redis_server.name]
+    assert seen[gradus.name][:4] == [(0, 0, 0), (100, 0, 0), (100, 2, 1), (0, 0, 0)]
+    assert seen[gradus.name][4][:4] == [b"a", b"aa", b"aaa", b"azz"]

@@ -236,6 +236,20 @@ fn memory(shared: &Shared, out: &mut String) {
     );
     line!(out, "used_memory_startup:{}", m.startup_allocated);
     line!(out, "used_memory_dataset:{}", m.dataset);
+    let (scripts, script_bytes) = crate::command::scripting::cache_figures();
+    let libraries = shared.functions.all();
+    line!(out, "used_memory_scripts_eval:{script_bytes}");
+    line!(out, "number_of_cached_scripts:{scripts}");
+    line!(
+        out,
+        "number_of_functions:{}",
+        libraries.iter().map(|l| l.function_count()).sum::<usize>()
+    );
+    line!(
+        out,
+        "number_of_libraries:{}",
+        libraries.iter().map(|l| l.by_name.len()).sum::<usize>()
+    );
     line!(out, "allocator_allocated:{used}");
     line!(out, "allocator_active:{}", m.process.commit);
     line!(out, "allocator_resident:{rss}");

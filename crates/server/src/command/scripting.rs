@@ -200,6 +200,14 @@ struct Shebang {
 /// Process-wide (a static, not a field of `Shared`): one server per process in production; in
 /// unit tests several servers would share it, which is harmless because a body's key is its own
 /// digest. Held only for a lookup or an insert, never while a script runs.
+/// INFO memory's `number_of_cached_scripts` and `used_memory_scripts_eval` (here: the bytes of
+/// the cached scripts' bodies and digests).
+pub fn cache_figures() -> (usize, usize) {
+    let cache = cache().lock();
+    let bytes = cache.iter().map(|(sha, s)| sha.len() + s.body.len()).sum();
+    (cache.len(), bytes)
+}
+
 fn cache() -> &'static Mutex<HashMap<String, Arc<CachedScript>>> {
     static CACHE: OnceLock<Mutex<HashMap<String, Arc<CachedScript>>>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))

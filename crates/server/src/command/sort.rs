@@ -270,7 +270,8 @@ fn sorted(ctx: &mut Ctx<'_>, key: &Bytes, o: &Options) -> Result<Vec<Option<Byte
             items: Vec::new(),
             ordered: true,
         });
-        return sort_locked(&mut lock, elements, o, now);
+        let in_script = ctx.client.in_script;
+        return sort_locked(&mut lock, elements, o, in_script, now);
     }
 }
 
@@ -278,13 +279,15 @@ fn sort_locked(
     lock: &mut MultiLock<'_>,
     elements: Elements,
     o: &Options,
+    in_script: bool,
     now: u64,
 ) -> Result<Vec<Option<Bytes>>, CmdError> {
     let mut dontsort = o.dontsort;
     let mut alpha = o.alpha;
     let mut by = o.by.as_ref();
-    if dontsort && !elements.ordered && o.store.is_some() {
-        // A set stored "by nothing" is sorted as strings, so the stored list is deterministic.
+    if dontsort && !elements.ordered && (o.store.is_some() || in_script) {
+        // A set stored "by nothing", or sorted so for a script, is sorted as strings, so the
+        // stored list or the script's input is deterministic (Redis' sortCommandGeneric).
         (dontsort, alpha, by) = (false, true, None);
     }
     let len = elements.items.len() as i64;
