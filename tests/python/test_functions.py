@@ -394,3 +394,33 @@ def test_a_function_can_read_the_global_table_g(fr):
     assert fr.fcall("t", 0) == [b"table", b"table", b"table"]
     with pytest.raises(redis.ResponseError, match="Attempt to modify a readonly table"):
         fr.fcall("w", 0)
+
+
+def test_function_load_and_restore_are_refused_over_maxmemory_as_in_redis(gradus, redis_server):
+    """Over maxmemory (noeviction), FUNCTION LOAD and FUNCTION RESTORE, flagged denyoom, get
+    Redis' OOM error while FUNCTION FLUSH and LIST still work (Gradus loaded them: a tenant-wide
+    write made no room and checked nothing; found by Redis' own functions.tcl)."""
+
+    lib = "#!lua name=oomlib\nredis.register_function('oomf', function() return 1 end)"
+    seen = {}
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        r.function_flush()
+        r.config_set("maxmemory-policy", "noeviction")
+        r.function_load(lib, replace=True)
+        payload = r.function_dump()
+        r.config_set("maxmemory", 1)
+        out = []
+        try:
+            for cmd in (("FUNCTION", "FLUSH"), ("FUNCTION", "LOAD", "REPLACE", lib),
+                        ("FUNCTION", "FLUSH"), ("FUNCTION", "RESTORE", payload),
+                        ("FUNCTION", "LIST")):
+                try:
+                    out.append(r.execute_command(*cmd))
+                except redis.ResponseError as e:
+                    out.append(f"error: {e}")
+        finally:
+            r.config_set("maxmemory", 0)
+        seen[server.name] = out
+    assert seen[gradus.name] == seen[redis_server.name]
+    assert seen[gradus.name][1] == "error: command not allowed when used memory > 'maxmemory'."

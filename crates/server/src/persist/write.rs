@@ -349,6 +349,10 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             match scope {
                 Scope::Keyspace(db) => crate::quota::make_room(shared, client, db, now_ms)?,
                 Scope::Across { to, .. } => crate::quota::make_room(shared, client, to, now_ms)?,
+                // A tenant-wide write that may grow memory (FUNCTION LOAD, RESTORE): no
+                // keyspace of its own to make room in, but the server's maxmemory holds for
+                // it as for any command flagged denyoom (Redis' `processCommand`).
+                Scope::Tenant(_) => crate::quota::make_room_in_server(shared, client, now_ms)?,
                 _ => {}
             }
         }
