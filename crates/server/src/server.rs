@@ -462,16 +462,24 @@ async fn expiry_loop(shared: Arc<Shared>) {
         if removed > 0 {
             tracing::trace!(removed, "active expiry");
         }
-        // Over maxmemory with no command to evict first (CONFIG SET maxmemory below what is
-        // used, then nothing sent): keys are evicted here too, as Redis' eviction timer does
-        // after `updateMaxmemory`, so the memory comes down and `evicted` events go out.
-        if crate::quota::over_maxmemory(&shared) {
-            if let Ok(_admitted) = crate::command::scripting::admit() {
-                let _ = crate::quota::make_room_in_server(
-                    &shared,
-                    &mut evictor,
-                    gradus_store::now_ms(),
-                );
+        // After CONFIG SET maxmemory below what is used, keys are evicted here without
+        // waiting for a command, as Redis' eviction timer does after `updateMaxmemory`, until
+        // the server is under the limit or nothing can be evicted. (Otherwise, as in Redis, a
+        // server that a write took over the limit evicts before its next command: evicting
+        // here then would send an evicted key's invalidation before that command's turn.)
+        if shared.live.evict_pending.load(Ordering::Relaxed) {
+            let done = !crate::quota::over_maxmemory(&shared)
+                || match crate::command::scripting::admit() {
+                    Ok(_admitted) => crate::quota::make_room_in_server(
+                        &shared,
+                        &mut evictor,
+                        gradus_store::now_ms(),
+                    )
+                    .is_err(),
+                    Err(_) => false,
+                };
+            if done {
+                shared.live.evict_pending.store(false, Ordering::Relaxed);
             }
         }
         if logging_expired {

@@ -7,8 +7,9 @@
 //!
 //! The nested sections (`[durability] databases`, `[[tenants]]`, `[[users]]`) are not rows: serde
 //! reads them into [`Config`] as before. This module may import [`crate::config`] (the structure
-//! rows write into), [`crate::state`] (the live values rows read and set) and [`crate::repl`] (the
-//! role `replicaof` reports, see [`IN_FORCE`]); it knows nothing of sockets or commands.
+//! rows write into), [`crate::state`] (the live values rows read and set), [`crate::repl`] (the
+//! role `replicaof` reports, see [`IN_FORCE`]) and [`crate::quota`] (whether a new `maxmemory`
+//! is below what is used); it knows nothing of sockets or commands.
 
 use crate::config::{Config, MAX_ITEM_SIZE};
 use crate::state::{LiveSettings, Shared};
@@ -483,6 +484,16 @@ macro_rules! live_tls_text {
     };
 }
 
+/// A new `maxmemory` below what is used starts evictions without waiting for a command, as
+/// Redis' `updateMaxmemory` starts its eviction timer, which runs at once and goes on only
+/// while it is over the limit (see `LiveSettings::evict_pending`).
+fn start_evictions(shared: &Shared) -> Result<(), String> {
+    if crate::quota::over_maxmemory(shared) {
+        shared.live.evict_pending.store(true, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
 /// Rebuild the TLS configuration from the live settings.
 fn reload_tls(shared: &Shared) -> Result<(), String> {
     shared
@@ -546,7 +557,7 @@ pub static SETTINGS: &[Setting] = &[
         flag: flag("N"), live: live_usize!(maxclients), field: field!(maxclients),
         doc: "Most simultaneous client connections; the next one gets \"-ERR max number of clients reached\"." },
     Setting { name: "maxmemory", section: Section::Top, key: "maxmemory", kind: Kind::Size { min: 0, max: UNBOUNDED }, default: "0",
-        flag: flag("BYTES"), live: live_usize!(maxmemory), field: field!(maxmemory),
+        flag: flag("BYTES"), live: Some(Live { apply: Some(start_evictions), ..live_usize!(maxmemory).expect("a live row") }), field: field!(maxmemory),
         doc: "Server-wide limit on used_memory (the allocator's count); while over it, every command (a read too, as in Redis) first evicts by maxmemory-policy from keyspaces whose eviction is lru (without [[tenants]]: databases of durability none; never a session keyspace), and a write that may grow memory fails with OOM if that freed too little; 0: none." },
     Setting { name: "maxmemory-policy", section: Section::Top, key: "maxmemory-policy", kind: Kind::Enum(crate::quota::POLICIES), default: "noeviction",
         flag: flag("POLICY"), live: Some(Live {

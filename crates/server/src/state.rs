@@ -119,6 +119,10 @@ pub struct LiveSettings {
     /// Whether the expiry timer reclaims expired keys nobody reads (`DEBUG SET-ACTIVE-EXPIRE`;
     /// not a setting: on at every start). Off, a key still expires when it is read.
     pub active_expire: std::sync::atomic::AtomicBool,
+    /// CONFIG SET maxmemory asked for evictions without a command (Redis' eviction timer,
+    /// started by `updateMaxmemory`): the expiry timer evicts while this is set and the server
+    /// is over the limit, and clears it once under it or when nothing can be evicted.
+    pub evict_pending: std::sync::atomic::AtomicBool,
     /// Scripts may run commands flagged `noscript` (`DEBUG SET-DISABLE-DENY-SCRIPTS`, for test
     /// suites: DEBUG PROTOCOL from a script); off at every start.
     pub disable_deny_scripts: std::sync::atomic::AtomicBool,
@@ -259,6 +263,7 @@ impl Shared {
             max_inline_len: AtomicUsize::new(0),
             hz: AtomicU64::new(0),
             active_expire: std::sync::atomic::AtomicBool::new(true),
+            evict_pending: std::sync::atomic::AtomicBool::new(false),
             disable_deny_scripts: std::sync::atomic::AtomicBool::new(false),
             client_query_buffer_limit: AtomicUsize::new(0),
             requirepass: Mutex::new(String::new()),
