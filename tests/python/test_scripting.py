@@ -490,6 +490,17 @@ def test_a_lua_number_out_of_integer_range_is_returned_as_redis_does(gradus, red
     assert replies[redis_server.name][:3] == [-9223372036854775808] * 3
 
 
+def eval_each(r, scripts):
+    """Each script's EVAL reply (no keys), or its error as `error: <text>`."""
+    out = []
+    for script in scripts:
+        try:
+            out.append(r.eval(script, 0))
+        except redis.ResponseError as e:
+            out.append(f"error: {e}")
+    return out
+
+
 def test_pcall_sha1hex_and_noscript_subcommands_answer_as_redis(gradus, redis_server):
     """Redis 7's `pcall` gives an error table's `err` text in its place, so
     `local ok, e = pcall(redis.call, ...)` sees a string, as scripts written for Redis 6 expect
@@ -519,16 +530,8 @@ def test_pcall_sha1hex_and_noscript_subcommands_answer_as_redis(gradus, redis_se
         "return redis.pcall('cluster', 'reset', 'hard')",
         "return redis.call('cluster', 'reset')",
     ]
-    replies = {}
-    for server in (gradus, redis_server):
-        r = redis_client(server, 2)
-        out = []
-        for script in scripts:
-            try:
-                out.append(r.eval(script, 0))
-            except redis.ResponseError as e:
-                out.append(f"error: {e}")
-        replies[server.name] = out
+    replies = {server.name: eval_each(redis_client(server, 2), scripts)
+               for server in (gradus, redis_server)}
     assert replies[gradus.name] == replies[redis_server.name]
     assert replies[gradus.name][0] == [b"string", b"false", b"ERR Unknown Redis command called from script"]
 
@@ -577,13 +580,7 @@ def test_acl_check_cmd_answers_as_redis(gradus, redis_server):
                           keys=["xx*"])
         try:
             r = redis_client(server, 2, username="scripter", password="123")
-            out = []
-            for script in scripts:
-                try:
-                    out.append(r.eval(script, 0))
-                except redis.ResponseError as e:
-                    out.append(f"error: {e}")
-            replies[server.name] = out
+            replies[server.name] = eval_each(r, scripts)
         finally:
             admin.acl_deluser("scripter")
     assert replies[gradus.name] == replies[redis_server.name]
@@ -606,16 +603,8 @@ def test_the_globals_metatable_is_read_only_as_in_redis(gradus, redis_server):
         "local t = setmetatable({}, {__metatable = 'locked'}) return getmetatable(t)",
         "return type(getmetatable(''))",
     ]
-    replies = {}
-    for server in (gradus, redis_server):
-        r = redis_client(server, 2)
-        out = []
-        for script in scripts:
-            try:
-                out.append(r.eval(script, 0))
-            except redis.ResponseError as e:
-                out.append(f"error: {e}")
-        replies[server.name] = out
+    replies = {server.name: eval_each(redis_client(server, 2), scripts)
+               for server in (gradus, redis_server)}
     assert replies[gradus.name] == replies[redis_server.name]
     assert replies[gradus.name][0].startswith("error: Attempt to modify a readonly table")
 
