@@ -646,3 +646,62 @@ def test_script_and_function_counts_in_info_memory_and_sort_by_nothing_in_script
     assert seen[gradus.name] == seen[redis_server.name]
     assert seen[gradus.name][:4] == [(0, 0, 0), (100, 0, 0), (100, 2, 1), (0, 0, 0)]
     assert seen[gradus.name][4][:4] == [b"a", b"aa", b"aaa", b"azz"]
+
+
+def test_a_script_without_a_shebang_runs_over_maxmemory_until_its_first_write(gradus, redis_server):
+    """Over maxmemory (noeviction), Redis still runs an EVAL script without a shebang line (its
+    compatibility mode) and refuses only its first denyoom command, with the OOM error, counted as
+    a rejected call of that command; a write after a first write goes through (a script is not
+    stopped halfway). A script with a shebang that may write, and FCALL, are refused at once.
+    Gradus refused every such EVAL up front, so a read-only script failed with OOM on a full
+    cache. (Found by Redis' own scripting.tcl, "Consistent eval error reporting".)"""
+    scripts = [
+        "return redis.call('get', KEYS[1])",
+        "return redis.call('set', KEYS[1], 'y')",
+        "local t = redis.pcall('set', KEYS[1], 'y') return t['err']",
+        "redis.call('del', KEYS[1]) return redis.call('set', KEYS[1], 'z')",
+        "return redis.call('get', KEYS[1])",
+        "#!lua\nreturn redis.call('get', KEYS[1])",
+        "#!lua flags=no-writes\nreturn redis.call('get', KEYS[1])",
+        "#!lua flags=allow-oom\nreturn redis.call('set', KEYS[1], 'w')",
+    ]
+    seen = {}
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        r.config_set("maxmemory-policy", "noeviction")
+        r.set("oomkey", "x")
+        r.config_resetstat()
+        r.config_set("maxmemory", 1)
+        out = []
+        try:
+            for script in scripts:
+                try:
+                    out.append(r.eval(script, 1, "oomkey"))
+                except redis.ResponseError as e:
+                    out.append(f"error: {e}")
+            stats = r.info("commandstats")
+        finally:
+            r.config_set("maxmemory", 0)
+        out.append({k: stats["cmdstat_set"][k] for k in ("calls", "rejected_calls", "failed_calls")})
+        seen[server.name] = out
+    assert seen[gradus.name] == seen[redis_server.name]
+    assert seen[gradus.name][0] == b"x"
+    assert seen[gradus.name][2] == b"OOM command not allowed when used memory > 'maxmemory'."
+    assert seen[gradus.name][-1] == {"calls": 2, "rejected_calls": 2, "failed_calls": 0}
+
+
+def test_scripts_and_functions_see_the_server_version(r2):
+    """`redis.REDIS_VERSION` and `redis.REDIS_VERSION_NUM` (0x00MMmmpp) are the version INFO
+    reports, in scripts and in a library's loading code (Redis 7; Gradus had neither, and a
+    library reading them failed to load). (Found by Redis' own functions.tcl.)"""
+    version = r2.info("server")["redis_version"]
+    major, minor, patch = (int(p) for p in version.split("."))
+    num = (major << 16) | (minor << 8) | patch
+    assert r2.eval("return {redis.REDIS_VERSION, redis.REDIS_VERSION_NUM}", 0) == [version.encode(), num]
+    r2.function_load("#!lua name=versionlib\nlocal v = redis.REDIS_VERSION_NUM\n"
+                     "redis.register_function('version_of', function() return {v, redis.REDIS_VERSION} end)",
+                     replace=True)
+    try:
+        assert r2.fcall("version_of", 0) == [num, version.encode()]
+    finally:
+        r2.function_delete("versionlib")

@@ -355,6 +355,7 @@ fn eval_cached(
             read_only,
             cross_key: &script.cross_key,
             function: false,
+            compat: shebang.flags.is_none(),
             called_as: &args[..2],
         },
     )
@@ -396,6 +397,7 @@ fn fcall_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResul
             read_only,
             cross_key: &function.cross_key,
             function: true,
+            compat: false,
             called_as: &args[..2],
         },
     )
@@ -507,6 +509,9 @@ struct Invocation<'a> {
     /// Set when a key-locked run touched an undeclared key (then it always runs exclusively).
     cross_key: &'a AtomicBool,
     function: bool,
+    /// An EVAL script without a shebang line (Redis' compatibility mode): it is not refused
+    /// when the server is out of memory, only its first write command is (see `ScriptRun::oom`).
+    compat: bool,
     /// The command and its first argument as the caller sent them (FUNCTION STATS).
     called_as: &'a [Bytes],
 }
@@ -548,6 +553,10 @@ struct ScriptRun<'a> {
     /// A write command has been run (or tried).
     wrote: bool,
     abort: Option<Abort>,
+    /// A script in compatibility mode that started out of memory: the error its first command
+    /// flagged denyoom gets, unless a write ran before it (Redis' `scriptVerifyOOM`: a script
+    /// is not stopped halfway through its writes).
+    oom: Option<Frame>,
 }
 
 impl ScriptRun<'_> {
@@ -596,12 +605,19 @@ impl ScriptRun<'_> {
                 return self.undeclared(spec, &args);
             }
         }
+        let row = spec.resolve(&args);
+        if !self.wrote && row.has(flags::DENYOOM) {
+            if let Some(oom) = &self.oom {
+                let observer = &self.shared.observer.commands;
+                observer.record(row, Duration::ZERO, crate::observe::Outcome::Rejected);
+                return oom.clone();
+            }
+        }
         if spec.runs_as_write() && !self.wrote && !slot.claim_write() {
             // SCRIPT KILL / FUNCTION KILL came first: it stops before writing anything.
             return Frame::Error(KILLED_BY_USER_TEXT.into());
         }
         dispatch::feed_monitors(self.shared, self.client, spec, &args, true);
-        let row = spec.resolve(&args);
         let started = quanta::Instant::now();
         self.client.in_script = true;
         let caller_resp = std::mem::replace(&mut self.client.resp, resp);
@@ -692,8 +708,17 @@ fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
     // SELECT inside a script does not change the caller's database (as in Redis 7).
     let caller_db = ctx.client.db;
     let read_only = inv.read_only || inv.flags.contains(ScriptFlags::NO_WRITES);
-    // Redis refuses a script that may write when over memory, unless it is flagged allow-oom.
-    let grows = !read_only && !inv.flags.contains(ScriptFlags::ALLOW_OOM);
+    // Redis refuses a script that may write when over memory, unless it is flagged allow-oom;
+    // one without a shebang runs, and only its first denyoom command is refused.
+    let may_grow = !read_only && !inv.flags.contains(ScriptFlags::ALLOW_OOM);
+    let grows = may_grow && !inv.compat;
+    let oom = if may_grow && inv.compat && ctx.client.record.is_none() && !ctx.client.from_primary {
+        crate::quota::make_room(shared, ctx.client, caller_db, now)
+            .err()
+            .map(|e| CmdError::from(e).to_frame())
+    } else {
+        None
+    };
     let keyed = ctx.client.record.is_none()
         && !inv.keys.is_empty()
         && !inv.flags.contains(ScriptFlags::ALLOW_CROSS_SLOT_KEYS)
@@ -711,6 +736,7 @@ fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
             }),
             wrote: false,
             abort: None,
+            oom: oom.clone(),
         });
         let reply = execute(&run, inv);
         let abort = run.into_inner().abort;
@@ -758,6 +784,7 @@ fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
             declared: None,
             wrote: false,
             abort: None,
+            oom,
         }),
         inv,
     );
@@ -1543,6 +1570,14 @@ impl Vm {
                 lua.create_c_function(lua_redis_acl_check_cmd)?,
             )?;
         }
+        // `redis.REDIS_VERSION` and `REDIS_VERSION_NUM` (0x00MMmmpp), the version INFO reports.
+        let version = crate::REDIS_COMPAT_VERSION;
+        let num = version
+            .split('.')
+            .map(|part| part.parse::<i64>().unwrap_or(0))
+            .fold(0, |acc, part| (acc << 8) | part);
+        hidden.raw_set("version", version)?;
+        hidden.raw_set("version_num", num)?;
         let (env_mt, pcall): (Table, Function) = lua
             .load(PRELUDE)
             .set_name("=prelude")
@@ -1967,6 +2002,7 @@ redis.replicate_commands = function() return true end
 redis.set_repl = function() end
 redis.LOG_DEBUG, redis.LOG_VERBOSE, redis.LOG_NOTICE, redis.LOG_WARNING = 0, 1, 2, 3
 redis.REPL_NONE, redis.REPL_AOF, redis.REPL_SLAVE, redis.REPL_REPLICA, redis.REPL_ALL = 0, 1, 2, 2, 3
+redis.REDIS_VERSION, redis.REDIS_VERSION_NUM = hidden.version, hidden.version_num
 local function recheck(...)
   if killed() then raw_error('ERR Script killed: it ran longer than the script time limit', 0) end
   return ...
