@@ -424,3 +424,26 @@ def test_function_load_and_restore_are_refused_over_maxmemory_as_in_redis(gradus
         seen[server.name] = out
     assert seen[gradus.name] == seen[redis_server.name]
     assert seen[gradus.name][1] == "error: command not allowed when used memory > 'maxmemory'."
+
+
+def test_a_library_shebang_is_split_with_quotes_as_in_redis(gradus, redis_server):
+    """Redis splits a library's shebang line as it splits an inline command (`sdssplitargs`):
+    `name="foo"` names the library foo, escapes are read, an unbalanced quote or one not
+    followed by a space makes the metadata invalid. Gradus split on spaces only, so a quoted
+    name was refused. (Found by Redis' own functions.tcl, "function test name with quotes".)"""
+    names = ['"foo"', "'bar'", '"ba"r"', '"baz', 'x"y"', '"\\x41bc"', '"é"', 'néé', '""',
+             'a name=b', 'q "name=c"']
+    seen = {}
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        out = []
+        for i, name in enumerate(names):
+            code = f"#!lua name={name}\nredis.register_function('quoted_{i}', function() return 1 end)"
+            try:
+                out.append(r.function_load(code, replace=True))
+            except redis.ResponseError as e:
+                out.append(f"error: {e}")
+        r.function_flush()
+        seen[server.name] = out
+    assert seen[gradus.name] == seen[redis_server.name]
+    assert seen[gradus.name][:2] == [b"foo", b"bar"]

@@ -705,3 +705,33 @@ def test_scripts_and_functions_see_the_server_version(r2):
         assert r2.fcall("version_of", 0) == [num, version.encode()]
     finally:
         r2.function_delete("versionlib")
+
+
+def test_a_script_that_may_write_is_refused_at_once_without_good_replicas(gradus, redis_server):
+    """With `min-replicas-to-write 1` and no replica, Redis refuses a script whose shebang does
+    not say `no-writes` before it runs (NOREPLICAS), runs a `no-writes` one and one without a
+    shebang, and refuses the latter's write. Gradus ran the shebang script. (Found by Redis'
+    own scripting.tcl, "not enough good replicas".)"""
+    scripts = [
+        "#!lua flags=no-writes\nreturn redis.call('get', KEYS[1])",
+        "return redis.call('get', KEYS[1])",
+        "#!lua\nreturn redis.call('get', KEYS[1])",
+        "return redis.call('set', KEYS[1], 1)",
+    ]
+    seen = {}
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        r.set("replkey", "v")
+        r.config_set("min-replicas-to-write", 1)
+        out = []
+        try:
+            for script in scripts:
+                try:
+                    out.append(r.eval(script, 1, "replkey"))
+                except redis.ResponseError as e:
+                    out.append(f"error: {e}")
+        finally:
+            r.config_set("min-replicas-to-write", 0)
+        seen[server.name] = out
+    assert seen[gradus.name] == seen[redis_server.name]
+    assert seen[gradus.name][:3] == [b"v", b"v", "error: NOREPLICAS Not enough good replicas to write."]

@@ -30,4 +30,4 @@ pub use frame::{
 };
 pub use num::parse_strict_i64;
 pub use reply::parse_frame;
-pub use request::{is_http_request_command, Limits, RequestDecoder};
+pub use request::{is_http_request_command, split_inline, Limits, RequestDecoder};

@@ -429,8 +429,9 @@ pub fn is_http_request_command(name: &[u8]) -> bool {
 /// Splits an inline command line (terminator already removed) into arguments with Redis'
 /// `sdssplitargs` rules. Unquoted arguments are zero-copy slices of `line`; quoted ones are
 /// unescaped into fresh buffers. A NUL byte anywhere is an error (Redis would silently cut the
-/// line there; a human typing commands never sends one).
-fn split_inline(line: &Bytes) -> Result<Vec<Bytes>, ProtoError> {
+/// line there; a human typing commands never sends one). Also what a function library's
+/// shebang line is split with, as Redis splits it.
+pub fn split_inline(line: &Bytes) -> Result<Vec<Bytes>, ProtoError> {
     if line.contains(&0) {
         return Err(ProtoError::NulInInlineRequest);
     }

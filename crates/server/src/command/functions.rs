@@ -89,12 +89,20 @@ fn library_name(code: &Bytes) -> Result<(String, usize), String> {
     let Some(end) = code.iter().position(|&b| b == b'\n') else {
         return Err("Invalid library metadata".into());
     };
-    let line = String::from_utf8_lossy(&code[..end]);
-    let mut parts = line.split_ascii_whitespace();
-    let engine = parts.next().unwrap_or("#!")[2..].to_string();
+    // Split as Redis splits it (`sdssplitargs`: quotes and escapes; an unbalanced quote makes
+    // the line invalid).
+    let parts = match gradus_proto::split_inline(&code.slice(..end)) {
+        Ok(parts) if !parts.is_empty() => parts,
+        _ => return Err("Invalid library metadata".into()),
+    };
+    let parts: Vec<String> = parts
+        .iter()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    let engine = parts[0].get(2..).unwrap_or("").to_string();
     let mut name: Option<String> = None;
-    for part in parts {
-        if part.len() >= 5 && part[..5].eq_ignore_ascii_case("name=") {
+    for part in &parts[1..] {
+        if part.len() >= 5 && part.as_bytes()[..5].eq_ignore_ascii_case(b"name=") {
             if name.is_some() {
                 return Err(
                     "Invalid metadata value, name argument was given multiple times".into(),

@@ -710,6 +710,11 @@ fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
     let read_only = inv.read_only || inv.flags.contains(ScriptFlags::NO_WRITES);
     // Redis refuses a script that may write when over memory, unless it is flagged allow-oom;
     // one without a shebang runs, and only its first denyoom command is refused.
+    // And one with a shebang that may write is refused at once on a read-only replica or a
+    // primary short of good replicas (Redis' `scriptPrepareForRun`); without one, its writes are.
+    if !read_only && !inv.compat {
+        crate::persist::write::check_role(shared, ctx.client)?;
+    }
     let may_grow = !read_only && !inv.flags.contains(ScriptFlags::ALLOW_OOM);
     let grows = may_grow && !inv.compat;
     let oom = if may_grow && inv.compat && ctx.client.record.is_none() && !ctx.client.from_primary {

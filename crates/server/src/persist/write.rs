@@ -236,7 +236,7 @@ fn replicates(shared: &Shared, client: &ClientState) -> bool {
 }
 
 /// Refuse a write from a client of a read-only replica, or on a primary short of good replicas.
-fn check_role(shared: &Shared, client: &ClientState) -> Result<(), WriteError> {
+pub fn check_role(shared: &Shared, client: &ClientState) -> Result<(), WriteError> {
     if client.from_primary {
         return Ok(());
     }
