@@ -735,3 +735,59 @@ def test_a_script_that_may_write_is_refused_at_once_without_good_replicas(gradus
         seen[server.name] = out
     assert seen[gradus.name] == seen[redis_server.name]
     assert seen[gradus.name][:3] == [b"v", b"v", "error: NOREPLICAS Not enough good replicas to write."]
+
+
+def test_error_reply_gives_a_code_as_redis_does(gradus, redis_server):
+    """`redis.error_reply(text)` drops a leading '-' and gives a text without a space the code
+    ERR, as Redis' `luaPushErrorBuff` does: `error_reply('')` replies `-ERR `, not an empty
+    error line (which clients cannot parse as an error with a code). A table `{err=...}` made
+    by the script itself is sent as it is. (Found by Redis' own scripting.tcl.)"""
+    scripts = [
+        "return redis.error_reply('')",
+        "return redis.error_reply('abc')",
+        "return redis.error_reply('-abc')",
+        "return redis.error_reply('-')",
+        "return redis.error_reply('-ab c')",
+        "return redis.error_reply('My Error')",
+        "return {err='abc'}",
+        "local t = redis.error_reply('abc') return t.err",
+        "local t = redis.error_reply('-X y') return t.err",
+    ]
+    seen = {server.name: eval_each(redis_client(server, 2), scripts) for server in (gradus, redis_server)}
+    assert seen[gradus.name] == seen[redis_server.name]
+    assert seen[gradus.name][7] == b"ERR abc"
+
+
+def test_keys_argv_and_g_cannot_be_assigned_in_a_script(gradus, redis_server):
+    """A script's globals are a read-only table in Redis 7: `_G = {}`, `KEYS = {}`, `ARGV = nil`
+    and `rawset(_G, k, v)` fail with `Attempt to modify a readonly table`, as any other global
+    assignment does; `KEYS`, `ARGV` and `_G` still read (also through `_G` and `rawget`).
+    Gradus kept the three as plain fields of the environment, so assigning them went through.
+    (Found by Redis' own scripting.tcl, "Try trick global protection 4".)"""
+    scripts = [
+        "_G = {}",
+        "KEYS = {}",
+        "ARGV = nil",
+        "rawset(_G, 'x', 1)",
+        "rawset(_G, 'KEYS', {})",
+        "return KEYS[1] .. ARGV[1]",
+        "return _G.KEYS[1] .. _G.ARGV[1]",
+        "return rawget(_G, 'KEYS')",
+        "return {type(_G), type(_G._G), tostring(_G == _G._G)}",
+        "return loadstring('return KEYS[1]')()",
+        "return getmetatable(_G) ~= nil",
+    ]
+    seen = {}
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        out = []
+        for script in scripts:
+            try:
+                out.append(r.eval(script, 1, "k", "a"))
+            except redis.ResponseError as e:
+                out.append(f"error: {e}")
+        seen[server.name] = out
+    assert seen[gradus.name] == seen[redis_server.name]
+    assert all(e.startswith("error: ") and "Attempt to modify a readonly table" in e
+               for e in seen[gradus.name][:5])
+    assert seen[gradus.name][5] == b"ka"

@@ -1507,6 +1507,11 @@ struct Vm {
     /// anew. No script can keep a reference to them past its run (it has nowhere to store
     /// one), so reusing them shows no script anything of another.
     script_env: Table,
+    /// What the environment shows besides the libraries: `KEYS`, `ARGV` and `_G` (the
+    /// environment itself). Kept out of the environment, which stays empty, so that assigning
+    /// any of them (`_G = {}`, `KEYS = nil`) is refused as every other global assignment is:
+    /// Redis' globals are a read-only table.
+    script_globals: Table,
     keys: Table,
     argv: Table,
     /// [`lua_run`]: runs a script or function.
@@ -1624,12 +1629,27 @@ impl Vm {
         // SAFETY: follows `lua_stack`'s contract (see `lua_error_handler`).
         let handler = unsafe { lua.create_c_function(lua_error_handler)? };
         lua.set_named_registry_value(ERROR_HANDLER_KEY.to_str().expect("an ASCII name"), handler)?;
-        let script_env = lua.create_table_with_capacity(0, 3)?;
-        script_env.set_metatable(Some(env_mt.clone()));
+        // environment (empty) → its globals (`KEYS`, `ARGV`, `_G`) → the libraries.
+        let script_env = lua.create_table()?;
+        let script_globals = lua.create_table_with_capacity(0, 3)?;
+        let globals_mt = lua.create_table()?;
+        globals_mt.raw_set("__index", env_mt.raw_get::<Value>("__index")?)?;
+        script_globals.set_metatable(Some(globals_mt));
+        let script_env_mt = lua.create_table()?;
+        script_env_mt.raw_set("__index", &script_globals)?;
+        script_env_mt.raw_set("__newindex", env_mt.raw_get::<Value>("__newindex")?)?;
+        script_env_mt.raw_set("__metatable", false)?;
+        script_env.set_metatable(Some(script_env_mt));
         // SAFETY: follows `lua_stack`'s contract (see `lua_run`).
         let entry = unsafe { lua.create_c_function(lua_run)? };
         let keys = lua.create_table()?;
         let argv = lua.create_table()?;
+        script_globals.raw_set("KEYS", &keys)?;
+        script_globals.raw_set("ARGV", &argv)?;
+        script_globals.raw_set("_G", &script_env)?;
+        hidden
+            .raw_get::<Function>("show_globals")?
+            .call::<()>((&script_env, &script_globals))?;
         running_slots().lock().push(slot.clone());
         Ok(Vm {
             lua,
@@ -1640,6 +1660,7 @@ impl Vm {
             hidden,
             pcall,
             script_env,
+            script_globals,
             keys,
             argv,
             entry,
@@ -1833,6 +1854,8 @@ impl Vm {
         if keys.len().max(argv.len()) > MAX_KEPT_LIST {
             self.keys = self.lua.create_table()?;
             self.argv = self.lua.create_table()?;
+            self.script_globals.raw_set("KEYS", &self.keys)?;
+            self.script_globals.raw_set("ARGV", &self.argv)?;
         }
         Ok(())
     }
@@ -1994,8 +2017,13 @@ local redis = G.redis
 -- C functions (`lua_redis_call`, `lua_redis_pcall`): call raises an error reply ({err=...}).
 redis.call, redis.pcall, redis.setresp = hidden.call, hidden.pcall, hidden.setresp
 redis.acl_check_cmd = hidden.acl_check_cmd
+local raw_sub, raw_find = string.sub, string.find
+-- As Redis' `luaPushErrorBuff`: a leading '-' goes, and a text without a space (no code of its
+-- own) gets the code ERR: 'x' and '-x' give 'ERR x', '' gives 'ERR ', '-A b' gives 'A b'.
 redis.error_reply = function(msg)
   if raw_type(msg) ~= 'string' then raw_error('wrong number or type of arguments', 2) end
+  if raw_sub(msg, 1, 1) == '-' then msg = raw_sub(msg, 2) end
+  if not raw_find(msg, ' ', 1, true) then msg = 'ERR ' .. msg end
   return {err = msg}
 end
 redis.status_reply = function(msg)
@@ -2037,7 +2065,10 @@ base.pcall = function(...) return pcall_result(raw_pcall(...)) end
 base.xpcall = function(...) return recheck(raw_xpcall(...)) end
 base.rawset = function(t, k, v)
   -- No position: Redis raises it from `rawset` itself (a C function).
-  if readonly_tables[t] then raw_error('Attempt to modify a readonly table', 0) end
+  -- A script's globals (an environment, whose metatable is hidden) are read-only too.
+  if readonly_tables[t] or (raw_type(t) == 'table' and raw_getmetatable(t) == false) then
+    raw_error('Attempt to modify a readonly table', 0)
+  end
   return raw_rawset(t, k, v)
 end
 -- A view is an empty table: next, pairs and rawget read what it shows (as on Redis' read-only
@@ -2053,11 +2084,18 @@ base.rawget = function(t, k) return raw_rawget(readonly_tables[t] or t, k) end
 -- as their metatable, and setting the metatable of either is refused, with Redis 7's words
 -- (its globals and their protecting metatable are read-only tables).
 local shown_env_mt = readonly({})
+local script_envs = raw_setmetatable({}, {__mode = 'k'})
 base.getmetatable = function(t)
-  if readonly_tables[t] then return nil end
+  if readonly_tables[t] and not script_envs[t] then return nil end
   local mt = raw_getmetatable(t)
   if mt == false then return shown_env_mt end
   return mt
+end
+-- A script environment shows its globals table (`KEYS`, `ARGV`, `_G`) to next, pairs and
+-- rawget, as a read-only view shows its table.
+hidden.show_globals = function(env, globals)
+  readonly_tables[env] = globals
+  script_envs[env] = true
 end
 base.setmetatable = function(t, mt)
   -- No position: Redis raises it from `setmetatable` itself (a C function).
@@ -2335,8 +2373,8 @@ impl Drop for CurrentRun {
 /// script, the scripts' environment and its `KEYS` and `ARGV` tables (else nothing), with no
 /// memory limit:
 /// 1. an EVAL script's environment, `KEYS` and `ARGV` are emptied (whatever the last script
-///    put in them), the lists refilled and the environment given `KEYS`, `ARGV` and `_G`
-///    (itself); a function gets fresh `keys` and `args` tables as its arguments (as Redis
+///    put in them) and the lists refilled (the environment shows them, and `_G`, through
+///    `Vm::script_globals`); a function gets fresh `keys` and `args` tables as its arguments (as Redis
 ///    does, sized for their items: a library may keep them);
 /// 2. the function runs under Lua's `pcall`, with the memory limit on (see [`MemoryLimit`]);
 /// 3. it returns `true` and leaves the reply (Redis' conversion of the first value the
@@ -2358,11 +2396,9 @@ unsafe extern "C-unwind" fn lua_run(state: *mut ffi::lua_State) -> c_int {
         for table in 2..=4 {
             lua_stack::clear_table(state, table);
         }
+        // (The environment shows them through its globals table: see `Vm::script_globals`.)
         lua_stack::fill_string_list(state, 3, keys);
         lua_stack::fill_string_list(state, 4, argv);
-        lua_stack::push_field(state, 2, b"KEYS", |state| ffi::lua_pushvalue(state, 3));
-        lua_stack::push_field(state, 2, b"ARGV", |state| ffi::lua_pushvalue(state, 4));
-        lua_stack::push_field(state, 2, b"_G", |state| ffi::lua_pushvalue(state, 2));
         ffi::lua_pushvalue(state, 1);
         0
     } else {
