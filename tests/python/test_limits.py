@@ -208,3 +208,78 @@ def test_config_get_lists_every_setting_of_print_config(gradus, tmp_path):
     )
     assert bad.returncode == 2
     assert "--maxclients" in bad.stderr and "between 1 and 4294967295" in bad.stderr, bad.stderr
+
+
+def test_timeout_closes_idle_clients_but_not_subscribers_or_blocked_ones(gradus, redis_server):
+    """`CONFIG SET timeout 1` closes a client that sends nothing for over a second, as Redis
+    does, and leaves a subscriber and a client waiting in BLPOP alone; `timeout 0` closes none.
+    Gradus only reported `timeout 0` and refused to set it."""
+    import redis
+
+    seen = {}
+    for server in (gradus, redis_server):
+        admin = redis.Redis(host=server.host, port=server.port)
+        admin.config_set("timeout", 1)
+        try:
+            idle = RawConnection(server.host, server.port)
+            assert idle.call("PING") == Simple(b"PONG")
+            sub = RawConnection(server.host, server.port)
+            sub.call("SUBSCRIBE", "idle-test")
+            blocked = RawConnection(server.host, server.port)
+            blocked.send_command("BLPOP", "idle-test-list", "0")
+            kept = RawConnection(server.host, server.port)
+            deadline = time.time() + 3.5
+            while time.time() < deadline:
+                assert kept.call("PING") == Simple(b"PONG")
+                time.sleep(0.3)
+            with pytest.raises((ConnectionClosed, OSError)):
+                idle.call("PING")
+            assert sub.call("PING") == [b"pong", b""]
+            admin.rpush("idle-test-list", "x")
+            assert blocked.read_reply(timeout=2) == [b"idle-test-list", b"x"]
+            admin.config_set("timeout", 0)
+            time.sleep(2.5)
+            assert blocked.call("PING") == Simple(b"PONG")
+            seen[server.name] = admin.config_get("timeout")
+        finally:
+            admin.config_set("timeout", 0)
+    assert seen[gradus.name] == seen[redis_server.name] == {"timeout": "0"}
+
+
+# What Redis' own "CONFIG sanity" test leaves out: settings Redis cannot set at run time, or
+# that it sets only with side effects.
+_NOT_SET_BACK = set("""rdbchecksum daemonize io-threads-do-reads tcp-backlog always-show-logo syslog-enabled
+cluster-enabled disable-thp aclfile unixsocket pidfile syslog-ident appendfilename appenddirname
+supervised syslog-facility databases io-threads logfile unixsocketperm replicaof slaveof
+requirepass server_cpulist bio_cpulist aof_rewrite_cpulist bgsave_cpulist set-proc-title
+cluster-config-file cluster-port oom-score-adj oom-score-adj-values enable-protected-configs
+enable-debug-command enable-module-command dbfilename dir socket-mark-id req-res-logfile
+client-default-resp""".split())
+
+
+def test_every_setting_can_be_set_to_the_value_it_has(gradus, redis_server):
+    """`CONFIG SET name <what CONFIG GET name shows>` succeeds for every setting and changes
+    nothing, as Redis' own "CONFIG sanity" test does it (tools that write a whole configuration
+    back do the same). Gradus refused `bind`, `port`, `appendonly`, … as immutable even when
+    the value was the one in force; a different value still gets Redis' immutable error."""
+    import redis
+
+    for server in (gradus, redis_server):
+        r = redis.Redis(host=server.host, port=server.port, decode_responses=True)
+        before = {k: v for k, v in r.config_get("*").items()
+                  if k not in _NOT_SET_BACK and not k.startswith("tls-")}
+        refused = {}
+        for name, value in before.items():
+            try:
+                r.config_set(name, value)
+            except redis.ResponseError as e:
+                refused[name] = str(e)
+        assert refused == {}, server.name
+        after = {k: v for k, v in r.config_get("*").items() if k in before}
+        assert after == before, server.name
+    r = redis.Redis(host=gradus.host, port=gradus.port, decode_responses=True)
+    other = {"yes": "no", "no": "yes"}[r.config_get("appendonly")["appendonly"]]
+    with pytest.raises(redis.ResponseError, match="can't set immutable config"):
+        r.config_set("appendonly", other)
+    with pytest.raises(redis.ResponseError, match="can't set immutable config"):
+        r.config_set("port", gradus.port + 1)

@@ -514,6 +514,12 @@ pub struct ClientHandle {
     pub no_touch: AtomicBool,
     /// Subscriptions to channels, patterns and shard channels (CLIENT LIST sub, psub, ssub).
     pub subs: [AtomicUsize; 3],
+    /// Waiting in a blocking command (BLPOP, XREAD BLOCK, WAIT …), or a MONITOR: never closed
+    /// for being idle (`timeout`), as in Redis.
+    pub blocked: AtomicBool,
+    pub monitoring: AtomicBool,
+    /// A memcached connection: Redis' `timeout` is not for it.
+    pub memcached: AtomicBool,
     /// The connection's buffers as CLIENT LIST shows them (qbuf, argv-mem …).
     pub mem: ConnectionMemory,
     /// A [`ClientRole`] (set by the replication link; [`ClientHandle::set_role`]).
@@ -550,6 +556,9 @@ impl ClientHandle {
             watch_count: AtomicUsize::new(0),
             durability: AtomicU8::new(0),
             subs: Default::default(),
+            blocked: AtomicBool::new(false),
+            monitoring: AtomicBool::new(false),
+            memcached: AtomicBool::new(false),
             mem: ConnectionMemory::default(),
             tracking_redirect: std::sync::atomic::AtomicI64::new(-1),
             tracking_bcast: AtomicBool::new(false),

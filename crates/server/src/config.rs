@@ -85,6 +85,8 @@ pub struct Config {
     pub slowlog_max_len: u64,
     /// Milliseconds a script may run before it is stopped (`busy-reply-threshold`).
     pub busy_reply_threshold: u64,
+    /// Seconds a client may stay idle before it is closed (`timeout`; 0: never).
+    pub timeout: u64,
     pub latency_monitor_threshold: u64,
     pub metrics_port: u16,
     pub metrics_bind: Vec<String>,
@@ -341,6 +343,7 @@ impl Config {
             slowlog_log_slower_than: 0,
             slowlog_max_len: 0,
             busy_reply_threshold: 0,
+            timeout: 0,
             latency_monitor_threshold: 0,
             metrics_port: 0,
             metrics_bind: Vec::new(),

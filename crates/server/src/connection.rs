@@ -103,12 +103,26 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                         }
                         // A client that hangs up while it waits stops waiting (a blocked
                         // pop must not be served to a closed connection).
+                        client
+                            .handle
+                            .blocked
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
                         let reply = tokio::select! {
                             // The reply first: its future sets up its own clean-up when made.
                             biased;
                             reply = work.complete(shared.clone(), &mut client) => reply,
                             _ = crate::socket::peer_closed(stream.tcp()) => break 'conn,
                         };
+                        client
+                            .handle
+                            .blocked
+                            .store(false, std::sync::atomic::Ordering::Relaxed);
+                        // Idle from now on (Redis counts from the reply's write).
+                        let now = gradus_store::now_ms();
+                        client
+                            .handle
+                            .last_active_ms
+                            .store(now, std::sync::atomic::Ordering::Relaxed);
                         crate::dispatch::finish_deferred(&shared, &mut client, &reply);
                         shared.stats.count_errors(&reply);
                         crate::dispatch::flush_broadcasts(&shared, &mut client);

@@ -225,6 +225,7 @@ impl Server {
         tasks.spawn(snapshot_loop(shared.clone()));
         tasks.spawn(lock_lease_loop(shared.clone()));
         tasks.spawn(fsync_latency_loop(shared.clone()));
+        tasks.spawn(idle_client_loop(shared.clone()));
         if let Some(listeners) = self.metrics_listeners {
             for listener in listeners {
                 tracing::info!(addr = %listener.local_addr()?, "listening (metrics, status page)");
@@ -528,6 +529,36 @@ async fn lock_lease_loop(shared: Arc<Shared>) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         } else {
             shared.locks.lease_granted().await;
+        }
+    }
+}
+
+/// Once a second, close the clients idle for longer than `timeout` seconds (when set), as
+/// Redis' `clientsCronHandleTimeout`: not replicas' or a primary's links, subscribers,
+/// monitors, clients waiting in a blocking command, nor memcached connections. Idle counts from
+/// the client's last command (or the reply that ended its wait).
+async fn idle_client_loop(shared: Arc<Shared>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let timeout_s = shared.live.timeout.load(Relaxed);
+        if timeout_s == 0 {
+            continue;
+        }
+        let now = gradus_store::now_ms();
+        for client in shared.clients.all() {
+            let idle_ms = now.saturating_sub(client.last_active_ms.load(Relaxed));
+            let exempt = client.role() != crate::client::ClientRole::Normal
+                || client.is_pubsub()
+                || client.blocked.load(Relaxed)
+                || client.monitoring.load(Relaxed)
+                || client.memcached.load(Relaxed);
+            if !exempt && idle_ms / 1000 > timeout_s {
+                tracing::debug!(id = client.id, addr = %client.addr, "Closing idle client");
+                client.kill();
+            }
         }
     }
 }

@@ -711,6 +711,9 @@ pub static SETTINGS: &[Setting] = &[
     Setting { name: "busy-reply-threshold", section: Section::Top, key: "busy-reply-threshold", kind: Kind::Int { min: 0, max: i64::MAX as u64 }, default: "5000",
         flag: None, live: live_u64!(busy_reply_threshold), field: field!(busy_reply_threshold),
         doc: "Milliseconds a script or function runs before the server is busy (alias lua-time-limit; 0: never). With two worker threads or more, as in Redis: it runs on, and every other command but the allow-busy ones (SCRIPT KILL, FUNCTION KILL, SHUTDOWN NOSAVE, MULTI, AUTH …) is answered BUSY until it ends or is killed. With one worker nothing else could run meanwhile, so the script is stopped with an error instead." },
+    Setting { name: "timeout", section: Section::Top, key: "timeout", kind: Kind::Int { min: 0, max: i32::MAX as u64 }, default: "0",
+        flag: None, live: live_u64!(timeout), field: field!(timeout),
+        doc: "Seconds a client may send nothing before the server closes its connection, as Redis' timeout (0: never). Connections that subscribe, MONITOR, wait in a blocking command, or link a replica or primary are never closed for it; memcached connections neither." },
     Setting { name: "latency-monitor-threshold", section: Section::Top, key: "latency-monitor-threshold", kind: Kind::Int { min: 0, max: i64::MAX as u64 }, default: "0",
         flag: flag("MILLIS"), live: live_u64!(latency_monitor_threshold), field: field!(latency_monitor_threshold),
         doc: "The latency monitor (LATENCY) samples commands, fsyncs and lock waits that took at least this many milliseconds; 0: off." },
@@ -890,7 +893,6 @@ pub static REPORTED: &[(&str, Reported)] = &[
     // The default degree in Redis' terms, for tools that check it: `strict` fsyncs before the
     // reply (always), `background` within 10 ms (closest: everysec), `lazy` leaves it to the OS.
     ("appendfsync", |s| appendfsync_of(&s.config.durability.default).into()),
-    ("timeout", |_| "0".into()),
 ];
 
 /// Redis' `appendfsync` value closest to a durability degree.

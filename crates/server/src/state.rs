@@ -163,6 +163,8 @@ pub struct LiveSettings {
     pub slowlog_max_len: AtomicU64,
     /// `busy-reply-threshold`: the script time limit, in ms (0: none).
     pub busy_reply_threshold: AtomicU64,
+    /// `timeout`: seconds a client may stay idle before it is closed (0: never).
+    pub timeout: AtomicU64,
     /// `latency-monitor-threshold`, milliseconds (0: off).
     pub latency_monitor_threshold: AtomicU64,
     /// `client-output-buffer-limit`, shared with the pub/sub tables that enforce it.
@@ -291,6 +293,7 @@ impl Shared {
             slowlog_log_slower_than: AtomicI64::new(0),
             slowlog_max_len: AtomicU64::new(0),
             busy_reply_threshold: AtomicU64::new(0),
+            timeout: AtomicU64::new(0),
             latency_monitor_threshold: AtomicU64::new(0),
             output_limits: Default::default(),
             notify_flags: Default::default(),

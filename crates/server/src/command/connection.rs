@@ -270,6 +270,7 @@ fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     }
     ctx.client.caching = None;
     ctx.shared.monitors.remove(ctx.client.id);
+    ctx.client.handle.monitoring.store(false, Ordering::Relaxed);
     ctx.client.db = ctx.shared.tenancy.initial_keyspace(ctx.client.tenant);
     ctx.client.resp = ProtocolVersion::Resp2;
     if ctx.shared.auth_required() {

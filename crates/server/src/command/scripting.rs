@@ -3066,8 +3066,7 @@ mod state_reuse {
         let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
         ok_with(
             &mut vm,
-            "rawset(_G, 'left', 1) KEYS[3] = 'x' KEYS.n = 1 ARGV[1] = 'changed' \
-             table.insert(ARGV, 'more') KEYS = {'other'} return 1",
+            "KEYS[3] = 'x' KEYS.n = 1 ARGV[1] = 'changed' table.insert(ARGV, 'more') return 1",
             &[b("k1"), b("k2")],
             &[b("a1")],
         );

@@ -469,9 +469,13 @@ fn config_set(ctx: &Ctx<'_>, pairs: &[Bytes]) -> CmdResult {
         let row = std::str::from_utf8(name).ok().and_then(settings::find);
         let reported = settings::REPORTED
             .iter()
-            .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name));
+            .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name));
         let Some(row) = row else {
-            if reported {
+            if let Some((_, read)) = reported {
+                // As for an immutable row below: its own value is accepted.
+                if value.eq_ignore_ascii_case(read(ctx.shared).as_bytes()) {
+                    continue;
+                }
                 return Err(failed(&show(name), "can't set immutable config"));
             }
             return Err(CmdError::err(format!(
@@ -480,6 +484,16 @@ fn config_set(ctx: &Ctx<'_>, pairs: &[Bytes]) -> CmdResult {
             )));
         };
         let Some(live) = &row.live else {
+            // Set to the value in force: nothing to change (tools that write every setting back,
+            // such as Redis' own "CONFIG sanity" check, set `bind` or `port`, which Redis can
+            // change at run time, to what they read).
+            let same = row
+                .kind
+                .parse(&show(value))
+                .is_ok_and(|v| v.text() == row.current(ctx.shared));
+            if same {
+                continue;
+            }
             return Err(failed(&show(name), "can't set immutable config"));
         };
         if rows.iter().any(|(r, _, _)| std::ptr::eq(*r, row)) {
@@ -864,5 +878,6 @@ fn get_keys(inner: &[Bytes], with_flags: bool) -> CmdResult {
 fn monitor(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     let outbox = ctx.client.outbox();
     ctx.shared.monitors.add(ctx.client.tenant, outbox);
+    ctx.client.handle.monitoring.store(true, Ordering::Relaxed);
     Ok(Frame::ok())
 }

@@ -64,6 +64,9 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, tls: bool) 
         let laddr = stream.local_addr().unwrap_or(addr);
         let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
         let handle = shared.clients.register(addr, laddr, fd);
+        handle
+            .memcached
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         // The connection does its own (memcached -Y style) login when requirepass is set; this
         // flag is the RESP dispatcher's, which memcached connections never go through.
         let client = ClientState::new(handle, true);
