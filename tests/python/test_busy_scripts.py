@@ -6,8 +6,8 @@ ones (MULTI, DISCARD, WATCH, SCRIPT KILL, FUNCTION KILL, FUNCTION STATS, SHUTDOW
 an EXEC is discarded with `EXECABORT … BUSY …`, SCRIPT KILL / FUNCTION KILL stop it unless it
 has written (UNKILLABLE), and SHUTDOWN NOSAVE exits without waiting for it. Each scenario runs
 on Gradus and on redis-server and the replies must be the same (differential.assert_same). With
-one worker (`--threads 1`) nothing could answer meanwhile, so Gradus stops the script at the
-threshold instead (test_scripting.py's time-limit tests).
+one worker (`--threads 1`) nothing could answer meanwhile, so Gradus stops a script that has not
+written at the threshold instead, and lets one that has run to its end (the two tests at the end).
 
 The threshold is set to 100 ms so every test takes about a second."""
 
@@ -421,3 +421,30 @@ def test_one_worker_stops_a_script_at_the_threshold(gradus_factory):
     assert time.monotonic() - started < 3
     assert conn.call("PING") == Simple(b"PONG")
     assert conn.call("SCRIPT", "KILL") == Err(b"NOTBUSY No scripts in execution right now.")
+
+
+@pytest.mark.gradus_only
+def test_one_worker_lets_a_script_that_has_written_run_to_its_end(gradus_factory):
+    """With one worker a script past the threshold that has already written is not stopped: it
+    runs to its end and all its writes are there, as in Redis, which never stops a script
+    halfway through its writes (SCRIPT KILL answers UNKILLABLE). Gradus stopped it, leaving the
+    first half of its writes applied and the rest not. A client that sends a command meanwhile
+    gets its reply once the script has ended. One that has not written is still stopped."""
+    server = gradus_factory("--threads", "1")
+    conn = prepare(server)
+    writer = ("redis.call('SET', KEYS[1], 'first') "
+              "local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] "
+              "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > 600000 "
+              "redis.call('SET', KEYS[2], 'second') return 'done'")
+    other = connect(server)
+    conn.send_command("EVAL", writer, "2", "w1", "w2")
+    time.sleep(0.3)
+    other.send_command("GET", "w2")
+    assert conn.read_reply(timeout=10) == b"done"
+    assert other.read_reply(timeout=10) == b"second"
+    assert conn.call("MGET", "w1", "w2") == [b"first", b"second"]
+    reply = conn.call("EVAL", LOOP, "0")
+    assert reply == Err(b"ERR Script killed: it ran longer than the script time limit")
+    assert conn.call("PING") == Simple(b"PONG")
+    other.close()
+    conn.close()

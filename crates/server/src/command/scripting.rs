@@ -66,9 +66,12 @@
 //!   the script (as they may before the threshold: a script occupies its worker while it
 //!   runs);
 //! - with one worker (a current-thread runtime: the default on two cores) nothing else could
-//!   run to answer BUSY or take a KILL, so the hook aborts the script with `ERR Script killed:
-//!   it ran longer than the script time limit` (Gradus' own; its writes so far stand, as after
-//!   any error). FUNCTION LOAD's run of a library's code is always aborted after 500 ms.
+//!   run to answer BUSY or take a KILL, so the hook aborts a script that has not written yet
+//!   with `ERR Script killed: it ran longer than the script time limit` (Gradus' own; from then
+//!   on it could not write), and lets one that has written run to its end, as Redis never stops
+//!   a script halfway through its writes (SCRIPT KILL answers UNKILLABLE then); every other
+//!   client waits meanwhile. FUNCTION LOAD's run of a library's code is always aborted after
+//!   500 ms.
 //!
 //! Either way a killed script stays killed if it catches the error with `pcall`. A short run
 //! costs what it did (a clock reading per hook call, no allocation or lock); a run holding the
@@ -1267,7 +1270,22 @@ impl RunSlot {
         let multi_threaded = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
         if !multi_threaded {
-            return false;
+            // One worker: nothing could answer BUSY or take a KILL meanwhile. A run that has
+            // not written is stopped (and can no longer write); one that has runs to its end,
+            // never stopped halfway through its writes (Redis' SCRIPT KILL answers UNKILLABLE
+            // then), while every other client waits for it.
+            let stopped = self
+                .write_or_kill
+                .compare_exchange(FRESH, KILL_CLAIMED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
+            if stopped || self.write_or_kill.load(Ordering::Acquire) != WROTE {
+                return false;
+            }
+            tracing::warn!(
+                "a script that has written has run longer than busy-reply-threshold: with one \
+                 worker thread it runs to its end, and other clients wait for it"
+            );
+            return true;
         }
         let function = self.function.load(Ordering::Relaxed);
         if function {
@@ -1612,8 +1630,14 @@ impl Vm {
                 if Instant::now() > hook_state.deadline.get() {
                     if hook_state.may_run_on.get() && hook_slot.enter_busy() {
                         // Runs on, answered BUSY about (see the module docs); back here in a
-                        // while to check that its worker is still handed on.
-                        hook_state.deadline.set(Instant::now() + HAND_OFF_AGAIN);
+                        // while to check that its worker is still handed on. (With one worker,
+                        // a run that has written runs on to its end: not back here.)
+                        let again = if hook_slot.busy.load(Ordering::Relaxed) {
+                            HAND_OFF_AGAIN
+                        } else {
+                            NEVER
+                        };
+                        hook_state.deadline.set(Instant::now() + again);
                         return Ok(VmState::Continue);
                     }
                     if !hook_flag.swap(true, Ordering::Relaxed) {
