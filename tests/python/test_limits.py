@@ -283,3 +283,25 @@ def test_every_setting_can_be_set_to_the_value_it_has(gradus, redis_server):
         r.config_set("appendonly", other)
     with pytest.raises(redis.ResponseError, match="can't set immutable config"):
         r.config_set("port", gradus.port + 1)
+
+
+def test_config_get_shows_redis_old_names_of_replica_settings(gradus, redis_server):
+    """CONFIG GET by pattern shows Redis' old `slave` names beside the `replica` ones (`*of`
+    gives `replicaof` and `slaveof`, as Redis' own "CONFIG GET multiple args" test checks) and
+    CONFIG SET takes them; `daemonize` is reported and cannot be set to another value."""
+    import redis
+
+    names = {}
+    for server in (gradus, redis_server):
+        r = redis.Redis(host=server.host, port=server.port, decode_responses=True)
+        got = r.config_get("*of", "slave-read-only", "min-slaves-*", "slave-priority", "daemonize")
+        names[server.name] = sorted(got)
+        assert r.config_set("slave-priority", 42)
+        try:
+            assert r.config_get("replica-priority") == {"replica-priority": "42"}
+        finally:
+            r.config_set("replica-priority", 100)
+        with pytest.raises(redis.ResponseError, match="can't set immutable config"):
+            r.config_set("daemonize", "yes" if got["daemonize"] == "no" else "no")
+    assert names[gradus.name] == names[redis_server.name]
+    assert "slaveof" in names[gradus.name] and "replicaof" in names[gradus.name]

@@ -893,6 +893,8 @@ pub static REPORTED: &[(&str, Reported)] = &[
     // The default degree in Redis' terms, for tools that check it: `strict` fsyncs before the
     // reply (always), `background` within 10 ms (closest: everysec), `lazy` leaves it to the OS.
     ("appendfsync", |s| appendfsync_of(&s.config.durability.default).into()),
+    // The server stays in the foreground (a service manager runs it).
+    ("daemonize", |_| "no".into()),
 ];
 
 /// Redis' `appendfsync` value closest to a durability degree.
@@ -905,7 +907,7 @@ fn appendfsync_of(degree: &str) -> &'static str {
 }
 
 /// Old names Redis 7 still accepts for a setting (its `*-ziplist-*` encoding knobs,
-/// `lua-time-limit`): CONFIG GET
+/// `lua-time-limit`, the `slave` names of the replica settings): CONFIG GET
 /// reports them too and CONFIG SET takes them.
 pub static ALIASES: &[(&str, &str)] = &[
     ("list-max-ziplist-size", "list-max-listpack-size"),
@@ -915,6 +917,14 @@ pub static ALIASES: &[(&str, &str)] = &[
     ("zset-max-ziplist-value", "zset-max-listpack-value"),
     ("lua-time-limit", "busy-reply-threshold"),
     ("repl-ping-slave-period", "repl-ping-replica-period"),
+    ("slaveof", "replicaof"),
+    ("slave-read-only", "replica-read-only"),
+    ("slave-serve-stale-data", "replica-serve-stale-data"),
+    ("slave-priority", "replica-priority"),
+    ("slave-announce-ip", "replica-announce-ip"),
+    ("slave-announce-port", "replica-announce-port"),
+    ("min-slaves-to-write", "min-replicas-to-write"),
+    ("min-slaves-max-lag", "min-replicas-max-lag"),
 ];
 
 /// The row named `name` or one of its [`ALIASES`] (ASCII case-insensitive, as Redis looks
