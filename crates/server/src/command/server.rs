@@ -97,21 +97,52 @@ pub(crate) fn dispose<T: Send + 'static>(old: T) {
     dispose_counted(old, 1);
 }
 
-/// [`dispose`] of `objects` objects at once (UNLINK's big values: one thread for a command).
+/// [`dispose`] of `objects` objects at once (UNLINK's big values of one command).
 pub(crate) fn dispose_counted<T: Send + 'static>(old: T, objects: u64) {
     LAZYFREE_PENDING.fetch_add(objects, Ordering::Relaxed);
-    std::thread::Builder::new()
-        .name("gradus-reclaim".into())
-        .spawn(move || {
-            drop(old);
-            LAZYFREE_PENDING.fetch_sub(objects, Ordering::Relaxed);
-            LAZYFREED.fetch_add(objects, Ordering::Relaxed);
+    let job = Reclaim {
+        old: Box::new(old),
+        objects,
+    };
+    let sent = match reclaimer() {
+        Some(queue) => queue.send(job).map_err(|e| e.0),
+        None => Err(job),
+    };
+    if let Err(job) = sent {
+        tracing::warn!("no reclaim thread; freed inline");
+        LAZYFREE_PENDING.fetch_sub(job.objects, Ordering::Relaxed);
+        drop(job.old);
+    }
+}
+
+/// What the reclaim thread frees, and how many objects it counts as.
+struct Reclaim {
+    old: Box<dyn Send>,
+    objects: u64,
+}
+
+/// The one reclaim thread's queue, started on first use (Redis' lazyfree background thread):
+/// frees what it is sent, in order. None if the thread could not be started.
+fn reclaimer() -> Option<&'static std::sync::mpsc::Sender<Reclaim>> {
+    static QUEUE: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Reclaim>>> =
+        std::sync::OnceLock::new();
+    QUEUE
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<Reclaim>();
+            std::thread::Builder::new()
+                .name("gradus-reclaim".into())
+                .spawn(move || {
+                    for job in rx {
+                        drop(job.old);
+                        LAZYFREE_PENDING.fetch_sub(job.objects, Ordering::Relaxed);
+                        LAZYFREED.fetch_add(job.objects, Ordering::Relaxed);
+                    }
+                })
+                .map_err(|e| tracing::warn!(error = %e, "cannot start the reclaim thread"))
+                .ok()
+                .map(|_| tx)
         })
-        .map(drop)
-        .unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "no reclaim thread; freed inline");
-            LAZYFREE_PENDING.fetch_sub(objects, Ordering::Relaxed);
-        });
+        .as_ref()
 }
 
 /// Flushed keyspaces being freed in the background now, and freed so far (see [`dispose`]).
