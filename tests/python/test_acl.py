@@ -298,3 +298,21 @@ def test_regression_channel_rules_are_enforced(r2, gradus):
     c = user_client(gradus, "chan", "pw")
     assert c.publish("private", "x") == 0
     c.close()
+
+
+def test_a_user_without_auth_permission_can_log_in_again(gradus, r2):
+    """AUTH, HELLO, RESET and QUIT need no ACL permission (Redis skips the command check for
+    `no_auth` commands): a user allowed only `+acl` may AUTH again on its connection, while
+    PING is refused. Gradus answered its AUTH with NOPERM (redis-py's own test_auth)."""
+    r2.acl_setuser("only-acl", enabled=True, passwords=["+pw"], commands=["+acl"])
+    try:
+        c = user_client(gradus, "only-acl", "pw")
+        assert c.execute_command("AUTH", "only-acl", "pw") in (True, b"OK", "OK")
+        assert c.execute_command("HELLO", "2")[0] in (b"server", "server")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            c.ping()
+        assert r2.acl_dryrun("only-acl", "AUTH", "x") in (b"OK", "OK")
+        assert c.execute_command("RESET") in (b"RESET", "RESET")
+        c.close()
+    finally:
+        r2.acl_deluser("only-acl")

@@ -19,7 +19,9 @@ const DEFAULT_SECTIONS: &[&str] = &[
     "stats",
     "replication",
     "cpu",
+    "modules",
     "errorstats",
+    "cluster",
     "keyspace",
     "tenants",
 ];
@@ -30,7 +32,7 @@ const EXTRA_SECTIONS: &[&str] = &["commandstats", "latencystats"];
 // (`errorstats` is a default section in Redis 7.2: in DEFAULT_SECTIONS after `cpu`.)
 
 /// Sections a user without the `admin` right may read: server-wide figures are not theirs.
-const TENANT_SECTIONS: &[&str] = &["server", "keyspace", "tenants"];
+const TENANT_SECTIONS: &[&str] = &["server", "modules", "cluster", "keyspace", "tenants"];
 
 /// Who is asking: tenant-scoped sections show `tenant` only unless `admin`.
 pub struct Viewer {
@@ -66,6 +68,10 @@ pub fn render(shared: &Shared, viewer: &Viewer, requested: &[String]) -> String 
             "replication" => replication(shared, &mut out),
             "cpu" => cpu(&mut out),
             "errorstats" => errorstats(shared, &mut out),
+            // No modules, no cluster mode; tools and client test suites read these (redis-py's
+            // reads `cluster_enabled` from a plain INFO).
+            "modules" => out.push_str("# Modules\r\n"),
+            "cluster" => out.push_str("# Cluster\r\ncluster_enabled:0\r\n"),
             "keyspace" => keyspace(shared, viewer, &mut out),
             "tenants" => tenants(shared, viewer, &mut out),
             "commandstats" => commandstats(shared, &mut out),

@@ -348,7 +348,10 @@ impl AclUser {
         container: &CommandSpec,
         args: &[bytes::Bytes],
     ) -> Result<(), Denied> {
-        if !self.allows_command(spec, container) {
+        // As Redis' `ACLSelectorCheckCmd`: a command any client may run before authenticating
+        // (AUTH, HELLO, RESET, QUIT) needs no permission, so a user without `+auth` can still
+        // log in again on its connection.
+        if !spec.has(crate::command::flags::NO_AUTH) && !self.allows_command(spec, container) {
             return Err(Denied::Command(spec.name.to_string()));
         }
         if !self.allchannels {
