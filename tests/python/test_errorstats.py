@@ -63,3 +63,21 @@ def test_info_errorstats_counts_error_replies_as_redis(gradus, redis_server):
     assert ours == theirs
     assert ours[0][0]["errorstat_ERR"] == {"count": 8}, ours
     assert ours[1] == ({}, 0)
+
+
+
+def test_info_default_sections_are_redis_sections_in_redis_order(gradus, redis_server):
+    """A plain INFO shows Redis' default sections in Redis' order, Modules and Cluster included
+    (`cluster_enabled:0`: redis-py's own test suite reads it from a plain INFO and stopped with
+    a KeyError); Gradus' own Tenants section comes last."""
+    from resp import RawConnection
+
+    headers = {}
+    for server in (gradus, redis_server):
+        conn = RawConnection(server.host, server.port)
+        text = conn.call("INFO").decode()
+        conn.close()
+        headers[server.name] = [line for line in text.splitlines() if line.startswith("# ")]
+        assert "cluster_enabled:0" in text
+    assert headers[gradus.name][:len(headers[redis_server.name])] == headers[redis_server.name]
+    assert all(h.startswith("# Tenant") for h in headers[gradus.name][len(headers[redis_server.name]):])
