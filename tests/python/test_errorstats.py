@@ -81,3 +81,18 @@ def test_info_default_sections_are_redis_sections_in_redis_order(gradus, redis_s
         assert "cluster_enabled:0" in text
     assert headers[gradus.name][:len(headers[redis_server.name])] == headers[redis_server.name]
     assert all(h.startswith("# Tenant") for h in headers[gradus.name][len(headers[redis_server.name]):])
+
+
+def test_lolwut_answers_the_version_line_as_redis(gradus, redis_server):
+    """LOLWUT (redis-py's `lolwut()`; its own test suite calls it) replies `Redis ver. <v>`,
+    with the version INFO reports; `VERSION x` must be an integer. It was an unknown command."""
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        version = r.info("server")["redis_version"]
+        assert r.lolwut() == f"Redis ver. {version}\n".encode()
+        assert r.execute_command("LOLWUT", "VERSION", "1") == f"Redis ver. {version}\n".encode()
+        try:
+            r.execute_command("LOLWUT", "VERSION", "x")
+            raise AssertionError("VERSION x accepted")
+        except redis.ResponseError as e:
+            assert "not an integer" in str(e)

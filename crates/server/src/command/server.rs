@@ -43,6 +43,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     cmd("flushall", -1, flags::WRITE | flags::FLUSHES | flags::TENANT_WIDE, NO_KEYS, "server", "Removes all keys from every keyspace of the caller's tenant, in O(1).", flushall),
     cmd("purge", 2, flags::WRITE | flags::FLUSHES, NO_KEYS, "server", "Removes every key starting with the given prefix from the current keyspace; returns how many.", purge),
     cmd("time", 1, flags::FAST | flags::LOADING | flags::RANDOM, NO_KEYS, "server", "Returns the server time.", time),
+    cmd("lolwut", -1, flags::READONLY | flags::FAST, NO_KEYS, "server", "Displays computer art and the Redis version", lolwut),
     cmd("save", 1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Synchronously saves the database(s) to disk.", save),
     cmd("bgsave", -1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Asynchronously saves the database(s) to disk.", bgsave),
     cmd("bgrewriteaof", 1, ADMIN | flags::NO_MULTI, NO_KEYS, "server", "Asynchronously rewrites the append-only file to disk (here: a snapshot, after which the log it covers is removed).", bgrewriteaof),
@@ -190,6 +191,18 @@ fn time(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
         Frame::Bulk(Bytes::from(now.as_secs().to_string())),
         Frame::Bulk(Bytes::from(now.subsec_micros().to_string())),
     ]))
+}
+
+/// LOLWUT [VERSION v ...]: the version line Redis' own (unstable) LOLWUT replies with. The
+/// drawings of `VERSION 5` and `VERSION 6` are not drawn: those get the line too.
+fn lolwut(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if args.len() >= 3 && is(&args[1], "version") {
+        crate::args::parse_i64(&args[2]).ok_or(CmdError::NotInteger)?;
+    }
+    Ok(Frame::Verbatim {
+        format: *b"txt",
+        text: Bytes::from(format!("Redis ver. {}\n", crate::REDIS_COMPAT_VERSION)),
+    })
 }
 
 /// SAVE/BGSAVE need a log to snapshot into and no snapshot already running.
