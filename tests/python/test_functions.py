@@ -340,7 +340,7 @@ def test_key_locked_scripts_are_atomic_with_other_commands(r2, gradus):
 
 
 @pytest.mark.gradus_only
-def test_undeclared_keys_before_a_write_rerun_exclusively_and_after_one_are_an_error(r2):
+def test_undeclared_keys_rerun_a_script_before_a_write_and_are_locked_after_one(r2):
     # Touches an undeclared key before writing: run again exclusively, transparently.
     r2.set("other", "o")
     assert r2.eval("local v = redis.call('get', 'other'); redis.call('set', KEYS[1], v); return v",
@@ -349,16 +349,81 @@ def test_undeclared_keys_before_a_write_rerun_exclusively_and_after_one_are_an_e
     # KEYS (the whole keyspace) likewise.
     assert sorted(r2.eval("redis.call('set', 'x1', 1); return redis.call('keys', 'x*')", 0)) == [b"x1"]
     assert r2.eval("return #redis.call('keys', 'declared')", 1, "declared") == 1
-    # After a write, an undeclared key is an error (as in a Redis cluster); the write stands.
+    # After a write, an undeclared key is locked too and the script goes on (it was an error, as
+    # in a Redis Cluster, which broke BullMQ: its scripts reach a job's keys from ARGV).
     script = "redis.call('set', KEYS[1], 'first'); return redis.call('get', 'elsewhere')"
-    with pytest.raises(redis.ResponseError, match="non local key.*'elsewhere' was not declared"):
-        r2.eval(script, 1, "k1")
+    r2.set("elsewhere", "e")
+    assert r2.eval(script, 1, "k1") == b"e"
     assert r2.get("k1") == b"first"
-    # The same script runs exclusively from then on, and succeeds.
-    assert r2.eval(script, 1, "k2") is None
+    # After a write, the whole keyspace cannot be locked: an error; the write stands.
+    whole = "redis.call('set', KEYS[1], 'w'); return redis.call('dbsize')"
+    with pytest.raises(redis.ResponseError, match="non local key.*the keyspace \\(DBSIZE\\)"):
+        r2.eval(whole, 1, "k4")
+    assert r2.get("k4") == b"w"
+    # That script runs exclusively from then on, and succeeds.
+    assert r2.eval(whole, 1, "k5") >= 1
     # allow-cross-slot-keys asks for the exclusive path from the start.
     assert r2.eval("#!lua flags=allow-cross-slot-keys\n"
                    "redis.call('set', KEYS[1], 'v'); return redis.call('get', 'other')", 1, "k3") == b"o"
+
+
+def test_a_script_may_reach_keys_it_did_not_declare_after_writing_as_bullmq_does(gradus, redis_server):
+    """BullMQ's scripts declare the queue's keys and reach a job's keys through a prefix passed
+    in ARGV, after they have written (moveToActive sets the job's lock). Standalone Redis runs
+    them; Gradus refused the access as a Redis Cluster would, and a BullMQ worker could take no
+    job. Replies compared with redis-server."""
+    move_to_active = (
+        "local jobId = redis.call('RPOPLPUSH', KEYS[1], KEYS[2]) "
+        "if not jobId then return nil end "
+        "local jobKey = ARGV[1] .. jobId "
+        "redis.call('SET', jobKey .. ':lock', ARGV[2], 'PX', 30000) "
+        "redis.call('HSET', jobKey, 'processedOn', ARGV[3]) "
+        "return {jobId, redis.call('HGETALL', jobKey)}")
+    seen = {}
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        r.delete("bq:wait", "bq:active", "bq:1", "bq:1:lock", "bq:2", "bq:2:lock")
+        r.hset("bq:1", mapping={"name": "a", "data": "{}"})
+        r.hset("bq:2", mapping={"name": "b", "data": "{}"})
+        r.lpush("bq:wait", "1", "2")
+        out = [r.eval(move_to_active, 2, "bq:wait", "bq:active", "bq:", "token", "1700")
+               for _ in range(3)]
+        out.append([r.get("bq:1:lock"), r.get("bq:2:lock"), r.lrange("bq:active", 0, -1)])
+        seen[server.name] = out
+    assert seen[gradus.name] == seen[redis_server.name]
+    assert seen[gradus.name][0][0] == b"1"
+
+
+@pytest.mark.gradus_only
+def test_scripts_locking_undeclared_keys_from_several_threads_lose_no_write(gradus_factory):
+    """With two workers, scripts that write their declared key and then an undeclared one (the
+    same few undeclared keys for all) run side by side: each takes the undeclared key's lock
+    when it gets to it; no write is lost and none is refused."""
+    server = gradus_factory("--threads", "2")
+    script = ("redis.call('INCR', KEYS[1]) "
+              "return redis.call('INCR', ARGV[1] .. (tonumber(ARGV[2]) % 3))")
+    errors = []
+
+    def run(worker):
+        c = redis_client(server, 2)
+        try:
+            for i in range(200):
+                c.eval(script, 1, f"own:{worker}:{i % 7}", "shared:", str(i))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    r = redis_client(server, 2)
+    total = sum(int(r.get(f"shared:{j}") or 0) for j in range(3))
+    assert total == 4 * 200
+    assert sum(int(r.get(f"own:{w}:{k}") or 0) for w in range(4) for k in range(7)) == 4 * 200
 
 
 def test_fcall_finds_a_function_whatever_the_case(gradus, redis_server):

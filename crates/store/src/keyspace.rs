@@ -123,6 +123,9 @@ thread_local! {
     static HOLDING: Cell<bool> = const { Cell::new(false) };
     /// The shards this thread holds: (keyspace address, shard index).
     static HELD: RefCell<Vec<(usize, usize)>> = const { RefCell::new(Vec::new()) };
+    /// Of those, the ones [`Keyspace::try_hold_more`] added to the hold after it was taken:
+    /// unlocked with it.
+    static EXTRA: RefCell<Vec<(usize, usize)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Shards held by one script for its whole run, on the thread that runs it (see the module
@@ -154,6 +157,12 @@ impl Drop for HeldShards<'_> {
         }
         HELD.with(|held| held.borrow_mut().clear());
         HOLDING.with(|h| h.set(false));
+        for (keyspace, i) in EXTRA.with(|extra| std::mem::take(&mut *extra.borrow_mut())) {
+            // SAFETY: `try_hold_more` locked this shard of this keyspace and forgot its guard,
+            // and the keyspace outlives the hold (as this hold's own keyspaces do: the store
+            // owns them for the server's life); nothing else here holds a guard for it.
+            unsafe { (*(keyspace as *const Keyspace)).shards[i].force_unlock() }
+        }
         for (keyspace, i) in self.shards.drain(..).rev() {
             // SAFETY: `try_hold` locked this shard and forgot its guard; nothing else on this
             // thread holds a guard for it now (borrowed guards live inside a command's run).
@@ -326,6 +335,36 @@ impl Keyspace {
             HOLDING.with(|h| h.set(true));
         }
         Ok(hold)
+    }
+
+    /// For a script that holds its declared keys' shards on this thread ([`Keyspace::try_hold`]):
+    /// also hold the shard of `key` (a key it did not declare) until that hold ends. Waits at
+    /// most `patience` for the shard while holding the others: a lone command holds a shard
+    /// only for its own run and a multi-key one never waits while it holds one, so only another
+    /// script extending its hold the same way could wait on this one, and the bound ends that.
+    /// False when this thread holds nothing here or the shard stayed busy.
+    pub fn try_hold_more(&self, key: &[u8], patience: std::time::Duration) -> bool {
+        if !HOLDING.with(Cell::get) {
+            return false;
+        }
+        let i = self.shard_index(key);
+        if held_here(self, i) {
+            return true;
+        }
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            if let Some(guard) = self.shards[i].try_lock() {
+                std::mem::forget(guard);
+                let at = (self as *const Keyspace as usize, i);
+                HELD.with(|held| held.borrow_mut().push(at));
+                EXTRA.with(|extra| extra.borrow_mut().push(at));
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Wait until shard `i` is free (then let it go): what a hold that found it busy does
@@ -744,6 +783,54 @@ mod tests {
             .join()
             .unwrap();
         assert!(ks.lock(b"a").get(b"a", 0).is_some());
+    }
+
+    /// A hold taken more of later (a script reaching a key it did not declare) keeps that
+    /// shard from other threads until the hold ends; one busy elsewhere is waited for at most
+    /// the patience given; without a hold there is nothing to add to.
+    #[test]
+    fn a_hold_taken_more_of_keeps_the_added_shard_until_it_ends() {
+        use std::time::Duration;
+        let ks = std::sync::Arc::new(Keyspace::new());
+        let (a, b) = (&b"a"[..], &b"other key"[..]);
+        assert_ne!(ks.shard_index(a), ks.shard_index(b));
+        assert!(
+            !ks.try_hold_more(b, Duration::ZERO),
+            "no hold on this thread"
+        );
+        let hold = ks.try_hold([a]).expect("free");
+        assert!(ks.try_hold_more(b, Duration::ZERO));
+        assert!(ks.holds(b) && ks.try_hold_more(b, Duration::ZERO));
+        let elsewhere = {
+            let ks = ks.clone();
+            std::thread::spawn(move || ks.try_hold([&b"other key"[..]]).err())
+                .join()
+                .unwrap()
+        };
+        assert_eq!(elsewhere, Some(ks.shard_index(b)));
+        drop(hold);
+        assert!(!ks.holds(b));
+        // Busy on another thread: given up after the patience.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let ks = ks.clone();
+            std::thread::spawn(move || {
+                let _held = ks.try_hold([&b"other key"[..]]).expect("free");
+                tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+            })
+        };
+        rx.recv().unwrap();
+        let hold = ks.try_hold([a]).expect("free");
+        assert!(!ks.try_hold_more(b, Duration::from_millis(20)));
+        drop(hold);
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        let ks2 = ks.clone();
+        std::thread::spawn(move || assert!(ks2.try_hold([&b"other key"[..]]).is_ok()))
+            .join()
+            .unwrap();
     }
 
     #[test]

@@ -23,9 +23,13 @@
 //!
 //! A key-locked script that touches an undeclared key before it has written anything is
 //! stopped, its replies thrown away, and run again exclusively (from then on it always runs
-//! exclusively): nothing it did is visible. After a write, such an access is an error, as in a
-//! Redis Cluster (`Script attempted to access a non local key…`): the writes before it stand, as
-//! after any error in a script.
+//! exclusively): nothing it did is visible. After a write it cannot start again, so it takes
+//! the shards of the keys it names too (`ScriptRun::hold_more`: BullMQ's scripts reach a job's
+//! keys from a prefix in ARGV, which standalone Redis allows) and goes on; from then on it runs
+//! exclusively. Only an access that cannot be held that way (the whole keyspace, another
+//! keyspace, a shard another script keeps busy for 200 ms) is an error, as in a Redis Cluster
+//! (`Script attempted to access a non local key…`): the writes before it stand, as after any
+//! error in a script.
 //!
 //! Protocol: as in Redis, the commands a run calls see a RESP2 client unless the run has called
 //! `redis.setresp(3)` (each run starts at 2, whatever the caller speaks); then their replies
@@ -556,6 +560,9 @@ struct ScriptRun<'a> {
     /// A write command has been run (or tried).
     wrote: bool,
     abort: Option<Abort>,
+    /// It held shards of keys it did not declare ([`ScriptRun::hold_more`]): from then on the
+    /// script runs exclusively.
+    held_more: bool,
     /// A script in compatibility mode that started out of memory: the error its first command
     /// flagged denyoom gets, unless a write ran before it (Redis' `scriptVerifyOOM`: a script
     /// is not stopped halfway through its writes).
@@ -604,7 +611,9 @@ impl ScriptRun<'_> {
             return CmdError::Other(denied.error_text(&self.client.user)).to_frame();
         }
         if let Some(declared) = &self.declared {
-            if !declares(self.shared, spec, &args, self.client.db, declared) {
+            let allowed = declares(self.shared, spec, &args, self.client.db, declared)
+                || (self.wrote && self.hold_more(spec, &args));
+            if !allowed {
                 return self.undeclared(spec, &args);
             }
         }
@@ -644,6 +653,40 @@ impl ScriptRun<'_> {
             .commands
             .record(row, started.elapsed(), outcome);
         reply
+    }
+
+    /// A key-locked script that has written names keys it did not declare, in its keyspace (as
+    /// BullMQ's scripts reach a job's keys from a prefix in ARGV; standalone Redis allows it):
+    /// hold their shards too, until the script ends, and go on. Commands on the whole keyspace
+    /// or on another one cannot be held this way; nor a shard another script keeps busy.
+    fn hold_more(&mut self, spec: &CommandSpec, args: &[Bytes]) -> bool {
+        let Some(declared) = &self.declared else {
+            return false;
+        };
+        let whole_keyspace = flags::READS_KEYSPACE
+            | flags::FLUSHES
+            | flags::TENANT_WIDE
+            | flags::EXCLUSIVE
+            | flags::WHOLE_STORE;
+        if spec.has(whole_keyspace)
+            || self.client.db != declared.db
+            || spec.named_keyspaces(&self.shared.tenancy, declared.db, args) != Named::Selected
+        {
+            return false;
+        }
+        let keys = spec.key_indexes(args);
+        if keys.is_empty() {
+            return false;
+        }
+        let Some(keyspace) = self.shared.store.db(declared.db) else {
+            return false;
+        };
+        let held = keys.iter().all(|&i| {
+            args.get(i)
+                .is_some_and(|key| keyspace.try_hold_more(key, HOLD_MORE_PATIENCE))
+        });
+        self.held_more |= held;
+        held
     }
 
     /// A key-locked script touched what it did not declare: stop it (see the module docs).
@@ -744,10 +787,17 @@ fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
             }),
             wrote: false,
             abort: None,
+            held_more: false,
             oom: oom.clone(),
         });
         let reply = execute(&run, inv);
-        let abort = run.into_inner().abort;
+        let (held_more, abort) = {
+            let run = run.into_inner();
+            (run.held_more, run.abort)
+        };
+        if held_more {
+            inv.cross_key.store(true, Ordering::Relaxed);
+        }
         txn.client().db = caller_db;
         match abort {
             None => {
@@ -792,6 +842,7 @@ fn run_script(ctx: &mut Ctx<'_>, inv: &Invocation<'_>) -> CmdResult {
             declared: None,
             wrote: false,
             abort: None,
+            held_more: false,
             oom,
         }),
         inv,
@@ -1558,6 +1609,10 @@ struct HookState {
     /// The line of the user's code a kill stopped, for the reply (0: not known).
     kill_line: Cell<i32>,
 }
+
+/// How long a key-locked script that has written waits for the shard of a key it did not
+/// declare (see `ScriptRun::hold_more`) before that access is an error.
+const HOLD_MORE_PATIENCE: Duration = Duration::from_millis(200);
 
 /// As good as never (`busy-reply-threshold` 0; a run past the threshold).
 const NEVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
