@@ -512,3 +512,24 @@ def test_a_library_shebang_is_split_with_quotes_as_in_redis(gradus, redis_server
         seen[server.name] = out
     assert seen[gradus.name] == seen[redis_server.name]
     assert seen[gradus.name][:2] == [b"foo", b"bar"]
+
+
+@pytest.mark.gradus_only
+def test_undeclared_keys_a_script_locked_after_writing_are_logged_and_replayed(gradus_factory):
+    """A script that writes its declared key and then undeclared ones (locked as it reaches
+    them) is one record in the log: after `kill -9` at strict every write is there, and a lone
+    write made after the script to one of those keys replays after it."""
+    server = gradus_factory("--durability", "strict", "--threads", "2")
+    r = redis_client(server, 2)
+    script = ("redis.call('SET', KEYS[1], 'declared') "
+              "redis.call('INCRBY', ARGV[1] .. ':count', 5) "
+              "redis.call('RPUSH', ARGV[1] .. ':list', 'a', 'b') return 1")
+    assert r.eval(script, 1, "job:1", "job:1") == 1
+    assert r.eval(script, 1, "job:2", "job:1") == 1
+    r.set("job:1:count", 100)
+    assert r.eval(script, 1, "job:3", "job:1") == 1
+    server.crash_restart()
+    r = redis_client(server, 2)
+    assert [r.get(f"job:{i}") for i in (1, 2, 3)] == [b"declared"] * 3
+    assert r.get("job:1:count") == b"105"
+    assert r.lrange("job:1:list", 0, -1) == [b"a", b"b"] * 3

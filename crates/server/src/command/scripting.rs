@@ -27,7 +27,9 @@
 //! the shards of the keys it names too (`ScriptRun::hold_more`: BullMQ's scripts reach a job's
 //! keys from a prefix in ARGV, which standalone Redis allows) and goes on; from then on it runs
 //! exclusively. Only an access that cannot be held that way (the whole keyspace, another
-//! keyspace, a shard another script keeps busy for 200 ms) is an error, as in a Redis Cluster
+//! keyspace, a shard another script keeps busy for 200 ms, the write-order lock of a logged
+//! keyspace held as long by a write waiting for one of the script's keys: see
+//! `persist::write::hold_more`) is an error, as in a Redis Cluster
 //! (`Script attempted to access a non local key…`): the writes before it stand, as after any
 //! error in a script.
 //!
@@ -678,13 +680,20 @@ impl ScriptRun<'_> {
         if keys.is_empty() {
             return false;
         }
-        let Some(keyspace) = self.shared.store.db(declared.db) else {
+        let Some(keys) = keys
+            .iter()
+            .map(|&i| args.get(i).map(|k| k.as_ref()))
+            .collect::<Option<Vec<&[u8]>>>()
+        else {
             return false;
         };
-        let held = keys.iter().all(|&i| {
-            args.get(i)
-                .is_some_and(|key| keyspace.try_hold_more(key, HOLD_MORE_PATIENCE))
-        });
+        let held = crate::persist::write::hold_more(
+            self.shared,
+            self.client,
+            declared.db,
+            &keys,
+            HOLD_MORE_PATIENCE,
+        );
         self.held_more |= held;
         held
     }

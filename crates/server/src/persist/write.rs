@@ -235,6 +235,42 @@ fn replicates(shared: &Shared, client: &ClientState) -> bool {
     shared.repl.is_active() && !client.from_primary && !shared.repl.is_replica()
 }
 
+/// Whether writes by `client` in keyspace `db` are logged or streamed, so that a hold of keys
+/// is taken under the write-order lock (see [`WriteTxn::begin_keyed`] and [`hold_more`]).
+fn orders_writes(shared: &Shared, client: &ClientState, db: usize) -> bool {
+    replicates(shared, client)
+        || degree(shared, client, Scope::Keyspace(db)).is_ok_and(|d| d.is_logged())
+}
+
+/// For a key-locked transaction running on this thread (`WriteTxn::begin_keyed`): also hold
+/// the shards of `keys` in keyspace `db` until it ends. As when the hold was taken, the shards
+/// are taken under the write-order lock when the keyspace is logged or streamed, so every
+/// write applied to them before is in the log already. A lone write holds that lock while it
+/// waits for a shard, possibly one of this transaction's: the lock, like each shard, is waited
+/// for at most `patience` (false then; a shard taken before that stays held to the end).
+pub fn hold_more(
+    shared: &Shared,
+    client: &ClientState,
+    db: usize,
+    keys: &[&[u8]],
+    patience: std::time::Duration,
+) -> bool {
+    let Some(keyspace) = shared.store.db(db) else {
+        return false;
+    };
+    let order = if orders_writes(shared, client, db) {
+        match shared.write_order.try_lock_for(patience) {
+            Some(order) => Some(order),
+            None => return false,
+        }
+    } else {
+        None
+    };
+    let held = keys.iter().all(|key| keyspace.try_hold_more(key, patience));
+    drop(order);
+    held
+}
+
 /// Refuse a write from a client of a read-only replica, or on a primary short of good replicas.
 pub fn check_role(shared: &Shared, client: &ClientState) -> Result<(), WriteError> {
     if client.from_primary {
@@ -441,8 +477,7 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
         let gate = shared.store.shared(client.id);
         // Decided under the gate, as for a lone write (see `lock`).
         let replicate = replicates(shared, client);
-        let logged =
-            replicate || degree(shared, client, Scope::Keyspace(db)).is_ok_and(|d| d.is_logged());
+        let logged = orders_writes(shared, client, db);
         let held = loop {
             let order = logged.then(|| shared.write_order.lock());
             let attempt = keyspace.try_hold(keys.iter().map(|k| k.as_ref()));
