@@ -490,12 +490,13 @@ def test_a_lua_number_out_of_integer_range_is_returned_as_redis_does(gradus, red
     assert replies[redis_server.name][:3] == [-9223372036854775808] * 3
 
 
-def eval_each(r, scripts):
-    """Each script's EVAL reply (no keys), or its error as `error: <text>`."""
+def eval_each(r, scripts, numkeys=0, *keys_and_args):
+    """Each script's EVAL reply (with these keys and arguments; none by default), or its error
+    as `error: <text>`."""
     out = []
     for script in scripts:
         try:
-            out.append(r.eval(script, 0))
+            out.append(r.eval(script, numkeys, *keys_and_args))
         except redis.ResponseError as e:
             out.append(f"error: {e}")
     return out
@@ -672,13 +673,8 @@ def test_a_script_without_a_shebang_runs_over_maxmemory_until_its_first_write(gr
         r.set("oomkey", "x")
         r.config_resetstat()
         r.config_set("maxmemory", 1)
-        out = []
         try:
-            for script in scripts:
-                try:
-                    out.append(r.eval(script, 1, "oomkey"))
-                except redis.ResponseError as e:
-                    out.append(f"error: {e}")
+            out = eval_each(r, scripts, 1, "oomkey")
             stats = r.info("commandstats")
         finally:
             r.config_set("maxmemory", 0)
@@ -723,13 +719,8 @@ def test_a_script_that_may_write_is_refused_at_once_without_good_replicas(gradus
         r = redis_client(server, 2)
         r.set("replkey", "v")
         r.config_set("min-replicas-to-write", 1)
-        out = []
         try:
-            for script in scripts:
-                try:
-                    out.append(r.eval(script, 1, "replkey"))
-                except redis.ResponseError as e:
-                    out.append(f"error: {e}")
+            out = eval_each(r, scripts, 1, "replkey")
         finally:
             r.config_set("min-replicas-to-write", 0)
         seen[server.name] = out
@@ -780,13 +771,7 @@ def test_keys_argv_and_g_cannot_be_assigned_in_a_script(gradus, redis_server):
     seen = {}
     for server in (gradus, redis_server):
         r = redis_client(server, 2)
-        out = []
-        for script in scripts:
-            try:
-                out.append(r.eval(script, 1, "k", "a"))
-            except redis.ResponseError as e:
-                out.append(f"error: {e}")
-        seen[server.name] = out
+        seen[server.name] = eval_each(r, scripts, 1, "k", "a")
     assert seen[gradus.name] == seen[redis_server.name]
     assert all(e.startswith("error: ") and "Attempt to modify a readonly table" in e
                for e in seen[gradus.name][:5])

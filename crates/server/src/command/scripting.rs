@@ -665,14 +665,8 @@ impl ScriptRun<'_> {
         let Some(declared) = &self.declared else {
             return false;
         };
-        let whole_keyspace = flags::READS_KEYSPACE
-            | flags::FLUSHES
-            | flags::TENANT_WIDE
-            | flags::EXCLUSIVE
-            | flags::WHOLE_STORE;
-        if spec.has(whole_keyspace)
-            || self.client.db != declared.db
-            || spec.named_keyspaces(&self.shared.tenancy, declared.db, args) != Named::Selected
+        if self.client.db != declared.db
+            || !reaches_only_named_keys(self.shared, spec, args, declared.db)
         {
             return false;
         }
@@ -722,6 +716,21 @@ impl ScriptRun<'_> {
     }
 }
 
+/// Whether `args` (command `spec`, run in keyspace `db`) reaches the keyspace only through the
+/// keys it names, all in `db`: not the whole keyspace (KEYS, FLUSHDB, INFO's key counts…), not
+/// keys found some other way, not another keyspace.
+fn reaches_only_named_keys(shared: &Shared, spec: &CommandSpec, args: &[Bytes], db: usize) -> bool {
+    let whole_keyspace = flags::READS_KEYSPACE
+        | flags::FLUSHES
+        | flags::TENANT_WIDE
+        | flags::EXCLUSIVE
+        | flags::WHOLE_STORE;
+    let keys_found_otherwise = spec.has(flags::MOVABLE_KEYS) && spec.numkeys_at == 0;
+    !spec.has(whole_keyspace)
+        && !keys_found_otherwise
+        && spec.named_keyspaces(&shared.tenancy, db, args) == Named::Selected
+}
+
 /// Whether a key-locked script may run `args` (command `spec`) in keyspace `db`: it names only
 /// declared keys, in the declared keyspace, and does not reach the keyspace any other way. A
 /// command that touches no keyspace (PING, TIME, SELECT, UNLOCK…) is always allowed.
@@ -732,15 +741,7 @@ fn declares(
     db: usize,
     declared: &Declared<'_>,
 ) -> bool {
-    let whole_keyspace = flags::READS_KEYSPACE
-        | flags::FLUSHES
-        | flags::TENANT_WIDE
-        | flags::EXCLUSIVE
-        | flags::WHOLE_STORE;
-    if spec.has(whole_keyspace)
-        || (spec.has(flags::MOVABLE_KEYS) && spec.numkeys_at == 0)
-        || spec.named_keyspaces(&shared.tenancy, db, args) != Named::Selected
-    {
+    if !reaches_only_named_keys(shared, spec, args, db) {
         return false;
     }
     let keys = spec.key_indexes(args);
