@@ -394,6 +394,28 @@ def test_a_script_may_reach_keys_it_did_not_declare_after_writing_as_bullmq_does
     assert seen[gradus.name][0][0] == b"1"
 
 
+def run_clients_together(server, jobs):
+    """Run each `(job, worker)` as `job(client, worker)` on its own connection and thread, all
+    at once; return the errors they raised."""
+    errors = []
+
+    def run(job, worker):
+        c = redis_client(server, 2)
+        try:
+            job(c, worker)
+        except Exception as e:  # noqa: BLE001 - returned
+            errors.append(repr(e))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=run, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return errors
+
+
 @pytest.mark.gradus_only
 def test_scripts_locking_undeclared_keys_from_several_threads_lose_no_write(gradus_factory):
     """With two workers, scripts that write their declared key and then an undeclared one (the
@@ -402,24 +424,12 @@ def test_scripts_locking_undeclared_keys_from_several_threads_lose_no_write(grad
     server = gradus_factory("--threads", "2")
     script = ("redis.call('INCR', KEYS[1]) "
               "return redis.call('INCR', ARGV[1] .. (tonumber(ARGV[2]) % 3))")
-    errors = []
 
-    def run(worker):
-        c = redis_client(server, 2)
-        try:
-            for i in range(200):
-                c.eval(script, 1, f"own:{worker}:{i % 7}", "shared:", str(i))
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(repr(e))
-        finally:
-            c.close()
+    def run(c, worker):
+        for i in range(200):
+            c.eval(script, 1, f"own:{worker}:{i % 7}", "shared:", str(i))
 
-    threads = [threading.Thread(target=run, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert errors == []
+    assert run_clients_together(server, [(run, w) for w in range(4)]) == []
     r = redis_client(server, 2)
     total = sum(int(r.get(f"shared:{j}") or 0) for j in range(3))
     assert total == 4 * 200
@@ -533,3 +543,72 @@ def test_undeclared_keys_a_script_locked_after_writing_are_logged_and_replayed(g
     assert [r.get(f"job:{i}") for i in (1, 2, 3)] == [b"declared"] * 3
     assert r.get("job:1:count") == b"105"
     assert r.lrange("job:1:list", 0, -1) == [b"a", b"b"] * 3
+
+
+@pytest.mark.gradus_only
+def test_a_lone_write_waiting_for_a_scripts_key_does_not_fail_the_scripts_undeclared_access(
+        gradus_factory):
+    """At a logged degree with two workers: a script writes its declared key, then, while a lone
+    SET of that key from another connection waits for it, reaches an undeclared key. The lone
+    write waited for the key while holding the write-order lock, which the script needed to
+    take the undeclared key: after 200 ms the script failed (`non local key`; BullMQ with two
+    workers at `background`). The script must finish, and the lone write apply after it."""
+    server = gradus_factory("--durability", "background", "--threads", "2")
+    script = ("redis.call('SET', KEYS[1], 'script') "
+              "local s = redis.call('TIME') "
+              "repeat local n = redis.call('TIME') "
+              "until (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 300000 "
+              "redis.call('SET', ARGV[1], 'reached') "
+              "return redis.call('GET', KEYS[1])")
+    for round_ in range(3):
+        results = {}
+
+        def run_script():
+            c = redis_client(server, 2)
+            try:
+                results["script"] = c.eval(script, 1, f"job:{round_}", f"other:{round_}")
+            except redis.ResponseError as e:
+                results["script"] = f"error: {e}"
+            finally:
+                c.close()
+
+        t = threading.Thread(target=run_script)
+        t.start()
+        time.sleep(0.1)
+        lone = redis_client(server, 2)
+        assert lone.set(f"job:{round_}", "lone") is True
+        t.join(30)
+        assert results["script"] == b"script"
+        assert lone.get(f"job:{round_}") == b"lone"
+        assert lone.get(f"other:{round_}") == b"reached"
+        lone.close()
+
+
+@pytest.mark.gradus_only
+def test_scripts_reaching_undeclared_keys_and_lone_writes_to_them_replay_to_what_was_read(
+        gradus_factory):
+    """At strict with two workers, lone SETs of a few shared keys race with scripts that write
+    their declared key and then SET the same shared keys (undeclared, locked as reached). The
+    log must hold every write in the order it reached memory: after `kill -9` each shared key
+    replays to the value read just before the crash."""
+    server = gradus_factory("--durability", "strict", "--threads", "2")
+    script = ("redis.call('SET', KEYS[1], ARGV[2]) "
+              "return redis.call('SET', ARGV[1], ARGV[2])")
+
+    def scripts(c, worker):
+        for i in range(150):
+            c.eval(script, 1, f"own:{worker}", f"shared:{i % 3}", f"s{worker}:{i}")
+
+    def lone(c, worker):
+        for i in range(150):
+            c.set(f"shared:{(i + worker) % 3}", f"l{worker}:{i}")
+
+    jobs = [(f, w) for f in (scripts, lone) for w in range(2)]
+    assert run_clients_together(server, jobs) == []
+    r = redis_client(server, 2)
+    before = {k: r.get(k) for k in [f"shared:{j}" for j in range(3)] + ["own:0", "own:1"]}
+    assert all(before.values())
+    r.close()
+    server.crash_restart()
+    r = redis_client(server, 2)
+    assert {k: r.get(k) for k in before} == before

@@ -14,6 +14,12 @@
 //! are held only with `try_lock` in ascending order: a hold never waits while it holds
 //! anything, so holds and multi-key commands cannot deadlock.
 //!
+//! Applied, not yet logged: a write whose record must reach the log (or the replication
+//! stream) in the order writes reached memory marks each shard it locks ([`UnloggedMarks`]) until
+//! its record is appended. A hold waits for its shards' marks to clear before its transaction
+//! writes anything (its record then follows every write already applied to them), so it never
+//! needs the server's write-order lock, which a lone write holds while it waits for a held shard.
+//!
 //! Access clock: a keyspace keeps how its entries' access data is read (LRU or LFU, see
 //! [`AccessClock`]) in one atomic and copies it into a shard each time it locks it, so a
 //! `maxmemory-policy` change takes effect at every shard's next use without locking them all.
@@ -29,7 +35,7 @@ use rand::Rng;
 use std::cell::{Cell, RefCell};
 use std::hash::BuildHasher;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Shards an eviction samples keys in (see [`Keyspace::evict_one_by`]).
 const SHARDS_PER_EVICTION: usize = 4;
@@ -46,6 +52,9 @@ const _: () = assert!(SHARDS.is_power_of_two() && SHARD_BITS + SCAN_HASH_BITS <=
 /// One database of sharded key → entry maps.
 pub struct Keyspace {
     shards: Box<[Mutex<Shard>]>,
+    /// Per shard: writes that have locked it and not yet appended their record (see the module
+    /// docs and [`UnloggedMarks`]).
+    unlogged: Box<[AtomicU32]>,
     hasher: DefaultHashBuilder,
     /// This keyspace's index in the store; log records and snapshots name keyspaces by it.
     index: usize,
@@ -126,6 +135,44 @@ thread_local! {
     /// Of those, the ones [`Keyspace::try_hold_more`] added to the hold after it was taken:
     /// unlocked with it.
     static EXTRA: RefCell<Vec<(usize, usize)>> = const { RefCell::new(Vec::new()) };
+    /// Whether this thread runs a write that marks the shards it locks ([`UnloggedMarks`]).
+    static MARKING: Cell<bool> = const { Cell::new(false) };
+    /// The marks it set: each an `unlogged` counter of a keyspace (which the store owns for the
+    /// server's life).
+    static MARKED: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+/// While alive, every shard this thread locks is marked "applied, not yet logged" (once per
+/// shard); dropping it clears the marks. A write whose record is ordered (a lone write in a
+/// logged or streamed keyspace, under the server's write-order lock) takes it before it applies
+/// and drops it once its record is appended, so a hold ([`Keyspace::try_hold`],
+/// [`Keyspace::try_hold_more`]) can wait for what was applied to its shards to be logged.
+/// One per thread at a time; it must be dropped on the thread that took it.
+pub struct UnloggedMarks {
+    _on_this_thread: std::marker::PhantomData<*const ()>,
+}
+
+impl UnloggedMarks {
+    pub fn begin() -> Self {
+        debug_assert!(!MARKING.with(Cell::get), "one marking write per thread");
+        MARKING.with(|m| m.set(true));
+        UnloggedMarks {
+            _on_this_thread: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for UnloggedMarks {
+    fn drop(&mut self) {
+        MARKING.with(|m| m.set(false));
+        MARKED.with(|marked| {
+            for counter in marked.borrow_mut().drain(..) {
+                // SAFETY: the address of an `unlogged` counter of a keyspace this thread locked
+                // a shard of; the store owns its keyspaces for the server's life.
+                unsafe { (*(counter as *const AtomicU32)).fetch_sub(1, Ordering::Release) };
+            }
+        });
+    }
 }
 
 /// Shards held by one script for its whole run, on the thread that runs it (see the module
@@ -225,6 +272,7 @@ impl Keyspace {
     pub fn with_index(index: usize) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
+            unlogged: (0..SHARDS).map(|_| AtomicU32::new(0)).collect(),
             hasher: DefaultHashBuilder::default(),
             index,
             used: AtomicUsize::new(0),
@@ -282,6 +330,9 @@ impl Keyspace {
         } else {
             self.shards[i].lock()
         };
+        if !borrowed && MARKING.with(Cell::get) {
+            self.mark_unlogged(i);
+        }
         let mut guard = guard;
         guard.set_access_clock(self.access_clock());
         guard.hold_expiry_until(self.expiry_held_until.load(Ordering::Relaxed));
@@ -312,11 +363,12 @@ impl Keyspace {
         };
         for i in wanted {
             match self.shards[i].try_lock() {
-                Some(guard) => {
+                // Writes applied to it and not yet logged: busy until they are.
+                Some(guard) if self.logged(i) => {
                     std::mem::forget(guard);
                     hold.shards.push((self, i));
                 }
-                None => {
+                _ => {
                     // Unlocks what was taken (HELD is not set yet).
                     return Err(i);
                 }
@@ -338,11 +390,12 @@ impl Keyspace {
     }
 
     /// For a script that holds its declared keys' shards on this thread ([`Keyspace::try_hold`]):
-    /// also hold the shard of `key` (a key it did not declare) until that hold ends. Waits at
-    /// most `patience` for the shard while holding the others: a lone command holds a shard
-    /// only for its own run and a multi-key one never waits while it holds one, so only another
-    /// script extending its hold the same way could wait on this one, and the bound ends that.
-    /// False when this thread holds nothing here or the shard stayed busy.
+    /// also hold the shard of `key` (a key it did not declare) until that hold ends, once the
+    /// writes applied to it are logged ([`UnloggedMarks`]). Waits at most `patience` for the
+    /// shard while holding the others: a lone command holds a shard only for its own run, but
+    /// a multi-key one may wait for one of this hold's shards while it holds the wanted one (or
+    /// has marked it), as may another script extending its hold the same way; the bound ends
+    /// that. False when this thread holds nothing here or the shard stayed busy.
     pub fn try_hold_more(&self, key: &[u8], patience: std::time::Duration) -> bool {
         if !HOLDING.with(Cell::get) {
             return false;
@@ -353,7 +406,7 @@ impl Keyspace {
         }
         let deadline = std::time::Instant::now() + patience;
         loop {
-            if let Some(guard) = self.shards[i].try_lock() {
+            if let Some(guard) = self.shards[i].try_lock().filter(|_| self.logged(i)) {
                 std::mem::forget(guard);
                 let at = (self as *const Keyspace as usize, i);
                 HELD.with(|held| held.borrow_mut().push(at));
@@ -369,8 +422,37 @@ impl Keyspace {
 
     /// Wait until shard `i` is free (then let it go): what a hold that found it busy does
     /// before it tries again, holding nothing.
+    /// Its writes are logged too (see [`UnloggedMarks`]): they are appended within moments.
     pub fn wait_for_shard(&self, i: usize) {
         drop(self.shards[i].lock());
+        let mut spins = 0u32;
+        while !self.logged(i) {
+            spins += 1;
+            if spins < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Whether every write that has locked shard `i` has appended its record (see
+    /// [`UnloggedMarks`]).
+    fn logged(&self, i: usize) -> bool {
+        self.unlogged[i].load(Ordering::Acquire) == 0
+    }
+
+    /// Mark shard `i` (just locked by this thread) as applied-not-yet-logged, once per marking
+    /// write.
+    fn mark_unlogged(&self, i: usize) {
+        let counter = &self.unlogged[i] as *const AtomicU32 as usize;
+        MARKED.with(|marked| {
+            let mut marked = marked.borrow_mut();
+            if !marked.contains(&counter) {
+                self.unlogged[i].fetch_add(1, Ordering::Relaxed);
+                marked.push(counter);
+            }
+        });
     }
 
     /// Whether this thread holds the shard of `key` (a script's hold).
@@ -831,6 +913,50 @@ mod tests {
         std::thread::spawn(move || assert!(ks2.try_hold([&b"other key"[..]]).is_ok()))
             .join()
             .unwrap();
+    }
+
+    /// A shard a marking write has locked is busy for a hold until that write drops its marks
+    /// (its record appended): `try_hold` refuses it, `try_hold_more` waits for it, and
+    /// `wait_for_shard` returns only once the marks are gone. Locks taken while holding do not
+    /// mark, nor do writes without marks.
+    #[test]
+    fn a_shard_written_and_not_yet_logged_is_busy_for_a_hold_until_the_marks_go() {
+        use std::time::Duration;
+        let ks = std::sync::Arc::new(Keyspace::new());
+        let (a, b) = (&b"a"[..], &b"other key"[..]);
+        assert_ne!(ks.shard_index(a), ks.shard_index(b));
+        put(&ks, "a");
+        assert!(ks.try_hold([a]).is_ok(), "no marks: free");
+        let (marked_tx, marked_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let writer = {
+            let ks = ks.clone();
+            std::thread::spawn(move || {
+                let marks = UnloggedMarks::begin();
+                drop(ks.lock(b"other key"));
+                drop(ks.lock(b"other key"));
+                marked_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                drop(marks);
+            })
+        };
+        marked_rx.recv().unwrap();
+        assert_eq!(ks.try_hold([b]).err(), Some(ks.shard_index(b)));
+        let hold = ks.try_hold([a]).expect("another shard: free");
+        assert!(!ks.try_hold_more(b, Duration::from_millis(20)));
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            go_tx.send(()).unwrap();
+        });
+        assert!(ks.try_hold_more(b, Duration::from_secs(10)));
+        drop(hold);
+        releaser.join().unwrap();
+        writer.join().unwrap();
+        ks.wait_for_shard(ks.shard_index(b));
+        assert!(
+            ks.try_hold([b]).is_ok(),
+            "one mark per shard per write, cleared once"
+        );
     }
 
     #[test]

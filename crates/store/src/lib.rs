@@ -36,7 +36,7 @@ pub mod varint;
 pub mod zset;
 
 pub use keyspace::ShardGuard;
-pub use keyspace::{HeldShards, Keyspace, MultiLock, ScanPage, SHARDS};
+pub use keyspace::{HeldShards, Keyspace, MultiLock, ScanPage, UnloggedMarks, SHARDS};
 pub use list::{End, ListLimit, ListValue};
 pub use set::{Member, SetLimits, SetValue};
 pub use shard::{

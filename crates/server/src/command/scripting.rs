@@ -27,9 +27,8 @@
 //! the shards of the keys it names too (`ScriptRun::hold_more`: BullMQ's scripts reach a job's
 //! keys from a prefix in ARGV, which standalone Redis allows) and goes on; from then on it runs
 //! exclusively. Only an access that cannot be held that way (the whole keyspace, another
-//! keyspace, a shard another script keeps busy for 200 ms, the write-order lock of a logged
-//! keyspace held as long by a write waiting for one of the script's keys: see
-//! `persist::write::hold_more`) is an error, as in a Redis Cluster
+//! keyspace, a shard another script — or a multi-key write waiting for one of this script's
+//! keys — keeps busy or unlogged for 200 ms: see `persist::write::hold_more`) is an error, as in a Redis Cluster
 //! (`Script attempted to access a non local key…`): the writes before it stand, as after any
 //! error in a script.
 //!
@@ -681,13 +680,8 @@ impl ScriptRun<'_> {
         else {
             return false;
         };
-        let held = crate::persist::write::hold_more(
-            self.shared,
-            self.client,
-            declared.db,
-            &keys,
-            HOLD_MORE_PATIENCE,
-        );
+        let held =
+            crate::persist::write::hold_more(self.shared, declared.db, &keys, HOLD_MORE_PATIENCE);
         self.held_more |= held;
         held
     }

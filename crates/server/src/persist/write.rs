@@ -235,22 +235,15 @@ fn replicates(shared: &Shared, client: &ClientState) -> bool {
     shared.repl.is_active() && !client.from_primary && !shared.repl.is_replica()
 }
 
-/// Whether writes by `client` in keyspace `db` are logged or streamed, so that a hold of keys
-/// is taken under the write-order lock (see [`WriteTxn::begin_keyed`] and [`hold_more`]).
-fn orders_writes(shared: &Shared, client: &ClientState, db: usize) -> bool {
-    replicates(shared, client)
-        || degree(shared, client, Scope::Keyspace(db)).is_ok_and(|d| d.is_logged())
-}
-
 /// For a key-locked transaction running on this thread (`WriteTxn::begin_keyed`): also hold
-/// the shards of `keys` in keyspace `db` until it ends. As when the hold was taken, the shards
-/// are taken under the write-order lock when the keyspace is logged or streamed, so every
-/// write applied to them before is in the log already. A lone write holds that lock while it
-/// waits for a shard, possibly one of this transaction's: the lock, like each shard, is waited
-/// for at most `patience` (false then; a shard taken before that stays held to the end).
+/// the shards of `keys` in keyspace `db` until it ends. As when the hold was taken, a shard is
+/// taken only once every write applied to it is in the log (or stream): a lone write in a logged
+/// or streamed keyspace marks the shards it locks until it has appended
+/// (`gradus_store::UnloggedMarks`), so this needs no write-order lock (a lone write holds that
+/// while it waits for a shard, possibly one of this transaction's). Each shard is waited for at
+/// most `patience` (false then; a shard taken before that stays held to the end).
 pub fn hold_more(
     shared: &Shared,
-    client: &ClientState,
     db: usize,
     keys: &[&[u8]],
     patience: std::time::Duration,
@@ -258,17 +251,7 @@ pub fn hold_more(
     let Some(keyspace) = shared.store.db(db) else {
         return false;
     };
-    let order = if orders_writes(shared, client, db) {
-        match shared.write_order.try_lock_for(patience) {
-            Some(order) => Some(order),
-            None => return false,
-        }
-    } else {
-        None
-    };
-    let held = keys.iter().all(|key| keyspace.try_hold_more(key, patience));
-    drop(order);
-    held
+    keys.iter().all(|key| keyspace.try_hold_more(key, patience))
 }
 
 /// Refuse a write from a client of a read-only replica, or on a primary short of good replicas.
@@ -345,7 +328,25 @@ pub struct WriteTxn<'s, 'c> {
     client: &'c mut ClientState,
     degree: Durability,
     gate: Gate<'s>,
-    order: Option<parking_lot::MutexGuard<'s, ()>>,
+    order: Option<Ordered<'s>>,
+}
+
+/// What a lone write whose record is ordered holds from before it applies until it has
+/// appended: the write-order lock, and the marks on the shards it locks (so a key-locked
+/// transaction taking one of them waits for this record first, without the lock).
+struct Ordered<'s> {
+    _marks: gradus_store::UnloggedMarks,
+    _lock: parking_lot::MutexGuard<'s, ()>,
+}
+
+impl<'s> Ordered<'s> {
+    fn take(shared: &'s Shared) -> Self {
+        let lock = shared.write_order.lock();
+        Ordered {
+            _marks: gradus_store::UnloggedMarks::begin(),
+            _lock: lock,
+        }
+    }
 }
 
 impl<'s, 'c> WriteTxn<'s, 'c> {
@@ -448,17 +449,17 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
     /// other command, run beside it. The caller must let it run only commands on those keys (in
     /// `db`). Inside an open transaction (a script in EXEC) it joins.
     ///
-    /// Log order: a lone write holds the write-order lock from before it applies until it has
-    /// appended. The shards are taken while this transaction holds that lock (when the keyspace
-    /// is logged), so every write applied before has been appended already; the lock is let go
-    /// at once, and a write to a held key waits for the shards, which go only after this
-    /// transaction's record has been appended (`commit`). So writes to the same key reach the
-    /// log in the order they reached memory, and writes to other keys commute. The commit does
-    /// not take the write-order lock again: a lone write may hold it while it waits for one of
-    /// these shards. The shards are taken with `try_lock` only; when one is busy, everything is
-    /// let go, the shard is waited for, and the whole is tried again, so nothing waits while it
-    /// holds a shard or the write-order lock (no deadlock with other holds or multi-key
-    /// commands).
+    /// Log order: a lone write in a logged or streamed keyspace marks each shard it locks from
+    /// before it applies until it has appended (`gradus_store::UnloggedMarks`, taken with the
+    /// write-order lock). A shard is held only once its marks are cleared, so every write
+    /// applied to it before has been appended already; a write to a held key waits for the
+    /// shard, which goes only after this transaction's record has been appended (`commit`).
+    /// So writes to the same key reach the log in the order they reached memory, and writes to
+    /// other keys commute. Neither the hold nor the commit takes the write-order lock: a lone
+    /// write may hold it while it waits for one of these shards. The shards are taken with
+    /// `try_lock` only; when one is busy (locked, or marked), everything is let go, the shard is
+    /// waited for, and the whole is tried again, so nothing waits while it holds a shard (no
+    /// deadlock with other holds or multi-key commands).
     pub fn begin_keyed(
         shared: &'s Shared,
         client: &'c mut ClientState,
@@ -477,12 +478,8 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
         let gate = shared.store.shared(client.id);
         // Decided under the gate, as for a lone write (see `lock`).
         let replicate = replicates(shared, client);
-        let logged = orders_writes(shared, client, db);
         let held = loop {
-            let order = logged.then(|| shared.write_order.lock());
-            let attempt = keyspace.try_hold(keys.iter().map(|k| k.as_ref()));
-            drop(order);
-            match attempt {
+            match keyspace.try_hold(keys.iter().map(|k| k.as_ref())) {
                 Ok(held) => break held,
                 Err(busy) => keyspace.wait_for_shard(busy),
             }
@@ -528,8 +525,7 @@ impl<'s, 'c> WriteTxn<'s, 'c> {
             if let Some(record) = self.client.record.as_mut() {
                 record.replicate = replicate;
             }
-            self.order =
-                (self.degree.is_logged() || replicate).then(|| self.shared.write_order.lock());
+            self.order = (self.degree.is_logged() || replicate).then(|| Ordered::take(self.shared));
         }
     }
 

@@ -69,6 +69,8 @@ pub async fn ping_task(shared: Arc<Shared>) {
 pub fn sweep_and_stream(shared: &Shared, now_ms: u64, budget_per_shard: usize) -> usize {
     let _gate = shared.store.shared(0);
     let _order = shared.write_order.lock();
+    // Every shard it sweeps is marked until its DELs are streamed, as a lone write marks them.
+    let _marks = gradus_store::UnloggedMarks::begin();
     let limits = replica_limits(shared);
     let mut removed = 0;
     for (db, keyspace) in shared.store.keyspaces().iter().enumerate() {
