@@ -229,6 +229,9 @@ pub struct ClientState {
     pub from_primary: bool,
     /// A script's `redis.call` is running the command now (XREAD's BLOCK is refused there).
     pub in_script: bool,
+    /// The errors of the reply just made were counted in INFO errorstats already (a script's
+    /// reply: see `command::scripting::execute`); whoever sends or gathers it takes this flag.
+    pub errors_counted: bool,
     /// The replication offset after this connection's last streamed write (WAIT waits for it).
     pub repl_offset: u64,
     /// The replication offset a `replicated` write among the pending replies waits for replicas
@@ -303,6 +306,7 @@ impl ClientState {
             reply_queued: false,
             from_primary: false,
             in_script: false,
+            errors_counted: false,
             repl_offset: 0,
             replicated_offset: 0,
             repl_takeover: None,

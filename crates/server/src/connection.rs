@@ -124,7 +124,9 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                             .last_active_ms
                             .store(now, std::sync::atomic::Ordering::Relaxed);
                         crate::dispatch::finish_deferred(&shared, &mut client, &reply);
-                        shared.stats.count_errors(&reply);
+                        if !std::mem::take(&mut client.errors_counted) {
+                            shared.stats.count_errors(&reply);
+                        }
                         crate::dispatch::flush_broadcasts(&shared, &mut client);
                         if !client.reply_mode.withhold_and_advance() {
                             encode(&reply, client.resp, &mut wbuf);
@@ -138,7 +140,9 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                         // The reply, then the invalidations of its own keys, then the pushes
                         // made while it ran (Redis 7.2's `afterCommand` order). A command whose
                         // reply is a push (SUBSCRIBE) queued it in the outbox itself.
-                        shared.stats.count_errors(&reply);
+                        if !std::mem::take(&mut client.errors_counted) {
+                            shared.stats.count_errors(&reply);
+                        }
                         let withheld = client.reply_mode.withhold_and_advance();
                         if !std::mem::take(&mut client.reply_queued)
                             && !client.suppress_reply

@@ -45,19 +45,12 @@ const ERROR_CODES_MAX: usize = 128;
 
 impl Stats {
     /// Count `reply` if it is an error (a reply to a client's command). Errors inside an array
-    /// are counted where such arrays are made ([`Stats::count_inner_errors`]: EXEC's replies, a
-    /// script's table), so an ordinary array reply is not looked through.
+    /// are counted where such arrays are made (EXEC's replies, a script's table, the errors a
+    /// script's commands give it), so an ordinary array reply is not looked through.
     #[inline]
     pub fn count_errors(&self, reply: &gradus_proto::Frame) {
         if let gradus_proto::Frame::Error(text) = reply {
             self.count_error(text);
-        }
-    }
-
-    /// Count the errors among `items` (EXEC's replies, the elements of a script's table).
-    pub fn count_inner_errors(&self, items: &[gradus_proto::Frame]) {
-        for item in items {
-            self.count_errors(item);
         }
     }
 

@@ -579,52 +579,33 @@ impl ScriptRun<'_> {
     /// meet. `resp`: the run's protocol (`redis.setresp`), which the command sees as the
     /// client's (the caller's is put back after).
     fn call(&mut self, args: Vec<Bytes>, slot: &RunSlot, resp: ProtocolVersion) -> Frame {
+        let reply = self.call_counted(args, slot, resp);
+        // Every error a command gives a script counts in INFO errorstats when it is made, as
+        // Redis' `call()`/`scriptCall` count it, whether the script then catches it (pcall) or
+        // not; the script's reply does not count it again (`lua_stack::COUNTED`). Not in a
+        // run stopped to run again exclusively.
+        if !matches!(self.abort, Some(Abort::Restart)) {
+            self.shared.stats.count_errors(&reply);
+        }
+        reply
+    }
+
+    /// [`ScriptRun::call`] but for counting its error. A command refused before it runs counts
+    /// as a rejected call of that command in INFO commandstats (Redis' `scriptCall`).
+    fn call_counted(&mut self, args: Vec<Bytes>, slot: &RunSlot, resp: ProtocolVersion) -> Frame {
         if self.abort.is_some() {
             return CmdError::err("the script was stopped").to_frame();
         }
         let Some(spec) = table().get(&args[0]) else {
             return CmdError::err("Unknown Redis command called from script").to_frame();
         };
-        if !spec.arity_ok(args.len()) {
-            return CmdError::err("Wrong number of args calling Redis command from script")
-                .to_frame();
-        }
-        // The subcommand's row too (CLUSTER RESET, MODULE LOAD are `noscript` under parents
-        // that are not), as Redis checks the command it resolved.
-        if !allowed_in_script(self.shared, spec)
-            || !allowed_in_script(self.shared, spec.resolve(&args))
-        {
-            return CmdError::err("This Redis command is not allowed from script").to_frame();
-        }
-        // A may-replicate command (PUBLISH, PFCOUNT) counts as a write here, as in Redis 7.2's
-        // `scriptVerifyWriteCommandAllow`: a read-only script may then run under CLIENT PAUSE
-        // WRITE. Regression: `test_a_read_only_script_may_not_publish`.
-        if self.read_only && spec.has(flags::WRITE | flags::MAY_REPLICATE | flags::REPLICATES) {
-            return CmdError::err("Write commands are not allowed from read-only scripts.")
-                .to_frame();
-        }
-        if let Err(e) = crate::tenancy::check_perms(self.client, spec.resolve(&args)) {
-            return e.to_frame();
-        }
-        if let Err(denied) =
-            crate::tenancy::acl::check_acl(self.client, spec.resolve(&args), spec, &args)
-        {
-            return CmdError::Other(denied.error_text(&self.client.user)).to_frame();
-        }
-        if let Some(declared) = &self.declared {
-            let allowed = declares(self.shared, spec, &args, self.client.db, declared)
-                || (self.wrote && self.hold_more(spec, &args));
-            if !allowed {
-                return self.undeclared(spec, &args);
-            }
-        }
         let row = spec.resolve(&args);
-        if !self.wrote && row.has(flags::DENYOOM) {
-            if let Some(oom) = &self.oom {
+        if let Some(refused) = self.refusal(spec, &args) {
+            if !matches!(self.abort, Some(Abort::Restart)) {
                 let observer = &self.shared.observer.commands;
                 observer.record(row, Duration::ZERO, crate::observe::Outcome::Rejected);
-                return oom.clone();
             }
+            return refused;
         }
         if spec.runs_as_write() && !self.wrote && !slot.claim_write() {
             // SCRIPT KILL / FUNCTION KILL came first: it stops before writing anything.
@@ -654,6 +635,50 @@ impl ScriptRun<'_> {
             .commands
             .record(row, started.elapsed(), outcome);
         reply
+    }
+
+    /// Why the script may not run this command now (Redis' `scriptCall` checks, then the
+    /// declared keys and the memory limit), or None.
+    fn refusal(&mut self, spec: &'static CommandSpec, args: &[Bytes]) -> Option<Frame> {
+        if !spec.arity_ok(args.len()) {
+            return Some(
+                CmdError::err("Wrong number of args calling Redis command from script").to_frame(),
+            );
+        }
+        // The subcommand's row too (CLUSTER RESET, MODULE LOAD are `noscript` under parents
+        // that are not), as Redis checks the command it resolved.
+        if !allowed_in_script(self.shared, spec)
+            || !allowed_in_script(self.shared, spec.resolve(args))
+        {
+            return Some(CmdError::err("This Redis command is not allowed from script").to_frame());
+        }
+        // A may-replicate command (PUBLISH, PFCOUNT) counts as a write here, as in Redis 7.2's
+        // `scriptVerifyWriteCommandAllow`: a read-only script may then run under CLIENT PAUSE
+        // WRITE. Regression: `test_a_read_only_script_may_not_publish`.
+        if self.read_only && spec.has(flags::WRITE | flags::MAY_REPLICATE | flags::REPLICATES) {
+            return Some(
+                CmdError::err("Write commands are not allowed from read-only scripts.").to_frame(),
+            );
+        }
+        if let Err(e) = crate::tenancy::check_perms(self.client, spec.resolve(args)) {
+            return Some(e.to_frame());
+        }
+        if let Err(denied) =
+            crate::tenancy::acl::check_acl(self.client, spec.resolve(args), spec, args)
+        {
+            return Some(CmdError::Other(denied.error_text(&self.client.user)).to_frame());
+        }
+        if let Some(declared) = &self.declared {
+            let allowed = declares(self.shared, spec, args, self.client.db, declared)
+                || (self.wrote && self.hold_more(spec, args));
+            if !allowed {
+                return Some(self.undeclared(spec, args));
+            }
+        }
+        if !self.wrote && spec.resolve(args).has(flags::DENYOOM) {
+            return self.oom.clone();
+        }
+        None
     }
 
     /// A key-locked script that has written names keys it did not declare, in its keyspace (as
@@ -869,24 +894,56 @@ fn execute(run: &RefCell<ScriptRun<'_>>, inv: &Invocation<'_>) -> Frame {
         0 => NEVER,
         ms => Duration::from_millis(ms),
     };
-    with_vm(|vm| {
+    lua_stack::take_counted();
+    let frame = with_vm(|vm| {
         vm.time_limit = limit;
-        match vm.run(run, inv) {
-            Ok(frame) => {
-                if let Frame::Array(items) = &frame {
-                    // A script's table of replies: its errors count as EXEC's do.
-                    run.borrow().shared.stats.count_inner_errors(items);
-                }
-                Ok(frame)
-            }
-            Err(e) => Err(Frame::Error(format!(
+        vm.run(run, inv).map_err(|e| {
+            Frame::Error(format!(
                 "ERR Error running script: {} script: {}",
                 one_line(&e.to_string()),
                 inv.name
-            ))),
-        }
+            ))
+        })
     })
-    .unwrap_or_else(|e| e)
+    .unwrap_or_else(|e| e);
+    // The reply's errors, at any depth, are counted here, as Redis' `luaReplyToRedisReply`
+    // counts each error table it writes, but for those a failed command made: counted then.
+    // (A run stopped to run again exclusively counts nothing: its reply is thrown away.)
+    let mut counted = lua_stack::take_counted();
+    let mut run = run.borrow_mut();
+    if !matches!(run.abort, Some(Abort::Restart)) {
+        count_reply_errors(&run.shared.stats, &frame, &mut counted);
+        run.client.errors_counted = true;
+    }
+    frame
+}
+
+/// Count the errors in `frame` (at any depth) in INFO errorstats, but for one of each code in
+/// `counted` (counted already).
+fn count_reply_errors(stats: &crate::state::Stats, frame: &Frame, counted: &mut Vec<String>) {
+    match frame {
+        Frame::Error(text) => {
+            let code = text.split(' ').next().unwrap_or("");
+            match counted.iter().position(|c| c == code) {
+                Some(at) => {
+                    counted.swap_remove(at);
+                }
+                None => stats.count_errors(frame),
+            }
+        }
+        Frame::Array(items) | Frame::Set(items) | Frame::Push(items) => {
+            for item in items {
+                count_reply_errors(stats, item, counted);
+            }
+        }
+        Frame::Map(pairs) => {
+            for (k, v) in pairs {
+                count_reply_errors(stats, k, counted);
+                count_reply_errors(stats, v, counted);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Run `f` on this thread's Lua state (created on first use). When `f` fails (`Err`) for a
@@ -2054,6 +2111,9 @@ fn script_error(value: &Value, sha: &str) -> Frame {
         Value::Table(t) => match t.get::<Value>("err") {
             Ok(Value::String(s)) => {
                 let message = one_line(&s.to_string_lossy());
+                if t.raw_get::<bool>(lua_stack::COUNTED).unwrap_or(false) {
+                    lua_stack::note_counted(&message);
+                }
                 match (t.get::<Value>("source"), t.get::<Value>("line")) {
                     (Ok(Value::String(source)), Ok(Value::Integer(line))) => Frame::Error(format!(
                         "{message} script: {sha}, on {}:{line}.",
@@ -2700,6 +2760,11 @@ unsafe fn redis_call(state: *mut ffi::lua_State) -> bool {
         lua_stack::push_frame_resp3(state, &frame);
     } else {
         lua_stack::push_frame(state, &frame);
+    }
+    if frame.is_error() {
+        // Counted when the command failed (`ScriptRun::call`): not again if the script
+        // returns or raises it.
+        lua_stack::mark_counted(state, ffi::lua_gettop(state));
     }
     frame.is_error()
 }

@@ -164,6 +164,8 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
         }
     }
     let mut replies = Vec::with_capacity(multi.queued.len());
+    // Which replies' errors were counted already (a script's: see `ClientState::errors_counted`).
+    let mut counted = Vec::with_capacity(multi.queued.len());
     // A command that defers its reply (a throttled AUTH; nothing else in a transaction waits:
     // locks are tried, not waited for) holds the whole EXEC reply until its own is known.
     let mut late = Vec::new();
@@ -183,6 +185,7 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
                 }
             },
         ));
+        counted.push(std::mem::take(&mut txn.client().errors_counted));
         if let Some(work) = txn.client().deferred.take() {
             // Counted now, as a command in a transaction never waits for others' writes.
             dispatch::finish_deferred(shared, txn.client(), &Frame::Null);
@@ -196,13 +199,22 @@ fn exec(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
                 for (i, work) in late {
                     replies[i] = work.complete(shared.clone(), client).await;
                 }
-                shared.stats.count_inner_errors(&replies);
+                count_uncounted(&shared, &replies, &counted);
                 Frame::Array(replies)
             })
         }));
         return Ok(Frame::Null);
     }
-    shared.stats.count_inner_errors(&replies);
+    count_uncounted(shared, &replies, &counted);
     let replies = Frame::Array(replies);
     Ok(replies)
+}
+
+/// Count the errors among EXEC's `replies` but those `counted` already.
+fn count_uncounted(shared: &crate::state::Shared, replies: &[Frame], counted: &[bool]) {
+    for (reply, counted) in replies.iter().zip(counted) {
+        if !counted {
+            shared.stats.count_errors(reply);
+        }
+    }
 }

@@ -27,6 +27,48 @@ pub(super) const NO_ARGUMENTS: &str =
     "Please specify at least one argument for this redis lib call";
 pub(super) const BAD_ARGUMENT: &str = "Lua redis lib command arguments must be strings or integers";
 
+/// The field Redis 7 sets (to true) in the error table of a command's error reply given to a
+/// script: the error was counted in INFO errorstats when the command failed, so a script that
+/// returns or raises that table does not count it again (`ignore_error_stats_update`).
+pub(super) const COUNTED: &str = "ignore_error_stats_update";
+
+thread_local! {
+    /// The error codes of the tables marked [`COUNTED`] that [`to_frame`] made errors of on this
+    /// thread since [`take_counted`] was last called.
+    static COUNTED_CODES: std::cell::RefCell<Vec<String>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Note that an error reply with `text` was counted already (see [`COUNTED`]).
+pub(super) fn note_counted(text: &str) {
+    let code = text.split(' ').next().unwrap_or("").to_string();
+    COUNTED_CODES.with(|c| c.borrow_mut().push(code));
+}
+
+/// The codes [`note_counted`] noted since the last call, taken.
+pub(super) fn take_counted() -> Vec<String> {
+    COUNTED_CODES.with(|c| std::mem::take(&mut *c.borrow_mut()))
+}
+
+/// Mark the error table at `idx` (absolute) as counted ([`COUNTED`] = true).
+///
+/// # Safety
+/// As [`push_field`]; `idx` is a table.
+pub(super) unsafe fn mark_counted(state: *mut ffi::lua_State, idx: c_int) {
+    push_field(state, idx, COUNTED.as_bytes(), |state| {
+        ffi::lua_pushboolean(state, 1)
+    });
+}
+
+/// Whether the table at `idx` (absolute) is marked [`COUNTED`]. Stack balanced.
+unsafe fn is_counted(state: *mut ffi::lua_State, idx: c_int) -> bool {
+    push_bytes(state, COUNTED.as_bytes());
+    ffi::lua_rawget(state, idx);
+    let counted = ffi::lua_toboolean(state, -1) != 0;
+    ffi::lua_pop(state, 1);
+    counted
+}
+
 /// The bytes of the string at `idx`. The slice lives as long as the value stays on the stack.
 ///
 /// # Safety
@@ -364,7 +406,11 @@ pub(super) unsafe fn to_frame(
                 return stack_limit();
             }
             if let Some(e) = string_field(state, idx, b"err") {
-                return Frame::Error(one_line(&String::from_utf8_lossy(e)));
+                let text = one_line(&String::from_utf8_lossy(e));
+                if is_counted(state, idx) {
+                    note_counted(&text);
+                }
+                return Frame::Error(text);
             }
             if let Some(s) = string_field(state, idx, b"ok") {
                 return Frame::Simple(Bytes::copy_from_slice(s));
