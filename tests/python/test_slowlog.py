@@ -3,6 +3,7 @@
 The shape tests run against redis-server too (GRADUS_TARGET=redis); the per-tenant ones are
 Gradus-only.
 """
+import time
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,35 @@ def test_latency_monitor_shapes(gradus):
     assert r.execute_command("LATENCY", "RESET", "command", "nope") == 1
     help_lines = r.execute_command("LATENCY", "HELP")
     assert help_lines[0].startswith(b"LATENCY <subcommand>")
+
+
+def test_a_long_active_expiry_cycle_is_the_latency_event_expire_cycle(gradus):
+    """An active-expiry cycle that takes latency-monitor-threshold or longer is sampled as the
+    event `expire-cycle`, as in Redis (its latency-monitor.tcl "LATENCY of expire events are
+    correctly collected"); Gradus sampled only commands, fsyncs and lock waits. Here a cycle
+    reclaims tens of thousands of keys that expire together, at a 1 ms threshold."""
+    r = redis_client(gradus, 2, single_connection_client=True)
+    r.flushall()
+    r.execute_command("CONFIG", "SET", "latency-monitor-threshold", "1")
+    r.execute_command("LATENCY", "RESET")
+    try:
+        p = r.pipeline(transaction=False)
+        for i in range(100_000):
+            p.set(f"exp:{i}", "v", px=200)
+            if i % 1000 == 999:
+                p.execute()
+        p.execute()
+        deadline = time.monotonic() + 20
+        while r.dbsize() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert r.dbsize() == 0
+        events = {e[0]: e for e in r.execute_command("LATENCY", "LATEST")}
+        assert b"expire-cycle" in events, events
+        assert events[b"expire-cycle"][3] >= 1
+        assert r.execute_command("LATENCY", "HISTORY", "expire-cycle")
+        assert b"expire-cycle" in r.execute_command("LATENCY", "DOCTOR")
+    finally:
+        r.execute_command("CONFIG", "SET", "latency-monitor-threshold", "0")
 
 
 def test_client_list_has_the_fields_redis_tools_read(gradus):

@@ -491,29 +491,40 @@ async fn expiry_loop(shared: Arc<Shared>) {
     }
 }
 
-/// One active-expiry cycle: reclaim expired keys in every keyspace; returns how many.
+/// One active-expiry cycle: reclaim expired keys in every keyspace; returns how many. A cycle
+/// that takes `latency-monitor-threshold` or longer is the latency event `expire-cycle`, as in
+/// Redis.
 async fn sweep(shared: &Arc<Shared>) -> usize {
     let sweeper = shared.clone();
     // The sweep takes shard locks; keep it off the async workers' fast path.
     tokio::task::spawn_blocking(move || {
-        let now = gradus_store::now_ms();
-        let repl = &sweeper.repl;
-        if repl.is_active() && repl.is_replica() {
-            // A replica deletes what its primary's stream deletes; it reclaims on its own
-            // only keys its primary let expire without a DEL (reclaimed there by a read)
-            // long ago. Reads here already see them as missing.
-            sweeper.store.sweep_expired(
-                now.saturating_sub(REPLICA_EXPIRY_MARGIN_MS),
-                SWEEP_BUDGET_PER_SHARD,
-            )
-        } else if repl.is_active() {
-            crate::repl::primary::sweep_and_stream(&sweeper, now, SWEEP_BUDGET_PER_SHARD)
-        } else {
-            sweeper.store.sweep_expired(now, SWEEP_BUDGET_PER_SHARD)
-        }
+        let started = std::time::Instant::now();
+        let reclaimed = sweep_now(&sweeper);
+        let observer = &sweeper.observer;
+        observer.latency_event(&sweeper.live, "expire-cycle", started.elapsed());
+        reclaimed
     })
     .await
     .unwrap_or(0)
+}
+
+/// [`sweep`]'s work, on the calling thread.
+fn sweep_now(sweeper: &Arc<Shared>) -> usize {
+    let now = gradus_store::now_ms();
+    let repl = &sweeper.repl;
+    if repl.is_active() && repl.is_replica() {
+        // A replica deletes what its primary's stream deletes; it reclaims on its own only
+        // keys its primary let expire without a DEL (reclaimed there by a read) long ago.
+        // Reads here already see them as missing.
+        sweeper.store.sweep_expired(
+            now.saturating_sub(REPLICA_EXPIRY_MARGIN_MS),
+            SWEEP_BUDGET_PER_SHARD,
+        )
+    } else if repl.is_active() {
+        crate::repl::primary::sweep_and_stream(sweeper, now, SWEEP_BUDGET_PER_SHARD)
+    } else {
+        sweeper.store.sweep_expired(now, SWEEP_BUDGET_PER_SHARD)
+    }
 }
 
 /// Hand on locks whose lease ran out (every 10 ms: the lease is a safety net for a hung holder,

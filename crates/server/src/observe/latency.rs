@@ -129,6 +129,7 @@ impl LatencyMonitor {
             let advice = match *name {
                 "command" | "fast-command" => "- Check SLOWLOG GET for the commands that ran long: O(N) commands on big values (KEYS, SMEMBERS, LRANGE 0 -1, SORT) block their shard; prefer SCAN and bounded ranges.",
                 "fsync" => "- Log fsyncs are slow: the disk under the data directory is the limit. Strict writes wait for them; keyspaces that can take a bounded loss window run faster at the background degree.",
+                "expire-cycle" => "- Active expiry took long: many keys expiring at the same moment, or big values expiring (their memory is given back by the reclaim thread, but each key is still removed under its shard's lock). Spread TTLs with some jitter.",
                 "lock-wait" => "- Connections wait long for session locks: a page holds its session lock for the whole request. Set LOCK ... MAXWAITERS to fail redirect loops early and a LEASE so a hung worker cannot block a user.",
                 _ => "- See the README's observability section for this event.",
             };
