@@ -4,6 +4,7 @@ with `enable-debug-command yes` or, from loopback, `local`; the subcommands harn
 Redis' replies."""
 import re
 import socket
+import subprocess
 import time
 
 import pytest
@@ -130,3 +131,32 @@ def test_debug_set_active_expire_stops_and_restarts_the_background_sweep_as_redi
         seen[server.name] = steps
     assert seen[gradus.name] == seen[peer.name]
     assert seen[gradus.name][1:4] == [20, None, 19]
+
+
+@pytest.mark.gradus_only
+def test_config_set_loglevel_filters_the_log_at_once(gradus_factory):
+    """`CONFIG SET loglevel` changes what the server logs at once, with Redis' level names
+    (`DEBUG LOG` writes at warning level); an unknown level is refused with Redis' error and
+    changes nothing. Gradus refused every change (`can't set immutable config`), and took a
+    misspelt level (`--loglevel notice` was not one) for `info` without a word."""
+    server = gradus_factory("--loglevel", "warning", "--enable-debug-command", "yes")
+    r = redis_client(server, 2)
+    assert r.config_get("loglevel") == {"loglevel": "warning"}
+    r.execute_command("DEBUG", "LOG", "first-line")
+    assert r.config_set("loglevel", "nothing")
+    r.execute_command("DEBUG", "LOG", "second-line")
+    assert r.config_set("loglevel", "notice")
+    r.execute_command("DEBUG", "LOG", "third-line")
+    assert reply(r, "CONFIG", "SET", "loglevel", "loud").startswith(
+        "error: CONFIG SET failed (possibly related to argument 'loglevel') - argument(s) must "
+        "be one of the following: debug, verbose, notice, warning, nothing")
+    assert r.config_get("loglevel") == {"loglevel": "notice"}
+    r.execute_command("DEBUG", "LOG", "fourth-line")
+    log = server.stderr_text()
+    assert "first-line" in log and "third-line" in log and "fourth-line" in log
+    assert "second-line" not in log
+    server.stop()
+    proc = subprocess.run([server.argv[0], "--port", "0", "--tls-port", "0", "--loglevel", "loud"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0
+    assert "loglevel: argument(s) must be one of the following" in proc.stderr

@@ -480,6 +480,9 @@ impl Config {
                 .check(s.get(self))
                 .map_err(|e| ServerError::Config(format!("{}: {e}", s.toml_path())))?;
         }
+        if let Err(e) = crate::logging::filter(&self.loglevel) {
+            return Err(ServerError::Config(format!("loglevel: {e}")));
+        }
         if self.bind.is_empty() {
             return bad("bind must name at least one address");
         }

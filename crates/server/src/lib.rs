@@ -38,6 +38,7 @@
 //!   and the stream type both connection loops are generic over;
 //! - [`config`]: defaults, TOML file, flags, validation; [`config_rewrite`]: CONFIG REWRITE's
 //!   edit of that file; [`info`]: the INFO text;
+//! - [`logging`]: the log's filter (`loglevel`), changed at run time by CONFIG SET;
 //! - [`args`]: argument parsing with Redis' rules; [`long_double`]: Redis' float arithmetic for
 //!   INCRBYFLOAT/HINCRBYFLOAT; [`error`]: this layer's error type.
 //!
@@ -57,6 +58,7 @@ pub mod error;
 pub mod functions;
 pub mod hll;
 pub mod info;
+pub mod logging;
 pub mod long_double;
 pub mod memcache;
 pub mod migrate;

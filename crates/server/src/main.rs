@@ -38,12 +38,7 @@ fn main() -> std::process::ExitCode {
             }
         };
     }
-    let filter = tracing_subscriber::EnvFilter::try_new(&config.loglevel)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    gradus_server::logging::init(&config.loglevel);
     if config.disable_thp {
         if let Err(e) = gradus_server::alloc::disable_thp() {
             tracing::warn!(

@@ -136,6 +136,8 @@ pub struct LiveSettings {
     pub tls_replication: std::sync::atomic::AtomicBool,
     /// Redis' `save` points, as CONFIG SET left them (no effect here).
     pub save: Mutex<String>,
+    /// The log's filter as last set (`crate::logging`).
+    pub loglevel: Mutex<String>,
     /// Redis' encoding knobs: every write reads them to decide a value's encoding (see
     /// `command::lists::list_limit`, `sets::set_limits`, `hashes::hash_limits`,
     /// `zsets::zset_limits`); `list-compress-depth` is only reported.
@@ -272,6 +274,7 @@ impl Shared {
             tls_protocols: Mutex::new(Vec::new()),
             tls_replication: std::sync::atomic::AtomicBool::new(false),
             save: Mutex::new(String::new()),
+            loglevel: Mutex::new(String::new()),
             list_max_listpack_size: AtomicI64::new(0),
             list_compress_depth: AtomicU64::new(0),
             set_max_intset_entries: AtomicU64::new(0),
