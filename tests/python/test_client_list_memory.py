@@ -92,3 +92,69 @@ def test_read_buffer_room_is_added_only_when_little_is_left(gradus):
     grown = used() - before
     assert len(conn.call("EXEC")) == 200
     assert grown < 1_000_000, f"200 queued commands took {grown} bytes"
+
+
+def test_maxmemory_clients_evicts_the_largest_clients_as_redis(gradus, redis_server):
+    """`maxmemory-clients` (Redis 7's client eviction): CONFIG SET/GET take bytes or a
+    percentage of maxmemory with Redis' errors; once the connections' memory adds up to the
+    limit (CLIENT NO-EVICT ones counted too), the largest connection is closed (INFO stats
+    `evicted_clients`), never one marked CLIENT NO-EVICT, and the smaller ones stay. Gradus did not know the setting (`Unknown
+    option`), so a configuration or harness setting it failed and client buffers were never
+    bounded as a whole. Run against both servers."""
+    import socket
+    import time
+
+    import redis
+
+    from servers import redis_client
+
+    def config_replies(r):
+        out = []
+        for value in ("101%", "abc", "-1", "5%", "0%", "2mb", "0"):
+            try:
+                out.append(r.config_set("maxmemory-clients", value))
+            except redis.ResponseError as e:
+                out.append(str(e))
+            out.append(r.config_get("maxmemory-clients"))
+        return out
+
+    def partial_command(server, name, size, no_evict=False):
+        s = socket.create_connection((server.host, server.port), timeout=5)
+        s.sendall(f"CLIENT SETNAME {name}\r\n".encode())
+        assert s.recv(100) == b"+OK\r\n"
+        if no_evict:
+            s.sendall(b"CLIENT NO-EVICT on\r\n")
+            assert s.recv(100) == b"+OK\r\n"
+        s.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n" % (2 * size) + b"v" * size)
+        return s
+
+    seen = {}
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        replies = config_replies(r)
+        r.config_resetstat()
+        socks = []
+        try:
+            socks.append(partial_command(server, "kept", 200_000, no_evict=True))
+            socks.append(partial_command(server, "small", 50_000))
+            socks.append(partial_command(server, "big", 1_500_000))
+            time.sleep(0.3)
+            # Set from this connection, once the others' buffers are there: Redis evicts while
+            # it runs CONFIG SET. (Had the limit been set first, Redis would evict as the big
+            # client's bytes arrive; that client, being the one running, is only marked to
+            # close, its memory still counted, and Redis goes on to evict smaller ones.)
+            r.config_set("maxmemory-clients", "1mb")
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                names = sorted(c["name"] for c in r.client_list() if c["name"])
+                if "big" not in names:
+                    break
+                time.sleep(0.05)
+            evicted = r.info("stats")["evicted_clients"]
+        finally:
+            r.config_set("maxmemory-clients", "0")
+            for s in socks:
+                s.close()
+        seen[server.name] = (replies, names, evicted)
+    assert seen[gradus.name] == seen[redis_server.name]
+    assert seen[gradus.name][1:] == (["kept", "small"], 1)

@@ -511,7 +511,7 @@ pub struct ClientHandle {
     pub tracking_bcast: AtomicBool,
     /// An invalidation found its redirect target gone (CLIENT LIST flag `R`; see `tracking`).
     pub tracking_broken: AtomicBool,
-    /// CLIENT NO-EVICT on (CLIENT LIST flag `e`; Gradus never evicts clients, so only shown).
+    /// CLIENT NO-EVICT on (CLIENT LIST flag `e`): never closed by `maxmemory-clients`.
     pub no_evict: AtomicBool,
     /// CLIENT NO-TOUCH on (flag `T`): its commands leave keys' LRU/LFU data alone, except
     /// TOUCH (the dispatcher runs them under `gradus_store::with_touch(false, …)`).
@@ -729,6 +729,23 @@ impl ClientHandle {
         )
     }
 
+    /// CLIENT LIST's `tot-mem`: the connection's state and buffers (read, arguments, queued
+    /// commands, reply, what others pushed to it), as near as they can be measured; what
+    /// `maxmemory-clients` counts.
+    pub fn memory(&self) -> usize {
+        let mem = &self.mem;
+        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        let omem = self.outbox.lock().as_ref().map_or(0, |o| o.pending());
+        std::mem::size_of::<ClientState>()
+            + std::mem::size_of::<ClientHandle>()
+            + load(&mem.qbuf)
+            + load(&mem.qbuf_free)
+            + load(&mem.argv)
+            + load(&mem.multi)
+            + load(&mem.reply_size)
+            + omem
+    }
+
     /// One line of CLIENT LIST / the CLIENT INFO reply, in Redis' field order.
     pub fn describe(&self) -> String {
         let age = self.created.elapsed().as_secs();
@@ -770,15 +787,7 @@ impl ClientHandle {
             load(&mem.reply_peak),
             load(&mem.reply_pending),
         );
-        // `tot-mem`: the connection's state and buffers, as near as they can be measured.
-        let tot_mem = std::mem::size_of::<ClientState>()
-            + std::mem::size_of::<ClientHandle>()
-            + qbuf
-            + qbuf_free
-            + argv
-            + multi_mem
-            + rbs
-            + omem;
+        let tot_mem = self.memory();
         format!(
             "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={qbuf} qbuf-free={qbuf_free} argv-mem={argv} multi-mem={multi_mem} rbs={rbs} rbp={rbp} obl={obl} oll={oll} omem={omem} tot-mem={tot_mem} events=r cmd={} user={} redir={redir} resp={} lib-name={} lib-ver={} durability={}",
             self.id,

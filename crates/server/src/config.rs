@@ -91,6 +91,8 @@ pub struct Config {
     pub metrics_port: u16,
     pub metrics_bind: Vec<String>,
     pub client_output_buffer_limit: String,
+    /// `maxmemory-clients`: bytes, or `N%` of maxmemory; `0`: no limit.
+    pub maxmemory_clients: String,
     pub notify_keyspace_events: String,
     pub tracking_table_max_keys: u64,
     pub replicaof: String,
@@ -348,6 +350,7 @@ impl Config {
             metrics_port: 0,
             metrics_bind: Vec::new(),
             client_output_buffer_limit: String::new(),
+            maxmemory_clients: String::new(),
             notify_keyspace_events: String::new(),
             tracking_table_max_keys: 0,
             replicaof: String::new(),

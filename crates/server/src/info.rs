@@ -537,6 +537,11 @@ fn stats(shared: &Shared, out: &mut String) {
     line!(out, "evicted_keys:{evicted}");
     line!(
         out,
+        "evicted_clients:{}",
+        s.evicted_clients.load(Ordering::Relaxed)
+    );
+    line!(
+        out,
         "total_auth_failures:{}",
         shared.auth_throttle.total_failures.load(Ordering::Relaxed)
     );

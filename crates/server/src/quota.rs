@@ -24,6 +24,10 @@
 //! first, as decayed by `lfu-decay-time`), else the last access time; `lru` keyspaces then evict
 //! by whichever is kept.
 //!
+//! Client eviction (`maxmemory-clients`, Redis 7's): the memory of the connections themselves
+//! (buffers, queued commands, pending replies) is bounded too; past the limit the largest
+//! connections are closed ([`evict_clients`], ten times a second).
+//!
 //! May import: `persist::write` (evictions are a write transaction), `state`, `client`. Must not
 //! import command modules.
 
@@ -289,4 +293,128 @@ fn oom(shared: &Shared, g: usize, tenant: usize, keyspace_limit: bool) -> WriteE
         format!("tenant {}", t.tenants[tenant].name)
     };
     WriteError::Oom { what }
+}
+
+/// Redis' floor for `maxmemory-clients`, so a small value cannot cut every client off.
+const CLIENT_LIMIT_FLOOR: usize = 128 * 1024;
+
+/// A `maxmemory-clients` value as Redis keeps it: bytes (`64mb`), or a percentage of maxmemory
+/// (`5%`) as a negative number; Redis' errors otherwise.
+pub fn parse_client_limit(text: &str) -> Result<i64, String> {
+    let text = text.trim();
+    if let Some(percent) = text.strip_suffix('%') {
+        let n: i64 = percent
+            .parse()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or("argument must be a memory or percent value")?;
+        if n > 100 {
+            return Err("percentage argument must be less or equal to 100".into());
+        }
+        return Ok(-n);
+    }
+    crate::tenancy::parse_size(text)
+        .and_then(|n| i64::try_from(n).ok())
+        .ok_or_else(|| "argument must be a memory or percent value".into())
+}
+
+/// As CONFIG GET shows a `maxmemory-clients` value kept by [`parse_client_limit`].
+pub fn client_limit_text(kept: i64) -> String {
+    if kept < 0 {
+        format!("{}%", -kept)
+    } else {
+        kept.to_string()
+    }
+}
+
+/// The canonical form of a `maxmemory-clients` value, or Redis' error (the settings table's
+/// check).
+pub fn normalize_client_limit(text: &str) -> Result<String, String> {
+    parse_client_limit(text).map(client_limit_text)
+}
+
+/// The connections' memory at which clients are evicted, in bytes; 0: none (no limit, or a
+/// percentage while maxmemory is 0), as Redis' `getClientEvictionLimit`.
+pub fn client_eviction_limit(live: &crate::state::LiveSettings) -> usize {
+    let limit = match live.maxmemory_clients.load(Ordering::Relaxed) {
+        0 => return 0,
+        percent if percent < 0 => {
+            let maxmemory = live.maxmemory.load(Ordering::Relaxed);
+            if maxmemory == 0 {
+                return 0;
+            }
+            (maxmemory as f64 * (-percent) as f64 / 100.0) as usize
+        }
+        bytes => usize::try_from(bytes).unwrap_or(usize::MAX),
+    };
+    limit.max(CLIENT_LIMIT_FLOOR)
+}
+
+/// Close the largest evictable connections while the memory of all clients (normal and
+/// pub/sub ones: not replicas nor a primary's link) adds up to the limit or more, as Redis'
+/// `evictClients`; CLIENT NO-EVICT ones count but are never closed. Returns how many were
+/// closed.
+pub fn evict_clients(shared: &Shared) -> usize {
+    let limit = client_eviction_limit(&shared.live);
+    if limit == 0 {
+        return 0;
+    }
+    let counted: Vec<(usize, std::sync::Arc<crate::client::ClientHandle>)> = shared
+        .clients
+        .all()
+        .into_iter()
+        .filter(|c| c.role() == crate::client::ClientRole::Normal && !c.is_killed())
+        .map(|c| (c.memory(), c))
+        .collect();
+    let mut total: usize = counted.iter().map(|(m, _)| m).sum();
+    if total < limit {
+        return 0;
+    }
+    let mut clients: Vec<_> = counted
+        .into_iter()
+        .filter(|(_, c)| !c.no_evict.load(Ordering::Relaxed))
+        .collect();
+    clients.sort_unstable_by_key(|(m, _)| std::cmp::Reverse(*m));
+    let mut evicted = 0;
+    for (memory, client) in clients {
+        if total < limit {
+            break;
+        }
+        tracing::info!("Evicting client: {}", client.describe());
+        client.kill();
+        shared.stats.evicted_clients.fetch_add(1, Ordering::Relaxed);
+        total -= memory;
+        evicted += 1;
+    }
+    if total >= limit {
+        tracing::warn!("Over client maxmemory after evicting all evictable clients");
+    }
+    evicted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maxmemory_clients_takes_bytes_or_a_percentage_as_redis_keeps_them() {
+        assert_eq!(parse_client_limit("0"), Ok(0));
+        assert_eq!(parse_client_limit("2mb"), Ok(2 * 1024 * 1024));
+        assert_eq!(parse_client_limit("5%"), Ok(-5));
+        assert_eq!(parse_client_limit("100%"), Ok(-100));
+        assert_eq!(
+            parse_client_limit("101%"),
+            Err("percentage argument must be less or equal to 100".into())
+        );
+        for bad in ["abc", "-1", "-5%", "%", "5 %"] {
+            assert_eq!(
+                parse_client_limit(bad),
+                Err("argument must be a memory or percent value".into()),
+                "{bad}"
+            );
+        }
+        assert_eq!(client_limit_text(-5), "5%");
+        assert_eq!(normalize_client_limit("0%"), Ok("0".into()));
+        assert_eq!(normalize_client_limit("1k"), Ok("1024".into()));
+    }
 }

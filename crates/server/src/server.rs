@@ -226,6 +226,7 @@ impl Server {
         tasks.spawn(lock_lease_loop(shared.clone()));
         tasks.spawn(fsync_latency_loop(shared.clone()));
         tasks.spawn(idle_client_loop(shared.clone()));
+        tasks.spawn(client_eviction_loop(shared.clone()));
         if let Some(listeners) = self.metrics_listeners {
             for listener in listeners {
                 tracing::info!(addr = %listener.local_addr()?, "listening (metrics, status page)");
@@ -571,6 +572,17 @@ async fn idle_client_loop(shared: Arc<Shared>) {
                 client.kill();
             }
         }
+    }
+}
+
+/// Ten times a second, while `maxmemory-clients` is set, close the largest connections if
+/// theirs add up past it (`crate::quota::evict_clients`).
+async fn client_eviction_loop(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        crate::quota::evict_clients(&shared);
     }
 }
 

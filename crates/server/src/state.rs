@@ -35,6 +35,8 @@ pub struct Stats {
     /// Error replies sent (INFO stats `total_error_replies`) and their count by error code
     /// (INFO errorstats), as Redis' `afterErrorReply` counts them.
     pub error_replies: AtomicU64,
+    /// Clients closed by `maxmemory-clients` (INFO stats `evicted_clients`).
+    pub evicted_clients: AtomicU64,
     pub errors_by_code: Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
@@ -116,6 +118,9 @@ pub struct LiveSettings {
     /// started by `updateMaxmemory`): the expiry timer evicts while this is set and the server
     /// is over the limit, and clears it once under it or when nothing can be evicted.
     pub evict_pending: std::sync::atomic::AtomicBool,
+    /// `maxmemory-clients` as Redis keeps it: bytes when positive, a percentage of maxmemory
+    /// when negative, 0 for none (see `crate::quota::client_eviction_limit`).
+    pub maxmemory_clients: AtomicI64,
     /// Scripts may run commands flagged `noscript` (`DEBUG SET-DISABLE-DENY-SCRIPTS`, for test
     /// suites: DEBUG PROTOCOL from a script); off at every start.
     pub disable_deny_scripts: std::sync::atomic::AtomicBool,
@@ -261,6 +266,7 @@ impl Shared {
             hz: AtomicU64::new(0),
             active_expire: std::sync::atomic::AtomicBool::new(true),
             evict_pending: std::sync::atomic::AtomicBool::new(false),
+            maxmemory_clients: AtomicI64::new(0),
             disable_deny_scripts: std::sync::atomic::AtomicBool::new(false),
             client_query_buffer_limit: AtomicUsize::new(0),
             requirepass: Mutex::new(String::new()),

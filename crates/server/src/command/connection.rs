@@ -442,7 +442,7 @@ fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 return Err(CmdError::Syntax);
             };
             // NO-TOUCH takes effect from the next command (the dispatcher reads it before it
-            // runs one); NO-EVICT is only shown, as Gradus never evicts clients.
+            // runs one); NO-EVICT keeps it from `maxmemory-clients` (`quota::evict_clients`).
             let h = &ctx.client.handle;
             let flag = if sub == "no-touch" {
                 &h.no_touch

@@ -656,6 +656,7 @@ fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ctx.shared.observer.commands.reset();
             LAZYFREED.store(0, Ordering::Relaxed);
             s.error_replies.store(0, Ordering::Relaxed);
+            s.evicted_clients.store(0, Ordering::Relaxed);
             s.errors_by_code.lock().clear();
             Ok(Frame::ok())
         }
