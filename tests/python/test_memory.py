@@ -465,3 +465,39 @@ def test_idle_connections_give_back_the_buffers_of_big_values(gradus_factory):
     finally:
         for s in conns:
             s.close()
+
+
+def test_maxmemory_samples_is_a_setting_as_in_redis(gradus_factory, redis_server):
+    """`maxmemory-samples` (keys an eviction samples) is read and set with Redis' replies and
+    range, and evictions go on with it changed. Gradus sampled a fixed 5 keys and did not know
+    the setting (`Unknown option`), which Redis' own introspection test and tuned
+    configurations set. (Gradus evicts for maxmemory from databases of degree `none`.)"""
+    gradus = gradus_factory("--durability", "none")
+    seen = {}
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        out = [r.config_get("maxmemory-samples")]
+        for value in ("0", "abc", "10", "2147483647", "2147483648", "5"):
+            try:
+                out.append(r.config_set("maxmemory-samples", value))
+            except redis.ResponseError as e:
+                out.append(str(e))
+            out.append(r.config_get("maxmemory-samples"))
+        r.config_set("maxmemory-samples", "10")
+        r.config_set("maxmemory-policy", "allkeys-lru")
+        r.flushall()
+        r.config_set("maxmemory", 2 * 1024 * 1024 + int(r.info("memory")["used_memory"]))
+        try:
+            p = r.pipeline(transaction=False)
+            for i in range(20_000):
+                p.set(f"k:{i}", "x" * 200)
+            p.execute()
+            evicted = r.info("stats")["evicted_keys"]
+        finally:
+            r.config_set("maxmemory", 0)
+            r.config_set("maxmemory-policy", "noeviction")
+            r.config_set("maxmemory-samples", "5")
+            r.flushall()
+        seen[server.name] = out
+        assert evicted > 0, server.name
+    assert seen[gradus.name] == seen[redis_server.name]

@@ -31,6 +31,8 @@ pub struct Config {
     pub maxmemory_policy: String,
     pub lfu_log_factor: u64,
     pub lfu_decay_time: u64,
+    /// Keys each eviction samples (Redis' `maxmemory-samples`).
+    pub maxmemory_samples: u64,
     pub requirepass: String,
     pub databases: usize,
     pub proto_max_bulk_len: usize,
@@ -303,6 +305,7 @@ impl Config {
             maxmemory_policy: String::new(),
             lfu_log_factor: 0,
             lfu_decay_time: 0,
+            maxmemory_samples: 0,
             requirepass: String::new(),
             databases: 0,
             proto_max_bulk_len: 0,

@@ -154,7 +154,8 @@ pub(crate) fn make_room_in_server(
                 .collect();
             candidates.sort_by_key(|&k| std::cmp::Reverse(used(shared, k)));
             let victim = candidates.into_iter().find_map(|k| {
-                let key = shared.store.keyspaces()[k].evict_one_by(policy, SAMPLES, now_ms)?;
+                let key =
+                    shared.store.keyspaces()[k].evict_one_by(policy, samples(shared), now_ms)?;
                 Some((k, key))
             });
             let Some((db, key)) = victim else {
@@ -188,8 +189,10 @@ fn announce_eviction(shared: &Shared, db: usize, key: &Bytes) {
     crate::notify::emit(shared, crate::notify::EVICTED, "evicted", db, key);
 }
 
-/// Keys sampled per eviction (Redis' maxmemory-samples default).
-const SAMPLES: usize = 5;
+/// Keys sampled per eviction in each shard looked at (`maxmemory-samples`).
+fn samples(shared: &Shared) -> usize {
+    shared.live.maxmemory_samples.load(Ordering::Relaxed).max(1) as usize
+}
 /// Evictions one command may perform before it proceeds anyway (bounds its latency).
 const MAX_EVICTIONS_PER_COMMAND: usize = 10_000;
 
@@ -267,9 +270,12 @@ fn make_room_in_tenant(
                     .filter(|&k| tenancy.keyspaces[k].evict && used(shared, k) > 0)
                     .max_by_key(|&k| (k == g, used(shared, k)))
             };
-            let Some((db, key)) = victim
-                .and_then(|v| Some((v, shared.store.keyspaces()[v].evict_one(SAMPLES, now_ms)?)))
-            else {
+            let Some((db, key)) = victim.and_then(|v| {
+                Some((
+                    v,
+                    shared.store.keyspaces()[v].evict_one(samples(shared), now_ms)?,
+                ))
+            }) else {
                 return Err(oom(shared, g, tenant, ks_over));
             };
             count += 1;

@@ -106,6 +106,8 @@ pub struct LiveSettings {
     /// (see `crate::quota::access_clock`).
     pub lfu_log_factor: AtomicU64,
     pub lfu_decay_time: AtomicU64,
+    /// Keys each eviction samples per shard (`maxmemory-samples`).
+    pub maxmemory_samples: AtomicU64,
     pub proto_max_bulk_len: AtomicUsize,
     pub max_multibulk_len: AtomicUsize,
     pub max_inline_len: AtomicUsize,
@@ -260,6 +262,7 @@ impl Shared {
             maxmemory_policy: std::sync::atomic::AtomicU8::new(0),
             lfu_log_factor: AtomicU64::new(0),
             lfu_decay_time: AtomicU64::new(0),
+            maxmemory_samples: AtomicU64::new(5),
             proto_max_bulk_len: AtomicUsize::new(0),
             max_multibulk_len: AtomicUsize::new(0),
             max_inline_len: AtomicUsize::new(0),
