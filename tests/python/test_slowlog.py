@@ -327,3 +327,45 @@ def test_latency_histogram_has_redis_shape_and_power_of_two_buckets(gradus, prot
     assert counts == sorted(counts) and counts[-1] == 20
     assert list(histogram_as_dicts(r.execute_command("LATENCY", "HISTOGRAM", "client|id"))) == [b"client|id"]
     assert r.execute_command("LATENCY", "HISTOGRAM", "nosuch") in ([], {})
+
+
+def test_latency_tracking_settings_as_redis(gradus, redis_server):
+    """`latency-tracking` and `latency-tracking-info-percentiles` (Redis 7) are read and set
+    with Redis' replies and errors; INFO latencystats shows the chosen percentiles under
+    Redis' names (`p50`, `p99.9`), none when the list is empty, and no histogram while
+    tracking is off (INFO commandstats still counts). Gradus did not know either setting
+    (`Unknown option`, which stopped Redis' own maxmemory test) and always showed p50, p99 and
+    p99.9."""
+    import re
+
+    import redis
+
+    def scenario(server):
+        r = redis_client(server, 2, single_connection_client=True)
+        out = [r.config_get("latency-tracking*")]
+        for value in ("50 99.9 100", "101", "abc", "", "0.5 50"):
+            try:
+                out.append(r.config_set("latency-tracking-info-percentiles", value))
+            except redis.ResponseError as e:
+                out.append(str(e))
+            out.append(r.config_get("latency-tracking-info-percentiles"))
+        r.config_resetstat()
+        r.set("k", "v")
+        line = [ln for ln in info_text(r, "latencystats").splitlines()
+                if ln.startswith("latency_percentiles_usec_set:")]
+        out.append([re.sub(r"=[0-9.]+", "=N", ln) for ln in line])
+        r.config_set("latency-tracking-info-percentiles", "")
+        out.append([ln for ln in info_text(r, "latencystats").splitlines()
+                    if ln.startswith("latency_percentiles_usec_set")])
+        r.config_set("latency-tracking", "no")
+        r.config_resetstat()
+        r.set("k", "v")
+        out.append([ln for ln in info_text(r, "latencystats").splitlines() if "usec_set" in ln])
+        out.append(r.info("commandstats")["cmdstat_set"]["calls"])
+        r.config_set("latency-tracking", "yes")
+        r.config_set("latency-tracking-info-percentiles", "50 99 99.9")
+        return out
+
+    ours, theirs = scenario(gradus), scenario(redis_server)
+    assert ours == theirs
+    assert ours[-4] == ["latency_percentiles_usec_set:p0.5=N,p50=N"]

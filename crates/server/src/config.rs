@@ -90,6 +90,10 @@ pub struct Config {
     /// Seconds a client may stay idle before it is closed (`timeout`; 0: never).
     pub timeout: u64,
     pub latency_monitor_threshold: u64,
+    /// Per-command latency histograms (`latency-tracking`) and the percentiles INFO
+    /// latencystats shows of them.
+    pub latency_tracking: bool,
+    pub latency_tracking_info_percentiles: String,
     pub metrics_port: u16,
     pub metrics_bind: Vec<String>,
     pub client_output_buffer_limit: String,
@@ -350,6 +354,8 @@ impl Config {
             busy_reply_threshold: 0,
             timeout: 0,
             latency_monitor_threshold: 0,
+            latency_tracking: false,
+            latency_tracking_info_percentiles: String::new(),
             metrics_port: 0,
             metrics_bind: Vec::new(),
             client_output_buffer_limit: String::new(),

@@ -808,22 +808,28 @@ fn commandstats(shared: &Shared, out: &mut String) {
     }
 }
 
-/// `latency_percentiles_usec_<row>:p50=…,p99=…,p99.9=…` (Redis' default percentiles).
+/// `latency_percentiles_usec_<row>:p50=…,p99=…,p99.9=…`, at the percentiles of
+/// `latency-tracking-info-percentiles` (Redis' default: 50, 99, 99.9).
 fn latencystats(shared: &Shared, out: &mut String) {
     line!(out, "# Latencystats");
+    let percentiles = shared.live.latency_percentiles.lock().clone();
     let cells = shared.observer.commands.since_reset();
     for ((row, _), c) in crate::command::table().rows().iter().zip(&cells) {
         let Some(h) = c.hist.as_ref().filter(|h| !h.is_empty()) else {
             continue;
         };
-        let p = |q| crate::observe::cmdstats::percentile_usec(h, q);
+        let values: Vec<String> = percentiles
+            .iter()
+            .map(|&q| {
+                let usec = crate::observe::cmdstats::percentile_usec(h, q);
+                format!("p{q}={usec:.3}")
+            })
+            .collect();
         line!(
             out,
-            "latency_percentiles_usec_{}:p50={:.3},p99={:.3},p99.9={:.3}",
+            "latency_percentiles_usec_{}:{}",
             row.name,
-            p(50.0),
-            p(99.0),
-            p(99.9)
+            values.join(",")
         );
     }
 }

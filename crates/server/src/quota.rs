@@ -135,6 +135,12 @@ pub(crate) fn make_room_in_server(
     if max == 0 || server_used(shared) <= max {
         return Ok(());
     }
+    // Connections past `maxmemory-clients` go before any key, as in Redis (which evicts a
+    // client as soon as its memory grows past the limit): what they hold is given back as they
+    // close, so no key is evicted for it.
+    if evict_clients(shared) > 0 {
+        return Ok(());
+    }
     let Some(policy) = eviction_policy(shared.live.maxmemory_policy.load(Ordering::Relaxed)) else {
         return Err(WriteError::MaxMemory);
     };

@@ -169,6 +169,10 @@ pub struct LiveSettings {
     pub timeout: AtomicU64,
     /// `latency-monitor-threshold`, milliseconds (0: off).
     pub latency_monitor_threshold: AtomicU64,
+    /// `latency-tracking` (put in force in `observe::cmdstats`) and the percentiles INFO
+    /// latencystats shows.
+    pub latency_tracking: std::sync::atomic::AtomicBool,
+    pub latency_percentiles: Mutex<Vec<f64>>,
     /// `client-output-buffer-limit`, shared with the pub/sub tables that enforce it.
     pub output_limits: std::sync::Arc<crate::pubsub::OutputLimits>,
     /// `notify-keyspace-events` as `notify` class bits.
@@ -300,12 +304,18 @@ impl Shared {
             busy_reply_threshold: AtomicU64::new(0),
             timeout: AtomicU64::new(0),
             latency_monitor_threshold: AtomicU64::new(0),
+            latency_tracking: std::sync::atomic::AtomicBool::new(true),
+            latency_percentiles: Mutex::new(vec![50.0, 99.0, 99.9]),
             output_limits: Default::default(),
             notify_flags: Default::default(),
             tracking_table_max_keys: AtomicU64::new(0),
             repl: Default::default(),
         };
         crate::settings::init_live(&live, &config);
+        let observer = crate::observe::Observer::default();
+        observer
+            .commands
+            .set_tracking(live.latency_tracking.load(Ordering::Relaxed));
         let live_limits = live.output_limits.clone();
         let (shutdown, _) = watch::channel(false);
         let persist = crate::persist::Persistence {
@@ -366,7 +376,7 @@ impl Shared {
             memcache: Default::default(),
             tls: Default::default(),
             acl: Default::default(),
-            observer: Default::default(),
+            observer,
             pubsub: crate::pubsub::PubSub::new(live_limits),
             tracking: Default::default(),
             monitors: Default::default(),

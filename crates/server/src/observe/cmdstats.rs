@@ -84,6 +84,8 @@ pub struct CommandStats {
     id: u64,
     shards: Mutex<Vec<Arc<Mutex<Shard>>>>,
     baseline: Mutex<Vec<Cell>>,
+    /// `latency-tracking`: record each call's latency in its row's histogram.
+    tracking: std::sync::atomic::AtomicBool,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -105,7 +107,13 @@ impl CommandStats {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             shards: Mutex::new(Vec::new()),
             baseline: Mutex::new(Vec::new()),
+            tracking: std::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    /// Record latencies in the histograms from now on, or not (`latency-tracking`).
+    pub fn set_tracking(&self, on: bool) {
+        self.tracking.store(on, Ordering::Relaxed);
     }
 
     /// Count one command (see [`Outcome`]) in this thread's shard, made and registered on
@@ -138,6 +146,9 @@ impl CommandStats {
             cell.calls += 1;
             let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
             cell.usec += nanos / 1000;
+            if !self.tracking.load(Ordering::Relaxed) {
+                return;
+            }
             let hist = cell.hist.get_or_insert_with(|| {
                 Histogram::new_with_bounds(HIST_MIN_NS, HIST_MAX_NS, HIST_SIGFIG)
                     .expect("valid histogram bounds")
@@ -202,6 +213,41 @@ pub fn cumulative_buckets_usec(hist: &Histogram<u64>) -> Vec<(u64, u64)> {
         level *= 2;
     }
     out
+}
+
+/// `latency-tracking-info-percentiles` read: numbers from 0 to 100 separated by spaces (empty:
+/// none), Redis' errors otherwise.
+pub fn parse_percentiles(text: &str) -> Result<Vec<f64>, String> {
+    text.split_whitespace()
+        .map(|word| {
+            let p: f64 = word
+                .parse()
+                .ok()
+                .filter(|p: &f64| p.is_finite())
+                .ok_or("Invalid latency-tracking-info-percentiles parameters")?;
+            if !(0.0..=100.0).contains(&p) {
+                return Err(
+                    "latency-tracking-info-percentiles parameters should sit between [0.0,100.0]"
+                        .to_string(),
+                );
+            }
+            Ok(p)
+        })
+        .collect()
+}
+
+/// Percentiles as CONFIG GET shows them, and as INFO latencystats names them (`99.9`, `50`).
+pub fn percentiles_text(percentiles: &[f64]) -> String {
+    percentiles
+        .iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The settings table's check of `latency-tracking-info-percentiles`: its canonical form.
+pub fn normalize_percentiles(text: &str) -> Result<String, String> {
+    parse_percentiles(text).map(|p| percentiles_text(&p))
 }
 
 #[cfg(test)]
