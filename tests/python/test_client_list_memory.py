@@ -158,3 +158,86 @@ def test_maxmemory_clients_evicts_the_largest_clients_as_redis(gradus, redis_ser
         seen[server.name] = (replies, names, evicted)
     assert seen[gradus.name] == seen[redis_server.name]
     assert seen[gradus.name][1:] == (["kept", "small"], 1)
+
+
+def test_a_half_sent_multibulk_counts_its_arguments_in_argv_mem_as_redis(gradus, redis_server):
+    """A command whose arguments have partly arrived holds them (decoded, out of the read
+    buffer) while the client keeps it waiting: CLIENT LIST shows them in `argv-mem`, as Redis
+    does, and so they count toward `maxmemory-clients`. Gradus showed 0 until the command was
+    whole, so many clients each holding a half-sent command were never evicted (Redis'
+    maxmemory.tcl "eviction due to input buffer of a dead client")."""
+    import socket
+    import time
+
+    from servers import redis_client
+
+    seen = {}
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        s = socket.create_connection((server.host, server.port), timeout=5)
+        s.sendall(b"CLIENT SETNAME halfsent\r\n")
+        assert s.recv(100) == b"+OK\r\n"
+        s.sendall(b"*250\r\n" + b"$1000\r\n" + b"x" * 1000 + b"\r\n" + b"".join(
+            b"$1000\r\n" + b"x" * 1000 + b"\r\n" for _ in range(99)))
+        deadline = time.monotonic() + 5
+        argv_mem = None
+        while time.monotonic() < deadline:
+            info = [c for c in r.client_list() if c["name"] == "halfsent"]
+            argv_mem = int(info[0]["argv-mem"]) if info else None
+            if argv_mem:
+                break
+            time.sleep(0.05)
+        s.close()
+        seen[server.name] = argv_mem
+    assert seen[gradus.name] == seen[redis_server.name] == 100 * 1000
+
+
+def test_a_client_evicted_for_its_own_big_command_never_runs_it_as_redis(gradus, redis_server):
+    """With `maxmemory-clients` set, a client whose own command takes it past the limit is
+    evicted as the command arrives and the command never runs (Redis evicts as a client's
+    memory grows, before the command executes; Gradus checked ten times a second, so the SET
+    ran first). Lowering the limit evicts at once, before CONFIG SET replies."""
+    import socket
+    import time
+
+    from servers import redis_client
+
+    seen = {}
+    for server in (gradus, redis_server):
+        r = redis_client(server, 2)
+        r.delete("big")
+        r.config_set("maxmemory-clients", "1mb")
+        try:
+            s = socket.create_connection((server.host, server.port), timeout=5)
+            value = b"v" * 2_000_000
+            try:
+                s.sendall(b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n%s\r\n" % (len(value), value))
+                reply = s.recv(100)
+            except OSError:
+                reply = b""
+            s.close()
+            time.sleep(0.2)
+            ran = r.exists("big")
+            # Lowering the limit under what idle clients with 300 KB half-sent hold.
+            r.config_set("maxmemory-clients", "4mb")
+            socks = []
+            for i in range(3):
+                c = socket.create_connection((server.host, server.port), timeout=5)
+                c.sendall(f"CLIENT SETNAME holder{i}\r\n".encode())
+                assert c.recv(100) == b"+OK\r\n"
+                c.sendall(b"*2\r\n$300000\r\n" + b"v" * 300_000)
+                socks.append(c)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and sum(
+                    int(c["qbuf"]) >= 300_000 for c in r.client_list()
+                    if c["name"].startswith("holder")) < 3:
+                time.sleep(0.02)
+            r.config_set("maxmemory-clients", "500kb")
+            left = sum(c["name"].startswith("holder") for c in r.client_list())
+            for c in socks:
+                c.close()
+        finally:
+            r.config_set("maxmemory-clients", "0")
+        seen[server.name] = (reply, ran, left)
+    assert seen[gradus.name] == seen[redis_server.name]
+    assert seen[gradus.name][1] == 0 and seen[gradus.name][2] < 3, seen

@@ -730,12 +730,17 @@ impl ClientHandle {
     }
 
     /// CLIENT LIST's `tot-mem`: the connection's state and buffers (read, arguments, queued
-    /// commands, reply, what others pushed to it), as near as they can be measured; what
-    /// `maxmemory-clients` counts.
+    /// commands, reply, what others pushed to it) and its watched keys and subscriptions, as
+    /// near as they can be measured; what `maxmemory-clients` counts.
     pub fn memory(&self) -> usize {
+        /// What one watched key or subscription costs the connection beyond the key's or
+        /// channel's bytes (an entry in its list or set), as Redis counts a list node and its
+        /// `watchedKey`, or a dictionary entry.
+        const ENTRY: usize = 56;
         let mem = &self.mem;
         let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
         let omem = self.outbox.lock().as_ref().map_or(0, |o| o.pending());
+        let entries = load(&self.watch_count) + self.subs.iter().map(load).sum::<usize>();
         std::mem::size_of::<ClientState>()
             + std::mem::size_of::<ClientHandle>()
             + load(&mem.qbuf)
@@ -744,6 +749,7 @@ impl ClientHandle {
             + load(&mem.multi)
             + load(&mem.reply_size)
             + omem
+            + entries * ENTRY
     }
 
     /// One line of CLIENT LIST / the CLIENT INFO reply, in Redis' field order.

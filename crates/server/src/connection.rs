@@ -58,6 +58,13 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                     if args.is_empty() {
                         continue;
                     }
+                    let argv: usize = args.iter().map(|a| a.len()).sum();
+                    // (Counted with the read buffer as it is after the command was taken out
+                    // of it: the arguments are that buffer's bytes, counted once.)
+                    let left = (rbuf.len(), rbuf.capacity());
+                    if big_request_evicted(&shared, &client, argv, argv, left) {
+                        break 'conn;
+                    }
                     handle.mem.note_buffers(read, (wbuf.len(), wbuf.capacity()));
                     if gradus_proto::is_http_request_command(&args[0]) {
                         // As Redis: the connection ends at once, before authentication and
@@ -170,6 +177,18 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                     handle
                         .mem
                         .note_buffers((rbuf.len(), rbuf.capacity()), (0, wbuf.capacity()));
+                    // The unfinished command's arguments decoded so far (no longer in `rbuf`):
+                    // its `argv-mem`, as Redis counts a half-read multibulk's, so they count
+                    // toward `maxmemory-clients` while the client keeps them waiting.
+                    handle
+                        .mem
+                        .argv
+                        .store(decoder.pending_bytes(), Ordering::Relaxed);
+                    let pending = decoder.pending_bytes();
+                    let held = (rbuf.len(), rbuf.capacity());
+                    if big_request_evicted(&shared, &client, pending + rbuf.len(), pending, held) {
+                        break 'conn;
+                    }
                     if query_buffer_over_limit(&shared, &client, &rbuf, &decoder) {
                         break 'conn;
                     }
@@ -386,6 +405,33 @@ pub(crate) fn http_request_refused(shared: &Shared, client: &ClientState, port: 
 /// Whether the request still arriving holds more than `client-query-buffer-limit` bytes (its
 /// unparsed input and the arguments already decoded): the connection is then closed, as Redis
 /// closes a client whose query buffer grows past the limit, and logged in Redis' words.
+/// Requests this large make the connection look at `maxmemory-clients` at once, before the
+/// command runs (smaller ones are left to the ten-times-a-second check).
+const EVICTION_CHECK_BYTES: usize = 64 * 1024;
+
+/// With `maxmemory-clients` set, a request of `bytes` (a whole command, or what has arrived of
+/// one, `argv` of them decoded; the read buffer then holding `read`: length, capacity) may take
+/// the clients past the limit: evict now, as Redis does as a client's memory grows, so a
+/// client evicted for its own request never runs it. True when this connection was evicted.
+fn big_request_evicted(
+    shared: &Shared,
+    client: &ClientState,
+    bytes: usize,
+    argv: usize,
+    read: (usize, usize),
+) -> bool {
+    if bytes < EVICTION_CHECK_BYTES || crate::quota::client_eviction_limit(&shared.live) == 0 {
+        return false;
+    }
+    let mem = &client.handle.mem;
+    mem.qbuf.store(read.0, Ordering::Relaxed);
+    mem.qbuf_free
+        .store(read.1.saturating_sub(read.0), Ordering::Relaxed);
+    mem.argv.store(argv, Ordering::Relaxed);
+    crate::quota::evict_clients(shared);
+    client.handle.is_killed()
+}
+
 fn query_buffer_over_limit(
     shared: &Shared,
     client: &ClientState,

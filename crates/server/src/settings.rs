@@ -581,7 +581,7 @@ pub static SETTINGS: &[Setting] = &[
         doc: "Keys an eviction samples in each shard it looks at (Redis' maxmemory-samples): more is closer to true LRU/LFU and costs more per eviction." },
     Setting { name: "maxmemory-clients", section: Section::Top, key: "maxmemory-clients", kind: Kind::Custom(crate::quota::normalize_client_limit), default: "0",
         flag: None, field: field!(maxmemory_clients),
-        live: Some(Live { get: |l| Value::Text(crate::quota::client_limit_text(l.maxmemory_clients.load(Ordering::Relaxed))), set: |l, v| l.maxmemory_clients.store(crate::quota::parse_client_limit(&v.text()).unwrap_or(0), Ordering::Relaxed), apply: None }),
+        live: Some(Live { get: |l| Value::Text(crate::quota::client_limit_text(l.maxmemory_clients.load(Ordering::Relaxed))), set: |l, v| l.maxmemory_clients.store(crate::quota::parse_client_limit(&v.text()).unwrap_or(0), Ordering::Relaxed), apply: Some(|shared| { crate::quota::evict_clients(shared); Ok(()) }) }),
         doc: "Redis' client eviction: when the connections' memory (CLIENT LIST tot-mem: buffers, queued commands, pending replies) adds up to this many bytes, or this percentage of maxmemory (\"5%\"), the largest are closed (never replicas, a primary's link or CLIENT NO-EVICT ones; at least 128 KiB); 0: never." },
     Setting { name: "requirepass", section: Section::Top, key: "requirepass", kind: Kind::Text, default: "",
         flag: flag("PASSWORD"), field: field!(requirepass),
