@@ -58,12 +58,14 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                     if args.is_empty() {
                         continue;
                     }
-                    let argv: usize = args.iter().map(|a| a.len()).sum();
-                    // (Counted with the read buffer as it is after the command was taken out
-                    // of it: the arguments are that buffer's bytes, counted once.)
-                    let left = (rbuf.len(), rbuf.capacity());
-                    if big_request_evicted(&shared, &client, argv, argv, left) {
-                        break 'conn;
+                    if evicting_clients(&shared) {
+                        let argv: usize = args.iter().map(|a| a.len()).sum();
+                        // (Counted with the read buffer as it is after the command was taken
+                        // out of it: the arguments are that buffer's bytes, counted once.)
+                        let left = (rbuf.len(), rbuf.capacity());
+                        if big_request_evicted(&shared, &client, argv, argv, left) {
+                            break 'conn;
+                        }
                     }
                     handle.mem.note_buffers(read, (wbuf.len(), wbuf.capacity()));
                     if gradus_proto::is_http_request_command(&args[0]) {
@@ -405,6 +407,11 @@ pub(crate) fn http_request_refused(shared: &Shared, client: &ClientState, port: 
 /// Whether the request still arriving holds more than `client-query-buffer-limit` bytes (its
 /// unparsed input and the arguments already decoded): the connection is then closed, as Redis
 /// closes a client whose query buffer grows past the limit, and logged in Redis' words.
+/// Whether `maxmemory-clients` is set (one relaxed load: the per-command check).
+fn evicting_clients(shared: &Shared) -> bool {
+    shared.live.maxmemory_clients.load(Ordering::Relaxed) != 0
+}
+
 /// Requests this large make the connection look at `maxmemory-clients` at once, before the
 /// command runs (smaller ones are left to the ten-times-a-second check).
 const EVICTION_CHECK_BYTES: usize = 64 * 1024;
