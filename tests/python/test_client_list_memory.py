@@ -241,3 +241,33 @@ def test_a_client_evicted_for_its_own_big_command_never_runs_it_as_redis(gradus,
         seen[server.name] = (reply, ran, left)
     assert seen[gradus.name] == seen[redis_server.name]
     assert seen[gradus.name][1] == 0 and seen[gradus.name][2] < 3, seen
+
+
+def test_tracking_prefixes_and_watched_keys_count_in_tot_mem(gradus):
+    """A connection's watched keys and BCAST tracking prefixes (and subscriptions) count in its
+    CLIENT LIST `tot-mem` (56 bytes each; Redis counts their list, dictionary and prefix-tree
+    entries), so `maxmemory-clients` bounds a client piling them up (Redis' client-eviction.tcl
+    "watched key list", "client tracking prefixes"). Gradus counted none of them."""
+    from servers import redis_client
+
+    r = redis_client(gradus, 2)
+
+    def tot_mem(name):
+        # Less the read buffer (its room changes with each command's size).
+        c = next(c for c in r.client_list() if c["name"] == name)
+        return int(c["tot-mem"]) - int(c["qbuf"]) - int(c["qbuf-free"])
+
+    # Each compared with the state after it is dropped.
+    c = redis_client(gradus, 2, single_connection_client=True)
+    c.client_setname("piler")
+    c.execute_command("CLIENT", "TRACKING", "on", "BCAST",
+                      *[x for i in range(500) for x in ("PREFIX", f"p{i}:")])
+    with_prefixes = tot_mem("piler")
+    c.execute_command("CLIENT", "TRACKING", "off")
+    without = tot_mem("piler")
+    assert with_prefixes - without >= 0.95 * 500 * 56, (with_prefixes, without)
+    c.execute_command("WATCH", *[f"w{i}" for i in range(300)])
+    watching = tot_mem("piler")
+    c.execute_command("UNWATCH")
+    assert watching - tot_mem("piler") >= 0.95 * 300 * 56
+    c.close()

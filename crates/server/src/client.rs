@@ -509,6 +509,8 @@ pub struct ClientHandle {
     pub tracking_redirect: std::sync::atomic::AtomicI64,
     /// It tracks in BCAST mode (CLIENT LIST flag `B`).
     pub tracking_bcast: AtomicBool,
+    /// The BCAST prefixes it tracks (counted in `tot-mem`, as Redis counts its prefix tree).
+    pub tracking_prefixes: AtomicUsize,
     /// An invalidation found its redirect target gone (CLIENT LIST flag `R`; see `tracking`).
     pub tracking_broken: AtomicBool,
     /// CLIENT NO-EVICT on (CLIENT LIST flag `e`): never closed by `maxmemory-clients`.
@@ -566,6 +568,7 @@ impl ClientHandle {
             mem: ConnectionMemory::default(),
             tracking_redirect: std::sync::atomic::AtomicI64::new(-1),
             tracking_bcast: AtomicBool::new(false),
+            tracking_prefixes: AtomicUsize::new(0),
             tracking_broken: AtomicBool::new(false),
             no_evict: AtomicBool::new(false),
             no_touch: AtomicBool::new(false),
@@ -730,17 +733,19 @@ impl ClientHandle {
     }
 
     /// CLIENT LIST's `tot-mem`: the connection's state and buffers (read, arguments, queued
-    /// commands, reply, what others pushed to it) and its watched keys and subscriptions, as
-    /// near as they can be measured; what `maxmemory-clients` counts.
+    /// commands, reply, what others pushed to it) and its watched keys, subscriptions and
+    /// tracking prefixes, as near as they can be measured; what `maxmemory-clients` counts.
     pub fn memory(&self) -> usize {
-        /// What one watched key or subscription costs the connection beyond the key's or
-        /// channel's bytes (an entry in its list or set), as Redis counts a list node and its
-        /// `watchedKey`, or a dictionary entry.
+        /// What one watched key, subscription or tracking prefix costs the connection beyond
+        /// its bytes (an entry in its list or set), as Redis counts a list node and its
+        /// `watchedKey`, a dictionary entry, or prefix-tree nodes.
         const ENTRY: usize = 56;
         let mem = &self.mem;
         let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
         let omem = self.outbox.lock().as_ref().map_or(0, |o| o.pending());
-        let entries = load(&self.watch_count) + self.subs.iter().map(load).sum::<usize>();
+        let entries = load(&self.watch_count)
+            + self.subs.iter().map(load).sum::<usize>()
+            + load(&self.tracking_prefixes);
         std::mem::size_of::<ClientState>()
             + std::mem::size_of::<ClientHandle>()
             + load(&mem.qbuf)

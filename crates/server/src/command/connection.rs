@@ -267,6 +267,10 @@ fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
             .handle
             .tracking_redirect
             .store(-1, Ordering::Relaxed);
+        ctx.client
+            .handle
+            .tracking_prefixes
+            .store(0, Ordering::Relaxed);
     }
     ctx.client.caching = None;
     ctx.shared.monitors.remove(ctx.client.id);
@@ -582,6 +586,10 @@ fn client_tracking(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 .handle
                 .tracking_redirect
                 .store(-1, Ordering::Relaxed);
+            ctx.client
+                .handle
+                .tracking_prefixes
+                .store(0, Ordering::Relaxed);
         }
         ctx.client.caching = None;
         return Ok(Frame::ok());
@@ -659,6 +667,10 @@ fn client_tracking(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         .handle
         .tracking_bcast
         .store(o.bcast, Ordering::Relaxed);
+    ctx.client
+        .handle
+        .tracking_prefixes
+        .store(o.prefixes.len(), Ordering::Relaxed);
     ctx.client.tracking = Some(o);
     Ok(Frame::ok())
 }
