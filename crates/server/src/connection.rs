@@ -122,16 +122,20 @@ pub async fn serve<S: ClientStream>(shared: Arc<Shared>, mut stream: S, mut clie
                             reply = work.complete(shared.clone(), &mut client) => reply,
                             _ = crate::socket::peer_closed(stream.tcp()) => break 'conn,
                         };
-                        client
-                            .handle
-                            .blocked
-                            .store(false, std::sync::atomic::Ordering::Relaxed);
-                        // Idle from now on (Redis counts from the reply's write).
+                        // Idle from now on (Redis counts from the reply's write). The clock
+                        // is set before the wait ends, so the idle check (`timeout`) never
+                        // sees it ended with the clock of before it: it closed a client just
+                        // served its BLPOP (regression: `test_limits.py::
+                        // test_timeout_closes_idle_clients_but_not_subscribers_or_blocked_ones`).
                         let now = gradus_store::now_ms();
                         client
                             .handle
                             .last_active_ms
                             .store(now, std::sync::atomic::Ordering::Relaxed);
+                        client
+                            .handle
+                            .blocked
+                            .store(false, std::sync::atomic::Ordering::Release);
                         crate::dispatch::finish_deferred(&shared, &mut client, &reply);
                         if !std::mem::take(&mut client.errors_counted) {
                             shared.stats.count_errors(&reply);

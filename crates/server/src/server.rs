@@ -561,12 +561,14 @@ async fn idle_client_loop(shared: Arc<Shared>) {
         }
         let now = gradus_store::now_ms();
         for client in shared.clients.all() {
-            let idle_ms = now.saturating_sub(client.last_active_ms.load(Relaxed));
+            // Whether it waits first, then its clock: a wait that has just ended set the
+            // clock before it ended (see `connection::serve`).
             let exempt = client.role() != crate::client::ClientRole::Normal
                 || client.is_pubsub()
-                || client.blocked.load(Relaxed)
+                || client.blocked.load(std::sync::atomic::Ordering::Acquire)
                 || client.monitoring.load(Relaxed)
                 || client.memcached.load(Relaxed);
+            let idle_ms = now.saturating_sub(client.last_active_ms.load(Relaxed));
             if !exempt && idle_ms / 1000 > timeout_s {
                 tracing::debug!(id = client.id, addr = %client.addr, "Closing idle client");
                 client.kill();
